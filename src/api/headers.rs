@@ -1,0 +1,132 @@
+//! Reading fencegate's request headers into the gate's types: the token, the scope, the
+//! conditions, the content type and user metadata, and the request body as a bounded stream.
+
+use crate::backend::{BodyError, ByteStream, ObjectMeta};
+use crate::gate::{Conditions, EtagMatch, GateError, TokenInput};
+use crate::token::{parse_token, TokenError};
+use axum::body::Body;
+use axum::http::HeaderMap;
+use futures::StreamExt;
+use std::time::Duration;
+
+pub const FENCING_TOKEN: &str = "fencing-token";
+pub const FENCING_SCOPE: &str = "fencing-scope";
+const USER_META_PREFIX: &str = "x-amz-meta-";
+/// S3's limit on user metadata, names and values together.
+const MAX_USER_META: usize = 2048;
+
+/// The `Fencing-Token` header: absent, malformed (or repeated), or a token.
+pub fn token(headers: &HeaderMap) -> TokenInput {
+    let mut values = headers.get_all(FENCING_TOKEN).iter();
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(TokenError::Repeated);
+    }
+    parse_token(first.as_bytes()).map(Some)
+}
+
+pub fn scope(headers: &HeaderMap) -> Result<Option<Vec<u8>>, GateError> {
+    let mut values = headers.get_all(FENCING_SCOPE).iter();
+    let first = values.next().map(|v| v.as_bytes().to_vec());
+    if values.next().is_some() {
+        return Err(GateError::InvalidFencingScope(
+            "the Fencing-Scope header was sent more than once".into(),
+        ));
+    }
+    Ok(first)
+}
+
+fn etag_match(headers: &HeaderMap, name: &str) -> Result<Option<EtagMatch>, GateError> {
+    let Some(value) = headers.get(name) else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(EtagMatch::parse)
+        .map(Some)
+        .ok_or_else(|| {
+            GateError::InvalidArgument(format!(
+                "{name} must be `*` or a list of quoted ETags such as \"9a0364b9e99bb480dd25e1f0284c8555\""
+            ))
+        })
+}
+
+pub fn conditions(headers: &HeaderMap) -> Result<Conditions, GateError> {
+    Ok(Conditions {
+        if_match: etag_match(headers, "if-match")?,
+        if_none_match: etag_match(headers, "if-none-match")?,
+    })
+}
+
+/// Content type and `x-amz-meta-*` user metadata.
+pub fn object_meta(headers: &HeaderMap) -> Result<ObjectMeta, GateError> {
+    let mut meta = ObjectMeta {
+        content_type: headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        ..ObjectMeta::default()
+    };
+    let mut total = 0;
+    for (name, value) in headers {
+        if let Some(short) = name.as_str().strip_prefix(USER_META_PREFIX) {
+            let value = value.to_str().map_err(|_| {
+                GateError::InvalidArgument(format!(
+                    "metadata header {name} must be printable ASCII"
+                ))
+            })?;
+            total += short.len() + value.len();
+            meta.user_meta.insert(short.to_string(), value.to_string());
+        }
+    }
+    if total > MAX_USER_META {
+        return Err(GateError::InvalidArgument(format!(
+            "user metadata is {total} bytes; the limit is {MAX_USER_META}"
+        )));
+    }
+    Ok(meta)
+}
+
+/// The request body as a stream that stops at `limit` bytes and at `idle` without data.
+pub fn body_stream(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    idle: Duration,
+) -> Result<ByteStream, GateError> {
+    let declared = headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(BodyError::TooLarge { limit }.into());
+    }
+    let secs = idle.as_secs();
+    let stream = futures::stream::unfold(
+        (body.into_data_stream(), 0u64, false),
+        move |(mut inner, seen, done)| async move {
+            if done {
+                return None;
+            }
+            match tokio::time::timeout(idle, inner.next()).await {
+                Err(_) => Some((Err(BodyError::Idle { secs }), (inner, seen, true))),
+                Ok(None) => None,
+                Ok(Some(Err(e))) => {
+                    Some((Err(BodyError::Broken(e.to_string())), (inner, seen, true)))
+                }
+                Ok(Some(Ok(chunk))) => {
+                    let seen = seen + chunk.len() as u64;
+                    if seen > limit {
+                        Some((Err(BodyError::TooLarge { limit }), (inner, seen, true)))
+                    } else {
+                        Some((Ok(chunk), (inner, seen, false)))
+                    }
+                }
+            }
+        },
+    );
+    Ok(Box::pin(stream))
+}

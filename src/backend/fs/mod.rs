@@ -1,0 +1,454 @@
+//! The `fs` backend: objects as files under a root directory, one subdirectory per bucket.
+//!
+//! A write streams into `<root>/.staging/<random>.tmp` (computing the MD5 ETag on the way),
+//! appends the metadata trailer and fsyncs; the commit renames it into place and fsyncs the
+//! directory. The "version" used for bypass detection is the file's inode/size/mtime.
+
+pub mod keymap;
+mod objfile;
+
+use super::{Backend, BackendError, ByteStream, ListPage, ObjectInfo, ObjectMeta, Staged};
+use async_trait::async_trait;
+use futures::StreamExt;
+use md5::{Digest, Md5};
+use objfile::{read_info, version_of, Trailer};
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const STAGING: &str = ".staging";
+
+pub struct FsBackend {
+    root: PathBuf,
+}
+
+impl FsBackend {
+    /// Opens the root, creating it and the bucket directories, and clears staging files left by
+    /// a crash (they were never committed, so no one can need them).
+    pub fn open(root: &Path, buckets: &[&str]) -> std::io::Result<FsBackend> {
+        std::fs::create_dir_all(root)?;
+        let staging = root.join(STAGING);
+        if staging.exists() {
+            let mut cleared = 0;
+            for entry in std::fs::read_dir(&staging)? {
+                std::fs::remove_file(entry?.path())?;
+                cleared += 1;
+            }
+            if cleared > 0 {
+                tracing::info!(cleared, "removed uncommitted staging files left by a crash");
+            }
+        } else {
+            std::fs::create_dir(&staging)?;
+        }
+        for bucket in buckets {
+            let dir = root.join(bucket);
+            if !dir.exists() {
+                std::fs::create_dir(&dir)?;
+            }
+        }
+        fsync_dir(root)?;
+        Ok(FsBackend {
+            root: root.to_path_buf(),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The file that holds `key` (which need not exist).
+    pub fn object_file(&self, bucket: &str, key: &str) -> PathBuf {
+        self.root.join(bucket).join(keymap::object_path(key))
+    }
+
+    pub fn staging_dir(&self) -> PathBuf {
+        self.root.join(STAGING)
+    }
+}
+
+fn fsync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// The file's current version, `None` if there is no file (or a file where a directory is).
+fn current_version(path: &Path) -> std::io::Result<Option<String>> {
+    match std::fs::metadata(path) {
+        Ok(md) if md.is_file() => Ok(Some(version_of(&md))),
+        Ok(_) => Ok(None),
+        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates the missing directories between `base` and `dir`, fsyncing each new one's parent so
+/// the entry survives a power loss.
+fn create_dirs_durable(base: &Path, dir: &Path) -> std::io::Result<()> {
+    let rel = dir.strip_prefix(base).unwrap_or(Path::new(""));
+    let mut at = base.to_path_buf();
+    for part in rel.components() {
+        let next = at.join(part);
+        match std::fs::create_dir(&next) {
+            Ok(()) => fsync_dir(&at)?,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        at = next;
+    }
+    Ok(())
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, BackendError> + Send + 'static,
+) -> Result<T, BackendError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| BackendError::Failing(format!("a file task failed: {e}")))?
+}
+
+fn open_info(path: &Path, key: &str) -> Result<Option<(std::fs::File, ObjectInfo)>, BackendError> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+            return Ok(None)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if !file.metadata()?.is_file() {
+        return Ok(None);
+    }
+    let info = read_info(&mut file, Some(key))?;
+    Ok(Some((file, info)))
+}
+
+#[async_trait]
+impl Backend for FsBackend {
+    async fn stage(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: ObjectMeta,
+        mut body: ByteStream,
+    ) -> Result<Staged, BackendError> {
+        let name = format!("{:032x}.tmp", rand::random::<u128>());
+        let path = self.staging_dir().join(name);
+        let mut file = tokio::fs::File::create(&path).await?;
+        let written: Result<(String, u64, String), BackendError> = async {
+            let mut md5 = Md5::new();
+            let mut size = 0u64;
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk?;
+                md5.update(&chunk);
+                size += chunk.len() as u64;
+                file.write_all(&chunk).await?;
+            }
+            let etag = format!("\"{}\"", hex::encode(md5.finalize()));
+            let trailer = Trailer {
+                key: key.to_string(),
+                etag: etag.clone(),
+                size,
+                meta,
+            };
+            file.write_all(&trailer.encode()).await?;
+            file.flush().await?;
+            file.sync_all().await?;
+            let version = version_of(&file.metadata().await?);
+            Ok((etag, size, version))
+        }
+        .await;
+        drop(file);
+        match written {
+            Ok((etag, size, version)) => Ok(Staged {
+                handle: path.to_string_lossy().into_owned(),
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+                etag,
+                size,
+                version: Some(version),
+            }),
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&path).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn commit(
+        &self,
+        staged: Staged,
+        expected: Option<&str>,
+    ) -> Result<ObjectInfo, BackendError> {
+        let target = self.object_file(&staged.bucket, &staged.key);
+        let bucket_dir = self.root.join(&staged.bucket);
+        let expected = expected.map(str::to_string);
+        blocking(move || {
+            let temp = PathBuf::from(&staged.handle);
+            let found = current_version(&target)?;
+            if found != expected {
+                let _ = std::fs::remove_file(&temp);
+                return Err(BackendError::Conflict { expected, found });
+            }
+            let parent = target
+                .parent()
+                .expect("object files live in a bucket directory");
+            let published = create_dirs_durable(&bucket_dir, parent)
+                .and_then(|()| std::fs::rename(&temp, &target))
+                .and_then(|()| fsync_dir(parent));
+            if let Err(e) = published {
+                let _ = std::fs::remove_file(&temp);
+                return Err(e.into());
+            }
+            let (_, info) = open_info(&target, &staged.key)?
+                .ok_or_else(|| BackendError::Failing("the committed file vanished".into()))?;
+            Ok(info)
+        })
+        .await
+    }
+
+    async fn discard(&self, staged: Staged) {
+        if let Err(e) = tokio::fs::remove_file(&staged.handle).await {
+            tracing::warn!(error = %e, file = %staged.handle, "could not remove a losing staged body");
+        }
+    }
+
+    async fn version(&self, bucket: &str, key: &str) -> Result<Option<String>, BackendError> {
+        let path = self.object_file(bucket, key);
+        blocking(move || Ok(current_version(&path)?)).await
+    }
+
+    async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectInfo>, BackendError> {
+        let path = self.object_file(bucket, key);
+        let key = key.to_string();
+        blocking(move || Ok(open_info(&path, &key)?.map(|(_, info)| info))).await
+    }
+
+    async fn get(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
+        let path = self.object_file(bucket, key);
+        let key = key.to_string();
+        let Some((file, info)) = blocking(move || open_info(&path, &key)).await? else {
+            return Ok(None);
+        };
+        // The open descriptor pins this version: a commit renaming over it does not change
+        // what this reader sees.
+        let reader = tokio::fs::File::from_std(file).take(info.size);
+        let stream = tokio_util::io::ReaderStream::with_capacity(reader, 64 * 1024)
+            .map(|r| r.map_err(|e| super::BodyError::Broken(e.to_string())));
+        Ok(Some((info, Box::pin(stream))))
+    }
+
+    async fn delete(&self, bucket: &str, key: &str, expected: &str) -> Result<(), BackendError> {
+        let path = self.object_file(bucket, key);
+        let expected = expected.to_string();
+        blocking(move || {
+            let found = current_version(&path)?;
+            if found.as_deref() != Some(expected.as_str()) {
+                return Err(BackendError::Conflict {
+                    expected: Some(expected),
+                    found,
+                });
+            }
+            std::fs::remove_file(&path)?;
+            fsync_dir(
+                path.parent()
+                    .expect("object files live in a bucket directory"),
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn list(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        start_after: Option<&str>,
+        max: usize,
+    ) -> Result<ListPage, BackendError> {
+        let dir = self.root.join(bucket);
+        let prefix = prefix.to_string();
+        let start_after = start_after.map(str::to_string);
+        blocking(move || list_dir(&dir, &prefix, start_after.as_deref(), max)).await
+    }
+}
+
+fn list_dir(
+    bucket_dir: &Path,
+    prefix: &str,
+    start_after: Option<&str>,
+    max: usize,
+) -> Result<ListPage, BackendError> {
+    // (key, file) pairs; names fencegate did not make are ignored.
+    let mut found: Vec<(String, PathBuf)> = Vec::new();
+    walk(bucket_dir, "", prefix, &mut found)?;
+    let long = bucket_dir.join(keymap::LONG_DIR);
+    if long.is_dir() {
+        for entry in std::fs::read_dir(&long)? {
+            let path = entry?.path();
+            let mut file = std::fs::File::open(&path)?;
+            if let Ok(info) = read_info(&mut file, None) {
+                if info.key.starts_with(prefix) {
+                    found.push((info.key, path));
+                }
+            }
+        }
+    }
+    found.retain(|(k, _)| start_after.is_none_or(|s| k.as_str() > s));
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    let truncated = found.len() > max;
+    found.truncate(max);
+    let mut page = ListPage::default();
+    for (key, path) in found {
+        // A file deleted since the walk is simply left out.
+        if let Some((_, info)) = open_info(&path, &key)? {
+            page.objects.push(info);
+        }
+    }
+    if truncated {
+        page.next_start_after = page.objects.last().map(|o| o.key.clone());
+    }
+    Ok(page)
+}
+
+fn walk(
+    dir: &Path,
+    key_prefix: &str,
+    want: &str,
+    out: &mut Vec<(String, PathBuf)>,
+) -> Result<(), BackendError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let Some((segment, is_dir)) = keymap::decode_name(&name) else {
+            continue;
+        };
+        let key = format!("{key_prefix}{segment}");
+        if is_dir {
+            let sub = format!("{key}/");
+            // Descend only where keys matching the prefix can be.
+            if sub.starts_with(want) || want.starts_with(&sub) {
+                walk(&entry.path(), &sub, want, out)?;
+            }
+        } else if key.starts_with(want) {
+            out.push((key, entry.path()));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn body(b: &'static [u8]) -> ByteStream {
+        Box::pin(futures::stream::iter([Ok(Bytes::from_static(b))]))
+    }
+
+    async fn read_all(stream: ByteStream) -> Vec<u8> {
+        stream.map(|c| c.unwrap().to_vec()).concat().await
+    }
+
+    #[tokio::test]
+    async fn staged_bodies_are_invisible_until_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FsBackend::open(dir.path(), &["b"]).unwrap();
+        let meta = ObjectMeta {
+            content_type: Some("text/plain".into()),
+            user_meta: [("owner".to_string(), "a".to_string())].into(),
+            token: Some(7),
+        };
+        let staged = fs
+            .stage("b", "x/y", meta.clone(), body(b"hello"))
+            .await
+            .unwrap();
+        assert_eq!(staged.etag, "\"5d41402abc4b2a76b9719d911017c592\"");
+        assert!(fs.head("b", "x/y").await.unwrap().is_none());
+        let info = fs.commit(staged, None).await.unwrap();
+        assert_eq!(info.meta, meta);
+        assert_eq!(info.size, 5);
+        let (got, stream) = fs.get("b", "x/y").await.unwrap().unwrap();
+        assert_eq!(got, info);
+        assert_eq!(read_all(stream).await, b"hello");
+        assert!(std::fs::read_dir(fs.staging_dir())
+            .unwrap()
+            .next()
+            .is_none());
+    }
+
+    #[tokio::test]
+    async fn commit_and_delete_are_conditional_on_the_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FsBackend::open(dir.path(), &["b"]).unwrap();
+        let v1 = fs
+            .commit(
+                fs.stage("b", "k", ObjectMeta::default(), body(b"1"))
+                    .await
+                    .unwrap(),
+                None,
+            )
+            .await
+            .unwrap();
+        // A second writer that believes the object is absent loses, and leaves nothing.
+        let staged = fs
+            .stage("b", "k", ObjectMeta::default(), body(b"2"))
+            .await
+            .unwrap();
+        let err = fs.commit(staged, None).await.unwrap_err();
+        assert!(matches!(err, BackendError::Conflict { .. }));
+        assert!(std::fs::read_dir(fs.staging_dir())
+            .unwrap()
+            .next()
+            .is_none());
+        // An edit in place changes the version.
+        std::fs::write(fs.object_file("b", "k"), b"edited").unwrap();
+        let staged = fs
+            .stage("b", "k", ObjectMeta::default(), body(b"3"))
+            .await
+            .unwrap();
+        assert!(fs.commit(staged, Some(&v1.version)).await.is_err());
+        assert!(fs.delete("b", "k", &v1.version).await.is_err());
+        assert!(fs.object_file("b", "k").exists());
+    }
+
+    #[tokio::test]
+    async fn a_foreign_file_is_reported_corrupt_not_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FsBackend::open(dir.path(), &["b"]).unwrap();
+        std::fs::write(fs.object_file("b", "k"), b"no trailer here").unwrap();
+        assert!(matches!(
+            fs.head("b", "k").await,
+            Err(BackendError::Corrupt(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn listing_covers_nested_and_long_keys_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FsBackend::open(dir.path(), &["b"]).unwrap();
+        let long = format!("p/{}", "z".repeat(400));
+        for key in ["p/b", "p", "p/a/c", long.as_str(), "q", "p//e"] {
+            let staged = fs
+                .stage("b", key, ObjectMeta::default(), body(b"v"))
+                .await
+                .unwrap();
+            fs.commit(staged, None).await.unwrap();
+        }
+        let page = fs.list("b", "p/", None, 100).await.unwrap();
+        let keys: Vec<&str> = page.objects.iter().map(|o| o.key.as_str()).collect();
+        assert_eq!(keys, ["p//e", "p/a/c", "p/b", long.as_str()]);
+        let page = fs.list("b", "", Some("p/a/c"), 2).await.unwrap();
+        let keys: Vec<&str> = page.objects.iter().map(|o| o.key.as_str()).collect();
+        assert_eq!(keys, ["p/b", long.as_str()]);
+        assert_eq!(page.next_start_after.as_deref(), Some(long.as_str()));
+    }
+}

@@ -1,0 +1,198 @@
+//! An in-memory backend for unit tests of the gate. It keeps the same promises as a real
+//! backend (invisible staging, conditional commit) and lets a test write behind the gate's back
+//! ([`MemoryBackend::write_behind`]) or make the next commit fail ([`MemoryBackend::fail_next_commit`]).
+
+use super::{Backend, BackendError, ByteStream, ListPage, ObjectInfo, ObjectMeta, Staged};
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use md5::{Digest, Md5};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+#[derive(Default)]
+pub struct MemoryBackend {
+    objects: Mutex<BTreeMap<(String, String), (ObjectInfo, Bytes)>>,
+    staged: Mutex<HashMap<String, (ObjectInfo, Bytes)>>,
+    next_version: AtomicU64,
+    fail_next_commit: AtomicBool,
+    /// The token of every committed write, in commit order.
+    history: Mutex<Vec<Option<u64>>>,
+}
+
+impl MemoryBackend {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn info(&self, key: &str, body: &[u8], meta: ObjectMeta) -> ObjectInfo {
+        ObjectInfo {
+            key: key.to_string(),
+            size: body.len() as u64,
+            etag: format!("\"{}\"", hex::encode(Md5::digest(body))),
+            version: format!("m{}", self.next_version.fetch_add(1, Ordering::Relaxed)),
+            last_modified_ms: 0,
+            meta,
+        }
+    }
+
+    /// Writes an object as a client going around fencegate would.
+    pub fn write_behind(&self, bucket: &str, key: &str, body: &[u8]) {
+        let info = self.info(key, body, ObjectMeta::default());
+        self.objects.lock().insert(
+            (bucket.into(), key.into()),
+            (info, Bytes::copy_from_slice(body)),
+        );
+    }
+
+    /// The object's bytes, if present.
+    pub fn bytes(&self, bucket: &str, key: &str) -> Option<Bytes> {
+        let objects = self.objects.lock();
+        objects
+            .get(&(bucket.to_string(), key.to_string()))
+            .map(|(_, b)| b.clone())
+    }
+
+    /// Tokens of committed writes in the order they took effect.
+    pub fn history(&self) -> Vec<Option<u64>> {
+        self.history.lock().clone()
+    }
+
+    pub fn staged_count(&self) -> usize {
+        self.staged.lock().len()
+    }
+
+    /// The next commit fails as if the backend were unreachable.
+    pub fn fail_next_commit(&self) {
+        self.fail_next_commit.store(true, Ordering::SeqCst);
+    }
+
+    fn current(&self, bucket: &str, key: &str) -> Option<String> {
+        let objects = self.objects.lock();
+        objects
+            .get(&(bucket.to_string(), key.to_string()))
+            .map(|(i, _)| i.version.clone())
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    async fn stage(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: ObjectMeta,
+        mut body: ByteStream,
+    ) -> Result<Staged, BackendError> {
+        let mut buf = BytesMut::new();
+        while let Some(chunk) = body.next().await {
+            buf.extend_from_slice(&chunk?);
+        }
+        let info = self.info(key, &buf, meta);
+        let handle = info.version.clone();
+        let staged = Staged {
+            handle: handle.clone(),
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            etag: info.etag.clone(),
+            size: info.size,
+            version: Some(info.version.clone()),
+        };
+        self.staged.lock().insert(handle, (info, buf.freeze()));
+        Ok(staged)
+    }
+
+    async fn commit(
+        &self,
+        staged: Staged,
+        expected: Option<&str>,
+    ) -> Result<ObjectInfo, BackendError> {
+        let (info, body) = self
+            .staged
+            .lock()
+            .remove(&staged.handle)
+            .expect("committed a body that was staged");
+        if self.fail_next_commit.swap(false, Ordering::SeqCst) {
+            return Err(BackendError::Unreachable("injected fault".into()));
+        }
+        let found = self.current(&staged.bucket, &staged.key);
+        if found.as_deref() != expected {
+            return Err(BackendError::Conflict {
+                expected: expected.map(str::to_string),
+                found,
+            });
+        }
+        let mut objects = self.objects.lock();
+        self.history.lock().push(info.meta.token);
+        objects.insert((staged.bucket, staged.key), (info.clone(), body));
+        Ok(info)
+    }
+
+    async fn discard(&self, staged: Staged) {
+        self.staged.lock().remove(&staged.handle);
+    }
+
+    async fn version(&self, bucket: &str, key: &str) -> Result<Option<String>, BackendError> {
+        Ok(self.current(bucket, key))
+    }
+
+    async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectInfo>, BackendError> {
+        let objects = self.objects.lock();
+        Ok(objects
+            .get(&(bucket.to_string(), key.to_string()))
+            .map(|(i, _)| i.clone()))
+    }
+
+    async fn get(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
+        let objects = self.objects.lock();
+        Ok(objects
+            .get(&(bucket.to_string(), key.to_string()))
+            .map(|(i, b)| {
+                let body = b.clone();
+                let stream: ByteStream = Box::pin(futures::stream::once(async move { Ok(body) }));
+                (i.clone(), stream)
+            }))
+    }
+
+    async fn delete(&self, bucket: &str, key: &str, expected: &str) -> Result<(), BackendError> {
+        let found = self.current(bucket, key);
+        if found.as_deref() != Some(expected) {
+            return Err(BackendError::Conflict {
+                expected: Some(expected.to_string()),
+                found,
+            });
+        }
+        self.objects
+            .lock()
+            .remove(&(bucket.to_string(), key.to_string()));
+        Ok(())
+    }
+
+    async fn list(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        start_after: Option<&str>,
+        max: usize,
+    ) -> Result<ListPage, BackendError> {
+        let objects = self.objects.lock();
+        let mut page = ListPage::default();
+        let matching = objects
+            .iter()
+            .filter(|((b, k), _)| b == bucket && k.starts_with(prefix))
+            .filter(|((_, k), _)| start_after.is_none_or(|s| k.as_str() > s));
+        for (n, (_, (info, _))) in matching.enumerate() {
+            if n == max {
+                page.next_start_after = page.objects.last().map(|o| o.key.clone());
+                break;
+            }
+            page.objects.push(info.clone());
+        }
+        Ok(page)
+    }
+}

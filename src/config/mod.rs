@@ -1,0 +1,344 @@
+//! Configuration: reads the TOML file (or the embedded default), validates it, and hands the
+//! rest of fencegate a typed, checked [`Config`]. Errors name the file, the line and the fix.
+
+mod model;
+
+pub use model::{
+    BackendConfig, BucketPolicy, BypassPolicy, FenceStoreConfig, FenceStoreKind, FencingMode,
+    ScopeKind, ServerConfig, TokenOrder,
+};
+
+use model::RawConfig;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// The name of the bucket that exists when the file defines none.
+pub const DEFAULT_BUCKET: &str = "default";
+/// The name of the backend that exists when the file defines none.
+pub const DEFAULT_BACKEND: &str = "local";
+
+/// A configuration that passed validation.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where it came from, for messages: a path, or "embedded default".
+    pub source: String,
+    pub server: ServerConfig,
+    pub listen: SocketAddr,
+    pub fence_store: FenceStoreConfig,
+    pub backends: BTreeMap<String, BackendConfig>,
+    pub buckets: BTreeMap<String, BucketPolicy>,
+}
+
+/// A configuration problem, with where it is and what to do about it.
+#[derive(Debug, thiserror::Error)]
+#[error("{source_name}{}: {message}\n  fix: {fix}", location.map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default())]
+pub struct ConfigError {
+    pub source_name: String,
+    /// 1-based line and column.
+    pub location: Option<(usize, usize)>,
+    pub message: String,
+    pub fix: String,
+}
+
+impl Config {
+    /// The configuration used when no file is given: an `fs` backend and RocksDB under
+    /// `./data`, and one bucket `default` that requires tokens with `object` scope.
+    pub fn embedded_default() -> Config {
+        parse("", "embedded default").expect("the embedded default is valid")
+    }
+
+    /// Reads and validates a file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            source_name: name.clone(),
+            location: None,
+            message: format!("cannot read the file: {e}"),
+            fix: "check the path given to --config (run `fencegate serve` with no --config to use the embedded default)".into(),
+        })?;
+        parse(&text, &name)
+    }
+
+    /// Applies command-line overrides, which win over the file.
+    pub fn with_overrides(
+        mut self,
+        listen: Option<SocketAddr>,
+        data_dir: Option<PathBuf>,
+    ) -> Config {
+        if let Some(listen) = listen {
+            self.listen = listen;
+            self.server.listen = listen.to_string();
+        }
+        if let Some(dir) = data_dir {
+            self.server.data_dir = dir;
+        }
+        self
+    }
+
+    pub fn fence_store_path(&self) -> PathBuf {
+        self.fence_store
+            .path
+            .clone()
+            .unwrap_or_else(|| self.server.data_dir.join("fences"))
+    }
+
+    /// The directory an `fs` backend keeps its objects in.
+    pub fn fs_root(&self, root: &Option<PathBuf>) -> PathBuf {
+        root.clone()
+            .unwrap_or_else(|| self.server.data_dir.join("objects"))
+    }
+
+    /// A human-readable summary of the effective policies (for `check-config` and start-up).
+    pub fn describe(&self) -> String {
+        let mut out = format!(
+            "source: {}\nlisten: {}\ndata_dir: {}\nfence store: rocksdb at {}\nmax body: {} bytes\n",
+            self.source,
+            self.listen,
+            self.server.data_dir.display(),
+            self.fence_store_path().display(),
+            self.server.max_body_bytes
+        );
+        for (name, b) in &self.backends {
+            match b {
+                BackendConfig::Fs { root } => {
+                    out += &format!("backend {name}: fs at {}\n", self.fs_root(root).display())
+                }
+            }
+        }
+        for (name, p) in &self.buckets {
+            let scope = match p.scope {
+                ScopeKind::Prefix => format!("prefix (first {} segments)", p.prefix_segments),
+                other => format!("{other:?}").to_lowercase(),
+            };
+            out += &format!(
+                "bucket {name}: backend={} fencing={:?} scope={scope} tokens={:?} fenced_deletes={} on_bypass={:?}\n",
+                p.backend, p.fencing, p.tokens, p.fenced_deletes, p.on_bypass
+            );
+        }
+        out
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+/// Parses and validates configuration text; `name` is used in messages.
+pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
+    let err = |span: Option<std::ops::Range<usize>>, message: String, fix: String| ConfigError {
+        source_name: name.to_string(),
+        location: span.map(|s| line_col(text, s.start)),
+        message,
+        fix,
+    };
+    let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        err(
+            e.span(),
+            e.message().to_string(),
+            "correct the value or field name at that line; every field is documented in config/fencegate.toml".into(),
+        )
+    })?;
+
+    let listen: SocketAddr = raw.server.listen.parse().map_err(|_| {
+        err(
+            None,
+            format!(
+                "[server] listen = {:?} is not an IP address and port",
+                raw.server.listen
+            ),
+            "write it as \"127.0.0.1:8080\" or \"0.0.0.0:8080\"".into(),
+        )
+    })?;
+    if raw.server.max_body_bytes == 0 {
+        return Err(err(
+            None,
+            "[server] max_body_bytes is 0".into(),
+            "set a positive size in bytes, e.g. 5368709120 (5 GiB)".into(),
+        ));
+    }
+    if raw.server.body_idle_timeout_secs == 0 {
+        return Err(err(
+            None,
+            "[server] body_idle_timeout_secs is 0".into(),
+            "set a positive number of seconds, e.g. 30".into(),
+        ));
+    }
+
+    let mut backends = BTreeMap::new();
+    for (name, b) in raw.backends {
+        if !valid_backend_name(name.get_ref()) {
+            return Err(err(
+                Some(name.span()),
+                format!("backend name {:?} is not allowed", name.get_ref()),
+                "use lowercase letters, digits, `-` and `_`".into(),
+            ));
+        }
+        backends.insert(name.into_inner(), b.into_inner());
+    }
+    if backends.is_empty() {
+        backends.insert(
+            DEFAULT_BACKEND.to_string(),
+            BackendConfig::Fs { root: None },
+        );
+    }
+
+    let mut buckets = BTreeMap::new();
+    for (name, policy) in raw.buckets {
+        if let Some(why) = bucket_name_problem(name.get_ref()) {
+            return Err(err(
+                Some(name.span()),
+                format!("bucket name {:?} {why}", name.get_ref()),
+                "use 3-63 characters: lowercase letters, digits, `-` and `.`, starting and ending with a letter or digit".into(),
+            ));
+        }
+        let span = policy.span();
+        let policy = policy.into_inner();
+        if !backends.contains_key(&policy.backend) {
+            let known: Vec<_> = backends.keys().cloned().collect();
+            return Err(err(
+                Some(span),
+                format!(
+                    "bucket {:?} uses backend {:?}, which is not defined",
+                    name.get_ref(),
+                    policy.backend
+                ),
+                format!(
+                    "set backend to one of {known:?}, or add a [backends.{}] table",
+                    policy.backend
+                ),
+            ));
+        }
+        if policy.scope == ScopeKind::Prefix && policy.prefix_segments == 0 {
+            return Err(err(
+                Some(span),
+                format!(
+                    "bucket {:?} has scope = \"prefix\" with prefix_segments = 0",
+                    name.get_ref()
+                ),
+                "set prefix_segments to 1 or more (1 fences `tenant/` in `tenant/file`)".into(),
+            ));
+        }
+        buckets.insert(name.into_inner(), policy);
+    }
+    if buckets.is_empty() {
+        let backend = backends.keys().next().cloned().unwrap_or_default();
+        buckets.insert(
+            DEFAULT_BUCKET.to_string(),
+            BucketPolicy {
+                backend,
+                ..BucketPolicy::default()
+            },
+        );
+    }
+
+    Ok(Config {
+        source: name.to_string(),
+        server: raw.server,
+        listen,
+        fence_store: raw.fence_store,
+        backends,
+        buckets,
+    })
+}
+
+fn valid_backend_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// S3's bucket naming rules, so the same names work on the S3 gateway later.
+pub fn bucket_name_problem(name: &str) -> Option<&'static str> {
+    if name.len() < 3 || name.len() > 63 {
+        return Some("must be 3 to 63 characters long");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    {
+        return Some("may only contain lowercase letters, digits, `-` and `.`");
+    }
+    let edge_ok = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    if !edge_ok(name.as_bytes()[0]) || !edge_ok(name.as_bytes()[name.len() - 1]) {
+        return Some("must start and end with a letter or digit");
+    }
+    if name.contains("..") {
+        return Some("may not contain `..`");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_text_is_the_embedded_default() {
+        let c = Config::embedded_default();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        let p = &c.buckets[DEFAULT_BUCKET];
+        assert_eq!(p.fencing, FencingMode::Required);
+        assert_eq!(p.scope, ScopeKind::Object);
+        assert_eq!(p.backend, DEFAULT_BACKEND);
+        assert_eq!(c.fence_store_path(), PathBuf::from("./data/fences"));
+    }
+
+    #[test]
+    fn a_typo_names_line_and_fields() {
+        let text = "[server]\nlisten = \"127.0.0.1:1\"\n\n[buckets.logs]\nfencing = \"required\"\nscop = \"prefix\"\n";
+        let e = parse(text, "my.toml").unwrap_err();
+        assert_eq!(e.location.map(|l| l.0), Some(6), "{e}");
+        let shown = e.to_string();
+        assert!(shown.starts_with("my.toml:6:"), "{shown}");
+        assert!(shown.contains("scope"), "{shown}");
+    }
+
+    #[test]
+    fn a_bad_enum_value_is_refused_with_choices() {
+        let e = parse("[buckets.logs]\nfencing = \"sometimes\"\n", "f.toml").unwrap_err();
+        assert_eq!(e.location.map(|l| l.0), Some(2));
+        assert!(e.message.contains("required"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_backend_is_refused() {
+        let e = parse("[buckets.logs]\nbackend = \"nas\"\n", "f.toml").unwrap_err();
+        assert!(e.message.contains("nas"), "{e}");
+        assert!(e.fix.contains("[backends.nas]"), "{e}");
+        assert_eq!(e.location.map(|l| l.0), Some(1));
+    }
+
+    #[test]
+    fn bad_bucket_names_and_values_are_refused() {
+        assert!(parse("[buckets.A_B]\n", "f").is_err());
+        assert!(parse("[buckets.ab]\n", "f").is_err());
+        assert!(parse(
+            "[buckets.logs]\nscope = \"prefix\"\nprefix_segments = 0\n",
+            "f"
+        )
+        .is_err());
+        assert!(parse("[server]\nlisten = \"localhost\"\n", "f").is_err());
+        assert!(parse("[server]\nmax_body_bytes = 0\n", "f").is_err());
+        assert!(parse("[server]\nmax_body_bytes = -1\n", "f").is_err());
+    }
+
+    #[test]
+    fn example_files_are_valid() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/config");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+                seen += 1;
+            }
+        }
+        assert!(seen >= 4, "expected the documented file and three examples");
+    }
+}

@@ -1,0 +1,60 @@
+//! An in-memory fence store for tests. It keeps what a crash would keep apart from what it
+//! would lose, so tests can simulate power loss with [`MemoryFenceStore::lose_unsynced`].
+
+use super::{Durability, FenceRow, FenceStore, StoreError};
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+
+#[derive(Default)]
+pub struct MemoryFenceStore {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    live: HashMap<String, FenceRow>,
+    /// The state a power loss would leave: everything up to the last synced put.
+    durable: HashMap<String, FenceRow>,
+    synced_puts: u64,
+}
+
+impl MemoryFenceStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Forgets every put not yet covered by a synced put, as a power loss would.
+    pub fn lose_unsynced(&self) {
+        let mut inner = self.inner.lock();
+        inner.live = inner.durable.clone();
+    }
+
+    pub fn synced_puts(&self) -> u64 {
+        self.inner.lock().synced_puts
+    }
+}
+
+#[async_trait]
+impl FenceStore for MemoryFenceStore {
+    fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError> {
+        Ok(self.inner.lock().live.get(key).cloned())
+    }
+
+    async fn put(
+        &self,
+        rows: Vec<(String, FenceRow)>,
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        let mut inner = self.inner.lock();
+        for (k, v) in rows {
+            inner.live.insert(k, v);
+        }
+        if durability == Durability::Synced {
+            // A WAL sync makes every earlier write durable too, not just this one.
+            inner.durable = inner.live.clone();
+            inner.synced_puts += 1;
+        }
+        Ok(())
+    }
+}

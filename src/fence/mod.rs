@@ -1,0 +1,99 @@
+//! The fence table: scope -> highest token, and object -> the backend version fencegate last
+//! committed (plus a tombstone flag). The trait hides where it lives: RocksDB on disk
+//! ([`rocks::RocksFenceStore`]) or memory for tests ([`memory::MemoryFenceStore`]).
+//!
+//! Rows are keyed by the scope string (`object:bucket/key`, `prefix:bucket/p`, ...). With the
+//! default `object` scope the scope row and the object row are the same row; with wider scopes
+//! the highest token lives on the scope row and each object's version on its own row.
+
+pub mod memory;
+pub mod rocks;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+/// One row of the fence table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceRow {
+    /// The highest token recorded for this scope; `None` until a token is seen.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "h")]
+    pub highest: Option<u64>,
+    /// The backend's version of the object as fencegate last committed it (an fs file
+    /// fingerprint, or an S3 ETag); `None` when fencegate believes the object is absent.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "v")]
+    pub version: Option<String>,
+    /// The client-visible ETag of that version.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "e")]
+    pub etag: Option<String>,
+    /// A commit recorded as intended but not yet confirmed: after a crash between the backend
+    /// commit and the row update, the backend may hold either version, and both are ours.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "p")]
+    pub pending: Option<Pending>,
+    /// The object was deleted through fencegate; the highest token stays forever.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not", rename = "t")]
+    pub tombstone: bool,
+}
+
+/// The version a commit in progress will leave behind (`None`: a delete).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    #[serde(default, rename = "v")]
+    pub version: Option<String>,
+    #[serde(default, rename = "e")]
+    pub etag: Option<String>,
+}
+
+impl FenceRow {
+    /// Is `found` (the backend's current version) one that fencegate itself committed?
+    pub fn owns_version(&self, found: Option<&str>) -> bool {
+        self.version.as_deref() == found
+            || self
+                .pending
+                .as_ref()
+                .is_some_and(|p| p.version.as_deref() == found)
+    }
+
+    /// The ETag fencegate recorded for `found`, one of its own versions.
+    pub fn etag_of(&self, found: Option<&str>) -> Option<String> {
+        match &self.pending {
+            Some(p) if p.version.as_deref() == found => p.etag.clone(),
+            _ => self.etag.clone(),
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a fence row always serializes")
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<FenceRow, StoreError> {
+        serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt(e.to_string()))
+    }
+}
+
+/// How durable a put must be before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// On stable storage (WAL fsynced) before returning: guards an acknowledgement.
+    Synced,
+    /// Written, to be synced by the next synced put: bookkeeping that a crash may lose safely.
+    Lazy,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    #[error("the fence table failed: {0}")]
+    Io(String),
+    #[error("a fence-table row is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// Storage for fence rows. Implementations must apply one `put` atomically.
+#[async_trait]
+pub trait FenceStore: Send + Sync + 'static {
+    fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError>;
+    async fn put(
+        &self,
+        rows: Vec<(String, FenceRow)>,
+        durability: Durability,
+    ) -> Result<(), StoreError>;
+}

@@ -1,0 +1,104 @@
+//! `If-Match` / `If-None-Match` as the gate understands them, parsed by the surfaces.
+
+/// One conditional header's value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EtagMatch {
+    /// `*`: any existing version.
+    Any,
+    /// A list of entity tags, stored without quotes or `W/`.
+    Tags(Vec<String>),
+}
+
+impl EtagMatch {
+    /// Parses a header value: `*`, or a comma-separated list of (optionally quoted) ETags.
+    pub fn parse(value: &str) -> Option<EtagMatch> {
+        let value = value.trim();
+        if value == "*" {
+            return Some(EtagMatch::Any);
+        }
+        let tags: Vec<String> = value
+            .split(',')
+            .map(|t| normalize(t.trim()).to_string())
+            .filter(|t| !t.is_empty())
+            .collect();
+        (!tags.is_empty()).then_some(EtagMatch::Tags(tags))
+    }
+
+    /// Does this condition match an object with `etag` (`None`: no object)?
+    pub fn matches(&self, etag: Option<&str>) -> bool {
+        match (self, etag) {
+            (_, None) => false,
+            (EtagMatch::Any, Some(_)) => true,
+            (EtagMatch::Tags(tags), Some(e)) => tags.iter().any(|t| t == normalize(e)),
+        }
+    }
+}
+
+fn normalize(tag: &str) -> &str {
+    let tag = tag.strip_prefix("W/").unwrap_or(tag);
+    tag.trim_matches('"')
+}
+
+/// The client's conditions on a write or delete.
+#[derive(Debug, Clone, Default)]
+pub struct Conditions {
+    pub if_match: Option<EtagMatch>,
+    pub if_none_match: Option<EtagMatch>,
+}
+
+impl Conditions {
+    /// Checks the conditions against the object's current ETag.
+    pub fn check(&self, current: Option<&str>) -> Result<(), String> {
+        if let Some(m) = &self.if_match {
+            if !m.matches(current) {
+                return Err(match current {
+                    None => "If-Match was sent but the object does not exist".into(),
+                    Some(e) => format!("If-Match does not match the current ETag {e}"),
+                });
+            }
+        }
+        if let Some(m) = &self.if_none_match {
+            if m.matches(current) {
+                return Err(format!(
+                    "If-None-Match matches the current ETag {}",
+                    current.unwrap_or_default()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_and_match() {
+        let any = EtagMatch::parse("*").unwrap();
+        assert!(any.matches(Some("\"x\"")));
+        assert!(!any.matches(None));
+        let tags = EtagMatch::parse("\"a\", W/\"b\"").unwrap();
+        assert!(tags.matches(Some("\"b\"")));
+        assert!(tags.matches(Some("a")));
+        assert!(!tags.matches(Some("\"c\"")));
+        assert_eq!(EtagMatch::parse(" , "), None);
+    }
+
+    #[test]
+    fn conditions() {
+        let create_only = Conditions {
+            if_none_match: Some(EtagMatch::Any),
+            ..Default::default()
+        };
+        assert!(create_only.check(None).is_ok());
+        assert!(create_only.check(Some("\"e\"")).is_err());
+        let replace = Conditions {
+            if_match: EtagMatch::parse("\"e\""),
+            ..Default::default()
+        };
+        assert!(replace.check(Some("\"e\"")).is_ok());
+        assert!(replace.check(Some("\"f\"")).is_err());
+        assert!(replace.check(None).is_err());
+    }
+}

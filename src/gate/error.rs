@@ -1,0 +1,122 @@
+//! Every way the gate can refuse or fail a request, with the status and the error code of
+//! DESIGN.md §4. Surfaces turn these into JSON (native) or XML (S3) without deciding anything.
+
+use crate::backend::{BackendError, BodyError};
+use crate::fence::StoreError;
+use crate::token::TokenError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GateError {
+    #[error("token {token} is below the highest token {highest} recorded for scope {scope}; a newer lock holder exists, so this writer must stop")]
+    StaleFencingToken {
+        token: u64,
+        highest: u64,
+        scope: String,
+    },
+    #[error("token {token} equals the highest token recorded for scope {scope}, and this bucket demands strictly increasing tokens; take a new token")]
+    TokenNotIncreasing { token: u64, scope: String },
+    #[error("bucket {bucket} requires a Fencing-Token header on writes and deletes")]
+    FencingTokenRequired { bucket: String },
+    #[error("invalid Fencing-Token: {0}")]
+    InvalidFencingToken(#[from] TokenError),
+    #[error("invalid Fencing-Scope: {0}")]
+    InvalidFencingScope(String),
+    #[error("precondition failed: {0}")]
+    PreconditionFailed(String),
+    #[error("the object was changed on the backend behind fencegate's back (expected version {expected}, found {found}); fencegate refuses to overwrite it. Inspect the object, then write with a new token after setting on_bypass = \"adopt\" for the bucket, or restore it")]
+    BypassDetected { expected: String, found: String },
+    #[error("no bucket named {0:?} is configured")]
+    NoSuchBucket(String),
+    #[error("no object {key:?} in bucket {bucket}")]
+    NoSuchKey { bucket: String, key: String },
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    Body(#[from] BodyError),
+    #[error("{0}")]
+    Backend(BackendError),
+    #[error("{0}")]
+    Store(#[from] StoreError),
+}
+
+impl From<BackendError> for GateError {
+    fn from(e: BackendError) -> Self {
+        match e {
+            BackendError::Body(b) => GateError::Body(b),
+            other => GateError::Backend(other),
+        }
+    }
+}
+
+impl GateError {
+    /// The HTTP status both surfaces answer with.
+    pub fn status(&self) -> u16 {
+        match self {
+            GateError::StaleFencingToken { .. } | GateError::TokenNotIncreasing { .. } => 409,
+            GateError::FencingTokenRequired { .. } => 428,
+            GateError::InvalidFencingToken(_)
+            | GateError::InvalidFencingScope(_)
+            | GateError::InvalidKey(_)
+            | GateError::InvalidArgument(_) => 400,
+            GateError::PreconditionFailed(_) => 412,
+            GateError::BypassDetected { .. } => 409,
+            GateError::NoSuchBucket(_) | GateError::NoSuchKey { .. } => 404,
+            GateError::Body(BodyError::TooLarge { .. }) => 413,
+            GateError::Body(BodyError::Idle { .. }) => 408,
+            GateError::Body(BodyError::Broken(_)) => 400,
+            GateError::Backend(BackendError::Timeout(_)) => 504,
+            GateError::Backend(BackendError::Unreachable(_) | BackendError::Corrupt(_)) => 502,
+            // A conflict that reaches the client (not caught as a bypass) means the backend
+            // changed between our check and the commit: also a write behind our back.
+            GateError::Backend(BackendError::Conflict { .. }) => 409,
+            GateError::Backend(_) | GateError::Store(_) => 503,
+        }
+    }
+
+    /// The stable error code of DESIGN.md §4.
+    pub fn code(&self) -> &'static str {
+        match self {
+            GateError::StaleFencingToken { .. } | GateError::TokenNotIncreasing { .. } => {
+                "StaleFencingToken"
+            }
+            GateError::FencingTokenRequired { .. } => "FencingTokenRequired",
+            GateError::InvalidFencingToken(_) => "InvalidFencingToken",
+            GateError::InvalidFencingScope(_) => "InvalidFencingScope",
+            GateError::PreconditionFailed(_) => "PreconditionFailed",
+            GateError::BypassDetected { .. }
+            | GateError::Backend(BackendError::Conflict { .. }) => "BypassDetected",
+            GateError::NoSuchBucket(_) => "NoSuchBucket",
+            GateError::NoSuchKey { .. } => "NoSuchKey",
+            GateError::InvalidKey(_) => "InvalidKey",
+            GateError::InvalidArgument(_) => "InvalidArgument",
+            GateError::Body(BodyError::TooLarge { .. }) => "EntityTooLarge",
+            GateError::Body(BodyError::Idle { .. }) => "RequestTimeout",
+            GateError::Body(BodyError::Broken(_)) => "IncompleteBody",
+            GateError::Backend(_) => "BackendUnavailable",
+            GateError::Store(_) => "FenceStoreUnavailable",
+        }
+    }
+
+    /// The recorded highest token, for `Fencing-Token-Highest`.
+    pub fn highest(&self) -> Option<u64> {
+        match self {
+            GateError::StaleFencingToken { highest, .. } => Some(*highest),
+            GateError::TokenNotIncreasing { token, .. } => Some(*token),
+            _ => None,
+        }
+    }
+
+    /// A short word for logs and metrics.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            GateError::StaleFencingToken { .. } | GateError::TokenNotIncreasing { .. } => "stale",
+            GateError::BypassDetected { .. }
+            | GateError::Backend(BackendError::Conflict { .. }) => "bypass",
+            GateError::PreconditionFailed(_) => "precondition",
+            GateError::Backend(_) | GateError::Store(_) => "failed",
+            _ => "rejected",
+        }
+    }
+}

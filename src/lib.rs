@@ -1,0 +1,14 @@
+//! fencegate: a fencing-token gate in front of object storage. See ARCHITECTURE.md for the map.
+//!
+//! Data flows one way: a surface ([`api`]) translates HTTP into gate calls; the [`gate`] decides
+//! (policy, scope, token, commit protocol); the [`fence`] store records tokens durably and a
+//! [`backend`] holds the bytes.
+
+pub mod api;
+pub mod backend;
+pub mod cli;
+pub mod config;
+pub mod fence;
+pub mod gate;
+pub mod server;
+pub mod token;

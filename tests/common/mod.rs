@@ -1,0 +1,178 @@
+//! Test harness: runs the real `fencegate` binary on a free loopback port with its own data
+//! directory, and talks to it over HTTP.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+}
+
+impl Server {
+    /// Starts fencegate on `data_dir`, with an optional config file's text.
+    pub fn start(data_dir: &Path, config: Option<&str>) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fencegate"));
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(text) = config {
+            let path = data_dir.with_extension("toml");
+            std::fs::write(&path, text).unwrap();
+            cmd.arg("--config").arg(path);
+        }
+        let mut child = cmd.spawn().expect("the fencegate binary starts");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        // Drain the log (so the pipe never fills) and pick the bound address out of it.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("fencegate is listening") {
+                    if let Some(addr) = line
+                        .split("addr=")
+                        .nth(1)
+                        .and_then(|rest| rest.split_whitespace().next())
+                    {
+                        let _ = tx.send(addr.parse::<SocketAddr>().unwrap());
+                    }
+                }
+                if std::env::var_os("FENCEGATE_TEST_LOG").is_some() {
+                    eprintln!("[fencegate] {line}");
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("fencegate printed its listening address within 60 s");
+        Server {
+            child,
+            addr,
+            data_dir: data_dir.to_path_buf(),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn object_url(&self, bucket: &str, key: &str) -> String {
+        self.url(&format!("/v1/objects/{bucket}/{key}"))
+    }
+
+    /// SIGKILL: no shutdown code runs, as in a crash.
+    pub fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Peak resident memory so far (VmHWM), in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().build().unwrap()
+}
+
+/// PUT with a token; returns the status and the body.
+pub async fn put(
+    c: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    body: &'static [u8],
+) -> (u16, serde_json::Value) {
+    let mut req = c.put(url).body(body);
+    if let Some(t) = token {
+        req = req.header("Fencing-Token", t);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+pub async fn get_bytes(c: &reqwest::Client, url: &str) -> (u16, Vec<u8>) {
+    let resp = c.get(url).send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.bytes().await.unwrap().to_vec())
+}
+
+/// Every file below `dir`, for before/after comparisons.
+pub fn files_below(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if let Ok(entries) = std::fs::read_dir(&d) {
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    out.push(p);
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Sends one request byte for byte (no URL normalisation, unlike an HTTP client library) and
+/// returns the status and the body.
+pub fn raw_request(addr: SocketAddr, head: &str, body: &[u8]) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let request = format!(
+        "{head}\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}

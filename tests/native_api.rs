@@ -1,0 +1,306 @@
+//! The native HTTP API against the real binary: the README's quick start, every row of the
+//! error table with its JSON body, tombstones, fences, listing and limits.
+
+mod common;
+use common::{client, get_bytes, put, Server};
+
+#[tokio::test]
+async fn the_classic_failure_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    let c = client();
+    let url = s.object_url("default", "report.csv");
+    // Worker A holds the lock with token 33 and writes.
+    assert_eq!(put(&c, &url, Some("33"), b"A's bytes").await.0, 200);
+    // A stalls; its lease expires; B gets token 34 and writes.
+    let (status, body) = put(&c, &url, Some("34"), b"B's bytes").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["token"], 34);
+    // A wakes up and writes with its old token: refused.
+    let resp = c
+        .put(&url)
+        .header("Fencing-Token", "33")
+        .body("A's late bytes")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 409);
+    assert_eq!(resp.headers()["fencing-token-highest"], "34");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "StaleFencingToken");
+    assert_eq!(body["highest"], 34);
+    assert_eq!(body["scope"], "object:default/report.csv");
+    // The object holds B's bytes, and says which token wrote it.
+    let resp = c.get(&url).send().await.unwrap();
+    assert_eq!(resp.headers()["fencing-token"], "34");
+    assert!(resp.headers()["etag"].to_str().unwrap().starts_with('"'));
+    assert_eq!(resp.bytes().await.unwrap(), "B's bytes");
+}
+
+#[tokio::test]
+async fn error_table_rows_have_json_bodies() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    let c = client();
+    let url = s.object_url("default", "k");
+
+    let (status, body) = put(&c, &url, None, b"x").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (428, Some("FencingTokenRequired"))
+    );
+    for bad in ["-1", "18446744073709551616", "0x10", "5,6", "1.5", "abc"] {
+        let (status, body) = put(&c, &url, Some(bad), b"x").await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (400, Some("InvalidFencingToken")),
+            "{bad}"
+        );
+    }
+    let two_tokens = c
+        .put(&url)
+        .header("Fencing-Token", "5")
+        .header("Fencing-Token", "6")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(two_tokens.status().as_u16(), 400);
+
+    assert_eq!(put(&c, &url, Some("5"), b"v1").await.0, 200);
+    let resp = c
+        .put(&url)
+        .header("Fencing-Token", "5")
+        .header("If-Match", "\"0000\"")
+        .body("v2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 412);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "PreconditionFailed");
+    let resp = c
+        .put(&url)
+        .header("Fencing-Token", "5")
+        .header("If-None-Match", "*")
+        .body("v2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 412);
+    // If-Match with the current ETag passes.
+    let etag = c.head(&url).send().await.unwrap().headers()["etag"].clone();
+    let resp = c
+        .put(&url)
+        .header("Fencing-Token", "5")
+        .header("If-Match", etag)
+        .body("v2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+
+    let (status, body) = put(&c, &s.object_url("nope", "k"), Some("1"), b"x").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("NoSuchBucket"))
+    );
+    let resp = c
+        .get(s.object_url("default", "absent"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 404);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "NoSuchKey");
+    let resp = c.get(s.url("/nowhere")).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 404);
+    assert_eq!(
+        c.get(s.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    let metrics = c
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("fencegate_requests_total"), "{metrics}");
+}
+
+#[tokio::test]
+async fn backend_failure_is_503_and_keeps_the_recorded_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let s = Server::start(&data, None);
+    let c = client();
+    // Break the backend: the bucket directory becomes a plain file.
+    let bucket_dir = data.join("objects/default");
+    std::fs::remove_dir_all(&bucket_dir).unwrap();
+    std::fs::write(&bucket_dir, b"not a directory").unwrap();
+    let (status, body) = put(&c, &s.object_url("default", "k"), Some("8"), b"x").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("BackendUnavailable")),
+        "{body}"
+    );
+    // Contract line 7: the fence stays at the recorded token, and nothing was left staged.
+    let fence: serde_json::Value = c
+        .get(s.url("/v1/fences/default/k"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(fence["highest"], 8);
+    assert!(common::files_below(&data.join("objects/.staging")).is_empty());
+    // Repaired, the holder retries with the same token.
+    std::fs::remove_file(&bucket_dir).unwrap();
+    std::fs::create_dir(&bucket_dir).unwrap();
+    assert_eq!(
+        put(&c, &s.object_url("default", "k"), Some("8"), b"x")
+            .await
+            .0,
+        200
+    );
+}
+
+#[tokio::test]
+async fn tombstones_fences_and_listing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    let c = client();
+    let url = s.object_url("default", "dir/obj");
+    assert_eq!(put(&c, &url, Some("30"), b"v").await.0, 200);
+    assert_eq!(
+        put(
+            &c,
+            &s.object_url("default", "dir"),
+            Some("1"),
+            b"a file beside the dir"
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        put(&c, &s.object_url("default", "other"), Some("1"), b"o")
+            .await
+            .0,
+        200
+    );
+
+    let list: serde_json::Value = c
+        .get(s.url("/v1/objects/default?prefix=dir"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let keys: Vec<&str> = list["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["dir", "dir/obj"]);
+    let page: serde_json::Value = c
+        .get(s.url("/v1/objects/default?max_keys=1&start_after=dir"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["objects"][0]["key"], "dir/obj");
+    assert_eq!(page["next_start_after"], "dir/obj");
+
+    let resp = c
+        .delete(&url)
+        .header("Fencing-Token", "34")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(get_bytes(&c, &url).await.0, 404);
+    let (status, body) = put(&c, &url, Some("33"), b"zombie").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("StaleFencingToken"))
+    );
+    assert_eq!(
+        get_bytes(&c, &url).await.0,
+        404,
+        "the zombie did not re-create it"
+    );
+    assert_eq!(put(&c, &url, Some("34"), b"back").await.0, 200);
+
+    // A new holder fences out the old one before writing anything.
+    let resp = c
+        .post(s.url("/v1/fences/default/dir/obj"))
+        .header("Fencing-Token", "40")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let fence: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(fence["highest"], 40);
+    assert_eq!(fence["scope"], "object:default/dir/obj");
+    assert_eq!(put(&c, &url, Some("39"), b"old holder").await.0, 409);
+    assert_eq!(get_bytes(&c, &url).await.1, b"back");
+}
+
+#[tokio::test]
+async fn limits_on_size_and_idle_bodies() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[server]\nmax_body_bytes = 1000\nbody_idle_timeout_secs = 1\n";
+    let s = Server::start(&dir.path().join("data"), Some(config));
+    let c = client();
+    let url = s.object_url("default", "k");
+    let (status, body) = put(&c, &url, Some("1"), &[b'x'; 1001]).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (413, Some("EntityTooLarge"))
+    );
+    // Too large without a Content-Length: cut off mid-stream.
+    let chunks = futures::stream::iter((0..20).map(|_| Ok::<_, std::io::Error>(vec![b'y'; 100])));
+    let resp = c
+        .put(&url)
+        .header("Fencing-Token", "1")
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 413);
+    // A client that stops sending is cut off and holds nothing.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(1);
+    tx.send(Ok(b"start".to_vec())).await.unwrap();
+    let stalled = reqwest::Body::wrap_stream(tokio_stream(rx));
+    let resp = c
+        .put(&url)
+        .header("Fencing-Token", "1")
+        .body(stalled)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 408);
+    drop(tx);
+    assert_eq!(get_bytes(&c, &url).await.0, 404);
+    assert!(common::files_below(&s.data_dir.join("objects/.staging")).is_empty());
+    assert_eq!(put(&c, &url, Some("1"), b"fits").await.0, 200);
+}
+
+fn tokio_stream<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures::Stream<Item = T> + Send + 'static {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
