@@ -32,8 +32,14 @@ async fn an_overtaken_upload_fails_at_its_commit() {
     };
     // A has passed the early check and is streaming.
     tx.send(vec![b'A'; 64 * 1024]).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let staging = s.data_dir.join("objects/.staging");
+    // Wait (bounded) until A's body has reached its staging file.
+    for _ in 0..1000 {
+        if !common::files_below(&staging).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(
         common::files_below(&staging).len(),
         1,
