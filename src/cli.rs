@@ -40,6 +40,35 @@ pub enum Command {
         /// The TOML file to check.
         file: PathBuf,
     },
+    /// Operate on the fence table (run these while fencegate is stopped).
+    Fences {
+        #[command(subcommand)]
+        command: FencesCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum FencesCommand {
+    /// Rebuild a bucket's fence rows from its objects, after the data directory was lost.
+    ///
+    /// Every object carries the token that wrote it (x-amz-meta-fencing-token on s3, the
+    /// file trailer on fs). For each scope the highest token becomes the maximum found on its
+    /// objects; a token already recorded is never lowered. Each object's current version is
+    /// recorded as fencegate's own, so the next write is not mistaken for a bypass.
+    ///
+    /// IT CANNOT RECOVER TOMBSTONES. A deleted object leaves nothing to read, so after a
+    /// rebuild a zombie holding a token at or above the scope's rebuilt highest could
+    /// re-create an object that was deleted with a newer token. Advance such scopes by hand
+    /// (POST /v1/fences/...) with a token above any the lock service has issued, or take new
+    /// tokens from the lock service before resuming writes.
+    #[command(verbatim_doc_comment)]
+    Rebuild {
+        /// The fencegate bucket to scan.
+        #[arg(long)]
+        bucket: String,
+        #[command(flatten)]
+        config: ServeArgs,
+    },
 }
 
 #[derive(Args, Debug, Default, Clone)]

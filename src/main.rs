@@ -2,7 +2,7 @@
 //! library.
 
 use clap::Parser;
-use fencegate::cli::{Cli, Command, ServeArgs};
+use fencegate::cli::{Cli, Command, FencesCommand, ServeArgs};
 use fencegate::config::Config;
 use std::process::ExitCode;
 
@@ -29,31 +29,76 @@ fn main() -> ExitCode {
             }
         },
         Some(Command::Serve(args)) => serve(args),
+        Some(Command::Fences {
+            command: FencesCommand::Rebuild { bucket, config },
+        }) => rebuild(&bucket, config),
         None => serve(cli.serve),
     }
 }
 
-fn serve(args: ServeArgs) -> ExitCode {
+fn load(args: &ServeArgs) -> Result<Config, ExitCode> {
     let config = match &args.config {
         Some(path) => Config::load(path),
         None => Ok(Config::embedded_default()),
     };
-    let config = match config {
-        Ok(c) => c.with_overrides(args.listen, args.data_dir),
+    match config {
+        Ok(c) => Ok(c.with_overrides(args.listen, args.data_dir.clone())),
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::FAILURE;
+            Err(ExitCode::FAILURE)
         }
-    };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Runtime::new().map_err(|e| {
+        eprintln!("error: cannot start the async runtime: {e}");
+        ExitCode::FAILURE
+    })
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    let (config, runtime) = match (load(&args), runtime()) {
+        (Ok(c), Ok(r)) => (c, r),
+        (Err(code), _) | (_, Err(code)) => return code,
     };
     match runtime.block_on(fencegate::server::serve(config)) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn rebuild(bucket: &str, args: ServeArgs) -> ExitCode {
+    let (config, runtime) = match (load(&args), runtime()) {
+        (Ok(c), Ok(r)) => (c, r),
+        (Err(code), _) | (_, Err(code)) => return code,
+    };
+    let result = runtime.block_on(async {
+        let (gate, _store) = fencegate::server::build_gate(&config)
+            .await
+            .map_err(|e| e.to_string())?;
+        let started = std::time::Instant::now();
+        gate.rebuild(bucket, |scanned| {
+            eprintln!(
+                "scanned {scanned} objects ({:.0}/s)",
+                scanned as f64 / started.elapsed().as_secs_f64().max(0.001)
+            )
+        })
+        .await
+        .map_err(|e| e.to_string())
+    });
+    match result {
+        Ok(r) => {
+            println!(
+                "rebuilt bucket {bucket}: {} objects ({} without a token), {} scopes, {} raised",
+                r.objects, r.untokened, r.scopes, r.raised
+            );
+            println!("tombstones were not recovered (see `fencegate fences rebuild --help`)");
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE

@@ -3,6 +3,7 @@
 
 use crate::api::{self, AppState};
 use crate::backend::fs::FsBackend;
+use crate::backend::s3::{self, S3Backend, S3Clients};
 use crate::backend::Backend;
 use crate::config::{BackendConfig, Config};
 use crate::fence::rocks::RocksFenceStore;
@@ -29,10 +30,16 @@ pub enum StartError {
     },
     #[error("the server failed: {0}")]
     Serve(std::io::Error),
+    #[error("bucket {bucket} (s3 backend {backend}): {message}")]
+    S3 {
+        bucket: String,
+        backend: String,
+        message: String,
+    },
 }
 
-/// Opens the fence table and the backends and builds the gate.
-pub fn build_gate(config: &Config) -> Result<(Gate, Arc<RocksFenceStore>), StartError> {
+/// Opens the fence table and the backends (probing each s3 store) and builds the gate.
+pub async fn build_gate(config: &Config) -> Result<(Gate, Arc<RocksFenceStore>), StartError> {
     let started = Instant::now();
     let path = config.fence_store_path();
     std::fs::create_dir_all(&config.server.data_dir).map_err(|error| StartError::Backend {
@@ -43,41 +50,92 @@ pub fn build_gate(config: &Config) -> Result<(Gate, Arc<RocksFenceStore>), Start
     let store = Arc::new(RocksFenceStore::open(&path)?);
     tracing::info!(path = %path.display(), rows = store.estimated_rows(), took_ms = started.elapsed().as_millis() as u64, "fence table open");
 
-    let mut backends: BTreeMap<String, Arc<dyn Backend>> = BTreeMap::new();
-    for (name, backend) in &config.backends {
-        match backend {
+    let mut fs_backends: BTreeMap<&str, Arc<dyn Backend>> = BTreeMap::new();
+    let mut s3_clients: BTreeMap<&str, S3Clients> = BTreeMap::new();
+    let mut buckets = BTreeMap::new();
+    for (bucket, policy) in &config.buckets {
+        let name = policy.backend.as_str();
+        let backend: Arc<dyn Backend> = match &config.backends[name] {
             BackendConfig::Fs { root } => {
-                let root = config.fs_root(root);
-                let served: Vec<&str> = config
-                    .buckets
-                    .iter()
-                    .filter(|(_, p)| &p.backend == name)
-                    .map(|(b, _)| b.as_str())
-                    .collect();
-                let fs = FsBackend::open(&root, &served).map_err(|error| StartError::Backend {
-                    name: name.clone(),
-                    path: root.display().to_string(),
-                    error,
-                })?;
-                backends.insert(name.clone(), Arc::new(fs));
+                if let Some(existing) = fs_backends.get(name) {
+                    existing.clone()
+                } else {
+                    let root = config.fs_root(root);
+                    let served: Vec<&str> = config
+                        .buckets
+                        .iter()
+                        .filter(|(_, p)| p.backend == name)
+                        .map(|(b, _)| b.as_str())
+                        .collect();
+                    let fs = FsBackend::open(&root, &served).map_err(|error| StartError::Backend {
+                        name: name.to_string(),
+                        path: root.display().to_string(),
+                        error,
+                    })?;
+                    let fs: Arc<dyn Backend> = Arc::new(fs);
+                    fs_backends.insert(name, fs.clone());
+                    fs
+                }
             }
-        }
+            BackendConfig::S3(s3) => {
+                if !s3_clients.contains_key(name) {
+                    s3_clients.insert(name, s3::build_clients(s3).await);
+                }
+                let store_bucket = policy.backend_bucket.as_deref().unwrap_or(bucket);
+                let backend = S3Backend::new(
+                    s3_clients[name].clone(),
+                    store_bucket,
+                    &policy.backend_prefix,
+                    s3.multipart_threshold_bytes,
+                );
+                prepare_s3(bucket, name, s3.unsafe_no_conditional_writes, &backend).await?;
+                Arc::new(backend)
+            }
+        };
+        buckets.insert(
+            bucket.clone(),
+            BucketEntry {
+                policy: policy.clone(),
+                backend,
+            },
+        );
     }
-    let buckets = config
-        .buckets
-        .iter()
-        .map(|(name, policy)| {
-            let backend = backends[&policy.backend].clone();
-            (
-                name.clone(),
-                BucketEntry {
-                    policy: policy.clone(),
-                    backend,
-                },
-            )
-        })
-        .collect();
     Ok((Gate::new(store.clone(), buckets), store))
+}
+
+/// Checks the store bucket exists and runs the conditional-write probe on it.
+async fn prepare_s3(
+    bucket: &str,
+    backend_name: &str,
+    unsafe_ok: bool,
+    backend: &S3Backend,
+) -> Result<(), StartError> {
+    let fail = |message: String| StartError::S3 {
+        bucket: bucket.to_string(),
+        backend: backend_name.to_string(),
+        message,
+    };
+    backend.check_bucket().await.map_err(|e| fail(e.to_string()))?;
+    let report = backend.probe().await.map_err(|e| fail(format!("the conditional-write probe failed: {e}")))?;
+    backend.set_conditional_delete(report.conditional_delete);
+    if !report.conditional_delete {
+        tracing::warn!(bucket, backend = backend_name, "the store ignores If-Match on DeleteObject: deletes check the ETag just before deleting");
+    }
+    if report.safe() {
+        tracing::info!(bucket, backend = backend_name, location = %backend.location(), "s3 store honours conditional writes");
+        return Ok(());
+    }
+    let ignored = report.ignored.join(", ");
+    if unsafe_ok {
+        for _ in 0..3 {
+            tracing::error!(bucket, backend = backend_name, %ignored,
+                "UNSAFE: the store ignores conditional writes and unsafe_no_conditional_writes = true; a write made around fencegate while fencegate commits can be silently overwritten");
+        }
+        return Ok(());
+    }
+    Err(fail(format!(
+        "the store ignores {ignored}, so fencegate cannot guarantee that writes around it are never overwritten; use a store that honours conditional writes (AWS S3, MinIO, Ceph RGW), or set unsafe_no_conditional_writes = true on backend {backend_name} to start anyway"
+    )))
 }
 
 /// Runs fencegate until a shutdown signal.
@@ -86,7 +144,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         .install_recorder()
         .map_err(|e| tracing::warn!(error = %e, "metrics are disabled"))
         .ok();
-    let (gate, _store) = build_gate(&config)?;
+    let (gate, _store) = build_gate(&config).await?;
     for line in config.describe().lines() {
         tracing::info!("{line}");
     }

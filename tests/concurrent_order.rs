@@ -37,7 +37,7 @@ impl Backend for Recording {
     }
     async fn commit(
         &self,
-        staged: Staged,
+        staged: &Staged,
         expected: Option<&str>,
     ) -> Result<ObjectInfo, BackendError> {
         let info = self.inner.commit(staged, expected).await?;

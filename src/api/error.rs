@@ -38,6 +38,10 @@ impl IntoResponse for ApiError {
             resp.headers_mut()
                 .insert("fencing-token-highest", HeaderValue::from(h));
         }
+        if let Some(secs) = e.retry_after() {
+            resp.headers_mut()
+                .insert("retry-after", HeaderValue::from(secs));
+        }
         resp
     }
 }

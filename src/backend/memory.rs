@@ -2,7 +2,9 @@
 //! backend (invisible staging, conditional commit) and lets a test write behind the gate's back
 //! ([`MemoryBackend::write_behind`]) or make the next commit fail ([`MemoryBackend::fail_next_commit`]).
 
-use super::{Backend, BackendError, ByteStream, ListPage, ObjectInfo, ObjectMeta, Staged};
+use super::{
+    Backend, BackendError, ByteStream, ListPage, ObjectInfo, ObjectMeta, Staged, StagedBody,
+};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
@@ -89,15 +91,16 @@ impl Backend for MemoryBackend {
         while let Some(chunk) = body.next().await {
             buf.extend_from_slice(&chunk?);
         }
-        let info = self.info(key, &buf, meta);
+        let info = self.info(key, &buf, meta.clone());
         let handle = info.version.clone();
         let staged = Staged {
-            handle: handle.clone(),
+            body: StagedBody::Handle(handle.clone()),
             bucket: bucket.to_string(),
             key: key.to_string(),
             etag: info.etag.clone(),
             size: info.size,
             version: Some(info.version.clone()),
+            meta,
         };
         self.staged.lock().insert(handle, (info, buf.freeze()));
         Ok(staged)
@@ -105,14 +108,9 @@ impl Backend for MemoryBackend {
 
     async fn commit(
         &self,
-        staged: Staged,
+        staged: &Staged,
         expected: Option<&str>,
     ) -> Result<ObjectInfo, BackendError> {
-        let (info, body) = self
-            .staged
-            .lock()
-            .remove(&staged.handle)
-            .expect("committed a body that was staged");
         if self.fail_next_commit.swap(false, Ordering::SeqCst) {
             return Err(BackendError::Unreachable("injected fault".into()));
         }
@@ -123,14 +121,19 @@ impl Backend for MemoryBackend {
                 found,
             });
         }
+        let (info, body) = self
+            .staged
+            .lock()
+            .remove(staged.body.handle())
+            .expect("committed a body that was staged");
         let mut objects = self.objects.lock();
         self.history.lock().push(info.meta.token);
-        objects.insert((staged.bucket, staged.key), (info.clone(), body));
+        objects.insert((staged.bucket.clone(), staged.key.clone()), (info.clone(), body));
         Ok(info)
     }
 
     async fn discard(&self, staged: Staged) {
-        self.staged.lock().remove(&staged.handle);
+        self.staged.lock().remove(staged.body.handle());
     }
 
     async fn version(&self, bucket: &str, key: &str) -> Result<Option<String>, BackendError> {

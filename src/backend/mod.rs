@@ -4,6 +4,7 @@
 
 pub mod fs;
 pub mod memory;
+pub mod s3;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -53,14 +54,41 @@ pub struct ObjectInfo {
 /// A body written where no reader can see it yet.
 #[derive(Debug)]
 pub struct Staged {
-    /// Backend-private handle (a temporary path, an upload id).
-    pub handle: String,
+    /// Where the backend keeps it.
+    pub body: StagedBody,
     pub bucket: String,
     pub key: String,
     pub etag: String,
     pub size: u64,
     /// The version the object will have once this is committed, when known in advance.
     pub version: Option<String>,
+    /// What is stored beside the bytes (the token included).
+    pub meta: ObjectMeta,
+}
+
+/// Backend-private: where a staged body waits for its commit.
+#[derive(Debug)]
+pub enum StagedBody {
+    /// A temporary file (fs) or an id (the memory double).
+    Handle(String),
+    /// A small body held in memory, sent in one conditional PutObject.
+    Buffered(Bytes),
+    /// A multipart upload, invisible until CompleteMultipartUpload.
+    Multipart {
+        upload_id: String,
+        /// (part number, part ETag)
+        parts: Vec<(i32, String)>,
+    },
+}
+
+impl StagedBody {
+    /// The handle of a body that a backend staged as a handle itself.
+    pub fn handle(&self) -> &str {
+        match self {
+            StagedBody::Handle(h) => h,
+            other => panic!("a backend received a staged body it did not make: {other:?}"),
+        }
+    }
 }
 
 /// One page of a listing, in key order.
@@ -85,6 +113,8 @@ pub enum BackendError {
     Unreachable(String),
     #[error("the backend did not answer in time: {0}")]
     Timeout(String),
+    #[error("the backend is throttling requests: {0}")]
+    Throttled(String),
     #[error("the backend is failing: {0}")]
     Failing(String),
     #[error("a stored object is corrupt: {0}")]
@@ -109,14 +139,15 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<Staged, BackendError>;
 
     /// Makes a staged body the object, if the object is still at `expected` (None: absent).
-    /// The caller holds the scope's lock.
+    /// The caller holds the scope's lock. On error the body stays staged: the caller may try
+    /// again or [`Backend::discard`] it.
     async fn commit(
         &self,
-        staged: Staged,
+        staged: &Staged,
         expected: Option<&str>,
     ) -> Result<ObjectInfo, BackendError>;
 
-    /// Drops a staged body that lost.
+    /// Drops a staged body that lost (or whose commit failed).
     async fn discard(&self, staged: Staged);
 
     /// The identity of the object's current version (`None`: absent), without reading it. This

@@ -5,7 +5,7 @@ mod model;
 
 pub use model::{
     BackendConfig, BucketPolicy, BypassPolicy, FenceStoreConfig, FenceStoreKind, FencingMode,
-    ScopeKind, ServerConfig, TokenOrder,
+    S3BackendConfig, ScopeKind, ServerConfig, TokenOrder,
 };
 
 use model::RawConfig;
@@ -104,6 +104,18 @@ impl Config {
                 BackendConfig::Fs { root } => {
                     out += &format!("backend {name}: fs at {}\n", self.fs_root(root).display())
                 }
+                BackendConfig::S3(s3) => {
+                    let credentials = match &s3.access_key_id {
+                        Some(id) => format!("static key {id}"),
+                        None => "the SDK's default chain".into(),
+                    };
+                    out += &format!(
+                        "backend {name}: s3 at {} (region {}, credentials from {credentials}{})\n",
+                        s3.endpoint.as_deref().unwrap_or("AWS"),
+                        s3.region,
+                        if s3.unsafe_no_conditional_writes { ", UNSAFE: conditional writes not required" } else { "" }
+                    )
+                }
             }
         }
         for (name, p) in &self.buckets {
@@ -177,7 +189,23 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
                 "use lowercase letters, digits, `-` and `_`".into(),
             ));
         }
-        backends.insert(name.into_inner(), b.into_inner());
+        let span = b.span();
+        let b = b.into_inner();
+        if let BackendConfig::S3(s3) = &b {
+            let problem = if s3.access_key_id.is_some() != s3.secret_access_key.is_some() {
+                Some(("sets only one of access_key_id and secret_access_key", "set both, or neither to use the SDK's credential chain (AWS_ACCESS_KEY_ID, profiles, roles)"))
+            } else if s3.multipart_threshold_bytes < 5 * 1024 * 1024 || s3.multipart_threshold_bytes > 5 * 1024 * 1024 * 1024 {
+                Some(("has multipart_threshold_bytes outside S3's part limits", "use 5242880 (5 MiB) to 5368709120 (5 GiB); the default is 8388608"))
+            } else if s3.read_attempts == 0 || s3.connect_timeout_secs == 0 || s3.read_timeout_secs == 0 {
+                Some(("has a zero timeout or attempt count", "use positive values (defaults: connect 5 s, read 30 s, 3 attempts)"))
+            } else {
+                None
+            };
+            if let Some((what, fix)) = problem {
+                return Err(err(Some(span), format!("backend {:?} {what}", name.get_ref()), fix.into()));
+            }
+        }
+        backends.insert(name.into_inner(), b);
     }
     if backends.is_empty() {
         backends.insert(
@@ -210,6 +238,14 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
                     "set backend to one of {known:?}, or add a [backends.{}] table",
                     policy.backend
                 ),
+            ));
+        }
+        let is_s3 = matches!(backends[&policy.backend], BackendConfig::S3(_));
+        if !is_s3 && (policy.backend_bucket.is_some() || !policy.backend_prefix.is_empty()) {
+            return Err(err(
+                Some(span),
+                format!("bucket {:?} sets backend_bucket or backend_prefix, but its backend {:?} is not s3", name.get_ref(), policy.backend),
+                "remove them; an fs backend keeps each bucket in its own directory".into(),
             ));
         }
         if policy.scope == ScopeKind::Prefix && policy.prefix_segments == 0 {

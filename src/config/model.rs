@@ -75,6 +75,65 @@ pub enum BackendConfig {
         #[serde(default)]
         root: Option<PathBuf>,
     },
+    /// Any S3-compatible store, through aws-sdk-s3.
+    S3(S3BackendConfig),
+}
+
+/// An S3-compatible store. Without `endpoint` it is AWS; without static keys the SDK's usual
+/// chain (environment, profile, instance role) supplies credentials.
+#[derive(Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct S3BackendConfig {
+    pub endpoint: Option<String>,
+    pub region: String,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    /// Path-style addressing (`endpoint/bucket/key`); defaults to true when `endpoint` is set.
+    pub path_style: Option<bool>,
+    pub connect_timeout_secs: u64,
+    /// Longest wait for the next bytes of a response.
+    pub read_timeout_secs: u64,
+    /// Attempts for reads (HEAD, GET, LIST, part uploads); conditional commits are never
+    /// re-sent blindly.
+    pub read_attempts: u32,
+    /// Bodies up to this size are buffered and committed with one PutObject; larger ones
+    /// stream into a multipart upload in parts of this size. At least 5 MiB.
+    pub multipart_threshold_bytes: u64,
+    /// Start even if the store ignores If-Match / If-None-Match (the start-up probe fails).
+    /// Writes behind fencegate's back racing a commit can then be overwritten silently.
+    pub unsafe_no_conditional_writes: bool,
+}
+
+impl Default for S3BackendConfig {
+    fn default() -> Self {
+        S3BackendConfig {
+            endpoint: None,
+            region: "us-east-1".into(),
+            access_key_id: None,
+            secret_access_key: None,
+            path_style: None,
+            connect_timeout_secs: 5,
+            read_timeout_secs: 30,
+            read_attempts: 3,
+            multipart_threshold_bytes: 8 * 1024 * 1024,
+            unsafe_no_conditional_writes: false,
+        }
+    }
+}
+
+// Hand-written so that a secret can never reach a log line through `{:?}`.
+impl std::fmt::Debug for S3BackendConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3BackendConfig")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &self.secret_access_key.as_ref().map(|_| "<redacted>"))
+            .field("path_style", &self.path_style)
+            .field("multipart_threshold_bytes", &self.multipart_threshold_bytes)
+            .field("unsafe_no_conditional_writes", &self.unsafe_no_conditional_writes)
+            .finish()
+    }
 }
 
 /// Whether a bucket demands tokens.
@@ -140,6 +199,11 @@ pub struct BucketPolicy {
     /// Deletes need a token (and leave a tombstone) like writes do.
     pub fenced_deletes: bool,
     pub on_bypass: BypassPolicy,
+    /// s3 backends: the store's bucket (defaults to this bucket's name).
+    pub backend_bucket: Option<String>,
+    /// s3 backends: a key prefix in the store's bucket, so one store bucket can hold several
+    /// fencegate buckets (e.g. "team-a/").
+    pub backend_prefix: String,
 }
 
 impl Default for BucketPolicy {
@@ -152,6 +216,8 @@ impl Default for BucketPolicy {
             tokens: TokenOrder::NonDecreasing,
             fenced_deletes: true,
             on_bypass: BypassPolicy::Reject,
+            backend_bucket: None,
+            backend_prefix: String::new(),
         }
     }
 }

@@ -68,6 +68,7 @@ impl GateError {
             GateError::Body(BodyError::Broken(_)) => 400,
             GateError::Backend(BackendError::Timeout(_)) => 504,
             GateError::Backend(BackendError::Unreachable(_) | BackendError::Corrupt(_)) => 502,
+            GateError::Backend(BackendError::Throttled(_)) => 503,
             // A conflict that reaches the client (not caught as a bypass) means the backend
             // changed between our check and the commit: also a write behind our back.
             GateError::Backend(BackendError::Conflict { .. }) => 409,
@@ -106,6 +107,11 @@ impl GateError {
             GateError::TokenNotIncreasing { token, .. } => Some(*token),
             _ => None,
         }
+    }
+
+    /// Seconds a client should wait before retrying, for `Retry-After`.
+    pub fn retry_after(&self) -> Option<u64> {
+        matches!(self, GateError::Backend(BackendError::Throttled(_))).then_some(1)
     }
 
     /// A short word for logs and metrics.

@@ -7,13 +7,15 @@
 mod conditions;
 mod error;
 mod locks;
+mod rebuild;
 pub mod scope;
 
 pub use conditions::{Conditions, EtagMatch};
 pub use error::GateError;
 pub use locks::ScopeLocks;
+pub use rebuild::RebuildReport;
 
-use crate::backend::{Backend, ByteStream, ListPage, ObjectInfo, ObjectMeta, Staged};
+use crate::backend::{Backend, BackendError, ByteStream, ListPage, ObjectInfo, ObjectMeta, Staged};
 use crate::config::{BucketPolicy, BypassPolicy, FencingMode, TokenOrder};
 use crate::fence::{Durability, FenceRow, FenceStore, Pending};
 use crate::token::{Token, TokenError};
@@ -349,7 +351,13 @@ impl Gate {
             return Err(e);
         }
         let size = staged.size;
-        let info = entry.backend.commit(staged, expected.as_deref()).await?;
+        let info = match self.commit_or_adopt(req, entry, &staged, expected).await {
+            Ok(info) => info,
+            Err(e) => {
+                entry.backend.discard(staged).await;
+                return Err(e);
+            }
+        };
         object_row.version = Some(info.version);
         object_row.etag = Some(info.etag.clone());
         object_row.pending = None;
@@ -365,6 +373,30 @@ impl Gate {
             etag: Some(info.etag),
             size,
         })
+    }
+
+    /// The conditional commit. A conflict here means the object changed between our check and
+    /// the commit (a write around fencegate racing ours): refused, or under `adopt`, re-read
+    /// and committed once more.
+    async fn commit_or_adopt(
+        &self,
+        req: &WriteRequest,
+        entry: &BucketEntry,
+        staged: &Staged,
+        expected: Option<String>,
+    ) -> Result<ObjectInfo, GateError> {
+        match entry.backend.commit(staged, expected.as_deref()).await {
+            Err(BackendError::Conflict { expected, found }) => {
+                let row = FenceRow {
+                    version: expected,
+                    ..FenceRow::default()
+                };
+                self.bypassed(req, entry, &row, found.as_deref())?;
+                let found = entry.backend.version(&req.bucket, &req.key).await?;
+                Ok(entry.backend.commit(staged, found.as_deref()).await?)
+            }
+            other => Ok(other?),
+        }
     }
 
     /// DELETE: fenced like a write; leaves a tombstone that keeps the highest token.

@@ -7,7 +7,9 @@
 pub mod keymap;
 mod objfile;
 
-use super::{Backend, BackendError, ByteStream, ListPage, ObjectInfo, ObjectMeta, Staged};
+use super::{
+    Backend, BackendError, ByteStream, ListPage, ObjectInfo, ObjectMeta, Staged, StagedBody,
+};
 use async_trait::async_trait;
 use futures::StreamExt;
 use md5::{Digest, Md5};
@@ -146,7 +148,7 @@ impl Backend for FsBackend {
                 key: key.to_string(),
                 etag: etag.clone(),
                 size,
-                meta,
+                meta: meta.clone(),
             };
             file.write_all(&trailer.encode()).await?;
             file.flush().await?;
@@ -158,12 +160,13 @@ impl Backend for FsBackend {
         drop(file);
         match written {
             Ok((etag, size, version)) => Ok(Staged {
-                handle: path.to_string_lossy().into_owned(),
+                body: StagedBody::Handle(path.to_string_lossy().into_owned()),
                 bucket: bucket.to_string(),
                 key: key.to_string(),
                 etag,
                 size,
                 version: Some(version),
+                meta,
             }),
             Err(e) => {
                 let _ = tokio::fs::remove_file(&path).await;
@@ -174,30 +177,26 @@ impl Backend for FsBackend {
 
     async fn commit(
         &self,
-        staged: Staged,
+        staged: &Staged,
         expected: Option<&str>,
     ) -> Result<ObjectInfo, BackendError> {
         let target = self.object_file(&staged.bucket, &staged.key);
         let bucket_dir = self.root.join(&staged.bucket);
+        let temp = PathBuf::from(staged.body.handle());
+        let key = staged.key.clone();
         let expected = expected.map(str::to_string);
         blocking(move || {
-            let temp = PathBuf::from(&staged.handle);
             let found = current_version(&target)?;
             if found != expected {
-                let _ = std::fs::remove_file(&temp);
                 return Err(BackendError::Conflict { expected, found });
             }
             let parent = target
                 .parent()
                 .expect("object files live in a bucket directory");
-            let published = create_dirs_durable(&bucket_dir, parent)
-                .and_then(|()| std::fs::rename(&temp, &target))
-                .and_then(|()| fsync_dir(parent));
-            if let Err(e) = published {
-                let _ = std::fs::remove_file(&temp);
-                return Err(e.into());
-            }
-            let (_, info) = open_info(&target, &staged.key)?
+            create_dirs_durable(&bucket_dir, parent)?;
+            std::fs::rename(&temp, &target)?;
+            fsync_dir(parent)?;
+            let (_, info) = open_info(&target, &key)?
                 .ok_or_else(|| BackendError::Failing("the committed file vanished".into()))?;
             Ok(info)
         })
@@ -205,8 +204,12 @@ impl Backend for FsBackend {
     }
 
     async fn discard(&self, staged: Staged) {
-        if let Err(e) = tokio::fs::remove_file(&staged.handle).await {
-            tracing::warn!(error = %e, file = %staged.handle, "could not remove a losing staged body");
+        let file = staged.body.handle();
+        match tokio::fs::remove_file(file).await {
+            // Already gone: a commit that renamed it, or a crash clean-up.
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(error = %e, file, "could not remove a losing staged body"),
         }
     }
 
@@ -373,7 +376,7 @@ mod tests {
             .unwrap();
         assert_eq!(staged.etag, "\"5d41402abc4b2a76b9719d911017c592\"");
         assert!(fs.head("b", "x/y").await.unwrap().is_none());
-        let info = fs.commit(staged, None).await.unwrap();
+        let info = fs.commit(&staged, None).await.unwrap();
         assert_eq!(info.meta, meta);
         assert_eq!(info.size, 5);
         let (got, stream) = fs.get("b", "x/y").await.unwrap().unwrap();
@@ -389,22 +392,19 @@ mod tests {
     async fn commit_and_delete_are_conditional_on_the_version() {
         let dir = tempfile::tempdir().unwrap();
         let fs = FsBackend::open(dir.path(), &["b"]).unwrap();
-        let v1 = fs
-            .commit(
-                fs.stage("b", "k", ObjectMeta::default(), body(b"1"))
-                    .await
-                    .unwrap(),
-                None,
-            )
+        let first = fs
+            .stage("b", "k", ObjectMeta::default(), body(b"1"))
             .await
             .unwrap();
+        let v1 = fs.commit(&first, None).await.unwrap();
         // A second writer that believes the object is absent loses, and leaves nothing.
         let staged = fs
             .stage("b", "k", ObjectMeta::default(), body(b"2"))
             .await
             .unwrap();
-        let err = fs.commit(staged, None).await.unwrap_err();
+        let err = fs.commit(&staged, None).await.unwrap_err();
         assert!(matches!(err, BackendError::Conflict { .. }));
+        fs.discard(staged).await;
         assert!(std::fs::read_dir(fs.staging_dir())
             .unwrap()
             .next()
@@ -415,7 +415,7 @@ mod tests {
             .stage("b", "k", ObjectMeta::default(), body(b"3"))
             .await
             .unwrap();
-        assert!(fs.commit(staged, Some(&v1.version)).await.is_err());
+        assert!(fs.commit(&staged, Some(&v1.version)).await.is_err());
         assert!(fs.delete("b", "k", &v1.version).await.is_err());
         assert!(fs.object_file("b", "k").exists());
     }
@@ -441,7 +441,7 @@ mod tests {
                 .stage("b", key, ObjectMeta::default(), body(b"v"))
                 .await
                 .unwrap();
-            fs.commit(staged, None).await.unwrap();
+            fs.commit(&staged, None).await.unwrap();
         }
         let page = fs.list("b", "p/", None, 100).await.unwrap();
         let keys: Vec<&str> = page.objects.iter().map(|o| o.key.as_str()).collect();

@@ -1,0 +1,487 @@
+//! The `s3` backend: one fencegate bucket on a store bucket (plus an optional key prefix),
+//! through aws-sdk-s3.
+//!
+//! Staging buffers bodies up to the multipart threshold in memory; larger bodies stream into a
+//! multipart upload, one part at a time, that nobody can see until it is completed. The commit
+//! is a PutObject or a CompleteMultipartUpload carrying `If-Match` (the ETag the gate read) or
+//! `If-None-Match: *`, so a write around fencegate is never silently overwritten. A commit whose
+//! outcome is unknown (timeout, broken connection) is read back, never re-sent.
+
+mod client;
+mod errors;
+pub mod probe;
+
+pub use client::{build as build_clients, S3Clients};
+
+use super::{
+    Backend, BackendError, BodyError, ByteStream, ListPage, ObjectInfo, ObjectMeta, Staged,
+    StagedBody,
+};
+use async_trait::async_trait;
+use aws_sdk_s3::primitives::ByteStream as SdkStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use bytes::{Bytes, BytesMut};
+use errors::{classify, S3Failure};
+use futures::StreamExt;
+use md5::{Digest, Md5};
+use std::collections::HashMap;
+
+/// The metadata name that carries the token (`x-amz-meta-fencing-token`).
+pub const TOKEN_META: &str = "fencing-token";
+
+pub struct S3Backend {
+    clients: S3Clients,
+    bucket: String,
+    prefix: String,
+    part_size: usize,
+    /// Set by the probe: whether DeleteObject honours If-Match. Without it, a delete checks the
+    /// ETag (under the scope's lock) and then deletes.
+    conditional_delete: std::sync::atomic::AtomicBool,
+}
+
+impl S3Backend {
+    pub fn new(clients: S3Clients, bucket: &str, prefix: &str, part_size: u64) -> S3Backend {
+        S3Backend {
+            clients,
+            bucket: bucket.to_string(),
+            prefix: prefix.to_string(),
+            part_size: part_size as usize,
+            conditional_delete: std::sync::atomic::AtomicBool::new(true),
+        }
+    }
+
+    pub fn set_conditional_delete(&self, honoured: bool) {
+        self.conditional_delete
+            .store(honoured, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `store-bucket/prefix`, for messages.
+    pub fn location(&self) -> String {
+        format!("{}/{}", self.bucket, self.prefix)
+    }
+
+    pub fn clients(&self) -> &S3Clients {
+        &self.clients
+    }
+
+    pub fn store_bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    pub fn store_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn store_key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    /// Checks that the store bucket exists and answers.
+    pub async fn check_bucket(&self) -> Result<(), BackendError> {
+        match self.clients.reads.head_bucket().bucket(&self.bucket).send().await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(match classify("HeadBucket", e) {
+                S3Failure::NotFound => BackendError::Failing(format!(
+                    "the store has no bucket {:?}; create it, or set backend_bucket",
+                    self.bucket
+                )),
+                other => other.into_backend("HeadBucket"),
+            }),
+        }
+    }
+
+    fn metadata(meta: &ObjectMeta) -> HashMap<String, String> {
+        let mut m: HashMap<String, String> = meta
+            .user_meta
+            .iter()
+            .filter(|(k, _)| k.as_str() != TOKEN_META)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if let Some(t) = meta.token {
+            m.insert(TOKEN_META.into(), t.to_string());
+        }
+        m
+    }
+
+    fn object_meta(content_type: Option<&str>, metadata: Option<&HashMap<String, String>>) -> ObjectMeta {
+        let mut user_meta: std::collections::BTreeMap<String, String> = metadata
+            .map(|m| m.iter().map(|(k, v)| (k.to_lowercase(), v.clone())).collect())
+            .unwrap_or_default();
+        let token = user_meta.remove(TOKEN_META).and_then(|t| t.parse().ok());
+        ObjectMeta {
+            content_type: content_type.map(str::to_string),
+            user_meta,
+            token,
+        }
+    }
+
+    async fn start_multipart(&self, key: &str, meta: &ObjectMeta) -> Result<String, BackendError> {
+        let out = self
+            .clients
+            .reads
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(self.store_key(key))
+            .set_content_type(meta.content_type.clone())
+            .set_metadata(Some(Self::metadata(meta)))
+            .send()
+            .await
+            .map_err(|e| classify("CreateMultipartUpload", e).into_backend("CreateMultipartUpload"))?;
+        out.upload_id()
+            .map(str::to_string)
+            .ok_or_else(|| BackendError::Failing("CreateMultipartUpload returned no upload id".into()))
+    }
+
+    async fn upload_part(&self, key: &str, upload_id: &str, number: i32, part: Bytes) -> Result<String, BackendError> {
+        // Part uploads are idempotent (same number, same bytes), so the retrying client is safe.
+        let out = self
+            .clients
+            .reads
+            .upload_part()
+            .bucket(&self.bucket)
+            .key(self.store_key(key))
+            .upload_id(upload_id)
+            .part_number(number)
+            .body(SdkStream::from(part))
+            .send()
+            .await
+            .map_err(|e| classify("UploadPart", e).into_backend("UploadPart"))?;
+        out.e_tag()
+            .map(str::to_string)
+            .ok_or_else(|| BackendError::Failing("UploadPart returned no ETag".into()))
+    }
+
+    async fn abort(&self, key: &str, upload_id: &str) {
+        let result = self
+            .clients
+            .reads
+            .abort_multipart_upload()
+            .bucket(&self.bucket)
+            .key(self.store_key(key))
+            .upload_id(upload_id)
+            .send()
+            .await;
+        if let Err(e) = result {
+            // The store's lifecycle rules (AbortIncompleteMultipartUpload) collect what is left.
+            tracing::warn!(key, upload_id, error = %aws_smithy_types::error::display::DisplayErrorContext(&e),
+                "could not abort a losing multipart upload");
+        }
+    }
+
+    /// Streams a large body into parts; on any error the upload is aborted.
+    async fn stage_multipart(
+        &self,
+        key: &str,
+        meta: &ObjectMeta,
+        first: BytesMut,
+        body: &mut ByteStream,
+        md5_of_parts: &mut Md5,
+        size: &mut u64,
+    ) -> Result<(String, Vec<(i32, String)>), BackendError> {
+        let upload_id = self.start_multipart(key, meta).await?;
+        let result: Result<Vec<(i32, String)>, BackendError> = async {
+            let mut parts = Vec::new();
+            let mut buf = first;
+            let mut ended = false;
+            while !ended {
+                while buf.len() < self.part_size {
+                    match body.next().await {
+                        Some(chunk) => {
+                            let chunk = chunk?;
+                            *size += chunk.len() as u64;
+                            buf.extend_from_slice(&chunk);
+                        }
+                        None => {
+                            ended = true;
+                            break;
+                        }
+                    }
+                }
+                while buf.len() >= self.part_size || (ended && !buf.is_empty()) {
+                    let take = buf.len().min(self.part_size);
+                    let part = buf.split_to(take).freeze();
+                    md5_of_parts.update(Md5::digest(&part));
+                    let number = parts.len() as i32 + 1;
+                    let etag = self.upload_part(key, &upload_id, number, part).await?;
+                    parts.push((number, etag));
+                }
+            }
+            Ok(parts)
+        }
+        .await;
+        match result {
+            Ok(parts) => Ok((upload_id, parts)),
+            Err(e) => {
+                self.abort(key, &upload_id).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// After a commit whose outcome is unknown: did it land? Read the ETag back.
+    async fn landed(&self, staged: &Staged) -> Option<ObjectInfo> {
+        match self.head(&staged.bucket, &staged.key).await {
+            Ok(Some(info)) if info.etag == staged.etag => Some(info),
+            _ => None,
+        }
+    }
+
+    async fn send_commit(&self, staged: &Staged, meta: &ObjectMeta, expected: Option<&str>) -> Result<(), S3Failure> {
+        let key = self.store_key(&staged.key);
+        let (if_match, if_none_match) = match expected {
+            Some(etag) => (Some(etag.to_string()), None),
+            None => (None, Some("*".to_string())),
+        };
+        match &staged.body {
+            StagedBody::Buffered(bytes) => self
+                .clients
+                .writes
+                .put_object()
+                .bucket(&self.bucket)
+                .key(key)
+                .body(SdkStream::from(bytes.clone()))
+                .set_content_type(meta.content_type.clone())
+                .set_metadata(Some(Self::metadata(meta)))
+                .set_if_match(if_match)
+                .set_if_none_match(if_none_match)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| classify("PutObject", e)),
+            StagedBody::Multipart { upload_id, parts } => {
+                let parts = parts
+                    .iter()
+                    .map(|(n, e)| CompletedPart::builder().part_number(*n).e_tag(e).build())
+                    .collect();
+                self.clients
+                    .writes
+                    .complete_multipart_upload()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .upload_id(upload_id)
+                    .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
+                    .set_if_match(if_match)
+                    .set_if_none_match(if_none_match)
+                    .send()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| classify("CompleteMultipartUpload", e))
+            }
+            StagedBody::Handle(_) => unreachable!("the s3 backend never stages a handle"),
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for S3Backend {
+    async fn stage(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: ObjectMeta,
+        mut body: ByteStream,
+    ) -> Result<Staged, BackendError> {
+        let mut buf = BytesMut::new();
+        let mut size = 0u64;
+        let mut md5 = Md5::new();
+        while buf.len() < self.part_size {
+            match body.next().await {
+                Some(chunk) => {
+                    let chunk = chunk?;
+                    size += chunk.len() as u64;
+                    md5.update(&chunk);
+                    buf.extend_from_slice(&chunk);
+                }
+                None => {
+                    let etag = format!("\"{}\"", hex::encode(md5.finalize()));
+                    return Ok(Staged {
+                        body: StagedBody::Buffered(buf.freeze()),
+                        bucket: bucket.to_string(),
+                        key: key.to_string(),
+                        version: Some(etag.clone()),
+                        etag,
+                        size,
+                        meta,
+                    });
+                }
+            }
+        }
+        // Too big to buffer: the rest streams into a multipart upload. S3's ETag for it is the
+        // MD5 of the parts' MD5s, suffixed with the part count; computed here as parts go.
+        let mut md5_of_parts = Md5::new();
+        let (upload_id, parts) = self
+            .stage_multipart(key, &meta, buf, &mut body, &mut md5_of_parts, &mut size)
+            .await?;
+        let etag = format!("\"{}-{}\"", hex::encode(md5_of_parts.finalize()), parts.len());
+        Ok(Staged {
+            body: StagedBody::Multipart { upload_id, parts },
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            version: Some(etag.clone()),
+            etag,
+            size,
+            meta,
+        })
+    }
+
+    async fn commit(&self, staged: &Staged, expected: Option<&str>) -> Result<ObjectInfo, BackendError> {
+        let meta = staged.meta.clone();
+        match self.send_commit(staged, &meta, expected).await {
+            Ok(()) => {}
+            Err(S3Failure::Precondition | S3Failure::NotFound) => {
+                // 404 answers If-Match on an object that is gone; both mean "changed".
+                let found = self.version(&staged.bucket, &staged.key).await.ok().flatten();
+                return Err(BackendError::Conflict {
+                    expected: expected.map(str::to_string),
+                    found,
+                });
+            }
+            Err(f) if f.outcome_unknown() => {
+                // Never re-sent: a late duplicate could land after a newer token's commit.
+                let error = f.into_backend("commit");
+                return match self.landed(staged).await {
+                    Some(info) => {
+                        tracing::info!(key = %staged.key, "a commit that timed out had landed; read back its ETag");
+                        Ok(info)
+                    }
+                    None => Err(error),
+                };
+            }
+            Err(f) => return Err(f.into_backend("commit")),
+        }
+        Ok(ObjectInfo {
+            key: staged.key.clone(),
+            size: staged.size,
+            etag: staged.etag.clone(),
+            version: staged.etag.clone(),
+            last_modified_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            meta,
+        })
+    }
+
+    async fn discard(&self, staged: Staged) {
+        if let StagedBody::Multipart { upload_id, .. } = &staged.body {
+            self.abort(&staged.key, upload_id).await;
+        }
+    }
+
+    async fn version(&self, bucket: &str, key: &str) -> Result<Option<String>, BackendError> {
+        Ok(self.head(bucket, key).await?.map(|i| i.version))
+    }
+
+    async fn head(&self, _bucket: &str, key: &str) -> Result<Option<ObjectInfo>, BackendError> {
+        match self.clients.reads.head_object().bucket(&self.bucket).key(self.store_key(key)).send().await {
+            Ok(out) => {
+                let etag = out.e_tag().unwrap_or_default().to_string();
+                Ok(Some(ObjectInfo {
+                    key: key.to_string(),
+                    size: out.content_length().unwrap_or(0).max(0) as u64,
+                    version: etag.clone(),
+                    etag,
+                    last_modified_ms: out.last_modified().and_then(|t| t.to_millis().ok()).unwrap_or(0).max(0) as u64,
+                    meta: Self::object_meta(out.content_type(), out.metadata()),
+                }))
+            }
+            Err(e) => match classify("HeadObject", e) {
+                S3Failure::NotFound => Ok(None),
+                other => Err(other.into_backend("HeadObject")),
+            },
+        }
+    }
+
+    async fn get(&self, bucket: &str, key: &str) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
+        let out = match self.clients.reads.get_object().bucket(&self.bucket).key(self.store_key(key)).send().await {
+            Ok(out) => out,
+            Err(e) => {
+                return match classify("GetObject", e) {
+                    S3Failure::NotFound => Ok(None),
+                    other => Err(other.into_backend("GetObject")),
+                }
+            }
+        };
+        let etag = out.e_tag().unwrap_or_default().to_string();
+        let info = ObjectInfo {
+            key: key.to_string(),
+            size: out.content_length().unwrap_or(0).max(0) as u64,
+            version: etag.clone(),
+            etag,
+            last_modified_ms: out.last_modified().and_then(|t| t.to_millis().ok()).unwrap_or(0).max(0) as u64,
+            meta: Self::object_meta(out.content_type(), out.metadata()),
+        };
+        let _ = bucket;
+        let stream = futures::stream::unfold(out.body, |mut body| async move {
+            body.next()
+                .await
+                .map(|chunk| (chunk.map_err(|e| BodyError::Broken(e.to_string())), body))
+        });
+        Ok(Some((info, Box::pin(stream))))
+    }
+
+    async fn delete(&self, bucket: &str, key: &str, expected: &str) -> Result<(), BackendError> {
+        let conditional = self
+            .conditional_delete
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let result = self
+            .clients
+            .writes
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(self.store_key(key))
+            .set_if_match(conditional.then(|| expected.to_string()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => match classify("DeleteObject", e) {
+                S3Failure::Precondition | S3Failure::NotFound => Err(BackendError::Conflict {
+                    expected: Some(expected.to_string()),
+                    found: self.version(bucket, key).await.ok().flatten(),
+                }),
+                f if f.outcome_unknown() => {
+                    let error = f.into_backend("DeleteObject");
+                    match self.version(bucket, key).await {
+                        Ok(None) => Ok(()),
+                        _ => Err(error),
+                    }
+                }
+                other => Err(other.into_backend("DeleteObject")),
+            },
+        }
+    }
+
+    async fn list(&self, _bucket: &str, prefix: &str, start_after: Option<&str>, max: usize) -> Result<ListPage, BackendError> {
+        let out = self
+            .clients
+            .reads
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(self.store_key(prefix))
+            .set_start_after(start_after.map(|s| self.store_key(s)))
+            .max_keys(max as i32)
+            .send()
+            .await
+            .map_err(|e| classify("ListObjectsV2", e).into_backend("ListObjectsV2"))?;
+        let mut page = ListPage::default();
+        for o in out.contents() {
+            let Some(key) = o.key().and_then(|k| k.strip_prefix(&self.prefix)) else {
+                continue;
+            };
+            let etag = o.e_tag().unwrap_or_default().to_string();
+            page.objects.push(ObjectInfo {
+                key: key.to_string(),
+                size: o.size().unwrap_or(0).max(0) as u64,
+                version: etag.clone(),
+                etag,
+                last_modified_ms: o.last_modified().and_then(|t| t.to_millis().ok()).unwrap_or(0).max(0) as u64,
+                // A listing does not carry metadata; HEAD the object for its token.
+                meta: ObjectMeta::default(),
+            });
+        }
+        if out.is_truncated() == Some(true) {
+            page.next_start_after = page.objects.last().map(|o| o.key.clone());
+        }
+        Ok(page)
+    }
+}

@@ -1,0 +1,139 @@
+//! The start-up probe: some stores accept `If-Match` / `If-None-Match` and ignore them, which
+//! would silently void contract line 5. Before serving, fencegate proves on a scratch key that
+//! the store refuses each kind of conditional commit it relies on.
+
+use super::errors::{classify, S3Failure};
+use super::S3Backend;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+
+/// An ETag no object has.
+const WRONG_ETAG: &str = "\"00000000000000000000000000000000\"";
+
+/// What the probe learned: the conditions the store ignores (empty: all honoured).
+#[derive(Debug, Default)]
+pub struct ProbeReport {
+    pub ignored: Vec<&'static str>,
+    /// Conditional deletes are optional: without them a delete checks the ETag first.
+    pub conditional_delete: bool,
+}
+
+impl ProbeReport {
+    pub fn safe(&self) -> bool {
+        self.ignored.is_empty()
+    }
+}
+
+type Outcome = Result<(), S3Failure>;
+
+fn refused(outcome: Outcome) -> Result<bool, String> {
+    match outcome {
+        Ok(()) => Ok(false),
+        Err(S3Failure::Precondition) => Ok(true),
+        // Some stores answer If-Match on a missing object with 404; the probe's object exists.
+        Err(S3Failure::NotFound) => Ok(true),
+        Err(S3Failure::Fault(e)) => Err(e.to_string()),
+    }
+}
+
+impl S3Backend {
+    async fn probe_put(&self, key: &str, if_match: Option<&str>, if_none_match: bool) -> Outcome {
+        self.clients
+            .writes
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(ByteStream::from_static(b"fencegate probe"))
+            .set_if_match(if_match.map(str::to_string))
+            .set_if_none_match(if_none_match.then(|| "*".to_string()))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| classify("PutObject", e))
+    }
+
+    async fn probe_multipart(&self, key: &str, if_match: Option<&str>, if_none_match: bool) -> Outcome {
+        let upload = self
+            .clients
+            .writes
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| classify("CreateMultipartUpload", e))?;
+        let upload_id = upload.upload_id().unwrap_or_default().to_string();
+        let part = self
+            .clients
+            .writes
+            .upload_part()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(&upload_id)
+            .part_number(1)
+            .body(ByteStream::from_static(b"fencegate probe part"))
+            .send()
+            .await
+            .map_err(|e| classify("UploadPart", e))?;
+        let done = CompletedMultipartUpload::builder()
+            .parts(CompletedPart::builder().part_number(1).set_e_tag(part.e_tag().map(str::to_string)).build())
+            .build();
+        let outcome = self
+            .clients
+            .writes
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(&upload_id)
+            .multipart_upload(done)
+            .set_if_match(if_match.map(str::to_string))
+            .set_if_none_match(if_none_match.then(|| "*".to_string()))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| classify("CompleteMultipartUpload", e));
+        if outcome.is_err() {
+            self.abort(key.strip_prefix(&self.prefix).unwrap_or(key), &upload_id).await;
+        }
+        outcome
+    }
+
+    /// Runs the probe on `<prefix>.fencegate-probe/<random>`, and removes the scratch key.
+    pub async fn probe(&self) -> Result<ProbeReport, String> {
+        let key = format!("{}.fencegate-probe/{:016x}", self.prefix, rand::random::<u64>());
+        let result = self.probe_on(&key).await;
+        let _ = self.clients.reads.delete_object().bucket(&self.bucket).key(&key).send().await;
+        result
+    }
+
+    async fn probe_on(&self, key: &str) -> Result<ProbeReport, String> {
+        let mut report = ProbeReport::default();
+        self.probe_put(key, None, true)
+            .await
+            .map_err(|e| format!("cannot write the probe object {key}: {:?}", e))?;
+        let checks: [(&'static str, Outcome); 4] = [
+            ("If-None-Match: * on PutObject", self.probe_put(key, None, true).await),
+            ("If-Match on PutObject", self.probe_put(key, Some(WRONG_ETAG), false).await),
+            ("If-Match on CompleteMultipartUpload", self.probe_multipart(key, Some(WRONG_ETAG), false).await),
+            ("If-None-Match: * on CompleteMultipartUpload", self.probe_multipart(key, None, true).await),
+        ];
+        for (what, outcome) in checks {
+            if !refused(outcome)? {
+                report.ignored.push(what);
+            }
+        }
+        let delete = self
+            .clients
+            .writes
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .if_match(WRONG_ETAG)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| classify("DeleteObject", e));
+        report.conditional_delete = refused(delete)?;
+        Ok(report)
+    }
+}
