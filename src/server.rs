@@ -67,11 +67,12 @@ pub async fn build_gate(config: &Config) -> Result<(Gate, Arc<RocksFenceStore>),
                         .filter(|(_, p)| p.backend == name)
                         .map(|(b, _)| b.as_str())
                         .collect();
-                    let fs = FsBackend::open(&root, &served).map_err(|error| StartError::Backend {
-                        name: name.to_string(),
-                        path: root.display().to_string(),
-                        error,
-                    })?;
+                    let fs =
+                        FsBackend::open(&root, &served).map_err(|error| StartError::Backend {
+                            name: name.to_string(),
+                            path: root.display().to_string(),
+                            error,
+                        })?;
                     let fs: Arc<dyn Backend> = Arc::new(fs);
                     fs_backends.insert(name, fs.clone());
                     fs
@@ -115,8 +116,14 @@ async fn prepare_s3(
         backend: backend_name.to_string(),
         message,
     };
-    backend.check_bucket().await.map_err(|e| fail(e.to_string()))?;
-    let report = backend.probe().await.map_err(|e| fail(format!("the conditional-write probe failed: {e}")))?;
+    backend
+        .check_bucket()
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    let report = backend
+        .probe()
+        .await
+        .map_err(|e| fail(format!("the conditional-write probe failed: {e}")))?;
     backend.set_conditional_delete(report.conditional_delete);
     if !report.conditional_delete {
         tracing::warn!(bucket, backend = backend_name, "the store ignores If-Match on DeleteObject: deletes check the ETag just before deleting");

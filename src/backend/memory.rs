@@ -128,7 +128,10 @@ impl Backend for MemoryBackend {
             .expect("committed a body that was staged");
         let mut objects = self.objects.lock();
         self.history.lock().push(info.meta.token);
-        objects.insert((staged.bucket.clone(), staged.key.clone()), (info.clone(), body));
+        objects.insert(
+            (staged.bucket.clone(), staged.key.clone()),
+            (info.clone(), body),
+        );
         Ok(info)
     }
 

@@ -113,7 +113,11 @@ impl Config {
                         "backend {name}: s3 at {} (region {}, credentials from {credentials}{})\n",
                         s3.endpoint.as_deref().unwrap_or("AWS"),
                         s3.region,
-                        if s3.unsafe_no_conditional_writes { ", UNSAFE: conditional writes not required" } else { "" }
+                        if s3.unsafe_no_conditional_writes {
+                            ", UNSAFE: conditional writes not required"
+                        } else {
+                            ""
+                        }
                     )
                 }
             }
@@ -194,15 +198,30 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
         if let BackendConfig::S3(s3) = &b {
             let problem = if s3.access_key_id.is_some() != s3.secret_access_key.is_some() {
                 Some(("sets only one of access_key_id and secret_access_key", "set both, or neither to use the SDK's credential chain (AWS_ACCESS_KEY_ID, profiles, roles)"))
-            } else if s3.multipart_threshold_bytes < 5 * 1024 * 1024 || s3.multipart_threshold_bytes > 5 * 1024 * 1024 * 1024 {
-                Some(("has multipart_threshold_bytes outside S3's part limits", "use 5242880 (5 MiB) to 5368709120 (5 GiB); the default is 8388608"))
-            } else if s3.read_attempts == 0 || s3.connect_timeout_secs == 0 || s3.read_timeout_secs == 0 {
-                Some(("has a zero timeout or attempt count", "use positive values (defaults: connect 5 s, read 30 s, 3 attempts)"))
+            } else if s3.multipart_threshold_bytes < 5 * 1024 * 1024
+                || s3.multipart_threshold_bytes > 5 * 1024 * 1024 * 1024
+            {
+                Some((
+                    "has multipart_threshold_bytes outside S3's part limits",
+                    "use 5242880 (5 MiB) to 5368709120 (5 GiB); the default is 8388608",
+                ))
+            } else if s3.read_attempts == 0
+                || s3.connect_timeout_secs == 0
+                || s3.read_timeout_secs == 0
+            {
+                Some((
+                    "has a zero timeout or attempt count",
+                    "use positive values (defaults: connect 5 s, read 30 s, 3 attempts)",
+                ))
             } else {
                 None
             };
             if let Some((what, fix)) = problem {
-                return Err(err(Some(span), format!("backend {:?} {what}", name.get_ref()), fix.into()));
+                return Err(err(
+                    Some(span),
+                    format!("backend {:?} {what}", name.get_ref()),
+                    fix.into(),
+                ));
             }
         }
         backends.insert(name.into_inner(), b);

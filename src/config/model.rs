@@ -128,10 +128,16 @@ impl std::fmt::Debug for S3BackendConfig {
             .field("endpoint", &self.endpoint)
             .field("region", &self.region)
             .field("access_key_id", &self.access_key_id)
-            .field("secret_access_key", &self.secret_access_key.as_ref().map(|_| "<redacted>"))
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| "<redacted>"),
+            )
             .field("path_style", &self.path_style)
             .field("multipart_threshold_bytes", &self.multipart_threshold_bytes)
-            .field("unsafe_no_conditional_writes", &self.unsafe_no_conditional_writes)
+            .field(
+                "unsafe_no_conditional_writes",
+                &self.unsafe_no_conditional_writes,
+            )
             .finish()
     }
 }

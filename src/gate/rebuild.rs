@@ -64,7 +64,9 @@ impl Gate {
                 row.etag = Some(info.etag.clone());
                 row.pending = None;
                 row.tombstone = false;
-                self.store.put(vec![(object_key, row)], Durability::Lazy).await?;
+                self.store
+                    .put(vec![(object_key, row)], Durability::Lazy)
+                    .await?;
             }
             progress(report.objects);
             match page.next_start_after {

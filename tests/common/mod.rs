@@ -2,6 +2,8 @@
 //! directory, and talks to it over HTTP.
 #![allow(dead_code)]
 
+pub mod moto;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -78,7 +78,14 @@ impl S3Backend {
 
     /// Checks that the store bucket exists and answers.
     pub async fn check_bucket(&self) -> Result<(), BackendError> {
-        match self.clients.reads.head_bucket().bucket(&self.bucket).send().await {
+        match self
+            .clients
+            .reads
+            .head_bucket()
+            .bucket(&self.bucket)
+            .send()
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) => Err(match classify("HeadBucket", e) {
                 S3Failure::NotFound => BackendError::Failing(format!(
@@ -103,9 +110,16 @@ impl S3Backend {
         m
     }
 
-    fn object_meta(content_type: Option<&str>, metadata: Option<&HashMap<String, String>>) -> ObjectMeta {
+    fn object_meta(
+        content_type: Option<&str>,
+        metadata: Option<&HashMap<String, String>>,
+    ) -> ObjectMeta {
         let mut user_meta: std::collections::BTreeMap<String, String> = metadata
-            .map(|m| m.iter().map(|(k, v)| (k.to_lowercase(), v.clone())).collect())
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.to_lowercase(), v.clone()))
+                    .collect()
+            })
             .unwrap_or_default();
         let token = user_meta.remove(TOKEN_META).and_then(|t| t.parse().ok());
         ObjectMeta {
@@ -126,13 +140,21 @@ impl S3Backend {
             .set_metadata(Some(Self::metadata(meta)))
             .send()
             .await
-            .map_err(|e| classify("CreateMultipartUpload", e).into_backend("CreateMultipartUpload"))?;
-        out.upload_id()
-            .map(str::to_string)
-            .ok_or_else(|| BackendError::Failing("CreateMultipartUpload returned no upload id".into()))
+            .map_err(|e| {
+                classify("CreateMultipartUpload", e).into_backend("CreateMultipartUpload")
+            })?;
+        out.upload_id().map(str::to_string).ok_or_else(|| {
+            BackendError::Failing("CreateMultipartUpload returned no upload id".into())
+        })
     }
 
-    async fn upload_part(&self, key: &str, upload_id: &str, number: i32, part: Bytes) -> Result<String, BackendError> {
+    async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        number: i32,
+        part: Bytes,
+    ) -> Result<String, BackendError> {
         // Part uploads are idempotent (same number, same bytes), so the retrying client is safe.
         let out = self
             .clients
@@ -226,7 +248,12 @@ impl S3Backend {
         }
     }
 
-    async fn send_commit(&self, staged: &Staged, meta: &ObjectMeta, expected: Option<&str>) -> Result<(), S3Failure> {
+    async fn send_commit(
+        &self,
+        staged: &Staged,
+        meta: &ObjectMeta,
+        expected: Option<&str>,
+    ) -> Result<(), S3Failure> {
         let key = self.store_key(&staged.key);
         let (if_match, if_none_match) = match expected {
             Some(etag) => (Some(etag.to_string()), None),
@@ -259,7 +286,11 @@ impl S3Backend {
                     .bucket(&self.bucket)
                     .key(key)
                     .upload_id(upload_id)
-                    .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
+                    .multipart_upload(
+                        CompletedMultipartUpload::builder()
+                            .set_parts(Some(parts))
+                            .build(),
+                    )
                     .set_if_match(if_match)
                     .set_if_none_match(if_none_match)
                     .send()
@@ -312,7 +343,11 @@ impl Backend for S3Backend {
         let (upload_id, parts) = self
             .stage_multipart(key, &meta, buf, &mut body, &mut md5_of_parts, &mut size)
             .await?;
-        let etag = format!("\"{}-{}\"", hex::encode(md5_of_parts.finalize()), parts.len());
+        let etag = format!(
+            "\"{}-{}\"",
+            hex::encode(md5_of_parts.finalize()),
+            parts.len()
+        );
         Ok(Staged {
             body: StagedBody::Multipart { upload_id, parts },
             bucket: bucket.to_string(),
@@ -324,13 +359,21 @@ impl Backend for S3Backend {
         })
     }
 
-    async fn commit(&self, staged: &Staged, expected: Option<&str>) -> Result<ObjectInfo, BackendError> {
+    async fn commit(
+        &self,
+        staged: &Staged,
+        expected: Option<&str>,
+    ) -> Result<ObjectInfo, BackendError> {
         let meta = staged.meta.clone();
         match self.send_commit(staged, &meta, expected).await {
             Ok(()) => {}
             Err(S3Failure::Precondition | S3Failure::NotFound) => {
                 // 404 answers If-Match on an object that is gone; both mean "changed".
-                let found = self.version(&staged.bucket, &staged.key).await.ok().flatten();
+                let found = self
+                    .version(&staged.bucket, &staged.key)
+                    .await
+                    .ok()
+                    .flatten();
                 return Err(BackendError::Conflict {
                     expected: expected.map(str::to_string),
                     found,
@@ -372,7 +415,15 @@ impl Backend for S3Backend {
     }
 
     async fn head(&self, _bucket: &str, key: &str) -> Result<Option<ObjectInfo>, BackendError> {
-        match self.clients.reads.head_object().bucket(&self.bucket).key(self.store_key(key)).send().await {
+        match self
+            .clients
+            .reads
+            .head_object()
+            .bucket(&self.bucket)
+            .key(self.store_key(key))
+            .send()
+            .await
+        {
             Ok(out) => {
                 let etag = out.e_tag().unwrap_or_default().to_string();
                 Ok(Some(ObjectInfo {
@@ -380,7 +431,11 @@ impl Backend for S3Backend {
                     size: out.content_length().unwrap_or(0).max(0) as u64,
                     version: etag.clone(),
                     etag,
-                    last_modified_ms: out.last_modified().and_then(|t| t.to_millis().ok()).unwrap_or(0).max(0) as u64,
+                    last_modified_ms: out
+                        .last_modified()
+                        .and_then(|t| t.to_millis().ok())
+                        .unwrap_or(0)
+                        .max(0) as u64,
                     meta: Self::object_meta(out.content_type(), out.metadata()),
                 }))
             }
@@ -391,8 +446,20 @@ impl Backend for S3Backend {
         }
     }
 
-    async fn get(&self, bucket: &str, key: &str) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
-        let out = match self.clients.reads.get_object().bucket(&self.bucket).key(self.store_key(key)).send().await {
+    async fn get(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
+        let out = match self
+            .clients
+            .reads
+            .get_object()
+            .bucket(&self.bucket)
+            .key(self.store_key(key))
+            .send()
+            .await
+        {
             Ok(out) => out,
             Err(e) => {
                 return match classify("GetObject", e) {
@@ -407,7 +474,11 @@ impl Backend for S3Backend {
             size: out.content_length().unwrap_or(0).max(0) as u64,
             version: etag.clone(),
             etag,
-            last_modified_ms: out.last_modified().and_then(|t| t.to_millis().ok()).unwrap_or(0).max(0) as u64,
+            last_modified_ms: out
+                .last_modified()
+                .and_then(|t| t.to_millis().ok())
+                .unwrap_or(0)
+                .max(0) as u64,
             meta: Self::object_meta(out.content_type(), out.metadata()),
         };
         let _ = bucket;
@@ -451,7 +522,13 @@ impl Backend for S3Backend {
         }
     }
 
-    async fn list(&self, _bucket: &str, prefix: &str, start_after: Option<&str>, max: usize) -> Result<ListPage, BackendError> {
+    async fn list(
+        &self,
+        _bucket: &str,
+        prefix: &str,
+        start_after: Option<&str>,
+        max: usize,
+    ) -> Result<ListPage, BackendError> {
         let out = self
             .clients
             .reads
@@ -474,7 +551,11 @@ impl Backend for S3Backend {
                 size: o.size().unwrap_or(0).max(0) as u64,
                 version: etag.clone(),
                 etag,
-                last_modified_ms: o.last_modified().and_then(|t| t.to_millis().ok()).unwrap_or(0).max(0) as u64,
+                last_modified_ms: o
+                    .last_modified()
+                    .and_then(|t| t.to_millis().ok())
+                    .unwrap_or(0)
+                    .max(0) as u64,
                 // A listing does not carry metadata; HEAD the object for its token.
                 meta: ObjectMeta::default(),
             });

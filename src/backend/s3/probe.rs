@@ -52,7 +52,12 @@ impl S3Backend {
             .map_err(|e| classify("PutObject", e))
     }
 
-    async fn probe_multipart(&self, key: &str, if_match: Option<&str>, if_none_match: bool) -> Outcome {
+    async fn probe_multipart(
+        &self,
+        key: &str,
+        if_match: Option<&str>,
+        if_none_match: bool,
+    ) -> Outcome {
         let upload = self
             .clients
             .writes
@@ -76,7 +81,12 @@ impl S3Backend {
             .await
             .map_err(|e| classify("UploadPart", e))?;
         let done = CompletedMultipartUpload::builder()
-            .parts(CompletedPart::builder().part_number(1).set_e_tag(part.e_tag().map(str::to_string)).build())
+            .parts(
+                CompletedPart::builder()
+                    .part_number(1)
+                    .set_e_tag(part.e_tag().map(str::to_string))
+                    .build(),
+            )
             .build();
         let outcome = self
             .clients
@@ -93,16 +103,28 @@ impl S3Backend {
             .map(|_| ())
             .map_err(|e| classify("CompleteMultipartUpload", e));
         if outcome.is_err() {
-            self.abort(key.strip_prefix(&self.prefix).unwrap_or(key), &upload_id).await;
+            self.abort(key.strip_prefix(&self.prefix).unwrap_or(key), &upload_id)
+                .await;
         }
         outcome
     }
 
     /// Runs the probe on `<prefix>.fencegate-probe/<random>`, and removes the scratch key.
     pub async fn probe(&self) -> Result<ProbeReport, String> {
-        let key = format!("{}.fencegate-probe/{:016x}", self.prefix, rand::random::<u64>());
+        let key = format!(
+            "{}.fencegate-probe/{:016x}",
+            self.prefix,
+            rand::random::<u64>()
+        );
         let result = self.probe_on(&key).await;
-        let _ = self.clients.reads.delete_object().bucket(&self.bucket).key(&key).send().await;
+        let _ = self
+            .clients
+            .reads
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .send()
+            .await;
         result
     }
 
@@ -112,10 +134,22 @@ impl S3Backend {
             .await
             .map_err(|e| format!("cannot write the probe object {key}: {:?}", e))?;
         let checks: [(&'static str, Outcome); 4] = [
-            ("If-None-Match: * on PutObject", self.probe_put(key, None, true).await),
-            ("If-Match on PutObject", self.probe_put(key, Some(WRONG_ETAG), false).await),
-            ("If-Match on CompleteMultipartUpload", self.probe_multipart(key, Some(WRONG_ETAG), false).await),
-            ("If-None-Match: * on CompleteMultipartUpload", self.probe_multipart(key, None, true).await),
+            (
+                "If-None-Match: * on PutObject",
+                self.probe_put(key, None, true).await,
+            ),
+            (
+                "If-Match on PutObject",
+                self.probe_put(key, Some(WRONG_ETAG), false).await,
+            ),
+            (
+                "If-Match on CompleteMultipartUpload",
+                self.probe_multipart(key, Some(WRONG_ETAG), false).await,
+            ),
+            (
+                "If-None-Match: * on CompleteMultipartUpload",
+                self.probe_multipart(key, None, true).await,
+            ),
         ];
         for (what, outcome) in checks {
             if !refused(outcome)? {
