@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod moto;
+pub mod s3proxy;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

@@ -1,0 +1,251 @@
+//! The s3 backend's own promises, against a real moto server: the start-up probe, backend
+//! faults (down, throttled, a commit whose outcome is unknown), the token stored on the object,
+//! and a 1 GiB object streamed both ways with bounded memory.
+
+mod common;
+use common::moto::Moto;
+use common::s3proxy::{Mode, S3Proxy};
+use common::{client, get_bytes, put, Server};
+use std::process::Command;
+
+const BUCKET: &str = "fencegate-s3";
+
+fn config(endpoint: &str, extra: &str) -> String {
+    format!(
+        "[backends.store]\nkind = \"s3\"\nendpoint = \"{endpoint}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nread_timeout_secs = 2\nread_attempts = 2\n{extra}\n\n[buckets.default]\nbackend = \"store\"\nbackend_bucket = \"{BUCKET}\"\n"
+    )
+}
+
+const UNSAFE: &str = "unsafe_no_conditional_writes = true";
+
+/// Starts fencegate expecting it to refuse; returns its stderr.
+fn refused_start(dir: &std::path::Path, config_text: &str) -> String {
+    let file = dir.join("refused.toml");
+    std::fs::write(&file, config_text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fencegate"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(dir.join("refused-data"))
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "fencegate started on a store that ignores conditions"
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_refuses_stores_that_ignore_conditions() {
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET).await;
+    let dir = tempfile::tempdir().unwrap();
+    // moto honours conditions on PutObject but not If-Match on CompleteMultipartUpload.
+    let err = refused_start(dir.path(), &config(&moto.endpoint(), ""));
+    assert!(err.contains("If-Match on CompleteMultipartUpload"), "{err}");
+    assert!(!err.contains("If-Match on PutObject"), "{err}");
+    assert!(
+        err.contains("unsafe_no_conditional_writes"),
+        "the message says how to proceed: {err}"
+    );
+
+    // A store that drops the headers altogether fails every check.
+    let proxy = S3Proxy::start(moto.endpoint()).await;
+    proxy.set(Mode::DropConditions);
+    let err = refused_start(dir.path(), &config(&proxy.endpoint(), ""));
+    for check in [
+        "If-None-Match: * on PutObject",
+        "If-Match on PutObject",
+        "If-Match on CompleteMultipartUpload",
+    ] {
+        assert!(err.contains(check), "{check} not reported: {err}");
+    }
+    // The probe cleaned up after itself.
+    let listed = moto
+        .client()
+        .list_objects_v2()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.key_count(), Some(0), "{listed:?}");
+
+    // A missing store bucket is named.
+    let err = refused_start(
+        dir.path(),
+        &config(&moto.endpoint(), UNSAFE).replace(BUCKET, "no-such-bucket"),
+    );
+    assert!(err.contains("no-such-bucket"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_is_stored_on_the_object() {
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET).await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        &dir.path().join("data"),
+        Some(&config(&moto.endpoint(), UNSAFE)),
+    );
+    assert_eq!(
+        put(&client(), &s.object_url("default", "k"), Some("42"), b"v")
+            .await
+            .0,
+        200
+    );
+    let head = moto
+        .client()
+        .head_object()
+        .bucket(BUCKET)
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.metadata().unwrap()["fencing-token"], "42");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_goes_down_is_502_and_changes_nothing() {
+    let mut moto = Moto::start();
+    moto.create_bucket(BUCKET).await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        &dir.path().join("data"),
+        Some(&config(&moto.endpoint(), UNSAFE)),
+    );
+    let c = client();
+    let url = s.object_url("default", "k");
+    assert_eq!(put(&c, &url, Some("5"), b"before").await.0, 200);
+    moto.stop();
+    let (status, body) = put(&c, &url, Some("7"), b"while down").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (502, Some("BackendUnavailable")),
+        "{body}"
+    );
+    let fence: serde_json::Value = c
+        .get(s.url("/v1/fences/default/k"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(fence["highest"], 5, "the failed write recorded nothing");
+    // The store comes back (moto restarts empty): writes flow again...
+    let moto = Moto::start_on(moto.port);
+    moto.create_bucket(BUCKET).await;
+    assert_eq!(
+        put(&c, &s.object_url("default", "fresh"), Some("7"), b"after")
+            .await
+            .0,
+        200
+    );
+    // ...and the object that vanished from the store behind fencegate's back is reported,
+    // not silently re-created.
+    let (status, body) = put(&c, &url, Some("7"), b"after").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("BypassDetected")),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_is_503_with_retry_after() {
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET).await;
+    let proxy = S3Proxy::start(moto.endpoint()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        &dir.path().join("data"),
+        Some(&config(&proxy.endpoint(), UNSAFE)),
+    );
+    proxy.set(Mode::ThrottleWrites);
+    let resp = client()
+        .put(s.object_url("default", "k"))
+        .header("Fencing-Token", "1")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 503);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "BackendUnavailable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_with_unknown_outcome_is_read_back_not_resent() {
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET).await;
+    let proxy = S3Proxy::start(moto.endpoint()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        &dir.path().join("data"),
+        Some(&config(&proxy.endpoint(), UNSAFE)),
+    );
+    let c = client();
+    // The store applies the PutObject but its answer never arrives: fencegate times out,
+    // reads the ETag back, sees its own write, and acknowledges it.
+    proxy.set(Mode::StallConditionalWrites);
+    let (status, body) = put(
+        &c,
+        &s.object_url("default", "landed"),
+        Some("3"),
+        b"applied",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    proxy.set(Mode::Pass);
+    assert_eq!(
+        get_bytes(&c, &s.object_url("default", "landed")).await.1,
+        b"applied"
+    );
+    // The next write is not mistaken for a bypass.
+    assert_eq!(
+        put(&c, &s.object_url("default", "landed"), Some("3"), b"next")
+            .await
+            .0,
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_commit_that_did_not_land_is_504_and_keeps_the_token() {
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET).await;
+    let proxy = S3Proxy::start(moto.endpoint()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        &dir.path().join("data"),
+        Some(&config(&proxy.endpoint(), UNSAFE)),
+    );
+    let c = client();
+    let url = s.object_url("default", "k");
+    proxy.set(Mode::SwallowConditionalWrites);
+    let (status, body) = put(&c, &url, Some("5"), b"lost").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (504, Some("BackendUnavailable")),
+        "{body}"
+    );
+    proxy.set(Mode::Pass);
+    assert_eq!(get_bytes(&c, &url).await.0, 404, "nothing landed");
+    let fence: serde_json::Value = c
+        .get(s.url("/v1/fences/default/k"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        fence["highest"], 5,
+        "contract line 7: the recorded token stays"
+    );
+    assert_eq!(put(&c, &url, Some("4"), b"stale").await.0, 409);
+    assert_eq!(put(&c, &url, Some("5"), b"retried").await.0, 200);
+    assert_eq!(get_bytes(&c, &url).await.1, b"retried");
+}
