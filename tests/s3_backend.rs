@@ -12,11 +12,13 @@ const BUCKET: &str = "fencegate-s3";
 
 fn config(endpoint: &str, extra: &str) -> String {
     format!(
-        "[backends.store]\nkind = \"s3\"\nendpoint = \"{endpoint}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nread_timeout_secs = 2\nread_attempts = 2\n{extra}\n\n[buckets.default]\nbackend = \"store\"\nbackend_bucket = \"{BUCKET}\"\n"
+        "[backends.store]\nkind = \"s3\"\nendpoint = \"{endpoint}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nread_attempts = 2\n{extra}\n\n[buckets.default]\nbackend = \"store\"\nbackend_bucket = \"{BUCKET}\"\n"
     )
 }
 
 const UNSAFE: &str = "unsafe_no_conditional_writes = true";
+/// For tests where the store stalls on purpose.
+const UNSAFE_FAST_TIMEOUT: &str = "unsafe_no_conditional_writes = true\nread_timeout_secs = 2";
 
 /// Starts fencegate expecting it to refuse; returns its stderr.
 fn refused_start(dir: &std::path::Path, config_text: &str) -> String {
@@ -53,7 +55,10 @@ async fn the_probe_refuses_stores_that_ignore_conditions() {
     // A store that drops the headers altogether fails every check.
     let proxy = S3Proxy::start(moto.endpoint()).await;
     proxy.set(Mode::DropConditions);
-    let err = refused_start(dir.path(), &config(&proxy.endpoint(), ""));
+    let err = refused_start(
+        dir.path(),
+        &config(&proxy.endpoint(), "read_timeout_secs = 2"),
+    );
     for check in [
         "If-None-Match: * on PutObject",
         "If-Match on PutObject",
@@ -74,7 +79,7 @@ async fn the_probe_refuses_stores_that_ignore_conditions() {
     // A missing store bucket is named.
     let err = refused_start(
         dir.path(),
-        &config(&moto.endpoint(), UNSAFE).replace(BUCKET, "no-such-bucket"),
+        &config(&moto.endpoint(), UNSAFE_FAST_TIMEOUT).replace(BUCKET, "no-such-bucket"),
     );
     assert!(err.contains("no-such-bucket"), "{err}");
 }
@@ -184,7 +189,7 @@ async fn a_commit_with_unknown_outcome_is_read_back_not_resent() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(
         &dir.path().join("data"),
-        Some(&config(&proxy.endpoint(), UNSAFE)),
+        Some(&config(&proxy.endpoint(), UNSAFE_FAST_TIMEOUT)),
     );
     let c = client();
     // The store applies the PutObject but its answer never arrives: fencegate times out,
@@ -220,7 +225,7 @@ async fn a_timed_out_commit_that_did_not_land_is_504_and_keeps_the_token() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(
         &dir.path().join("data"),
-        Some(&config(&proxy.endpoint(), UNSAFE)),
+        Some(&config(&proxy.endpoint(), UNSAFE_FAST_TIMEOUT)),
     );
     let c = client();
     let url = s.object_url("default", "k");
@@ -248,4 +253,58 @@ async fn a_timed_out_commit_that_did_not_land_is_504_and_keeps_the_token() {
     assert_eq!(put(&c, &url, Some("4"), b"stale").await.0, 409);
     assert_eq!(put(&c, &url, Some("5"), b"retried").await.0, 200);
     assert_eq!(get_bytes(&c, &url).await.1, b"retried");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_1_gib_object_streams_both_ways_in_bounded_memory() {
+    use futures::StreamExt;
+    use md5::{Digest, Md5};
+    const CHUNK: usize = 1 << 20;
+    const TOTAL: u64 = 1 << 30;
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET).await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        &dir.path().join("data"),
+        Some(&config(&moto.endpoint(), UNSAFE)),
+    );
+    let c = client();
+    let url = s.object_url("default", "big.bin");
+    let chunk = bytes::Bytes::from((0..CHUNK).map(|i| (i % 253) as u8).collect::<Vec<u8>>());
+    let mut expected = Md5::new();
+    for _ in 0..TOTAL / CHUNK as u64 {
+        expected.update(&chunk);
+    }
+    let expected = expected.finalize();
+    let upload = chunk.clone();
+    let body = futures::stream::iter(0..TOTAL / CHUNK as u64)
+        .map(move |_| Ok::<_, std::io::Error>(upload.clone()));
+    let resp = c
+        .put(&url)
+        .header("Fencing-Token", "1")
+        .body(reqwest::Body::wrap_stream(body))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        200,
+        "{}",
+        resp.text().await.unwrap()
+    );
+    let resp = c.get(&url).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut got = 0u64;
+    let mut md5 = Md5::new();
+    let mut stream = resp.bytes_stream();
+    while let Some(part) = stream.next().await {
+        let part = part.unwrap();
+        got += part.len() as u64;
+        md5.update(&part);
+    }
+    assert_eq!(got, TOTAL);
+    assert_eq!(md5.finalize(), expected);
+    let peak = s.peak_rss_kib();
+    eprintln!("s3 backend: peak RSS after a 1 GiB PUT and GET: {peak} KiB");
+    assert!(peak < 256 * 1024, "peak RSS {peak} KiB for a 1 GiB object");
 }

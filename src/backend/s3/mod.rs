@@ -381,7 +381,12 @@ impl Backend for S3Backend {
             }
             Err(f) if f.outcome_unknown() => {
                 // Never re-sent: a late duplicate could land after a newer token's commit.
-                let error = f.into_backend("commit");
+                let error = match f.into_backend("commit") {
+                    BackendError::Timeout(e) => BackendError::Timeout(format!(
+                        "{e}; the store did not confirm the commit and it may still take effect: retry with the same token"
+                    )),
+                    other => other,
+                };
                 return match self.landed(staged).await {
                     Some(info) => {
                         tracing::info!(key = %staged.key, "a commit that timed out had landed; read back its ETag");
