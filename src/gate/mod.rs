@@ -160,6 +160,10 @@ impl Gate {
         object_key: &str,
         token: Option<Token>,
     ) -> Result<Locked, GateError> {
+        // The backend's version is read before the authoritative token check (DESIGN.md §3):
+        // the commit is conditional on it, so a commit from a lower token either lands before
+        // a higher token's commit or fails its condition, even without this process's lock.
+        let found = entry.backend.version(&req.bucket, &req.key).await?;
         let scope_row = self.row(scope)?;
         if let Some(t) = token {
             check_token(entry.policy.tokens, t.0, scope_row.highest, scope)?;
@@ -169,7 +173,6 @@ impl Gate {
         } else {
             self.row(object_key)?
         };
-        let found = entry.backend.version(&req.bucket, &req.key).await?;
         let current_etag = if object_row.owns_version(found.as_deref()) {
             object_row.etag_of(found.as_deref())
         } else {
