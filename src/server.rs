@@ -125,6 +125,8 @@ async fn prepare_s3(
         .await
         .map_err(|e| fail(format!("the conditional-write probe failed: {e}")))?;
     backend.set_conditional_delete(report.conditional_delete);
+    // Where the store ignores conditions, the version is read before each such commit instead.
+    backend.set_conditional_commits(report.puts_safe(), report.completes_safe());
     if !report.conditional_delete {
         tracing::warn!(bucket, backend = backend_name, "the store ignores If-Match on DeleteObject: deletes check the ETag just before deleting");
     }

@@ -285,7 +285,8 @@ async fn limits_on_size_and_idle_bodies() {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(1);
     tx.send(Ok(b"start".to_vec())).await.unwrap();
     let stalled = reqwest::Body::wrap_stream(tokio_stream(rx));
-    let resp = c
+    // A fresh connection: the server closed the previous one after refusing its body mid-way.
+    let resp = client()
         .put(&url)
         .header("Fencing-Token", "1")
         .body(stalled)
@@ -294,9 +295,9 @@ async fn limits_on_size_and_idle_bodies() {
         .unwrap();
     assert_eq!(resp.status().as_u16(), 408);
     drop(tx);
-    assert_eq!(get_bytes(&c, &url).await.0, 404);
+    assert_eq!(get_bytes(&client(), &url).await.0, 404);
     assert!(common::files_below(&s.data_dir.join("objects/.staging")).is_empty());
-    assert_eq!(put(&c, &url, Some("1"), b"fits").await.0, 200);
+    assert_eq!(put(&client(), &url, Some("1"), b"fits").await.0, 200);
 }
 
 fn tokio_stream<T: Send + 'static>(

@@ -147,6 +147,14 @@ pub trait Backend: Send + Sync + 'static {
         expected: Option<&str>,
     ) -> Result<ObjectInfo, BackendError>;
 
+    /// Whether committing `staged` is an atomic compare-and-swap on the object's version: true
+    /// for `fs` (checked under the scope's lock) and for s3 stores the start-up probe proved
+    /// honour If-Match / If-None-Match on that kind of commit. The gate then trusts its fence
+    /// table for the version instead of reading it from the backend before the commit.
+    fn conditional_commit(&self, _staged: &Staged) -> bool {
+        true
+    }
+
     /// Drops a staged body that lost (or whose commit failed).
     async fn discard(&self, staged: Staged);
 

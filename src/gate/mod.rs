@@ -152,6 +152,10 @@ impl Gate {
 
     /// Checks, under the scope's lock, the token, the backend's version and the client's
     /// conditions. Nothing has been changed when this returns an error.
+    ///
+    /// With `trust_row` the version expected is the one the fence table recorded, with no
+    /// backend round trip: the backend's commit is an atomic compare-and-swap on it, so a write
+    /// made around fencegate still fails the commit (see [`Gate::commit_or_adopt`]).
     async fn lock_checks(
         &self,
         req: &WriteRequest,
@@ -159,11 +163,16 @@ impl Gate {
         scope: &str,
         object_key: &str,
         token: Option<Token>,
+        trust_row: bool,
     ) -> Result<Locked, GateError> {
-        // The backend's version is read before the authoritative token check (DESIGN.md §3):
-        // the commit is conditional on it, so a commit from a lower token either lands before
-        // a higher token's commit or fails its condition, even without this process's lock.
-        let found = entry.backend.version(&req.bucket, &req.key).await?;
+        // The version is read (from the fence table, or the backend) before the authoritative
+        // token check (DESIGN.md §3): the commit is conditional on it, so a commit from a lower
+        // token either lands before a higher token's commit or fails its condition.
+        let found = if trust_row {
+            None
+        } else {
+            Some(entry.backend.version(&req.bucket, &req.key).await?)
+        };
         let scope_row = self.row(scope)?;
         if let Some(t) = token {
             check_token(entry.policy.tokens, t.0, scope_row.highest, scope)?;
@@ -173,6 +182,7 @@ impl Gate {
         } else {
             self.row(object_key)?
         };
+        let found = found.unwrap_or_else(|| object_row.version.clone());
         let current_etag = if object_row.owns_version(found.as_deref()) {
             object_row.etag_of(found.as_deref())
         } else {
@@ -298,8 +308,9 @@ impl Gate {
         } else {
             None
         };
+        let trust_row = entry.backend.conditional_commit(&staged);
         let locked = match self
-            .lock_checks(&req, entry, &scope, &object_key, token)
+            .lock_checks(&req, entry, &scope, &object_key, token, trust_row)
             .await
         {
             Ok(l) => l,
@@ -329,6 +340,7 @@ impl Gate {
             current_etag,
             expected,
         } = locked;
+        let before = (scope_row.clone(), object_row.clone());
         if let Some(t) = token {
             scope_row.highest = Some(scope_row.highest.map_or(t.0, |h| h.max(t.0)));
         }
@@ -354,7 +366,10 @@ impl Gate {
             return Err(e);
         }
         let size = staged.size;
-        let info = match self.commit_or_adopt(req, entry, &staged, expected).await {
+        let info = match self
+            .commit_or_adopt(req, entry, (scope, object_key), before, &staged, expected)
+            .await
+        {
             Ok(info) => info,
             Err(e) => {
                 entry.backend.discard(staged).await;
@@ -378,24 +393,31 @@ impl Gate {
         })
     }
 
-    /// The conditional commit. A conflict here means the object changed between our check and
-    /// the commit (a write around fencegate racing ours): refused, or under `adopt`, re-read
-    /// and committed once more.
+    /// The conditional commit. A conflict means the object is not at the version expected:
+    /// either a crash left it at our own pending version (committed again on that), or a write
+    /// made around fencegate changed it. That is refused, with the fence rows restored to
+    /// `before` so that the refused write leaves the table as it was (contract line 7), or,
+    /// under `on_bypass = "adopt"`, committed once more over the foreign version.
     async fn commit_or_adopt(
         &self,
         req: &WriteRequest,
         entry: &BucketEntry,
+        (scope, object_key): (&str, &str),
+        before: (FenceRow, FenceRow),
         staged: &Staged,
         expected: Option<String>,
     ) -> Result<ObjectInfo, GateError> {
         match entry.backend.commit(staged, expected.as_deref()).await {
-            Err(BackendError::Conflict { expected, found }) => {
-                let row = FenceRow {
-                    version: expected,
-                    ..FenceRow::default()
-                };
-                self.bypassed(req, entry, &row, found.as_deref())?;
+            Err(BackendError::Conflict { .. }) => {
                 let found = entry.backend.version(&req.bucket, &req.key).await?;
+                let (scope_row, object_row) = before;
+                if !object_row.owns_version(found.as_deref()) {
+                    if let Err(refused) = self.bypassed(req, entry, &object_row, found.as_deref()) {
+                        self.save(scope, scope_row, object_key, object_row, Durability::Synced)
+                            .await?;
+                        return Err(refused);
+                    }
+                }
                 Ok(entry.backend.commit(staged, found.as_deref()).await?)
             }
             other => Ok(other?),
@@ -436,7 +458,7 @@ impl Gate {
             expected,
             ..
         } = self
-            .lock_checks(&req, entry, &scope, &object_key, token)
+            .lock_checks(&req, entry, &scope, &object_key, token, false)
             .await?;
         let Some(expected) = expected else {
             return Err(GateError::NoSuchKey {

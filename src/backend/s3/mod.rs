@@ -37,6 +37,9 @@ pub struct S3Backend {
     /// Set by the probe: whether DeleteObject honours If-Match. Without it, a delete checks the
     /// ETag (under the scope's lock) and then deletes.
     conditional_delete: std::sync::atomic::AtomicBool,
+    /// Set by the probe: whether PutObject, and CompleteMultipartUpload, honour the conditions.
+    conditional_puts: std::sync::atomic::AtomicBool,
+    conditional_completes: std::sync::atomic::AtomicBool,
 }
 
 impl S3Backend {
@@ -47,7 +50,16 @@ impl S3Backend {
             prefix: prefix.to_string(),
             part_size: part_size as usize,
             conditional_delete: std::sync::atomic::AtomicBool::new(true),
+            conditional_puts: std::sync::atomic::AtomicBool::new(true),
+            conditional_completes: std::sync::atomic::AtomicBool::new(true),
         }
+    }
+
+    /// Records what the probe proved about PutObject and CompleteMultipartUpload.
+    pub fn set_conditional_commits(&self, puts: bool, completes: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.conditional_puts.store(puts, Relaxed);
+        self.conditional_completes.store(completes, Relaxed);
     }
 
     pub fn set_conditional_delete(&self, honoured: bool) {
@@ -407,6 +419,14 @@ impl Backend for S3Backend {
                 .map_or(0, |d| d.as_millis() as u64),
             meta,
         })
+    }
+
+    fn conditional_commit(&self, staged: &Staged) -> bool {
+        let flag = match staged.body {
+            StagedBody::Multipart { .. } => &self.conditional_completes,
+            _ => &self.conditional_puts,
+        };
+        flag.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     async fn discard(&self, staged: Staged) {

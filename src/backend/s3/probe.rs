@@ -22,6 +22,19 @@ impl ProbeReport {
     pub fn safe(&self) -> bool {
         self.ignored.is_empty()
     }
+
+    /// Both conditions honoured on PutObject.
+    pub fn puts_safe(&self) -> bool {
+        !self.ignored.iter().any(|c| c.ends_with("on PutObject"))
+    }
+
+    /// Both conditions honoured on CompleteMultipartUpload.
+    pub fn completes_safe(&self) -> bool {
+        !self
+            .ignored
+            .iter()
+            .any(|c| c.ends_with("on CompleteMultipartUpload"))
+    }
 }
 
 type Outcome = Result<(), S3Failure>;

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""fencegate's benchmark: scenarios S1-S7, one table, written into BENCHMARKS.md.
+
+Run through scripts/bench, which builds the binaries and sets CARGO_TARGET_DIR. Every
+comparison is a ratio of setups measured alternately in this one run, never against figures
+from another run. Load comes from examples/bench_load.rs (closed loop, HDR histogram).
+"""
+import argparse, json, os, platform, re, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REL = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release")
+FENCEGATE = os.path.join(REL, "fencegate")
+LOAD = os.path.join(REL, "examples", "bench_load")
+POPULATE = os.path.join(REL, "examples", "bench_populate")
+MOTO = os.path.join(ROOT, ".venv", "bin", "moto_server")
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_http(url, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except urllib.error.HTTPError:
+            return  # it answers
+        except Exception:
+            time.sleep(0.02)
+    raise SystemExit(f"{url} did not answer within {timeout} s")
+
+
+class Fencegate:
+    def __init__(self, work, name, config):
+        self.data = os.path.join(work, name)
+        self.port = free_port()
+        cfg = os.path.join(work, name + ".toml")
+        with open(cfg, "w") as f:
+            f.write(config)
+        started = time.time()
+        self.proc = subprocess.Popen(
+            [FENCEGATE, "serve", "--config", cfg, "--data-dir", self.data, "--listen", f"127.0.0.1:{self.port}"],
+            env=dict(os.environ, RUST_LOG="warn"), stderr=open(os.path.join(work, name + ".log"), "w"))
+        wait_http(f"http://127.0.0.1:{self.port}/healthz")
+        self.startup_s = time.time() - started
+
+    def objects(self, bucket):
+        return f"http://127.0.0.1:{self.port}/v1/objects/{bucket}"
+
+    def peak_rss_mib(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def load(url, mode, secs, concurrency=64, extra=()):
+    out = subprocess.run([LOAD, "--url", url, "--mode", mode, "--secs", str(secs), "--concurrency", str(concurrency), *extra],
+                         check=True, capture_output=True, text=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    if r["errors"]:
+        raise SystemExit(f"{mode} on {url}: {r['errors']} requests failed")
+    return r
+
+
+def median_run(runs):
+    """The run with the median throughput (its latencies belong to it)."""
+    return sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
+
+
+FS_CONFIG = '[buckets.fenced]\n\n[buckets.open]\nfencing = "off"\n'
+
+
+def s1_to_s4(work, secs, rounds):
+    g = Fencegate(work, "s1", FS_CONFIG)
+    s1, s4 = [], []
+    for r in range(rounds):
+        log(f"S1/S4 round {r + 1}/{rounds}")
+        s1.append(load(g.objects("fenced"), "distinct", secs))
+        s4.append(load(g.objects("open"), "unfenced", secs))
+    log("S2, S3")
+    s2 = load(g.objects("fenced"), "hot", secs, concurrency=8)
+    s3 = load(g.objects("fenced"), "stale", secs)
+    g.stop()
+    return median_run(s1), s2, s3, median_run(s4)
+
+
+def s5(work, secs, rounds):
+    moto_port, nginx_port = free_port(), free_port()
+    moto = subprocess.Popen([MOTO, "-H", "127.0.0.1", "-p", str(moto_port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_http(f"http://127.0.0.1:{moto_port}/")
+    urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{moto_port}/bench-store", method="PUT"))
+    prefix = os.path.join(work, "nginx")
+    os.makedirs(prefix, exist_ok=True)
+    user = "user root;\n" if os.geteuid() == 0 else ""
+    with open(os.path.join(prefix, "nginx.conf"), "w") as f:
+        f.write(f"""{user}worker_processes 1;
+daemon off;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {prefix}/body; proxy_temp_path {prefix}/proxy;
+  fastcgi_temp_path {prefix}/fcgi; uwsgi_temp_path {prefix}/uwsgi; scgi_temp_path {prefix}/scgi;
+  upstream store {{ server 127.0.0.1:{moto_port}; keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{nginx_port};
+    client_max_body_size 0;
+    location / {{
+      proxy_pass http://store;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $http_host;
+      proxy_request_buffering off;
+      proxy_buffering off;
+    }}
+  }}
+}}
+""")
+    nginx = subprocess.Popen([NGINX, "-p", prefix, "-c", os.path.join(prefix, "nginx.conf")], stderr=subprocess.DEVNULL)
+    wait_http(f"http://127.0.0.1:{nginx_port}/")
+    g = Fencegate(work, "s5", f"""[backends.store]
+kind = "s3"
+endpoint = "http://127.0.0.1:{moto_port}"
+access_key_id = "bench"
+secret_access_key = "bench"
+unsafe_no_conditional_writes = true
+
+[buckets.fenced]
+backend = "store"
+backend_bucket = "bench-store"
+backend_prefix = "fenced/"
+""")
+    direct, proxied, fenced = [], [], []
+    for r in range(rounds):
+        log(f"S5 round {r + 1}/{rounds}")
+        direct.append(load(f"http://127.0.0.1:{moto_port}/bench-store", "s3", secs))
+        proxied.append(load(f"http://127.0.0.1:{nginx_port}/bench-store", "s3", secs))
+        fenced.append(load(g.objects("fenced"), "distinct", secs))
+    g.stop()
+    nginx.terminate()
+    moto.terminate()
+    nginx.wait()
+    moto.wait()
+    return median_run(direct), median_run(proxied), median_run(fenced)
+
+
+def s6(work):
+    log("S6: 1 GiB PUT and GET")
+    g = Fencegate(work, "s6", FS_CONFIG)
+    path = os.path.join(work, "1gib.bin")
+    block = bytes(range(256)) * 4096
+    with open(path, "wb") as f:
+        for _ in range((1 << 30) // len(block)):
+            f.write(block)
+    url = g.objects("fenced") + "/big.bin"
+    t = time.time()
+    subprocess.run(["curl", "-sf", "-o", "/dev/null", "-T", path, "-H", "Fencing-Token: 1", url], check=True)
+    put_s = time.time() - t
+    t = time.time()
+    subprocess.run(["curl", "-sf", "-o", "/dev/null", url], check=True)
+    get_s = time.time() - t
+    rss = g.peak_rss_mib()
+    g.stop()
+    os.remove(path)
+    return 1024 / put_s, 1024 / get_s, rss
+
+
+def s7(work, secs, sizes):
+    out = []
+    for n in sizes:
+        log(f"S7: {n} scopes")
+        data = os.path.join(work, f"s7-{n}")
+        subprocess.run([POPULATE, "--dir", os.path.join(data, "fences"), "--rows", str(n)], check=True)
+        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(os.path.join(data, "fences")) for f in fs)
+        g = Fencegate(work, f"s7-{n}", FS_CONFIG)
+        r = load(g.objects("fenced"), "spread", secs, extra=("--keys", str(n)))
+        g.stop()
+        out.append((n, r, size / n, g.startup_s))
+        shutil.rmtree(data)
+    return out
+
+
+def fmt(r):
+    return f"{r['rps']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['p999_ms']:.2f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--secs", type=float, default=8, help="seconds per load run (default 8)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternations of compared setups (default 3)")
+    ap.add_argument("--growth", default="10000,1000000,10000000", help="scope counts for S7")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="fencegate-bench-", dir=os.path.join(ROOT, "target") if os.path.isdir(os.path.join(ROOT, "target")) else None)
+    try:
+        s1, s2, s3, s4 = s1_to_s4(work, args.secs, args.rounds)
+        direct, proxied, fenced = s5(work, args.secs, args.rounds)
+        put_mbs, get_mbs, rss = s6(work)
+        growth = s7(work, args.secs, [int(x) for x in args.growth.split(",")])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    rows = [
+        "| scenario | req/s | p50 ms | p99 ms | p99.9 ms |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        f"| S1 fenced 4 KiB PUT, 64 clients, distinct keys, fs | {fmt(s1)} |",
+        f"| S2 one hot scope, 8 writers, increasing tokens ({s2['rejected']} of {s2['ok'] + s2['rejected']} overtaken) | {fmt(s2)} |",
+        f"| S3 stale writes, rejected (409) | {fmt(s3)} |",
+        f"| S4 = S1 on a bucket with fencing off | {fmt(s4)} |",
+        f"| S5 4 KiB PUT straight to the store (moto) | {fmt(direct)} |",
+        f"| S5 through nginx | {fmt(proxied)} |",
+        f"| S5 through fencegate (fenced, s3 backend) | {fmt(fenced)} |",
+    ]
+    for n, r, _, _ in growth:
+        rows.append(f"| S7 fenced PUTs over {n:,} scopes | {fmt(r)} |")
+    stream = [
+        "| S6 streaming 1 GiB through fencegate (fs) | MB/s |",
+        "| --- | ---: |",
+        f"| PUT | {put_mbs:.0f} |",
+        f"| GET | {get_mbs:.0f} |",
+        f"| peak RSS of fencegate | {rss:.0f} MiB |",
+    ]
+    table_growth = ["| S7 scopes | bytes per scope on disk | start-up s |", "| ---: | ---: | ---: |"]
+    for n, _, per, start in growth:
+        table_growth.append(f"| {n:,} | {per:.1f} | {start:.2f} |")
+
+    ratio = lambda a, b: a["rps"] / b["rps"]
+    small, big = growth[0], growth[-1]
+    nginx_overhead = 1 - ratio(proxied, direct)
+    fg_overhead = 1 - ratio(fenced, direct)
+    checks = [
+        ("fencing costs at most 30% (S1 >= 0.7 x S4)", f"S1/S4 = {ratio(s1, s4):.2f}", ratio(s1, s4) >= 0.7),
+        ("stale rejections >= 5 x S1", f"S3/S1 = {ratio(s3, s1):.1f}", ratio(s3, s1) >= 5),
+        ("S5 overhead no worse than nginx's", f"throughput lost: nginx {nginx_overhead:.0%}, fencegate {fg_overhead:.0%}", fg_overhead <= nginx_overhead),
+        ("S6 peak RSS < 64 MiB", f"{rss:.0f} MiB", rss < 64),
+        (f"S7 p99 at {big[0]:,} scopes <= 1.5 x p99 at {small[0]:,}", f"{big[1]['p99_ms']:.2f} / {small[1]['p99_ms']:.2f} ms = {big[1]['p99_ms'] / small[1]['p99_ms']:.2f}", big[1]["p99_ms"] <= 1.5 * small[1]["p99_ms"]),
+        (f"S7 start-up with {big[0]:,} scopes < 5 s", f"{big[3]:.2f} s", big[3] < 5),
+    ]
+    targets = ["| target | figure | |", "| --- | --- | --- |"] + [f"| {t} | {f} | {'met' if ok else 'MISSED'} |" for t, f, ok in checks]
+
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip()
+    moto = subprocess.run([os.path.join(ROOT, ".venv", "bin", "python"), "-c", "import moto; print(moto.__version__)"], capture_output=True, text=True).stdout.strip()
+    nginx_v = subprocess.run([NGINX, "-v"], capture_output=True, text=True).stderr.strip()
+    head = [
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores ({cpu}), {platform.platform()}; "
+        f"{rustc}; moto {moto}; {nginx_v}. Command: `scripts/bench --secs {args.secs:g} --rounds {args.rounds} --growth {args.growth}`. "
+        f"Each load run lasts {args.secs:g} s; compared setups alternate for {args.rounds} rounds and the median round is shown.",
+    ]
+    text = "\n".join(head + [""] + rows + [""] + stream + [""] + table_growth + [""] + targets) + "\n"
+    print(text)
+    if not args.no_write:
+        path = os.path.join(ROOT, "BENCHMARKS.md")
+        doc = open(path).read()
+        block = f"<!-- scripts/bench:begin -->\n{text}<!-- scripts/bench:end -->"
+        if "<!-- scripts/bench:begin -->" in doc:
+            doc = re.sub(r"<!-- scripts/bench:begin -->.*?<!-- scripts/bench:end -->", lambda _: block, doc, flags=re.S)
+        else:
+            doc += "\n## scripts/bench\n\n" + block + "\n"
+        open(path, "w").write(doc)
+        log("wrote the table into BENCHMARKS.md")
+
+
+if __name__ == "__main__":
+    main()
