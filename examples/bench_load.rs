@@ -6,13 +6,15 @@
 //!         [--concurrency 64] [--secs 10] [--size 4096]
 //!
 //! Modes (URL is an object URL prefix such as http://127.0.0.1:8080/v1/objects/default):
-//! - `distinct`: worker i writes key `w{i}` with its own increasing tokens (fenced, accepted);
+//! - `distinct`: worker i writes key `w{i}` with increasing tokens (fenced, accepted);
 //! - `hot`: every worker writes key `hot` with tokens from one shared, increasing counter;
 //! - `stale`: every worker writes key `stale` with token 1 after the fence was advanced to
-//!   1000000: every write is rejected (409);
+//!   the largest token: every write is rejected (409);
 //! - `unfenced`: like `distinct`, without a token (for a bucket with fencing off);
 //! - `spread`: keys `p0`..`p{--keys}` at random (scopes a populated table already holds, see
 //!   the bench_populate example), with tokens above every populated one;
+//!
+//! Tokens are microseconds since the epoch plus a counter, so they keep growing across runs.
 //! - `s3`: like `unfenced`, as an S3 PutObject (URL is `http://store/bucket`); the signature is
 //!   a placeholder, which moto does not check.
 
@@ -63,7 +65,13 @@ async fn main() {
             r.status()
         );
     }
-    let shared = Arc::new(AtomicU64::new(1));
+    // Tokens grow across runs too (microseconds since the epoch, then +1 per request), so a
+    // second run against the same fencegate is not refused as stale.
+    let base = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    let shared = Arc::new(AtomicU64::new(base));
     let counts = Arc::new(Counts::default());
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(secs);
@@ -83,13 +91,13 @@ async fn main() {
             while Instant::now() < deadline {
                 n += 1;
                 let req = match mode.as_str() {
-                    "distinct" => client.put(format!("{url}/w{w}")).header("Fencing-Token", n.to_string()),
+                    "distinct" => client.put(format!("{url}/w{w}")).header("Fencing-Token", (base + n).to_string()),
                     "hot" => client.put(format!("{url}/hot")).header("Fencing-Token", shared.fetch_add(1, Ordering::Relaxed).to_string()),
                     "stale" => client.put(format!("{url}/stale")).header("Fencing-Token", "1"),
                     "unfenced" => client.put(format!("{url}/w{w}")),
                     "spread" => client
                         .put(format!("{url}/p{}", rand::random::<u64>() % keys))
-                        .header("Fencing-Token", (1_000_000_000_000 + n).to_string()),
+                        .header("Fencing-Token", (base + n).to_string()),
                     "s3" => client
                         .put(format!("{url}/w{w}"))
                         .header("authorization", "AWS4-HMAC-SHA256 Credential=bench/20261130/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature=00")

@@ -74,8 +74,8 @@ def load(url, mode, secs, concurrency=64, extra=()):
     out = subprocess.run([LOAD, "--url", url, "--mode", mode, "--secs", str(secs), "--concurrency", str(concurrency), *extra],
                          check=True, capture_output=True, text=True).stdout
     r = json.loads(out.strip().splitlines()[-1])
-    if r["errors"]:
-        raise SystemExit(f"{mode} on {url}: {r['errors']} requests failed")
+    if r["errors"] or (mode in ("distinct", "unfenced", "s3") and r["rejected"]):
+        raise SystemExit(f"{mode} on {url}: {r['errors']} failed and {r['rejected']} refused requests")
     return r
 
 

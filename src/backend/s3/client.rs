@@ -8,7 +8,7 @@ use crate::config::S3BackendConfig;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region};
-use aws_sdk_s3::config::Credentials;
+use aws_sdk_s3::config::{Credentials, RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_sdk_s3::Client;
 use std::time::Duration;
 
@@ -42,7 +42,11 @@ pub async fn build(cfg: &S3BackendConfig) -> S3Clients {
     let shared = loader.load().await;
     let path_style = cfg.path_style.unwrap_or(cfg.endpoint.is_some());
     let client = |retry: RetryConfig| {
+        // Checksums only where the API demands them: fencegate computes the MD5 ETag itself,
+        // and an aws-chunked body with a trailing CRC costs CPU on both ends of every PUT.
         let conf = aws_sdk_s3::config::Builder::from(&shared)
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
             .force_path_style(path_style)
             .retry_config(retry)
             .build();
