@@ -79,6 +79,22 @@ def load(url, mode, secs, concurrency=64, extra=()):
     return r
 
 
+def cpu_secs(pid):
+    """User + system CPU time a process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(pids, fn):
+    """Runs fn and adds to its result the CPU ms per request each of `pids` spent on it."""
+    before = {name: cpu_secs(pid) for name, pid in pids.items()}
+    r = fn()
+    total = r["ok"] + r["rejected"]
+    r["cpu_ms"] = {name: (cpu_secs(pid) - before[name]) * 1000 / max(total, 1) for name, pid in pids.items()}
+    return r
+
+
 def median_run(runs):
     """The run with the median throughput (its latencies belong to it)."""
     return sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
@@ -149,11 +165,12 @@ backend_bucket = "bench-store"
 backend_prefix = "fenced/"
 """)
     direct, proxied, fenced = [], [], []
+    nginx_worker = int(subprocess.run(["pgrep", "-P", str(nginx.pid)], capture_output=True, text=True).stdout.split()[0])
     for r in range(rounds):
         log(f"S5 round {r + 1}/{rounds}")
-        direct.append(load(f"http://127.0.0.1:{moto_port}/bench-store", "s3", secs))
-        proxied.append(load(f"http://127.0.0.1:{nginx_port}/bench-store", "s3", secs))
-        fenced.append(load(g.objects("fenced"), "distinct", secs))
+        direct.append(measured({"store": moto.pid}, lambda: load(f"http://127.0.0.1:{moto_port}/bench-store", "s3", secs)))
+        proxied.append(measured({"store": moto.pid, "proxy": nginx_worker}, lambda: load(f"http://127.0.0.1:{nginx_port}/bench-store", "s3", secs)))
+        fenced.append(measured({"store": moto.pid, "proxy": g.proc.pid}, lambda: load(g.objects("fenced"), "distinct", secs)))
     g.stop()
     nginx.terminate()
     moto.terminate()
@@ -229,6 +246,13 @@ def main():
         f"| S5 through nginx | {fmt(proxied)} |",
         f"| S5 through fencegate (fenced, s3 backend) | {fmt(fenced)} |",
     ]
+    cpu = [
+        "| S5 CPU per request (ms) | store (moto) | proxy |",
+        "| --- | ---: | ---: |",
+        f"| straight to the store | {direct['cpu_ms']['store']:.2f} | - |",
+        f"| through nginx | {proxied['cpu_ms']['store']:.2f} | {proxied['cpu_ms']['proxy']:.3f} |",
+        f"| through fencegate | {fenced['cpu_ms']['store']:.2f} | {fenced['cpu_ms']['proxy']:.3f} |",
+    ]
     for n, r, _, _ in growth:
         rows.append(f"| S7 fenced PUTs over {n:,} scopes | {fmt(r)} |")
     stream = [
@@ -265,7 +289,7 @@ def main():
         f"{rustc}; moto {moto}; {nginx_v}. Command: `scripts/bench --secs {args.secs:g} --rounds {args.rounds} --growth {args.growth}`. "
         f"Each load run lasts {args.secs:g} s; compared setups alternate for {args.rounds} rounds and the median round is shown.",
     ]
-    text = "\n".join(head + [""] + rows + [""] + stream + [""] + table_growth + [""] + targets) + "\n"
+    text = "\n".join(head + [""] + rows + [""] + cpu + [""] + stream + [""] + table_growth + [""] + targets) + "\n"
     print(text)
     if not args.no_write:
         path = os.path.join(ROOT, "BENCHMARKS.md")
