@@ -246,7 +246,7 @@ def main():
         f"| S5 through nginx | {fmt(proxied)} |",
         f"| S5 through fencegate (fenced, s3 backend) | {fmt(fenced)} |",
     ]
-    cpu = [
+    cpu_table = [
         "| S5 CPU per request (ms) | store (moto) | proxy |",
         "| --- | ---: | ---: |",
         f"| straight to the store | {direct['cpu_ms']['store']:.2f} | - |",
@@ -289,7 +289,7 @@ def main():
         f"{rustc}; moto {moto}; {nginx_v}. Command: `scripts/bench --secs {args.secs:g} --rounds {args.rounds} --growth {args.growth}`. "
         f"Each load run lasts {args.secs:g} s; compared setups alternate for {args.rounds} rounds and the median round is shown.",
     ]
-    text = "\n".join(head + [""] + rows + [""] + cpu + [""] + stream + [""] + table_growth + [""] + targets) + "\n"
+    text = "\n".join(head + [""] + rows + [""] + cpu_table + [""] + stream + [""] + table_growth + [""] + targets) + "\n"
     print(text)
     if not args.no_write:
         path = os.path.join(ROOT, "BENCHMARKS.md")
