@@ -141,6 +141,28 @@ impl S3Backend {
         }
     }
 
+    /// An object's description from the fields S3 answers HEAD, GET and LIST with.
+    fn info(
+        key: &str,
+        etag: Option<&str>,
+        size: Option<i64>,
+        modified: Option<&aws_smithy_types::DateTime>,
+        meta: ObjectMeta,
+    ) -> ObjectInfo {
+        let etag = etag.unwrap_or_default().to_string();
+        ObjectInfo {
+            key: key.to_string(),
+            size: size.unwrap_or(0).max(0) as u64,
+            version: etag.clone(),
+            etag,
+            last_modified_ms: modified
+                .and_then(|t| t.to_millis().ok())
+                .unwrap_or(0)
+                .max(0) as u64,
+            meta,
+        }
+    }
+
     async fn start_multipart(&self, key: &str, meta: &ObjectMeta) -> Result<String, BackendError> {
         let out = self
             .clients
@@ -449,21 +471,13 @@ impl Backend for S3Backend {
             .send()
             .await
         {
-            Ok(out) => {
-                let etag = out.e_tag().unwrap_or_default().to_string();
-                Ok(Some(ObjectInfo {
-                    key: key.to_string(),
-                    size: out.content_length().unwrap_or(0).max(0) as u64,
-                    version: etag.clone(),
-                    etag,
-                    last_modified_ms: out
-                        .last_modified()
-                        .and_then(|t| t.to_millis().ok())
-                        .unwrap_or(0)
-                        .max(0) as u64,
-                    meta: Self::object_meta(out.content_type(), out.metadata()),
-                }))
-            }
+            Ok(out) => Ok(Some(Self::info(
+                key,
+                out.e_tag(),
+                out.content_length(),
+                out.last_modified(),
+                Self::object_meta(out.content_type(), out.metadata()),
+            ))),
             Err(e) => match classify("HeadObject", e) {
                 S3Failure::NotFound => Ok(None),
                 other => Err(other.into_backend("HeadObject")),
@@ -473,7 +487,7 @@ impl Backend for S3Backend {
 
     async fn get(
         &self,
-        bucket: &str,
+        _bucket: &str,
         key: &str,
     ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
         let out = match self
@@ -493,20 +507,13 @@ impl Backend for S3Backend {
                 }
             }
         };
-        let etag = out.e_tag().unwrap_or_default().to_string();
-        let info = ObjectInfo {
-            key: key.to_string(),
-            size: out.content_length().unwrap_or(0).max(0) as u64,
-            version: etag.clone(),
-            etag,
-            last_modified_ms: out
-                .last_modified()
-                .and_then(|t| t.to_millis().ok())
-                .unwrap_or(0)
-                .max(0) as u64,
-            meta: Self::object_meta(out.content_type(), out.metadata()),
-        };
-        let _ = bucket;
+        let info = Self::info(
+            key,
+            out.e_tag(),
+            out.content_length(),
+            out.last_modified(),
+            Self::object_meta(out.content_type(), out.metadata()),
+        );
         let stream = futures::stream::unfold(out.body, |mut body| async move {
             body.next()
                 .await
@@ -570,20 +577,15 @@ impl Backend for S3Backend {
             let Some(key) = o.key().and_then(|k| k.strip_prefix(&self.prefix)) else {
                 continue;
             };
-            let etag = o.e_tag().unwrap_or_default().to_string();
-            page.objects.push(ObjectInfo {
-                key: key.to_string(),
-                size: o.size().unwrap_or(0).max(0) as u64,
-                version: etag.clone(),
-                etag,
-                last_modified_ms: o
-                    .last_modified()
-                    .and_then(|t| t.to_millis().ok())
-                    .unwrap_or(0)
-                    .max(0) as u64,
-                // A listing does not carry metadata; HEAD the object for its token.
-                meta: ObjectMeta::default(),
-            });
+            // A listing does not carry metadata; HEAD the object for its token.
+            let meta = ObjectMeta::default();
+            page.objects.push(Self::info(
+                key,
+                o.e_tag(),
+                o.size(),
+                o.last_modified(),
+                meta,
+            ));
         }
         if out.is_truncated() == Some(true) {
             page.next_start_after = page.objects.last().map(|o| o.key.clone());
