@@ -32,14 +32,7 @@ async fn a_file_changed_behind_our_back_is_not_overwritten() {
         std::fs::read(data.join("objects/guarded/doc.o")).unwrap(),
         b"edited by hand"
     );
-    let fence: serde_json::Value = c
-        .get(s.url("/v1/fences/guarded/doc"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let fence: serde_json::Value = common::fence(&c, &s, "guarded", "doc").await;
     assert_eq!(fence["highest"], 1, "the refused write recorded nothing");
     // The operator can see it.
     let metrics = c

@@ -131,13 +131,7 @@ impl Fx {
 }
 
 async fn fence(c: &reqwest::Client, fx: &Fx, key: &str) -> serde_json::Value {
-    c.get(fx.s().url(&format!("/v1/fences/default/{key}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    common::fence(c, fx.s(), "default", key).await
 }
 
 /// Contract line 1 under concurrency: no write invoked after a higher token was acknowledged

@@ -152,14 +152,7 @@ async fn backend_failure_is_503_and_keeps_the_recorded_token() {
         "{body}"
     );
     // Contract line 7: the fence stays at the recorded token, and nothing was left staged.
-    let fence: serde_json::Value = c
-        .get(s.url("/v1/fences/default/k"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let fence: serde_json::Value = common::fence(&c, &s, "default", "k").await;
     assert_eq!(fence["highest"], 8);
     assert!(common::files_below(&data.join("objects/.staging")).is_empty());
     // Repaired, the holder retries with the same token.

@@ -20,6 +20,31 @@ const UNSAFE: &str = "unsafe_no_conditional_writes = true";
 /// For tests where the store stalls on purpose.
 const UNSAFE_FAST_TIMEOUT: &str = "unsafe_no_conditional_writes = true\nread_timeout_secs = 2";
 
+/// moto, the misbehaving proxy in front of it, and fencegate in front of that.
+struct Rig {
+    moto: Moto,
+    proxy: S3Proxy,
+    _dir: tempfile::TempDir,
+    s: Server,
+}
+
+async fn behind_proxy(extra: &str) -> Rig {
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET).await;
+    let proxy = S3Proxy::start(moto.endpoint()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        &dir.path().join("data"),
+        Some(&config(&proxy.endpoint(), extra)),
+    );
+    Rig {
+        moto,
+        proxy,
+        _dir: dir,
+        s,
+    }
+}
+
 /// Starts fencegate expecting it to refuse; returns its stderr.
 fn refused_start(dir: &std::path::Path, config_text: &str) -> String {
     let file = dir.join("refused.toml");
@@ -129,14 +154,7 @@ async fn a_backend_that_goes_down_is_502_and_keeps_the_recorded_token() {
         (502, Some("BackendUnavailable")),
         "{body}"
     );
-    let fence: serde_json::Value = c
-        .get(s.url("/v1/fences/default/k"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let fence: serde_json::Value = common::fence(&c, &s, "default", "k").await;
     // The token was recorded before the commit was attempted; a backend failure leaves it
     // recorded (contract line 7), so the holder may retry with it and older holders stay out.
     assert_eq!(fence["highest"], 7);
@@ -162,14 +180,12 @@ async fn a_backend_that_goes_down_is_502_and_keeps_the_recorded_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throttling_is_503_with_retry_after() {
-    let moto = Moto::start();
-    moto.create_bucket(BUCKET).await;
-    let proxy = S3Proxy::start(moto.endpoint()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(
-        &dir.path().join("data"),
-        Some(&config(&proxy.endpoint(), UNSAFE)),
-    );
+    let Rig {
+        moto: _moto,
+        proxy,
+        _dir,
+        s,
+    } = behind_proxy(UNSAFE).await;
     proxy.set(Mode::ThrottleWrites);
     let resp = client()
         .put(s.object_url("default", "k"))
@@ -186,14 +202,12 @@ async fn throttling_is_503_with_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_with_unknown_outcome_is_read_back_not_resent() {
-    let moto = Moto::start();
-    moto.create_bucket(BUCKET).await;
-    let proxy = S3Proxy::start(moto.endpoint()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(
-        &dir.path().join("data"),
-        Some(&config(&proxy.endpoint(), UNSAFE_FAST_TIMEOUT)),
-    );
+    let Rig {
+        moto: _moto,
+        proxy,
+        _dir,
+        s,
+    } = behind_proxy(UNSAFE_FAST_TIMEOUT).await;
     let c = client();
     // The store applies the PutObject but its answer never arrives: fencegate times out,
     // reads the ETag back, sees its own write, and acknowledges it.
@@ -222,14 +236,12 @@ async fn a_commit_with_unknown_outcome_is_read_back_not_resent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_commit_that_did_not_land_is_504_and_keeps_the_token() {
-    let moto = Moto::start();
-    moto.create_bucket(BUCKET).await;
-    let proxy = S3Proxy::start(moto.endpoint()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(
-        &dir.path().join("data"),
-        Some(&config(&proxy.endpoint(), UNSAFE_FAST_TIMEOUT)),
-    );
+    let Rig {
+        moto: _moto,
+        proxy,
+        _dir,
+        s,
+    } = behind_proxy(UNSAFE_FAST_TIMEOUT).await;
     let c = client();
     let url = s.object_url("default", "k");
     proxy.set(Mode::SwallowConditionalWrites);
@@ -241,14 +253,7 @@ async fn a_timed_out_commit_that_did_not_land_is_504_and_keeps_the_token() {
     );
     proxy.set(Mode::Pass);
     assert_eq!(get_bytes(&c, &url).await.0, 404, "nothing landed");
-    let fence: serde_json::Value = c
-        .get(s.url("/v1/fences/default/k"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let fence: serde_json::Value = common::fence(&c, &s, "default", "k").await;
     assert_eq!(
         fence["highest"], 5,
         "contract line 7: the recorded token stays"

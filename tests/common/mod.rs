@@ -125,6 +125,17 @@ pub async fn put(
     )
 }
 
+/// `GET /v1/fences/{bucket}/{key}`: the key's scope and highest token.
+pub async fn fence(c: &reqwest::Client, s: &Server, bucket: &str, key: &str) -> serde_json::Value {
+    c.get(s.url(&format!("/v1/fences/{bucket}/{key}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 pub async fn get_bytes(c: &reqwest::Client, url: &str) -> (u16, Vec<u8>) {
     let resp = c.get(url).send().await.unwrap();
     let status = resp.status().as_u16();
