@@ -163,7 +163,7 @@ pub fn files_below(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Sends one request byte for byte (no URL normalisation, unlike an HTTP client library) and
-/// returns the status and the body.
+/// returns the status and the body (status 0: the server closed without answering).
 pub fn raw_request(addr: SocketAddr, head: &str, body: &[u8]) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
@@ -174,8 +174,11 @@ pub fn raw_request(addr: SocketAddr, head: &str, body: &[u8]) -> (u16, String) {
         "{head}\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    stream.write_all(request.as_bytes()).unwrap();
-    stream.write_all(body).unwrap();
+    // A server refusing the request (a huge header, say) may close before it is all sent;
+    // what it answered, if anything, is still read below.
+    let _ = stream
+        .write_all(request.as_bytes())
+        .and_then(|()| stream.write_all(body));
     let mut response = Vec::new();
     let _ = stream.read_to_end(&mut response);
     let text = String::from_utf8_lossy(&response).into_owned();
