@@ -609,4 +609,6 @@ fn record_outcome(op: &'static str, result: &Result<Written, GateError>) {
 }
 
 #[cfg(test)]
+mod crash_tests;
+#[cfg(test)]
 mod tests;
