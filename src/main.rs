@@ -57,7 +57,27 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     })
 }
 
+/// Raises the open-file limit to its hard maximum: every connection is a descriptor, and the
+/// usual soft default (1024) would cap a public-facing server at about a thousand clients.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed to them.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            let before = lim.rlim_cur;
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                tracing::debug!(before, after = lim.rlim_cur, "raised the open-file limit");
+            }
+        }
+    }
+}
+
 fn serve(args: ServeArgs) -> ExitCode {
+    raise_fd_limit();
     let (config, runtime) = match (load(&args), runtime()) {
         (Ok(c), Ok(r)) => (c, r),
         (Err(code), _) | (_, Err(code)) => return code,
