@@ -19,12 +19,17 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts fencegate on `data_dir`, with an optional config file's text.
+    /// Starts fencegate on `data_dir`, with an optional config file's text, on a free port.
     pub fn start(data_dir: &Path, config: Option<&str>) -> Server {
+        Server::start_at(data_dir, config, "127.0.0.1:0")
+    }
+
+    /// Starts fencegate listening on `listen` (a fixed address survives a restart).
+    pub fn start_at(data_dir: &Path, config: Option<&str>, listen: &str) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fencegate"));
         cmd.arg("serve")
             .arg("--listen")
-            .arg("127.0.0.1:0")
+            .arg(listen)
             .arg("--data-dir")
             .arg(data_dir)
             .env("RUST_LOG", "info")
