@@ -246,7 +246,10 @@ async fn torture(seed: u64, secs: f64, fencing: &str) -> Report {
             }
         }
     }
-    println!(
+    // Written to stderr directly, past libtest's capture, so CI logs show the summary.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
         "torture seed={seed} fencing={fencing}: operations {}, accepted {}, rejected as stale {}, unknown {}, faults injected {} (pauses {}, kill -9 {}), violations {}",
         report.ops, report.accepted, report.stale, report.unknown, report.pauses + report.kills, report.pauses, report.kills, report.violations.len()
     );
