@@ -124,7 +124,7 @@ impl Backend for MemoryBackend {
         let (info, body) = self
             .staged
             .lock()
-            .remove(staged.body.handle())
+            .remove(staged.body.handle()?)
             .expect("committed a body that was staged");
         let mut objects = self.objects.lock();
         self.history.lock().push(info.meta.token);
@@ -136,7 +136,9 @@ impl Backend for MemoryBackend {
     }
 
     async fn discard(&self, staged: Staged) {
-        self.staged.lock().remove(staged.body.handle());
+        if let Ok(handle) = staged.body.handle() {
+            self.staged.lock().remove(handle);
+        }
     }
 
     async fn version(&self, bucket: &str, key: &str) -> Result<Option<String>, BackendError> {

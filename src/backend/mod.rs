@@ -83,10 +83,12 @@ pub enum StagedBody {
 
 impl StagedBody {
     /// The handle of a body that a backend staged as a handle itself.
-    pub fn handle(&self) -> &str {
+    pub fn handle(&self) -> Result<&str, BackendError> {
         match self {
-            StagedBody::Handle(h) => h,
-            other => panic!("a backend received a staged body it did not make: {other:?}"),
+            StagedBody::Handle(h) => Ok(h),
+            _ => Err(BackendError::Failing(
+                "a body staged by another backend cannot be committed here".into(),
+            )),
         }
     }
 }

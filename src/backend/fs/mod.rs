@@ -182,7 +182,7 @@ impl Backend for FsBackend {
     ) -> Result<ObjectInfo, BackendError> {
         let target = self.object_file(&staged.bucket, &staged.key);
         let bucket_dir = self.root.join(&staged.bucket);
-        let temp = PathBuf::from(staged.body.handle());
+        let temp = PathBuf::from(staged.body.handle()?);
         let key = staged.key.clone();
         let expected = expected.map(str::to_string);
         blocking(move || {
@@ -204,7 +204,9 @@ impl Backend for FsBackend {
     }
 
     async fn discard(&self, staged: Staged) {
-        let file = staged.body.handle();
+        let Ok(file) = staged.body.handle() else {
+            return;
+        };
         match tokio::fs::remove_file(file).await {
             // Already gone: a commit that renamed it, or a crash clean-up.
             Ok(()) => {}

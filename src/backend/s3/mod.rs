@@ -332,7 +332,10 @@ impl S3Backend {
                     .map(|_| ())
                     .map_err(|e| classify("CompleteMultipartUpload", e))
             }
-            StagedBody::Handle(_) => unreachable!("the s3 backend never stages a handle"),
+            // Not staged by this backend: refuse rather than panic.
+            StagedBody::Handle(_) => Err(S3Failure::Fault(BackendError::Failing(
+                "a body staged by another backend cannot be committed to s3".into(),
+            ))),
         }
     }
 }
