@@ -115,10 +115,6 @@ impl Gate {
         }
     }
 
-    pub fn buckets(&self) -> impl Iterator<Item = (&String, &BucketEntry)> {
-        self.buckets.iter()
-    }
-
     pub fn bucket(&self, name: &str) -> Result<&BucketEntry, GateError> {
         self.buckets
             .get(name)
@@ -408,8 +404,7 @@ impl Gate {
         expected: Option<String>,
     ) -> Result<ObjectInfo, GateError> {
         match entry.backend.commit(staged, expected.as_deref()).await {
-            Err(BackendError::Conflict { .. }) => {
-                let found = entry.backend.version(&req.bucket, &req.key).await?;
+            Err(BackendError::Conflict { found, .. }) => {
                 let (scope_row, object_row) = before;
                 if !object_row.owns_version(found.as_deref()) {
                     if let Err(refused) = self.bypassed(req, entry, &object_row, found.as_deref()) {

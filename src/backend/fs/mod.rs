@@ -54,10 +54,6 @@ impl FsBackend {
         })
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
     /// The file that holds `key` (which need not exist).
     pub fn object_file(&self, bucket: &str, key: &str) -> PathBuf {
         self.root.join(bucket).join(keymap::object_path(key))

@@ -72,18 +72,6 @@ impl S3Backend {
         format!("{}/{}", self.bucket, self.prefix)
     }
 
-    pub fn clients(&self) -> &S3Clients {
-        &self.clients
-    }
-
-    pub fn store_bucket(&self) -> &str {
-        &self.bucket
-    }
-
-    pub fn store_prefix(&self) -> &str {
-        &self.prefix
-    }
-
     fn store_key(&self, key: &str) -> String {
         format!("{}{key}", self.prefix)
     }
@@ -405,12 +393,9 @@ impl Backend for S3Backend {
         match self.send_commit(staged, &meta, expected).await {
             Ok(()) => {}
             Err(S3Failure::Precondition | S3Failure::NotFound) => {
-                // 404 answers If-Match on an object that is gone; both mean "changed".
-                let found = self
-                    .version(&staged.bucket, &staged.key)
-                    .await
-                    .ok()
-                    .flatten();
+                // 404 answers If-Match on an object that is gone; both mean "changed". The
+                // version found is read here once; a failed read is a fault, not "absent".
+                let found = self.version(&staged.bucket, &staged.key).await?;
                 return Err(BackendError::Conflict {
                     expected: expected.map(str::to_string),
                     found,
@@ -543,7 +528,7 @@ impl Backend for S3Backend {
             Err(e) => match classify("DeleteObject", e) {
                 S3Failure::Precondition | S3Failure::NotFound => Err(BackendError::Conflict {
                     expected: Some(expected.to_string()),
-                    found: self.version(bucket, key).await.ok().flatten(),
+                    found: self.version(bucket, key).await?,
                 }),
                 f if f.outcome_unknown() => {
                     let error = f.into_backend("DeleteObject");
