@@ -29,6 +29,13 @@ pub enum TokenError {
     Overflow(String),
     #[error("the token header was sent more than once; send exactly one Fencing-Token")]
     Repeated,
+    #[error("{what} carries token {other} but {first} was given {by}; send one token, or the same in both")]
+    Disagree {
+        first: u64,
+        other: u64,
+        by: &'static str,
+        what: &'static str,
+    },
 }
 
 /// The longest decimal u64 (18446744073709551615) has 20 digits.

@@ -5,7 +5,7 @@ mod model;
 
 pub use model::{
     BackendConfig, BucketPolicy, BypassPolicy, FenceStoreConfig, FenceStoreKind, FencingMode,
-    S3BackendConfig, ScopeKind, ServerConfig, TokenOrder,
+    S3BackendConfig, S3GatewayConfig, S3Key, ScopeKind, ServerConfig, TokenOrder,
 };
 
 use model::RawConfig;
@@ -28,6 +28,9 @@ pub struct Config {
     pub fence_store: FenceStoreConfig,
     pub backends: BTreeMap<String, BackendConfig>,
     pub buckets: BTreeMap<String, BucketPolicy>,
+    pub s3: S3GatewayConfig,
+    /// The S3 gateway's own listener, when it has one.
+    pub s3_listen: Option<SocketAddr>,
 }
 
 /// A configuration problem, with where it is and what to do about it.
@@ -290,6 +293,44 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
         );
     }
 
+    let s3 = raw.s3;
+    let s3_listen = match &s3.listen {
+        None => None,
+        Some(l) => Some(l.parse::<SocketAddr>().map_err(|_| {
+            err(
+                None,
+                format!("[s3] listen = {l:?} is not an IP address and port"),
+                "write it as \"127.0.0.1:9000\", or remove it to serve S3 on the native listener".into(),
+            )
+        })?),
+    };
+    if s3.max_parts == 0 || s3.max_parts > 10_000 {
+        return Err(err(
+            None,
+            format!("[s3] max_parts = {} is outside 1..=10000", s3.max_parts),
+            "use at most 10000, S3's own limit (the default)".into(),
+        ));
+    }
+    let mut ids = std::collections::BTreeSet::new();
+    for (key_name, key) in &s3.keys {
+        let problem = if key.access_key_id.is_empty() || key.secret_access_key.is_empty() {
+            Some("has an empty access_key_id or secret_access_key")
+        } else if !ids.insert(key.access_key_id.clone()) {
+            Some("reuses an access_key_id of another key")
+        } else if key.buckets.is_empty() {
+            Some("lists no buckets")
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(err(
+                None,
+                format!("[s3.keys.{key_name}] {problem}"),
+                "give each key a unique access_key_id, a secret, and buckets = [\"*\"] or a list of bucket names".into(),
+            ));
+        }
+    }
+
     Ok(Config {
         source: name.to_string(),
         server: raw.server,
@@ -297,6 +338,8 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
         fence_store: raw.fence_store,
         backends,
         buckets,
+        s3,
+        s3_listen,
     })
 }
 

@@ -17,6 +17,8 @@ pub struct RawConfig {
     pub backends: BTreeMap<Spanned<String>, Spanned<BackendConfig>>,
     #[serde(default)]
     pub buckets: BTreeMap<Spanned<String>, Spanned<BucketPolicy>>,
+    #[serde(default)]
+    pub s3: S3GatewayConfig,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -30,6 +32,8 @@ pub struct ServerConfig {
     pub max_body_bytes: u64,
     /// A client that sends no body bytes for this long is cut off (slowloris guard).
     pub body_idle_timeout_secs: u64,
+    /// Largest accepted request head (all header names and values), in bytes: 431 above it.
+    pub max_header_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -39,6 +43,7 @@ impl Default for ServerConfig {
             data_dir: PathBuf::from("./data"),
             max_body_bytes: 5 * 1024 * 1024 * 1024,
             body_idle_timeout_secs: 30,
+            max_header_bytes: 64 * 1024,
         }
     }
 }
@@ -225,5 +230,79 @@ impl Default for BucketPolicy {
             backend_bucket: None,
             backend_prefix: String::new(),
         }
+    }
+}
+
+/// The S3-compatible gateway (`[s3]`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct S3GatewayConfig {
+    /// Serve the S3 REST API at all.
+    pub enabled: bool,
+    /// A second address for the S3 API; unset, it shares the native API's listener (every path
+    /// that is not `/v1/...`, `/healthz` or `/metrics`).
+    pub listen: Option<String>,
+    /// Base domain for virtual-host-style requests (`bucket.domain/key`); unset, only
+    /// path-style requests are understood.
+    pub domain: Option<String>,
+    /// The region clients sign for and GetBucketLocation reports.
+    pub region: String,
+    /// Most parts a multipart upload may have (S3's own limit is 10000).
+    pub max_parts: u32,
+    /// Access keys. With none, the gateway accepts every request unauthenticated (like the
+    /// native API) and says so at start-up.
+    pub keys: BTreeMap<String, S3Key>,
+}
+
+impl Default for S3GatewayConfig {
+    fn default() -> Self {
+        S3GatewayConfig {
+            enabled: true,
+            listen: None,
+            domain: None,
+            region: "us-east-1".into(),
+            max_parts: 10_000,
+            keys: BTreeMap::new(),
+        }
+    }
+}
+
+/// One S3 access key and what it may do.
+#[derive(Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Key {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    /// Buckets this key may use; `"*"` is every bucket.
+    #[serde(default = "all_buckets")]
+    pub buckets: Vec<String>,
+    /// Whether the key may write (put, copy, delete, multipart, create and delete buckets).
+    #[serde(default = "yes")]
+    pub write: bool,
+}
+
+fn all_buckets() -> Vec<String> {
+    vec!["*".into()]
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl S3Key {
+    pub fn allows_bucket(&self, bucket: &str) -> bool {
+        self.buckets.iter().any(|b| b == "*" || b == bucket)
+    }
+}
+
+// Hand-written so that a secret can never reach a log line through `{:?}`.
+impl std::fmt::Debug for S3Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Key")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"<redacted>")
+            .field("buckets", &self.buckets)
+            .field("write", &self.write)
+            .finish()
     }
 }

@@ -72,6 +72,9 @@ impl GateError {
             // A conflict that reaches the client (not caught as a bypass) means the backend
             // changed between our check and the commit: also a write behind our back.
             GateError::Backend(BackendError::Conflict { .. }) => 409,
+            GateError::Backend(BackendError::Invalid { .. }) => 400,
+            GateError::Backend(BackendError::NoSuchUpload(_)) => 404,
+            GateError::Backend(BackendError::Unsupported(_)) => 501,
             GateError::Backend(_) | GateError::Store(_) => 503,
         }
     }
@@ -95,6 +98,9 @@ impl GateError {
             GateError::Body(BodyError::TooLarge { .. }) => "EntityTooLarge",
             GateError::Body(BodyError::Idle { .. }) => "RequestTimeout",
             GateError::Body(BodyError::Broken(_)) => "IncompleteBody",
+            GateError::Backend(BackendError::Invalid { code, .. }) => code,
+            GateError::Backend(BackendError::NoSuchUpload(_)) => "NoSuchUpload",
+            GateError::Backend(BackendError::Unsupported(_)) => "NotImplemented",
             GateError::Backend(_) => "BackendUnavailable",
             GateError::Store(_) => "FenceStoreUnavailable",
         }
@@ -121,6 +127,11 @@ impl GateError {
             GateError::BypassDetected { .. }
             | GateError::Backend(BackendError::Conflict { .. }) => "bypass",
             GateError::PreconditionFailed(_) => "precondition",
+            GateError::Backend(
+                BackendError::Invalid { .. }
+                | BackendError::NoSuchUpload(_)
+                | BackendError::Unsupported(_),
+            ) => "rejected",
             GateError::Backend(_) | GateError::Store(_) => "failed",
             _ => "rejected",
         }

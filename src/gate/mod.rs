@@ -7,13 +7,16 @@
 mod conditions;
 mod error;
 mod locks;
+mod multipart;
 mod rebuild;
 pub mod scope;
+mod uploads;
 
 pub use conditions::{Conditions, EtagMatch};
 pub use error::GateError;
 pub use locks::ScopeLocks;
 pub use rebuild::RebuildReport;
+pub use uploads::{Upload, UploadRegistry};
 
 use crate::backend::{Backend, BackendError, ByteStream, ListPage, ObjectInfo, ObjectMeta, Staged};
 use crate::config::{BucketPolicy, BypassPolicy, FencingMode, TokenOrder};
@@ -71,6 +74,7 @@ pub struct Gate {
     buckets: BTreeMap<String, BucketEntry>,
     store: Arc<dyn FenceStore>,
     locks: ScopeLocks,
+    uploads: UploadRegistry,
 }
 
 /// Compares a token with a scope's highest (DESIGN.md §2, lines 1 and 4).
@@ -112,7 +116,14 @@ impl Gate {
             buckets,
             store,
             locks: ScopeLocks::default(),
+            uploads: UploadRegistry::default(),
         }
+    }
+
+    /// Keeps multipart uploads in `registry` (on disk) instead of in memory.
+    pub fn with_uploads(mut self, registry: UploadRegistry) -> Gate {
+        self.uploads = registry;
+        self
     }
 
     pub fn bucket(&self, name: &str) -> Result<&BucketEntry, GateError> {
@@ -297,8 +308,22 @@ impl Gate {
             .stage(&req.bucket, &req.key, req.meta.clone(), body)
             .await?;
 
+        self.lock_and_commit(&req, entry, &scope, token, staged)
+            .await
+    }
+
+    /// The authoritative half of a write: under the scope's lock, re-check and commit a body
+    /// already staged (discarding it on any refusal).
+    async fn lock_and_commit(
+        &self,
+        req: &WriteRequest,
+        entry: &BucketEntry,
+        scope: &str,
+        token: Option<Token>,
+        staged: Staged,
+    ) -> Result<Written, GateError> {
         let object_key = scope::object_row(&req.bucket, &req.key);
-        let _scope_lock = self.locks.lock(&scope).await;
+        let _scope_lock = self.locks.lock(scope).await;
         let _object_lock = if object_key != scope {
             Some(self.locks.lock(&object_key).await)
         } else {
@@ -306,7 +331,7 @@ impl Gate {
         };
         let trust_row = entry.backend.conditional_commit(&staged);
         let locked = match self
-            .lock_checks(&req, entry, &scope, &object_key, token, trust_row)
+            .lock_checks(req, entry, scope, &object_key, token, trust_row)
             .await
         {
             Ok(l) => l,
@@ -315,7 +340,7 @@ impl Gate {
                 return Err(e);
             }
         };
-        self.commit_staged(&req, entry, &scope, &object_key, token, locked, staged)
+        self.commit_staged(req, entry, scope, &object_key, token, locked, staged)
             .await
     }
 
@@ -594,7 +619,7 @@ fn no_such_key(bucket: &str, key: &str) -> GateError {
     }
 }
 
-fn record_outcome(op: &'static str, result: &Result<Written, GateError>) {
+fn record_outcome<T>(op: &'static str, result: &Result<T, GateError>) {
     let outcome = match result {
         Ok(_) => "accepted",
         Err(e) => e.outcome(),

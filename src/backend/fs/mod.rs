@@ -6,9 +6,11 @@
 
 pub mod keymap;
 mod objfile;
+mod uploads;
 
 use super::{
-    Backend, BackendError, ByteStream, ListPage, ObjectInfo, ObjectMeta, Staged, StagedBody,
+    match_parts, multipart_etag, Backend, BackendError, ByteStream, ListPage, ObjectInfo,
+    ObjectMeta, PartInfo, Staged, StagedBody,
 };
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -118,14 +120,16 @@ fn open_info(path: &Path, key: &str) -> Result<Option<(std::fs::File, ObjectInfo
     Ok(Some((file, info)))
 }
 
-#[async_trait]
-impl Backend for FsBackend {
-    async fn stage(
+impl FsBackend {
+    /// Streams a body into a staging file. `etag` overrides the body's MD5 (a multipart
+    /// object's ETag is computed from its parts).
+    async fn stage_body(
         &self,
         bucket: &str,
         key: &str,
         meta: ObjectMeta,
         mut body: ByteStream,
+        etag: Option<String>,
     ) -> Result<Staged, BackendError> {
         let name = format!("{:032x}.tmp", rand::random::<u128>());
         let path = self.staging_dir().join(name);
@@ -139,7 +143,7 @@ impl Backend for FsBackend {
                 size += chunk.len() as u64;
                 file.write_all(&chunk).await?;
             }
-            let etag = format!("\"{}\"", hex::encode(md5.finalize()));
+            let etag = etag.unwrap_or_else(|| format!("\"{}\"", hex::encode(md5.finalize())));
             let trailer = Trailer {
                 key: key.to_string(),
                 etag: etag.clone(),
@@ -169,6 +173,19 @@ impl Backend for FsBackend {
                 Err(e)
             }
         }
+    }
+}
+
+#[async_trait]
+impl Backend for FsBackend {
+    async fn stage(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: ObjectMeta,
+        body: ByteStream,
+    ) -> Result<Staged, BackendError> {
+        self.stage_body(bucket, key, meta, body, None).await
     }
 
     async fn commit(
@@ -238,6 +255,99 @@ impl Backend for FsBackend {
         let stream = tokio_util::io::ReaderStream::with_capacity(reader, 64 * 1024)
             .map(|r| r.map_err(|e| super::BodyError::Broken(e.to_string())));
         Ok(Some((info, Box::pin(stream))))
+    }
+
+    async fn get_range(
+        &self,
+        bucket: &str,
+        key: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
+        use std::io::{Seek, SeekFrom};
+        let path = self.object_file(bucket, key);
+        let key = key.to_string();
+        let opened = blocking(move || match open_info(&path, &key)? {
+            Some((mut file, info)) => {
+                file.seek(SeekFrom::Start(start.min(info.size)))?;
+                Ok(Some((file, info)))
+            }
+            None => Ok(None),
+        })
+        .await?;
+        let Some((file, info)) = opened else {
+            return Ok(None);
+        };
+        let len = (end.min(info.size.saturating_sub(1)) + 1).saturating_sub(start);
+        let reader = tokio::fs::File::from_std(file).take(len);
+        let stream = tokio_util::io::ReaderStream::with_capacity(reader, 64 * 1024)
+            .map(|r| r.map_err(|e| super::BodyError::Broken(e.to_string())));
+        Ok(Some((info, Box::pin(stream))))
+    }
+
+    async fn create_upload(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        _meta: &ObjectMeta,
+    ) -> Result<String, BackendError> {
+        uploads::create(&self.root).await
+    }
+
+    async fn upload_part(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        handle: &str,
+        number: i32,
+        body: ByteStream,
+        _size: Option<u64>,
+    ) -> Result<PartInfo, BackendError> {
+        uploads::put_part(&self.root, handle, number, body).await
+    }
+
+    async fn list_parts(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        handle: &str,
+    ) -> Result<Vec<PartInfo>, BackendError> {
+        Ok(uploads::parts(&self.root, handle)
+            .await?
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect())
+    }
+
+    async fn assemble(
+        &self,
+        bucket: &str,
+        key: &str,
+        handle: &str,
+        parts: &[(i32, String)],
+        meta: ObjectMeta,
+    ) -> Result<Staged, BackendError> {
+        let on_disk = uploads::parts(&self.root, handle).await?;
+        let infos: Vec<PartInfo> = on_disk.iter().map(|(p, _)| p.clone()).collect();
+        let chosen = match_parts(parts, &infos)?;
+        let etags: Vec<&str> = chosen.iter().map(|p| p.etag.as_str()).collect();
+        let etag = multipart_etag(&etags);
+        let files = chosen
+            .iter()
+            .filter_map(|p| on_disk.iter().find(|(d, _)| d.number == p.number))
+            .map(|(_, path)| path.clone())
+            .collect();
+        self.stage_body(bucket, key, meta, uploads::concat(files), Some(etag))
+            .await
+    }
+
+    async fn finish_upload(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        handle: &str,
+    ) -> Result<(), BackendError> {
+        uploads::remove(&self.root, handle).await
     }
 
     async fn delete(&self, bucket: &str, key: &str, expected: &str) -> Result<(), BackendError> {

@@ -9,13 +9,14 @@
 
 mod client;
 mod errors;
+mod multipart;
 pub mod probe;
 
 pub use client::{build as build_clients, S3Clients};
 
 use super::{
-    Backend, BackendError, BodyError, ByteStream, ListPage, ObjectInfo, ObjectMeta, Staged,
-    StagedBody,
+    Backend, BackendError, BodyError, ByteStream, ListPage, ObjectInfo, ObjectMeta, PartInfo,
+    Staged, StagedBody,
 };
 use async_trait::async_trait;
 use aws_sdk_s3::primitives::ByteStream as SdkStream;
@@ -326,6 +327,50 @@ impl S3Backend {
             ))),
         }
     }
+    /// GetObject, whole or a byte range; the info describes the whole object either way.
+    async fn get_object(
+        &self,
+        key: &str,
+        range: Option<(u64, u64)>,
+    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
+        let out = match self
+            .clients
+            .reads
+            .get_object()
+            .bucket(&self.bucket)
+            .key(self.store_key(key))
+            .set_range(range.map(|(s, e)| format!("bytes={s}-{e}")))
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) => {
+                return match classify("GetObject", e) {
+                    S3Failure::NotFound => Ok(None),
+                    other => Err(other.into_backend("GetObject")),
+                }
+            }
+        };
+        // A ranged answer's Content-Length is the range's; the total follows the `/`.
+        let total = out
+            .content_range()
+            .and_then(|r| r.rsplit('/').next())
+            .and_then(|t| t.parse::<i64>().ok())
+            .or(out.content_length());
+        let info = Self::info(
+            key,
+            out.e_tag(),
+            total,
+            out.last_modified(),
+            Self::object_meta(out.content_type(), out.metadata()),
+        );
+        let stream = futures::stream::unfold(out.body, |mut body| async move {
+            body.next()
+                .await
+                .map(|chunk| (chunk.map_err(|e| BodyError::Broken(e.to_string())), body))
+        });
+        Ok(Some((info, Box::pin(stream))))
+    }
 }
 
 #[async_trait]
@@ -478,36 +523,67 @@ impl Backend for S3Backend {
         _bucket: &str,
         key: &str,
     ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
-        let out = match self
-            .clients
-            .reads
-            .get_object()
-            .bucket(&self.bucket)
-            .key(self.store_key(key))
-            .send()
-            .await
-        {
-            Ok(out) => out,
-            Err(e) => {
-                return match classify("GetObject", e) {
-                    S3Failure::NotFound => Ok(None),
-                    other => Err(other.into_backend("GetObject")),
-                }
-            }
-        };
-        let info = Self::info(
-            key,
-            out.e_tag(),
-            out.content_length(),
-            out.last_modified(),
-            Self::object_meta(out.content_type(), out.metadata()),
-        );
-        let stream = futures::stream::unfold(out.body, |mut body| async move {
-            body.next()
-                .await
-                .map(|chunk| (chunk.map_err(|e| BodyError::Broken(e.to_string())), body))
-        });
-        Ok(Some((info, Box::pin(stream))))
+        self.get_object(key, None).await
+    }
+
+    async fn get_range(
+        &self,
+        _bucket: &str,
+        key: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
+        self.get_object(key, Some((start, end))).await
+    }
+
+    async fn create_upload(
+        &self,
+        _bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+    ) -> Result<String, BackendError> {
+        self.start_multipart(key, meta).await
+    }
+
+    async fn upload_part(
+        &self,
+        _bucket: &str,
+        key: &str,
+        handle: &str,
+        number: i32,
+        body: ByteStream,
+        size: Option<u64>,
+    ) -> Result<PartInfo, BackendError> {
+        self.put_client_part(key, handle, number, body, size).await
+    }
+
+    async fn list_parts(
+        &self,
+        _bucket: &str,
+        key: &str,
+        handle: &str,
+    ) -> Result<Vec<PartInfo>, BackendError> {
+        self.store_parts(key, handle).await
+    }
+
+    async fn assemble(
+        &self,
+        bucket: &str,
+        key: &str,
+        handle: &str,
+        parts: &[(i32, String)],
+        meta: ObjectMeta,
+    ) -> Result<Staged, BackendError> {
+        self.assemble_parts(bucket, key, handle, parts, meta).await
+    }
+
+    async fn finish_upload(
+        &self,
+        _bucket: &str,
+        key: &str,
+        handle: &str,
+    ) -> Result<(), BackendError> {
+        self.drop_upload(key, handle).await
     }
 
     async fn delete(&self, bucket: &str, key: &str, expected: &str) -> Result<(), BackendError> {

@@ -1,0 +1,171 @@
+//! Multipart uploads for the `fs` backend. Each upload is a directory under
+//! `<root>/.uploads/<handle>/` holding one file per part, named `<number>-<md5hex>`: the part's
+//! ETag is in its name, so one rename publishes a part and its ETag together, and a part
+//! uploaded again under the same number replaces the old one. Completion copies the parts, in
+//! order, into an ordinary staged body.
+
+use super::{blocking, fsync_dir};
+use crate::backend::{BackendError, BodyError, ByteStream, PartInfo};
+use futures::StreamExt;
+use md5::{Digest, Md5};
+use std::io::ErrorKind;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use tokio::io::AsyncWriteExt;
+
+pub const UPLOADS: &str = ".uploads";
+
+/// The directory of an upload; the handle is ours (32 hex digits), never a client's string.
+pub fn upload_dir(root: &Path, handle: &str) -> Result<PathBuf, BackendError> {
+    if handle.len() != 32 || !handle.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(BackendError::NoSuchUpload(handle.to_string()));
+    }
+    Ok(root.join(UPLOADS).join(handle))
+}
+
+pub async fn create(root: &Path) -> Result<String, BackendError> {
+    let handle = format!("{:032x}", rand::random::<u128>());
+    let dir = upload_dir(root, &handle)?;
+    let base = root.join(UPLOADS);
+    blocking(move || {
+        std::fs::create_dir_all(&base)?;
+        std::fs::create_dir(&dir)?;
+        fsync_dir(&base)?;
+        Ok(())
+    })
+    .await?;
+    Ok(handle)
+}
+
+fn parse_name(name: &str) -> Option<(i32, &str)> {
+    let (n, md5) = name.split_once('-')?;
+    let n: i32 = n.parse().ok()?;
+    (md5.len() == 32 && md5.bytes().all(|b| b.is_ascii_hexdigit())).then_some((n, md5))
+}
+
+pub async fn put_part(
+    root: &Path,
+    handle: &str,
+    number: i32,
+    mut body: ByteStream,
+) -> Result<PartInfo, BackendError> {
+    let dir = upload_dir(root, handle)?;
+    if !tokio::fs::try_exists(&dir).await.unwrap_or(false) {
+        return Err(BackendError::NoSuchUpload(handle.to_string()));
+    }
+    let temp = dir.join(format!("{number}.{:016x}.tmp", rand::random::<u64>()));
+    let mut file = tokio::fs::File::create(&temp).await?;
+    let written: Result<(String, u64), BackendError> = async {
+        let mut md5 = Md5::new();
+        let mut size = 0u64;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk?;
+            md5.update(&chunk);
+            size += chunk.len() as u64;
+            file.write_all(&chunk).await?;
+        }
+        file.flush().await?;
+        file.sync_all().await?;
+        Ok((hex::encode(md5.finalize()), size))
+    }
+    .await;
+    drop(file);
+    let (md5, size) = match written {
+        Ok(w) => w,
+        Err(e) => {
+            let _ = tokio::fs::remove_file(&temp).await;
+            return Err(e);
+        }
+    };
+    let name = format!("{number}-{md5}");
+    blocking(move || {
+        std::fs::rename(&temp, dir.join(&name))?;
+        // The same number uploaded before with other bytes: the newest upload wins, as in S3.
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let other = entry.file_name().to_string_lossy().into_owned();
+            if other != name && parse_name(&other).is_some_and(|(n, _)| n == number) {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        fsync_dir(&dir)?;
+        Ok(())
+    })
+    .await?;
+    Ok(PartInfo {
+        number,
+        etag: format!("\"{md5}\""),
+        size,
+        last_modified_ms: now_ms(),
+    })
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The parts on disk, by number, each with its file.
+pub async fn parts(root: &Path, handle: &str) -> Result<Vec<(PartInfo, PathBuf)>, BackendError> {
+    let dir = upload_dir(root, handle)?;
+    let handle = handle.to_string();
+    blocking(move || {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(BackendError::NoSuchUpload(handle))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut out: Vec<(PartInfo, PathBuf)> = Vec::new();
+        for entry in entries {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some((number, md5)) = parse_name(&name) else {
+                continue;
+            };
+            let md = entry.metadata()?;
+            out.push((
+                PartInfo {
+                    number,
+                    etag: format!("\"{md5}\""),
+                    size: md.len(),
+                    last_modified_ms: (md.mtime().max(0) as u64) * 1000,
+                },
+                entry.path(),
+            ));
+        }
+        out.sort_by_key(|(p, _)| p.number);
+        Ok(out)
+    })
+    .await
+}
+
+/// The chosen part files, read one after another as one body.
+pub fn concat(files: Vec<PathBuf>) -> ByteStream {
+    futures::stream::iter(files)
+        .then(|path| async move {
+            match tokio::fs::File::open(&path).await {
+                Ok(f) => tokio_util::io::ReaderStream::with_capacity(f, 64 * 1024)
+                    .map(|r| r.map_err(|e| BodyError::Broken(format!("reading a part: {e}"))))
+                    .boxed(),
+                Err(e) => futures::stream::once(async move {
+                    Err(BodyError::Broken(format!("a part vanished: {e}")))
+                })
+                .boxed(),
+            }
+        })
+        .flatten()
+        .boxed()
+}
+
+pub async fn remove(root: &Path, handle: &str) -> Result<(), BackendError> {
+    let dir = upload_dir(root, handle)?;
+    blocking(move || match std::fs::remove_dir_all(&dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e.into()),
+    })
+    .await
+}

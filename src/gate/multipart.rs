@@ -1,0 +1,240 @@
+//! Multipart uploads through the gate. The token is given once, at CreateMultipartUpload, and
+//! kept with the upload; parts carrying another token are refused. Each part is checked early
+//! against the scope's highest token (cheap), and the completion is the authoritative check: it
+//! is an ordinary commit under the scope's lock, so a completion overtaken by a newer token
+//! fails, and the upload is dropped with nothing made visible (DESIGN.md §2, line 1).
+
+use super::uploads::{Upload, UploadRegistry};
+use super::{check_token, record_outcome, scope, Gate, GateError, TokenInput, WriteRequest, Written};
+use crate::backend::{BackendError, ByteStream, PartInfo};
+use crate::token::TokenError;
+use tracing::Span;
+
+impl Gate {
+    /// CreateMultipartUpload: checks the token early and registers the upload with it.
+    pub async fn create_upload(&self, req: WriteRequest) -> Result<Upload, GateError> {
+        let result = self.create_upload_inner(req).await;
+        record_outcome("create_upload", &result);
+        result
+    }
+
+    async fn create_upload_inner(&self, mut req: WriteRequest) -> Result<Upload, GateError> {
+        let entry = self.bucket(&req.bucket)?;
+        scope::validate_key(&req.key)?;
+        let token = Self::admit(&req.bucket, &entry.policy, req.token.clone(), false)?;
+        let scope = scope::resolve(
+            &entry.policy,
+            &req.bucket,
+            &req.key,
+            req.scope_header.as_deref(),
+        )?;
+        Span::current().record("scope", scope.as_str());
+        if let Some(t) = token {
+            Span::current().record("token", t.0);
+            check_token(entry.policy.tokens, t.0, self.row(&scope)?.highest, &scope)?;
+        }
+        req.meta.token = token.map(|t| t.0);
+        let handle = entry
+            .backend
+            .create_upload(&req.bucket, &req.key, &req.meta)
+            .await?;
+        let upload = Upload {
+            id: UploadRegistry::new_id(),
+            bucket: req.bucket,
+            key: req.key,
+            token: req.meta.token,
+            scope_header: req.scope_header,
+            meta: req.meta,
+            handle,
+            initiated_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+        };
+        self.uploads.insert(upload.clone()).map_err(|e| {
+            GateError::Backend(BackendError::Failing(format!(
+                "cannot record the upload: {e}"
+            )))
+        })?;
+        Ok(upload)
+    }
+
+    /// The upload `id`, which must belong to `bucket`/`key`.
+    pub fn upload(&self, bucket: &str, key: &str, id: &str) -> Result<Upload, GateError> {
+        self.bucket(bucket)?;
+        match self.uploads.get(id) {
+            Some(u) if u.bucket == bucket && u.key == key => Ok(u),
+            _ => Err(GateError::Backend(BackendError::NoSuchUpload(id.to_string()))),
+        }
+    }
+
+    pub fn uploads(&self, bucket: &str, prefix: &str) -> Result<Vec<Upload>, GateError> {
+        self.bucket(bucket)?;
+        Ok(self.uploads.list(bucket, prefix))
+    }
+
+    /// A token sent with a part or a completion must be the upload's own.
+    fn same_token(upload: &Upload, token: TokenInput) -> Result<(), GateError> {
+        match (token?, upload.token) {
+            (Some(t), Some(u)) if t.0 != u => Err(TokenError::Disagree {
+                first: u,
+                other: t.0,
+                by: "at CreateMultipartUpload",
+                what: "this request",
+            }
+            .into()),
+            (Some(t), None) => Err(GateError::InvalidArgument(format!(
+                "this upload was created without a token, so token {} cannot be added now; start a new upload with the token",
+                t.0
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Early check of an upload's token against its scope's highest.
+    fn upload_current(&self, upload: &Upload) -> Result<String, GateError> {
+        let entry = self.bucket(&upload.bucket)?;
+        let scope = scope::resolve(
+            &entry.policy,
+            &upload.bucket,
+            &upload.key,
+            upload.scope_header.as_deref(),
+        )?;
+        Span::current().record("scope", scope.as_str());
+        if let Some(t) = upload.token {
+            Span::current().record("token", t);
+            check_token(entry.policy.tokens, t, self.row(&scope)?.highest, &scope)?;
+        }
+        Ok(scope)
+    }
+
+    /// UploadPart (and UploadPartCopy, whose source the surface opens).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn upload_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        number: i32,
+        token: TokenInput,
+        body: ByteStream,
+        size: Option<u64>,
+    ) -> Result<PartInfo, GateError> {
+        let result = async {
+            let upload = self.upload(bucket, key, id)?;
+            Self::same_token(&upload, token)?;
+            self.upload_current(&upload)?;
+            let entry = self.bucket(bucket)?;
+            Ok(entry
+                .backend
+                .upload_part(bucket, key, &upload.handle, number, body, size)
+                .await?)
+        }
+        .await;
+        record_outcome("upload_part", &result);
+        result
+    }
+
+    pub async fn list_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+    ) -> Result<Vec<PartInfo>, GateError> {
+        let upload = self.upload(bucket, key, id)?;
+        let entry = self.bucket(bucket)?;
+        Ok(entry
+            .backend
+            .list_parts(bucket, key, &upload.handle)
+            .await?)
+    }
+
+    /// CompleteMultipartUpload: the commit point. A stale token (or a write behind fencegate's
+    /// back) drops the whole upload; a backend fault keeps it for a retry.
+    pub async fn complete_upload(
+        &self,
+        req: WriteRequest,
+        id: &str,
+        parts: &[(i32, String)],
+    ) -> Result<Written, GateError> {
+        let result = self.complete_inner(req, id, parts).await;
+        record_outcome("complete_upload", &result);
+        result
+    }
+
+    async fn complete_inner(
+        &self,
+        req: WriteRequest,
+        id: &str,
+        parts: &[(i32, String)],
+    ) -> Result<Written, GateError> {
+        let upload = self.upload(&req.bucket, &req.key, id)?;
+        Self::same_token(&upload, req.token.clone())?;
+        let entry = self.bucket(&upload.bucket)?;
+        let scope = match self.upload_current(&upload) {
+            Ok(s) => s,
+            Err(e) => return Err(self.drop_if_final(&upload, e).await),
+        };
+        let staged = entry
+            .backend
+            .assemble(
+                &upload.bucket,
+                &upload.key,
+                &upload.handle,
+                parts,
+                upload.meta.clone(),
+            )
+            .await?;
+        let req = WriteRequest {
+            bucket: upload.bucket.clone(),
+            key: upload.key.clone(),
+            token: Ok(upload.token.map(crate::token::Token)),
+            scope_header: upload.scope_header.clone(),
+            conditions: req.conditions,
+            meta: upload.meta.clone(),
+        };
+        let token = upload.token.map(crate::token::Token);
+        match self.lock_and_commit(&req, entry, &scope, token, staged).await {
+            Ok(w) => {
+                self.uploads.remove(&upload.id);
+                if let Err(e) = entry
+                    .backend
+                    .finish_upload(&upload.bucket, &upload.key, &upload.handle)
+                    .await
+                {
+                    tracing::warn!(upload = %upload.id, error = %e, "the object is committed but its parts could not be removed");
+                }
+                Ok(w)
+            }
+            Err(e) => Err(self.drop_if_final(&upload, e).await),
+        }
+    }
+
+    /// An upload that can never complete (its token is stale, or the object was changed behind
+    /// fencegate's back) is aborted at once, so no part of it lingers.
+    async fn drop_if_final(&self, upload: &Upload, e: GateError) -> GateError {
+        let is_final = matches!(
+            e,
+            GateError::StaleFencingToken { .. }
+                | GateError::TokenNotIncreasing { .. }
+                | GateError::BypassDetected { .. }
+        );
+        if is_final {
+            if let Err(abort) = self.abort_upload(&upload.bucket, &upload.key, &upload.id).await {
+                tracing::warn!(upload = %upload.id, error = %abort, "could not abort a fenced-out upload");
+            }
+        }
+        e
+    }
+
+    /// AbortMultipartUpload. Not fenced: it discards only that upload's own parts.
+    pub async fn abort_upload(&self, bucket: &str, key: &str, id: &str) -> Result<(), GateError> {
+        let upload = self.upload(bucket, key, id)?;
+        let entry = self.bucket(bucket)?;
+        entry
+            .backend
+            .finish_upload(bucket, key, &upload.handle)
+            .await?;
+        self.uploads.remove(id);
+        Ok(())
+    }
+}
