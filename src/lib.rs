@@ -10,5 +10,6 @@ pub mod cli;
 pub mod config;
 pub mod fence;
 pub mod gate;
+pub mod s3api;
 pub mod server;
 pub mod token;

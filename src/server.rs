@@ -5,10 +5,11 @@ use crate::api::{self, AppState};
 use crate::backend::fs::FsBackend;
 use crate::backend::s3::{self, S3Backend, S3Clients};
 use crate::backend::Backend;
-use crate::config::{BackendConfig, Config};
+use crate::config::{BackendConfig, Config, S3Key};
 use crate::fence::rocks::RocksFenceStore;
 use crate::fence::StoreError;
-use crate::gate::{BucketEntry, Gate};
+use crate::gate::{BucketEntry, Gate, UploadRegistry};
+use crate::s3api::{self, KeyTable, S3Gateway};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,6 +31,8 @@ pub enum StartError {
     },
     #[error("the server failed: {0}")]
     Serve(std::io::Error),
+    #[error("{0}")]
+    Gateway(String),
     #[error("bucket {bucket} (s3 backend {backend}): {message}")]
     S3 {
         bucket: String,
@@ -157,26 +160,89 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     for line in config.describe().lines() {
         tracing::info!("{line}");
     }
+    let uploads_dir = config.server.data_dir.join("uploads");
+    let uploads = UploadRegistry::open(uploads_dir.clone()).map_err(|error| StartError::Backend {
+        name: "uploads".into(),
+        path: uploads_dir.display().to_string(),
+        error,
+    })?;
+    let gate = Arc::new(gate.with_uploads(uploads));
+    let s3 = if config.s3.enabled {
+        Some(s3_service(&config, gate.clone())?)
+    } else {
+        None
+    };
     let state = AppState {
-        gate: Arc::new(gate),
+        gate,
         max_body_bytes: config.server.max_body_bytes,
         body_idle_timeout: Duration::from_secs(config.server.body_idle_timeout_secs),
         metrics,
+        s3: if config.s3_listen.is_none() { s3.clone() } else { None },
+        max_header_bytes: config.server.max_header_bytes,
     };
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|error| StartError::Listen {
-            addr: config.listen,
-            error,
-        })?;
+    let listener = bind(config.listen).await?;
     let addr = listener.local_addr().map_err(StartError::Serve)?;
     tracing::info!(%addr, "fencegate is listening; try: curl http://{addr}/healthz");
-    axum::serve(listener, api::router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(StartError::Serve)?;
+    let native = axum::serve(listener, api::router(state.clone()))
+        .with_graceful_shutdown(shutdown_signal());
+    match config.s3_listen {
+        Some(s3_addr) if s3.is_some() => {
+            let s3_listener = bind(s3_addr).await?;
+            let s3_addr = s3_listener.local_addr().map_err(StartError::Serve)?;
+            tracing::info!(%s3_addr, "the S3 gateway is listening; try: aws --endpoint-url http://{s3_addr} s3 ls");
+            let s3_state = AppState { s3, ..state };
+            let s3_serve = axum::serve(s3_listener, api::s3_only_router(s3_state))
+                .with_graceful_shutdown(shutdown_signal());
+            tokio::try_join!(native, s3_serve).map_err(StartError::Serve)?;
+        }
+        _ => {
+            if s3.is_some() {
+                tracing::info!("the S3 gateway shares this listener; try: aws --endpoint-url http://{addr} s3 ls");
+            }
+            native.await.map_err(StartError::Serve)?;
+        }
+    }
     tracing::info!("fencegate stopped");
     Ok(())
+}
+
+async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, StartError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|error| StartError::Listen { addr, error })
+}
+
+/// The S3 key used when the config names none (like MinIO's `minioadmin`): the gateway then
+/// works out of the box for local use, and says so loudly at start-up.
+pub const DEV_KEY: (&str, &str) = ("fencegate", "fencegate-dev-secret");
+
+/// The S3 gateway over `gate`, with the configured keys.
+fn s3_service(config: &Config, gate: Arc<Gate>) -> Result<s3s::service::S3Service, StartError> {
+    let keys = if config.s3.keys.is_empty() {
+        tracing::warn!(
+            access_key_id = DEV_KEY.0,
+            secret_access_key = DEV_KEY.1,
+            "the S3 gateway has no [s3.keys], so it accepts the well-known development key; add [s3.keys.NAME] before exposing it beyond this machine"
+        );
+        KeyTable::new([S3Key {
+            access_key_id: DEV_KEY.0.into(),
+            secret_access_key: DEV_KEY.1.into(),
+            buckets: vec!["*".into()],
+            write: true,
+        }])
+    } else {
+        KeyTable::new(config.s3.keys.values().cloned())
+    };
+    let keys = Arc::new(keys);
+    let gateway = S3Gateway {
+        gate,
+        keys,
+        max_body_bytes: config.server.max_body_bytes,
+        body_idle_timeout: Duration::from_secs(config.server.body_idle_timeout_secs),
+        max_parts: config.s3.max_parts,
+        region: config.s3.region.clone(),
+    };
+    s3api::service(gateway, &config.s3).map_err(StartError::Gateway)
 }
 
 async fn shutdown_signal() {

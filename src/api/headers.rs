@@ -104,9 +104,22 @@ pub fn body_stream(
     if declared.is_some_and(|n| n > limit) {
         return Err(BodyError::TooLarge { limit }.into());
     }
+    Ok(bound(
+        body.into_data_stream()
+            .map(|r| r.map_err(|e| BodyError::Broken(e.to_string()))),
+        limit,
+        idle,
+    ))
+}
+
+/// A body stream that stops at `limit` bytes and after `idle` without data (slowloris guard).
+pub fn bound<S>(inner: S, limit: u64, idle: Duration) -> ByteStream
+where
+    S: futures::Stream<Item = Result<bytes::Bytes, BodyError>> + Send + 'static,
+{
     let secs = idle.as_secs();
     let stream = futures::stream::unfold(
-        (body.into_data_stream(), 0u64, false),
+        (Box::pin(inner), 0u64, false),
         move |(mut inner, seen, done)| async move {
             if done {
                 return None;
@@ -114,9 +127,7 @@ pub fn body_stream(
             match tokio::time::timeout(idle, inner.next()).await {
                 Err(_) => Some((Err(BodyError::Idle { secs }), (inner, seen, true))),
                 Ok(None) => None,
-                Ok(Some(Err(e))) => {
-                    Some((Err(BodyError::Broken(e.to_string())), (inner, seen, true)))
-                }
+                Ok(Some(Err(e))) => Some((Err(e), (inner, seen, true))),
                 Ok(Some(Ok(chunk))) => {
                     let seen = seen + chunk.len() as u64;
                     if seen > limit {
@@ -128,5 +139,5 @@ pub fn body_stream(
             }
         },
     );
-    Ok(Box::pin(stream))
+    Box::pin(stream)
 }

@@ -3,7 +3,7 @@
 
 mod error;
 mod fences;
-mod headers;
+pub(crate) mod headers;
 mod objects;
 
 pub use error::ApiError;
@@ -26,10 +26,13 @@ pub struct AppState {
     pub max_body_bytes: u64,
     pub body_idle_timeout: Duration,
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    /// The S3 gateway, when it shares this listener: it answers every path not routed here.
+    pub s3: Option<s3s::service::S3Service>,
+    pub max_header_bytes: usize,
 }
 
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
         .route("/v1/objects/{bucket}", get(objects::list))
@@ -44,22 +47,26 @@ pub fn router(state: AppState) -> Router {
             "/v1/fences/{bucket}/{*key}",
             get(fences::show).post(fences::advance),
         )
-        .fallback(no_route)
-        .method_not_allowed_fallback(wrong_method)
+        .fallback(s3_or_no_route)
+        .method_not_allowed_fallback(wrong_method);
+    with_layers(routes, &state).with_state(state)
+}
+
+/// A router that serves only the S3 API, for `[s3] listen`.
+pub fn s3_only_router(state: AppState) -> Router {
+    with_layers(Router::new().fallback(s3_or_no_route), &state).with_state(state)
+}
+
+/// The header-size guard and the per-request span with its closing log line.
+fn with_layers(routes: Router<AppState>, state: &AppState) -> Router<AppState> {
+    routes
+        .layer(axum::middleware::from_fn_with_state(
+            state.max_header_bytes,
+            limit_headers,
+        ))
         .layer(
             TraceLayer::new_for_http()
-                .make_span_with(|req: &Request| {
-                    tracing::info_span!(
-                        "request",
-                        method = %req.method(),
-                        path = %req.uri().path(),
-                        bucket = Empty,
-                        key = Empty,
-                        scope = Empty,
-                        token = Empty,
-                        outcome = Empty,
-                    )
-                })
+                .make_span_with(request_span)
                 .on_request(())
                 .on_response(
                     |resp: &Response, latency: Duration, _span: &tracing::Span| {
@@ -71,7 +78,60 @@ pub fn router(state: AppState) -> Router {
                     },
                 ),
         )
-        .with_state(state)
+}
+
+fn request_span(req: &Request) -> tracing::Span {
+    tracing::info_span!(
+        "request",
+        method = %req.method(),
+        path = %req.uri().path(),
+        bucket = Empty,
+        key = Empty,
+        scope = Empty,
+        token = Empty,
+        outcome = Empty,
+    )
+}
+
+/// Refuses a request whose header block is larger than configured, before any handler runs.
+async fn limit_headers(
+    State(max): State<usize>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let size: usize = req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum::<usize>()
+        + req.uri().to_string().len();
+    if size > max {
+        return error::plain(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "RequestHeaderSectionTooLarge",
+            format!("the request line and headers take {size} bytes; the limit is {max} ([server] max_header_bytes)"),
+        );
+    }
+    next.run(req).await
+}
+
+/// Hands everything the native API does not route to the S3 gateway, if it is on.
+async fn s3_or_no_route(State(state): State<AppState>, req: Request) -> Response {
+    let Some(s3) = state.s3.clone() else {
+        return no_route(req).await;
+    };
+    let req = req.map(s3s::Body::http_body_unsync);
+    match s3.call(req).await {
+        Ok(resp) => resp.map(axum::body::Body::new),
+        Err(e) => {
+            tracing::error!(error = ?e, "the S3 layer failed");
+            error::plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                "the S3 layer failed; see the server log".into(),
+            )
+        }
+    }
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

@@ -249,8 +249,8 @@ pub struct S3GatewayConfig {
     pub region: String,
     /// Most parts a multipart upload may have (S3's own limit is 10000).
     pub max_parts: u32,
-    /// Access keys. With none, the gateway accepts every request unauthenticated (like the
-    /// native API) and says so at start-up.
+    /// Access keys. With none, the gateway accepts only the well-known development key
+    /// `fencegate` / `fencegate-dev-secret`, and warns at start-up.
     pub keys: BTreeMap<String, S3Key>,
 }
 

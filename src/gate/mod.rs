@@ -600,6 +600,28 @@ impl Gate {
             .ok_or_else(|| no_such_key(bucket, key))
     }
 
+    /// Bytes `start..=end` of an object (`end` clamped by the backend).
+    pub async fn get_range(
+        &self,
+        bucket: &str,
+        key: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<(ObjectInfo, ByteStream), GateError> {
+        let entry = self.bucket(bucket)?;
+        scope::validate_key(key)?;
+        entry
+            .backend
+            .get_range(bucket, key, start, end)
+            .await?
+            .ok_or_else(|| no_such_key(bucket, key))
+    }
+
+    /// The buckets served, by name.
+    pub fn bucket_names(&self) -> Vec<String> {
+        self.buckets.keys().cloned().collect()
+    }
+
     pub async fn list(
         &self,
         bucket: &str,

@@ -1,0 +1,269 @@
+//! Bucket operations: listing (v1 and v2, with delimiters and continuation), ListBuckets of the
+//! configured buckets, HeadBucket and GetBucketLocation. Buckets are configuration here:
+//! CreateBucket of a served bucket says so, and creating or deleting others is refused.
+
+use super::convert::{self, s3_error};
+use super::S3Gateway;
+use crate::gate::GateError;
+use s3s::dto::*;
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+
+/// One page of keys and common prefixes, in key order.
+struct Listing {
+    objects: Vec<Object>,
+    prefixes: Vec<String>,
+    /// The last key or prefix returned, when more follow.
+    next: Option<String>,
+}
+
+/// Lists like S3: keys under `prefix` after `after`; with a delimiter, keys sharing the next
+/// delimited segment fold into one common prefix. At most `max` entries (keys + prefixes).
+async fn list(
+    gw: &S3Gateway,
+    bucket: &str,
+    prefix: &str,
+    delimiter: Option<&str>,
+    after: Option<String>,
+    max: usize,
+) -> Result<Listing, GateError> {
+    let mut out = Listing {
+        objects: Vec::new(),
+        prefixes: Vec::new(),
+        next: None,
+    };
+    let mut cursor = after;
+    let mut last_entry: Option<String> = None;
+    loop {
+        let page = gw
+            .gate
+            .list(bucket, prefix, cursor.as_deref(), 1000)
+            .await?;
+        let more = page.next_start_after.is_some();
+        let mut skip_to: Option<String> = None;
+        for o in page.objects {
+            if skip_to.as_deref().is_some_and(|s| o.key.as_str() < s) {
+                continue;
+            }
+            let folded = delimiter.filter(|d| !d.is_empty()).and_then(|d| {
+                o.key[prefix.len()..]
+                    .find(d)
+                    .map(|i| o.key[..prefix.len() + i + d.len()].to_string())
+            });
+            let entry = folded.clone().unwrap_or_else(|| o.key.clone());
+            if out.objects.len() + out.prefixes.len() == max {
+                out.next = last_entry;
+                return Ok(out);
+            }
+            last_entry = Some(entry.clone());
+            match folded {
+                Some(p) => {
+                    // Everything under this prefix sorts before prefix + U+10FFFF.
+                    skip_to = Some(format!("{p}\u{10FFFF}"));
+                    out.prefixes.push(p);
+                }
+                None => out.objects.push(Object {
+                    key: Some(o.key.clone()),
+                    e_tag: Some(convert::etag(&o.etag)),
+                    size: Some(o.size as i64),
+                    last_modified: Some(convert::timestamp(o.last_modified_ms)),
+                    storage_class: Some(ObjectStorageClass::from_static(
+                        ObjectStorageClass::STANDARD,
+                    )),
+                    ..Default::default()
+                }),
+            }
+        }
+        if !more {
+            return Ok(out);
+        }
+        cursor = match skip_to {
+            Some(s) => Some(s),
+            None => page.next_start_after,
+        };
+    }
+}
+
+fn max_keys(requested: Option<i32>) -> S3Result<usize> {
+    match requested {
+        None => Ok(1000),
+        Some(n) if n < 0 => Err(convert::invalid(
+            S3ErrorCode::InvalidArgument,
+            "max-keys must not be negative",
+        )),
+        Some(n) => Ok((n as usize).min(1000)),
+    }
+}
+
+/// Continuation tokens are the hex of the last entry returned: opaque, and no key escapes.
+fn decode_token(token: &str) -> S3Result<String> {
+    hex::decode(token)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(|| {
+            convert::invalid(
+                S3ErrorCode::InvalidArgument,
+                "the continuation token is not one this server issued",
+            )
+        })
+}
+
+pub async fn list_objects_v2(
+    gw: &S3Gateway,
+    req: S3Request<ListObjectsV2Input>,
+) -> S3Result<S3Response<ListObjectsV2Output>> {
+    let input = req.input;
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let max = max_keys(input.max_keys)?;
+    let after = match &input.continuation_token {
+        Some(t) => Some(decode_token(t)?),
+        None => input.start_after.clone(),
+    };
+    let listing = list(
+        gw,
+        &input.bucket,
+        &prefix,
+        input.delimiter.as_deref(),
+        after,
+        max,
+    )
+    .await
+    .map_err(s3_error)?;
+    Ok(S3Response::new(ListObjectsV2Output {
+        name: Some(input.bucket),
+        prefix: Some(prefix),
+        delimiter: input.delimiter,
+        max_keys: Some(max as i32),
+        key_count: Some((listing.objects.len() + listing.prefixes.len()) as i32),
+        continuation_token: input.continuation_token,
+        start_after: input.start_after,
+        is_truncated: Some(listing.next.is_some()),
+        next_continuation_token: listing.next.map(hex::encode),
+        contents: Some(listing.objects),
+        common_prefixes: Some(
+            listing
+                .prefixes
+                .into_iter()
+                .map(|p| CommonPrefix { prefix: Some(p) })
+                .collect(),
+        ),
+        encoding_type: input.encoding_type,
+        ..Default::default()
+    }))
+}
+
+pub async fn list_objects(
+    gw: &S3Gateway,
+    req: S3Request<ListObjectsInput>,
+) -> S3Result<S3Response<ListObjectsOutput>> {
+    let input = req.input;
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let max = max_keys(input.max_keys)?;
+    let listing = list(
+        gw,
+        &input.bucket,
+        &prefix,
+        input.delimiter.as_deref(),
+        input.marker.clone(),
+        max,
+    )
+    .await
+    .map_err(s3_error)?;
+    Ok(S3Response::new(ListObjectsOutput {
+        name: Some(input.bucket),
+        prefix: Some(prefix),
+        delimiter: input.delimiter,
+        marker: input.marker,
+        max_keys: Some(max as i32),
+        is_truncated: Some(listing.next.is_some()),
+        next_marker: listing.next,
+        contents: Some(listing.objects),
+        common_prefixes: Some(
+            listing
+                .prefixes
+                .into_iter()
+                .map(|p| CommonPrefix { prefix: Some(p) })
+                .collect(),
+        ),
+        encoding_type: input.encoding_type,
+        ..Default::default()
+    }))
+}
+
+pub async fn list_buckets(
+    gw: &S3Gateway,
+    req: S3Request<ListBucketsInput>,
+) -> S3Result<S3Response<ListBucketsOutput>> {
+    let access_key = req.credentials.as_ref().map(|c| c.access_key.as_str());
+    let buckets = gw
+        .gate
+        .bucket_names()
+        .into_iter()
+        .filter(|b| gw.keys.may_read(access_key, b))
+        .map(|name| Bucket {
+            name: Some(name),
+            creation_date: Some(convert::timestamp(0)),
+            bucket_region: Some(gw.region.clone()),
+        })
+        .collect();
+    Ok(S3Response::new(ListBucketsOutput {
+        buckets: Some(buckets),
+        owner: Some(Owner {
+            display_name: Some("fencegate".into()),
+            id: Some("fencegate".into()),
+        }),
+        ..Default::default()
+    }))
+}
+
+pub async fn head_bucket(
+    gw: &S3Gateway,
+    req: S3Request<HeadBucketInput>,
+) -> S3Result<S3Response<HeadBucketOutput>> {
+    gw.gate.bucket(&req.input.bucket).map_err(s3_error)?;
+    Ok(S3Response::new(HeadBucketOutput {
+        bucket_region: Some(gw.region.clone()),
+        ..Default::default()
+    }))
+}
+
+pub async fn get_bucket_location(
+    gw: &S3Gateway,
+    req: S3Request<GetBucketLocationInput>,
+) -> S3Result<S3Response<GetBucketLocationOutput>> {
+    gw.gate.bucket(&req.input.bucket).map_err(s3_error)?;
+    // us-east-1 is reported as no constraint, as AWS does.
+    let location = (gw.region != "us-east-1")
+        .then(|| BucketLocationConstraint::from(gw.region.clone()));
+    Ok(S3Response::new(GetBucketLocationOutput {
+        location_constraint: location,
+    }))
+}
+
+pub async fn create_bucket(
+    gw: &S3Gateway,
+    req: S3Request<CreateBucketInput>,
+) -> S3Result<S3Response<CreateBucketOutput>> {
+    let bucket = req.input.bucket;
+    if gw.gate.bucket(&bucket).is_ok() {
+        return Err(S3Error::with_message(
+            S3ErrorCode::BucketAlreadyOwnedByYou,
+            format!("bucket {bucket} is configured and already served"),
+        ));
+    }
+    Err(S3Error::with_message(
+        S3ErrorCode::NotImplemented,
+        format!("buckets come from the configuration; add [buckets.{bucket}] to the config file and restart"),
+    ))
+}
+
+pub async fn delete_bucket(
+    gw: &S3Gateway,
+    req: S3Request<DeleteBucketInput>,
+) -> S3Result<S3Response<DeleteBucketOutput>> {
+    let bucket = req.input.bucket;
+    gw.gate.bucket(&bucket).map_err(s3_error)?;
+    Err(S3Error::with_message(
+        S3ErrorCode::NotImplemented,
+        format!("bucket {bucket} comes from the configuration; remove it there instead"),
+    ))
+}

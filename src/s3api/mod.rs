@@ -1,0 +1,186 @@
+//! The S3 gateway surface (DESIGN.md §4): the S3 REST API, parsed and signed by `s3s`, turned
+//! into gate calls. Like the native API it decides nothing: tokens, scopes and commits are the
+//! gate's. One file per group of operations, over the helpers here.
+
+mod access;
+mod buckets;
+mod convert;
+mod multipart;
+mod objects;
+
+pub use access::KeyTable;
+
+use crate::config::S3GatewayConfig;
+use crate::gate::Gate;
+use s3s::service::{S3Service, S3ServiceBuilder};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What every S3 operation can reach.
+#[derive(Clone)]
+pub struct S3Gateway {
+    pub gate: Arc<Gate>,
+    pub keys: Arc<KeyTable>,
+    pub max_body_bytes: u64,
+    pub body_idle_timeout: Duration,
+    pub max_parts: u32,
+    pub region: String,
+}
+
+/// Builds the `s3s` service: SigV4 against the configured keys, access
+/// rules per key, and virtual-host-style addressing when a domain is configured.
+pub fn service(gateway: S3Gateway, cfg: &S3GatewayConfig) -> Result<S3Service, String> {
+    let keys = gateway.keys.clone();
+    let mut builder = S3ServiceBuilder::new(gateway);
+    builder.set_auth(access::Auth(keys.clone()));
+    builder.set_access(access::Access(keys));
+    if let Some(domain) = &cfg.domain {
+        let host = s3s::host::SingleDomain::new(domain)
+            .map_err(|e| format!("[s3] domain = {domain:?} is not usable: {e}"))?;
+        builder.set_host(host);
+    }
+    Ok(builder.build())
+}
+
+#[async_trait::async_trait]
+impl s3s::S3 for S3Gateway {
+    async fn put_object(
+        &self,
+        req: s3s::S3Request<s3s::dto::PutObjectInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::PutObjectOutput>> {
+        objects::put_object(self, req).await
+    }
+
+    async fn get_object(
+        &self,
+        req: s3s::S3Request<s3s::dto::GetObjectInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::GetObjectOutput>> {
+        objects::get_object(self, req).await
+    }
+
+    async fn head_object(
+        &self,
+        req: s3s::S3Request<s3s::dto::HeadObjectInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::HeadObjectOutput>> {
+        objects::head_object(self, req).await
+    }
+
+    async fn delete_object(
+        &self,
+        req: s3s::S3Request<s3s::dto::DeleteObjectInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::DeleteObjectOutput>> {
+        objects::delete_object(self, req).await
+    }
+
+    async fn delete_objects(
+        &self,
+        req: s3s::S3Request<s3s::dto::DeleteObjectsInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::DeleteObjectsOutput>> {
+        objects::delete_objects(self, req).await
+    }
+
+    async fn copy_object(
+        &self,
+        req: s3s::S3Request<s3s::dto::CopyObjectInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::CopyObjectOutput>> {
+        objects::copy_object(self, req).await
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: s3s::S3Request<s3s::dto::ListObjectsV2Input>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::ListObjectsV2Output>> {
+        buckets::list_objects_v2(self, req).await
+    }
+
+    async fn list_objects(
+        &self,
+        req: s3s::S3Request<s3s::dto::ListObjectsInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::ListObjectsOutput>> {
+        buckets::list_objects(self, req).await
+    }
+
+    async fn list_buckets(
+        &self,
+        req: s3s::S3Request<s3s::dto::ListBucketsInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::ListBucketsOutput>> {
+        buckets::list_buckets(self, req).await
+    }
+
+    async fn head_bucket(
+        &self,
+        req: s3s::S3Request<s3s::dto::HeadBucketInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::HeadBucketOutput>> {
+        buckets::head_bucket(self, req).await
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: s3s::S3Request<s3s::dto::GetBucketLocationInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::GetBucketLocationOutput>> {
+        buckets::get_bucket_location(self, req).await
+    }
+
+    async fn create_bucket(
+        &self,
+        req: s3s::S3Request<s3s::dto::CreateBucketInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::CreateBucketOutput>> {
+        buckets::create_bucket(self, req).await
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: s3s::S3Request<s3s::dto::DeleteBucketInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::DeleteBucketOutput>> {
+        buckets::delete_bucket(self, req).await
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: s3s::S3Request<s3s::dto::CreateMultipartUploadInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::CreateMultipartUploadOutput>> {
+        multipart::create(self, req).await
+    }
+
+    async fn upload_part(
+        &self,
+        req: s3s::S3Request<s3s::dto::UploadPartInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::UploadPartOutput>> {
+        multipart::upload_part(self, req).await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: s3s::S3Request<s3s::dto::UploadPartCopyInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::UploadPartCopyOutput>> {
+        multipart::upload_part_copy(self, req).await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: s3s::S3Request<s3s::dto::CompleteMultipartUploadInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::CompleteMultipartUploadOutput>> {
+        multipart::complete(self, req).await
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: s3s::S3Request<s3s::dto::AbortMultipartUploadInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::AbortMultipartUploadOutput>> {
+        multipart::abort(self, req).await
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: s3s::S3Request<s3s::dto::ListMultipartUploadsInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::ListMultipartUploadsOutput>> {
+        multipart::list_uploads(self, req).await
+    }
+
+    async fn list_parts(
+        &self,
+        req: s3s::S3Request<s3s::dto::ListPartsInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::ListPartsOutput>> {
+        multipart::list_parts(self, req).await
+    }
+}
