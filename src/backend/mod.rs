@@ -94,7 +94,7 @@ impl StagedBody {
 }
 
 /// One uploaded part of a multipart upload.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct PartInfo {
     pub number: i32,
     /// Quoted, as S3 answers it.
@@ -282,24 +282,14 @@ pub trait Backend: Send + Sync + 'static {
         Err(BackendError::Unsupported("multipart uploads"))
     }
 
-    /// The parts uploaded so far, by number.
-    async fn list_parts(
-        &self,
-        _bucket: &str,
-        _key: &str,
-        _handle: &str,
-    ) -> Result<Vec<PartInfo>, BackendError> {
-        Err(BackendError::Unsupported("multipart uploads"))
-    }
-
-    /// Joins the listed parts into a staged body, committed like any other. The parts stay
-    /// until [`Backend::finish_upload`].
+    /// Joins the parts (already checked against those uploaded, in order) into a staged body,
+    /// committed like any other. The parts stay until [`Backend::finish_upload`].
     async fn assemble(
         &self,
         _bucket: &str,
         _key: &str,
         _handle: &str,
-        _parts: &[(i32, String)],
+        _parts: &[PartInfo],
         _meta: ObjectMeta,
     ) -> Result<Staged, BackendError> {
         Err(BackendError::Unsupported("multipart uploads"))

@@ -6,7 +6,7 @@
 
 use super::uploads::{Upload, UploadRegistry};
 use super::{check_token, record_outcome, scope, Gate, GateError, TokenInput, WriteRequest, Written};
-use crate::backend::{BackendError, ByteStream, PartInfo};
+use crate::backend::{match_parts, BackendError, ByteStream, PartInfo};
 use crate::token::TokenError;
 use tracing::Span;
 
@@ -49,6 +49,7 @@ impl Gate {
             initiated_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
+            parts: Default::default(),
         };
         self.uploads.insert(upload.clone()).map_err(|e| {
             GateError::Backend(BackendError::Failing(format!(
@@ -124,28 +125,31 @@ impl Gate {
             Self::same_token(&upload, token)?;
             self.upload_current(&upload)?;
             let entry = self.bucket(bucket)?;
-            Ok(entry
+            let part = entry
                 .backend
                 .upload_part(bucket, key, &upload.handle, number, body, size)
-                .await?)
+                .await?;
+            match self.uploads.add_part(id, part.clone()) {
+                Ok(true) => Ok(part),
+                // Completed or aborted while this part streamed in.
+                Ok(false) => Err(GateError::Backend(BackendError::NoSuchUpload(id.to_string()))),
+                Err(e) => Err(GateError::Backend(BackendError::Failing(format!(
+                    "cannot record the part: {e}"
+                )))),
+            }
         }
         .await;
         record_outcome("upload_part", &result);
         result
     }
 
-    pub async fn list_parts(
+    pub fn list_parts(
         &self,
         bucket: &str,
         key: &str,
         id: &str,
     ) -> Result<Vec<PartInfo>, GateError> {
-        let upload = self.upload(bucket, key, id)?;
-        let entry = self.bucket(bucket)?;
-        Ok(entry
-            .backend
-            .list_parts(bucket, key, &upload.handle)
-            .await?)
+        Ok(self.upload(bucket, key, id)?.parts.into_values().collect())
     }
 
     /// CompleteMultipartUpload: the commit point. A stale token (or a write behind fencegate's
@@ -174,13 +178,15 @@ impl Gate {
             Ok(s) => s,
             Err(e) => return Err(self.drop_if_final(&upload, e).await),
         };
+        let uploaded: Vec<PartInfo> = upload.parts.values().cloned().collect();
+        let chosen = match_parts(parts, &uploaded)?;
         let staged = entry
             .backend
             .assemble(
                 &upload.bucket,
                 &upload.key,
                 &upload.handle,
-                parts,
+                &chosen,
                 upload.meta.clone(),
             )
             .await?;

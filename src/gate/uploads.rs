@@ -5,7 +5,7 @@
 //! Records are small JSON files under `<data_dir>/uploads/` (written, fsynced, renamed), so an
 //! upload survives a restart; without a directory (unit tests) they live in memory only.
 
-use crate::backend::ObjectMeta;
+use crate::backend::{ObjectMeta, PartInfo};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -23,6 +23,9 @@ pub struct Upload {
     /// The backend's own handle for it (the store's upload id, or a directory name).
     pub handle: String,
     pub initiated_ms: u64,
+    /// The parts uploaded so far, by number: what a completion's part list is checked against.
+    #[serde(default)]
+    pub parts: BTreeMap<i32, PartInfo>,
 }
 
 #[derive(Default)]
@@ -68,6 +71,25 @@ impl UploadRegistry {
     }
 
     pub fn insert(&self, upload: Upload) -> std::io::Result<()> {
+        let mut uploads = self.uploads.lock();
+        self.write(&upload)?;
+        uploads.insert(upload.id.clone(), upload);
+        Ok(())
+    }
+
+    /// Records a part (replacing one with the same number); false if the upload is gone.
+    pub fn add_part(&self, id: &str, part: PartInfo) -> std::io::Result<bool> {
+        let mut uploads = self.uploads.lock();
+        let Some(upload) = uploads.get_mut(id) else {
+            return Ok(false);
+        };
+        upload.parts.insert(part.number, part);
+        self.write(upload)?;
+        Ok(true)
+    }
+
+    /// Durably writes one record (the caller holds the lock, so writes never interleave).
+    fn write(&self, upload: &Upload) -> std::io::Result<()> {
         if let Some(dir) = &self.dir {
             let temp = dir.join(format!("{}.tmp", upload.id));
             let mut f = std::fs::File::create(&temp)?;
@@ -76,7 +98,6 @@ impl UploadRegistry {
             std::fs::rename(&temp, dir.join(&upload.id))?;
             std::fs::File::open(dir)?.sync_all()?;
         }
-        self.uploads.lock().insert(upload.id.clone(), upload);
         Ok(())
     }
 

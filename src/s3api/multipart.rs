@@ -277,7 +277,6 @@ pub async fn list_parts(
     let mut parts: Vec<_> = gw
         .gate
         .list_parts(&input.bucket, &input.key, &input.upload_id)
-        .await
         .map_err(s3_error)?
         .into_iter()
         .filter(|p| p.number > after)

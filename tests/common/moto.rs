@@ -92,13 +92,19 @@ impl Moto {
 }
 
 pub fn client_for(endpoint: &str) -> aws_sdk_s3::Client {
+    client_with(endpoint, "test", "test")
+}
+
+/// A path-style client for `endpoint` signing with the given key.
+#[allow(dead_code)]
+pub fn client_with(endpoint: &str, id: &str, secret: &str) -> aws_sdk_s3::Client {
     let conf = aws_sdk_s3::config::Builder::new()
         .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
         .region(aws_sdk_s3::config::Region::new("us-east-1"))
         .endpoint_url(endpoint)
         .force_path_style(true)
         .credentials_provider(aws_sdk_s3::config::Credentials::new(
-            "test", "test", None, None, "tests",
+            id, secret, None, None, "tests",
         ))
         .build();
     aws_sdk_s3::Client::from_conf(conf)

@@ -306,30 +306,19 @@ impl Backend for FsBackend {
         uploads::put_part(&self.root, handle, number, body).await
     }
 
-    async fn list_parts(
-        &self,
-        _bucket: &str,
-        _key: &str,
-        handle: &str,
-    ) -> Result<Vec<PartInfo>, BackendError> {
-        Ok(uploads::parts(&self.root, handle)
-            .await?
-            .into_iter()
-            .map(|(p, _)| p)
-            .collect())
-    }
-
     async fn assemble(
         &self,
         bucket: &str,
         key: &str,
         handle: &str,
-        parts: &[(i32, String)],
+        parts: &[PartInfo],
         meta: ObjectMeta,
     ) -> Result<Staged, BackendError> {
+        // The files are the truth here: a part whose file is not there with that ETag fails.
         let on_disk = uploads::parts(&self.root, handle).await?;
         let infos: Vec<PartInfo> = on_disk.iter().map(|(p, _)| p.clone()).collect();
-        let chosen = match_parts(parts, &infos)?;
+        let wanted: Vec<(i32, String)> = parts.iter().map(|p| (p.number, p.etag.clone())).collect();
+        let chosen = match_parts(&wanted, &infos)?;
         let etags: Vec<&str> = chosen.iter().map(|p| p.etag.as_str()).collect();
         let etag = multipart_etag(&etags);
         let files = chosen

@@ -557,24 +557,15 @@ impl Backend for S3Backend {
         self.put_client_part(key, handle, number, body, size).await
     }
 
-    async fn list_parts(
-        &self,
-        _bucket: &str,
-        key: &str,
-        handle: &str,
-    ) -> Result<Vec<PartInfo>, BackendError> {
-        self.store_parts(key, handle).await
-    }
-
     async fn assemble(
         &self,
         bucket: &str,
         key: &str,
         handle: &str,
-        parts: &[(i32, String)],
+        parts: &[PartInfo],
         meta: ObjectMeta,
     ) -> Result<Staged, BackendError> {
-        self.assemble_parts(bucket, key, handle, parts, meta).await
+        Ok(self.assemble_parts(bucket, key, handle, parts, meta))
     }
 
     async fn finish_upload(

@@ -6,8 +6,8 @@
 use super::errors::{classify, S3Failure};
 use super::S3Backend;
 use crate::backend::{
-    match_parts, multipart_etag, BackendError, BodyError, ByteStream, ObjectMeta, PartInfo,
-    Staged, StagedBody,
+    multipart_etag, BackendError, BodyError, ByteStream, ObjectMeta, PartInfo, Staged,
+    StagedBody,
 };
 use aws_sdk_s3::primitives::ByteStream as SdkStream;
 use aws_smithy_types::body::SdkBody;
@@ -106,60 +106,19 @@ impl S3Backend {
         })
     }
 
-    pub(super) async fn store_parts(
-        &self,
-        key: &str,
-        handle: &str,
-    ) -> Result<Vec<PartInfo>, BackendError> {
-        let mut parts = Vec::new();
-        let mut marker: Option<String> = None;
-        loop {
-            let out = self
-                .clients
-                .reads
-                .list_parts()
-                .bucket(&self.bucket)
-                .key(self.store_key(key))
-                .upload_id(handle)
-                .set_part_number_marker(marker.clone())
-                .send()
-                .await
-                .map_err(|e| match classify("ListParts", e) {
-                    S3Failure::NotFound => BackendError::NoSuchUpload(handle.to_string()),
-                    other => other.into_backend("ListParts"),
-                })?;
-            for p in out.parts() {
-                parts.push(PartInfo {
-                    number: p.part_number().unwrap_or_default(),
-                    etag: p.e_tag().unwrap_or_default().to_string(),
-                    size: p.size().unwrap_or_default().max(0) as u64,
-                    last_modified_ms: p
-                        .last_modified()
-                        .map_or(0, |t| t.to_millis().unwrap_or(0).max(0) as u64),
-                });
-            }
-            match (out.is_truncated(), out.next_part_number_marker()) {
-                (Some(true), Some(next)) => marker = Some(next.to_string()),
-                _ => break,
-            }
-        }
-        Ok(parts)
-    }
-
-    pub(super) async fn assemble_parts(
+    /// The store checks the part list again at CompleteMultipartUpload; the gate has already
+    /// checked it against the parts it saw uploaded, so a bad list is the client's 400.
+    pub(super) fn assemble_parts(
         &self,
         bucket: &str,
         key: &str,
         handle: &str,
-        requested: &[(i32, String)],
+        chosen: &[PartInfo],
         meta: ObjectMeta,
-    ) -> Result<Staged, BackendError> {
-        // Checked here, so a bad part list is the client's 400, not a store error at commit.
-        let uploaded = self.store_parts(key, handle).await?;
-        let chosen = match_parts(requested, &uploaded)?;
+    ) -> Staged {
         let etags: Vec<&str> = chosen.iter().map(|p| p.etag.as_str()).collect();
         let etag = multipart_etag(&etags);
-        Ok(Staged {
+        Staged {
             body: StagedBody::Multipart {
                 upload_id: handle.to_string(),
                 parts: chosen.iter().map(|p| (p.number, p.etag.clone())).collect(),
@@ -170,7 +129,7 @@ impl S3Backend {
             etag,
             size: chosen.iter().map(|p| p.size).sum(),
             meta,
-        })
+        }
     }
 
     /// Aborts the store's upload; one already completed or aborted is fine.

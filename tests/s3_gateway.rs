@@ -1,0 +1,887 @@
+//! The S3 gateway, driven by aws-sdk-s3 as an unmodified client, once per operation and on both
+//! backends (`fs`, and `s3` on a real moto server): fenced writes, multipart uploads (the
+//! zombie completion included), copies, batch deletes, reads with ranges and conditions,
+//! listing, buckets, SigV4 keys and presigned URLs.
+
+mod common;
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
+use aws_sdk_s3::Client;
+use common::moto::Moto;
+use common::Server;
+use std::path::PathBuf;
+
+const STORE_BUCKET: &str = "fencegate-gateway";
+const PART: usize = 5 * 1024 * 1024;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Fs,
+    S3,
+}
+
+struct Fx {
+    _dir: tempfile::TempDir,
+    _moto: Option<Moto>,
+    server: Server,
+    kind: Kind,
+    store: Option<Client>,
+}
+
+const KEYS: &str = r#"
+[s3.keys.writer]
+access_key_id = "writer-key"
+secret_access_key = "writer-secret"
+
+[s3.keys.reader]
+access_key_id = "reader-key"
+secret_access_key = "reader-secret"
+buckets = ["default"]
+write = false
+"#;
+
+impl Fx {
+    async fn start(kind: Kind) -> Fx {
+        let dir = tempfile::tempdir().unwrap();
+        let data: PathBuf = dir.path().join("data");
+        let (moto, buckets) = match kind {
+            Kind::Fs => (
+                None,
+                "[buckets.default]\n\n[buckets.loose]\nfencing = \"optional\"\nfenced_deletes = false\n".to_string(),
+            ),
+            Kind::S3 => {
+                let moto = Moto::start();
+                moto.create_bucket(STORE_BUCKET).await;
+                let text = format!(
+                    "[backends.local]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nmultipart_threshold_bytes = {PART}\nunsafe_no_conditional_writes = true\n\n[buckets.default]\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"default/\"\n\n[buckets.loose]\nfencing = \"optional\"\nfenced_deletes = false\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"loose/\"\n",
+                    moto.endpoint()
+                );
+                (Some(moto), text)
+            }
+        };
+        let config = format!("{buckets}\n{KEYS}");
+        let server = Server::start(&data, Some(&config));
+        let store = moto.as_ref().map(|m| m.client());
+        Fx {
+            _dir: dir,
+            _moto: moto,
+            server,
+            kind,
+            store,
+        }
+    }
+
+    fn client(&self) -> Client {
+        self.client_as("writer-key", "writer-secret")
+    }
+
+    fn client_as(&self, id: &str, secret: &str) -> Client {
+        common::moto::client_with(&self.server.url(""), id, secret)
+    }
+
+    /// Multipart uploads the store still holds (s3), or upload directories (fs).
+    async fn leftover_uploads(&self) -> usize {
+        match self.kind {
+            Kind::Fs => {
+                let dir = self.server.data_dir.join("objects/.uploads");
+                std::fs::read_dir(dir).map_or(0, |d| d.count())
+            }
+            Kind::S3 => self
+                .store
+                .as_ref()
+                .unwrap()
+                .list_multipart_uploads()
+                .bucket(STORE_BUCKET)
+                .send()
+                .await
+                .unwrap()
+                .uploads()
+                .len(),
+        }
+    }
+}
+
+/// (status, code, Fencing-Token-Highest) of a failed call.
+fn failure<T: std::fmt::Debug, E: ProvideErrorMetadata + std::fmt::Debug>(
+    r: Result<T, SdkError<E, aws_smithy_runtime_api::client::orchestrator::HttpResponse>>,
+) -> (u16, String, Option<String>) {
+    let e = r.expect_err("the call should have failed");
+    let raw = e.raw_response().expect("an HTTP answer");
+    let status = raw.status().as_u16();
+    let highest = raw
+        .headers()
+        .get("fencing-token-highest")
+        .map(str::to_string);
+    let code = e.code().unwrap_or_default().to_string();
+    (status, code, highest)
+}
+
+async fn body_of(c: &Client, bucket: &str, key: &str) -> Vec<u8> {
+    c.get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes()
+        .to_vec()
+}
+
+macro_rules! with_token {
+    ($builder:expr, $token:expr) => {{
+        let token: String = $token.to_string();
+        $builder.customize().mutate_request(move |req| {
+            req.headers_mut().insert("fencing-token", token.clone());
+        })
+    }};
+}
+
+/// PutObject, GetObject (whole, ranged, conditional), HeadObject and DeleteObject, with every
+/// carrier of the token and the S3 error for each refusal.
+async fn objects_are_fenced(kind: Kind) {
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    // Token in the header.
+    let out = with_token!(
+        c.put_object()
+            .bucket("default")
+            .key("dir/a.txt")
+            .content_type("text/plain")
+            .metadata("owner", "worker-1")
+            .body(ByteStream::from_static(b"0123456789")),
+        34
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(out.e_tag(), Some("\"781e5e245d69b566979b86e28d23f2c7\""));
+    // Token as metadata, as `aws s3 cp --metadata fencing-token=N` sends it.
+    c.put_object()
+        .bucket("default")
+        .key("dir/b.txt")
+        .metadata("fencing-token", "35")
+        .body(ByteStream::from_static(b"bee"))
+        .send()
+        .await
+        .unwrap();
+
+    let head = c
+        .head_object()
+        .bucket("default")
+        .key("dir/a.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length(), Some(10));
+    assert_eq!(head.content_type(), Some("text/plain"));
+    let meta = head.metadata().unwrap();
+    assert_eq!(meta.get("fencing-token").map(String::as_str), Some("34"));
+    assert_eq!(meta.get("owner").map(String::as_str), Some("worker-1"));
+
+    let ranged = c
+        .get_object()
+        .bucket("default")
+        .key("dir/a.txt")
+        .range("bytes=2-5")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ranged.content_range(), Some("bytes 2-5/10"));
+    let bytes = ranged.body.collect().await.unwrap().into_bytes();
+    assert_eq!(&bytes[..], b"2345");
+    let suffix = c
+        .get_object()
+        .bucket("default")
+        .key("dir/a.txt")
+        .range("bytes=-3")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(&suffix.body.collect().await.unwrap().into_bytes()[..], b"789");
+    let (status, code, _) = failure(
+        c.get_object()
+            .bucket("default")
+            .key("dir/a.txt")
+            .range("bytes=50-60")
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (416, "InvalidRange"));
+    let etag = head.e_tag().unwrap().to_string();
+    let (status, _, _) = failure(
+        c.get_object()
+            .bucket("default")
+            .key("dir/a.txt")
+            .if_none_match(&etag)
+            .send()
+            .await,
+    );
+    assert_eq!(status, 304);
+    let (status, code, _) = failure(
+        c.get_object()
+            .bucket("default")
+            .key("dir/a.txt")
+            .if_match("\"0000\"")
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (412, "PreconditionFailed"));
+    assert_eq!(
+        c.get_object()
+            .bucket("default")
+            .key("dir/a.txt")
+            .if_match(&etag)
+            .send()
+            .await
+            .unwrap()
+            .e_tag(),
+        Some(etag.as_str())
+    );
+
+    // Refusals: stale, missing, malformed, disagreeing carriers, a failed precondition.
+    let (status, code, highest) = failure(
+        with_token!(
+            c.put_object()
+                .bucket("default")
+                .key("dir/a.txt")
+                .body(ByteStream::from_static(b"zombie")),
+            33
+        )
+        .send()
+        .await,
+    );
+    assert_eq!((status, code.as_str()), (409, "StaleFencingToken"));
+    assert_eq!(highest.as_deref(), Some("34"));
+    let (status, code, _) = failure(
+        c.put_object()
+            .bucket("default")
+            .key("dir/a.txt")
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (428, "FencingTokenRequired"));
+    let (status, code, _) = failure(
+        c.put_object()
+            .bucket("default")
+            .key("dir/a.txt")
+            .metadata("fencing-token", "0x10")
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "InvalidFencingToken"));
+    let (status, code, _) = failure(
+        with_token!(
+            c.put_object()
+                .bucket("default")
+                .key("dir/a.txt")
+                .metadata("fencing-token", "40")
+                .body(ByteStream::from_static(b"x")),
+            41
+        )
+        .send()
+        .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "InvalidFencingToken"));
+    let (status, code, _) = failure(
+        with_token!(
+            c.put_object()
+                .bucket("default")
+                .key("dir/a.txt")
+                .if_none_match("*")
+                .body(ByteStream::from_static(b"x")),
+            50
+        )
+        .send()
+        .await,
+    );
+    assert_eq!((status, code.as_str()), (412, "PreconditionFailed"));
+    // None of those changed anything.
+    assert_eq!(body_of(&c, "default", "dir/a.txt").await, b"0123456789");
+
+    // Unknown bucket and key.
+    let (status, code, _) = failure(c.get_object().bucket("nope").key("k").send().await);
+    assert_eq!((status, code.as_str()), (404, "NoSuchBucket"));
+    let (status, code, _) = failure(c.get_object().bucket("default").key("absent").send().await);
+    assert_eq!((status, code.as_str()), (404, "NoSuchKey"));
+
+    // Deletes are fenced like writes and leave a tombstone.
+    let (status, code, _) = failure(
+        with_token!(c.delete_object().bucket("default").key("dir/a.txt"), 20)
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (409, "StaleFencingToken"));
+    with_token!(c.delete_object().bucket("default").key("dir/a.txt"), 36)
+        .send()
+        .await
+        .unwrap();
+    let (status, code, _) = failure(
+        with_token!(
+            c.put_object()
+                .bucket("default")
+                .key("dir/a.txt")
+                .body(ByteStream::from_static(b"late")),
+            35
+        )
+        .send()
+        .await,
+    );
+    assert_eq!((status, code.as_str()), (409, "StaleFencingToken"));
+}
+
+/// ListObjectsV2 (delimiter, pages, continuation), ListObjects v1, ListBuckets, HeadBucket,
+/// GetBucketLocation, CreateBucket and DeleteBucket.
+async fn listing_and_buckets(kind: Kind) {
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    for key in ["a/1", "a/2", "b/1", "c", "d/e/f"] {
+        c.put_object()
+            .bucket("loose")
+            .key(key)
+            .body(ByteStream::from_static(b"v"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let out = c
+        .list_objects_v2()
+        .bucket("loose")
+        .delimiter("/")
+        .send()
+        .await
+        .unwrap();
+    let keys: Vec<_> = out.contents().iter().filter_map(|o| o.key()).collect();
+    let prefixes: Vec<_> = out
+        .common_prefixes()
+        .iter()
+        .filter_map(|p| p.prefix())
+        .collect();
+    assert_eq!(keys, ["c"]);
+    assert_eq!(prefixes, ["a/", "b/", "d/"]);
+
+    // Two at a time, following continuation tokens, until the end.
+    let mut seen = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let out = c
+            .list_objects_v2()
+            .bucket("loose")
+            .max_keys(2)
+            .set_continuation_token(token.clone())
+            .send()
+            .await
+            .unwrap();
+        seen.extend(out.contents().iter().filter_map(|o| o.key().map(str::to_string)));
+        match out.next_continuation_token() {
+            Some(t) => token = Some(t.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["a/1", "a/2", "b/1", "c", "d/e/f"]);
+
+    let v1 = c
+        .list_objects()
+        .bucket("loose")
+        .prefix("a/")
+        .marker("a/1")
+        .send()
+        .await
+        .unwrap();
+    let keys: Vec<_> = v1.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(keys, ["a/2"]);
+
+    let buckets = c.list_buckets().send().await.unwrap();
+    let names: Vec<_> = buckets.buckets().iter().filter_map(|b| b.name()).collect();
+    assert_eq!(names, ["default", "loose"]);
+    // The reader key sees only the bucket it may use.
+    let reader = fx.client_as("reader-key", "reader-secret");
+    let buckets = reader.list_buckets().send().await.unwrap();
+    let names: Vec<_> = buckets.buckets().iter().filter_map(|b| b.name()).collect();
+    assert_eq!(names, ["default"]);
+
+    c.head_bucket().bucket("default").send().await.unwrap();
+    let (status, _, _) = failure(c.head_bucket().bucket("nope").send().await);
+    assert_eq!(status, 404);
+    let loc = c
+        .get_bucket_location()
+        .bucket("default")
+        .send()
+        .await
+        .unwrap();
+    // us-east-1 is reported as no constraint (empty), as AWS does.
+    assert!(loc
+        .location_constraint()
+        .is_none_or(|l| l.as_str().is_empty()));
+    let (status, code, _) = failure(c.create_bucket().bucket("default").send().await);
+    assert_eq!((status, code.as_str()), (409, "BucketAlreadyOwnedByYou"));
+    let (status, code, _) = failure(c.create_bucket().bucket("brand-new").send().await);
+    assert_eq!((status, code.as_str()), (501, "NotImplemented"));
+    let (_, code, _) = failure(c.delete_bucket().bucket("loose").send().await);
+    assert_eq!(code, "NotImplemented");
+    // An operation the gateway does not serve says so rather than pretending.
+    let (status, code, _) = failure(c.get_bucket_tagging().bucket("default").send().await);
+    assert_eq!((status, code.as_str()), (501, "NotImplemented"));
+}
+
+async fn start_upload(c: &Client, key: &str, token: u64) -> String {
+    c.create_multipart_upload()
+        .bucket("default")
+        .key(key)
+        .metadata("fencing-token", token.to_string())
+        .send()
+        .await
+        .unwrap()
+        .upload_id()
+        .unwrap()
+        .to_string()
+}
+
+async fn send_part(c: &Client, key: &str, id: &str, n: i32, fill: u8, len: usize) -> String {
+    c.upload_part()
+        .bucket("default")
+        .key(key)
+        .upload_id(id)
+        .part_number(n)
+        .body(ByteStream::from(vec![fill; len]))
+        .send()
+        .await
+        .unwrap()
+        .e_tag()
+        .unwrap()
+        .to_string()
+}
+
+fn parts(list: &[(i32, &str)]) -> CompletedMultipartUpload {
+    CompletedMultipartUpload::builder()
+        .set_parts(Some(
+            list.iter()
+                .map(|(n, e)| CompletedPart::builder().part_number(*n).e_tag(*e).build())
+                .collect(),
+        ))
+        .build()
+}
+
+/// The zombie over S3 alone: an upload begun with 33, a PutObject with 34 landing while it is
+/// in flight, then the completion fails with StaleFencingToken; the object holds 34's bytes and
+/// nothing of the upload remains.
+async fn multipart_zombie(kind: Kind) {
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    let id = start_upload(&c, "report", 33).await;
+    let e1 = send_part(&c, "report", &id, 1, b'z', PART).await;
+    let e2 = send_part(&c, "report", &id, 2, b'z', 10).await;
+
+    with_token!(
+        c.put_object()
+            .bucket("default")
+            .key("report")
+            .body(ByteStream::from_static(b"written by 34")),
+        34
+    )
+    .send()
+    .await
+    .unwrap();
+
+    let (status, code, highest) = failure(
+        c.complete_multipart_upload()
+            .bucket("default")
+            .key("report")
+            .upload_id(&id)
+            .multipart_upload(parts(&[(1, &e1), (2, &e2)]))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (409, "StaleFencingToken"));
+    assert_eq!(highest.as_deref(), Some("34"));
+    assert_eq!(body_of(&c, "default", "report").await, b"written by 34");
+    // The fenced-out upload is gone, here and on the store.
+    let listed = c
+        .list_multipart_uploads()
+        .bucket("default")
+        .send()
+        .await
+        .unwrap();
+    assert!(listed.uploads().is_empty());
+    assert_eq!(fx.leftover_uploads().await, 0);
+    // A part for it now is refused: it no longer exists.
+    let (status, code, _) = failure(
+        c.upload_part()
+            .bucket("default")
+            .key("report")
+            .upload_id(&id)
+            .part_number(3)
+            .body(ByteStream::from_static(b"more"))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (404, "NoSuchUpload"));
+
+    // A part uploaded after a newer token is recorded is refused early, before completion.
+    let id = start_upload(&c, "late", 40).await;
+    with_token!(
+        c.put_object()
+            .bucket("default")
+            .key("late")
+            .body(ByteStream::from_static(b"41")),
+        41
+    )
+    .send()
+    .await
+    .unwrap();
+    let (status, code, _) = failure(
+        c.upload_part()
+            .bucket("default")
+            .key("late")
+            .upload_id(&id)
+            .part_number(1)
+            .body(ByteStream::from_static(b"stale part"))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (409, "StaleFencingToken"));
+}
+
+/// A whole multipart life: parts (one copied from an object), ListParts, ListMultipartUploads,
+/// bad part lists, AbortMultipartUpload, and a completion that makes the object.
+async fn multipart_uploads(kind: Kind) {
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    with_token!(
+        c.put_object()
+            .bucket("default")
+            .key("source")
+            .body(ByteStream::from_static(b"0123456789")),
+        1
+    )
+    .send()
+    .await
+    .unwrap();
+
+    let id = start_upload(&c, "big", 7).await;
+    let e1 = send_part(&c, "big", &id, 1, b'a', PART).await;
+    let copied = c
+        .upload_part_copy()
+        .bucket("default")
+        .key("big")
+        .upload_id(&id)
+        .part_number(2)
+        .copy_source("default/source")
+        .copy_source_range("bytes=2-5")
+        .send()
+        .await
+        .unwrap();
+    let e2 = copied.copy_part_result().unwrap().e_tag().unwrap().to_string();
+
+    let listed = c
+        .list_parts()
+        .bucket("default")
+        .key("big")
+        .upload_id(&id)
+        .send()
+        .await
+        .unwrap();
+    let numbers: Vec<_> = listed.parts().iter().filter_map(|p| p.part_number()).collect();
+    assert_eq!(numbers, [1, 2]);
+    let uploads = c
+        .list_multipart_uploads()
+        .bucket("default")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(uploads.uploads().len(), 1);
+    assert_eq!(uploads.uploads()[0].upload_id(), Some(id.as_str()));
+
+    // A token that disagrees with the upload's own is refused.
+    let (status, code, _) = failure(
+        with_token!(
+            c.upload_part()
+                .bucket("default")
+                .key("big")
+                .upload_id(&id)
+                .part_number(3)
+                .body(ByteStream::from_static(b"x")),
+            8
+        )
+        .send()
+        .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "InvalidFencingToken"));
+    // Bad part lists are the client's 400 and change nothing.
+    let (status, code, _) = failure(
+        c.complete_multipart_upload()
+            .bucket("default")
+            .key("big")
+            .upload_id(&id)
+            .multipart_upload(parts(&[(2, &e2), (1, &e1)]))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "InvalidPartOrder"));
+    let (status, code, _) = failure(
+        c.complete_multipart_upload()
+            .bucket("default")
+            .key("big")
+            .upload_id(&id)
+            .multipart_upload(parts(&[(1, &e1), (2, "\"00000000000000000000000000000000\"")]))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "InvalidPart"));
+    let (status, code, _) = failure(c.get_object().bucket("default").key("big").send().await);
+    assert_eq!((status, code.as_str()), (404, "NoSuchKey"));
+
+    let done = c
+        .complete_multipart_upload()
+        .bucket("default")
+        .key("big")
+        .upload_id(&id)
+        .multipart_upload(parts(&[(1, &e1), (2, &e2)]))
+        .send()
+        .await
+        .unwrap();
+    assert!(done.e_tag().unwrap().ends_with("-2\""), "{:?}", done.e_tag());
+    let body = body_of(&c, "default", "big").await;
+    assert_eq!(body.len(), PART + 4);
+    assert!(body[..PART].iter().all(|b| *b == b'a'));
+    assert_eq!(&body[PART..], b"2345");
+    let head = c.head_object().bucket("default").key("big").send().await.unwrap();
+    assert_eq!(
+        head.metadata().unwrap().get("fencing-token").map(String::as_str),
+        Some("7")
+    );
+
+    // Aborted: gone from the listing, its parts removed.
+    let id = start_upload(&c, "dropped", 9).await;
+    send_part(&c, "dropped", &id, 1, b'd', 100).await;
+    c.abort_multipart_upload()
+        .bucket("default")
+        .key("dropped")
+        .upload_id(&id)
+        .send()
+        .await
+        .unwrap();
+    let uploads = c
+        .list_multipart_uploads()
+        .bucket("default")
+        .send()
+        .await
+        .unwrap();
+    assert!(uploads.uploads().is_empty());
+    assert_eq!(fx.leftover_uploads().await, 0);
+    let (status, code, _) = failure(
+        c.abort_multipart_upload()
+            .bucket("default")
+            .key("dropped")
+            .upload_id("not-an-upload")
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (404, "NoSuchUpload"));
+}
+
+/// CopyObject fences the destination and honours the source conditions; DeleteObjects fences
+/// each key and reports each failure on its own.
+async fn copy_and_batch_delete(kind: Kind) {
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    with_token!(
+        c.put_object()
+            .bucket("default")
+            .key("src")
+            .metadata("colour", "blue")
+            .body(ByteStream::from_static(b"payload")),
+        3
+    )
+    .send()
+    .await
+    .unwrap();
+    let src_etag = c
+        .head_object()
+        .bucket("default")
+        .key("src")
+        .send()
+        .await
+        .unwrap()
+        .e_tag()
+        .unwrap()
+        .to_string();
+    with_token!(
+        c.copy_object()
+            .bucket("default")
+            .key("dst")
+            .copy_source("default/src")
+            .copy_source_if_match(&src_etag),
+        10
+    )
+    .send()
+    .await
+    .unwrap();
+    let head = c.head_object().bucket("default").key("dst").send().await.unwrap();
+    let meta = head.metadata().unwrap();
+    assert_eq!(meta.get("colour").map(String::as_str), Some("blue"));
+    assert_eq!(meta.get("fencing-token").map(String::as_str), Some("10"));
+    assert_eq!(body_of(&c, "default", "dst").await, b"payload");
+
+    let (status, code, _) = failure(
+        with_token!(
+            c.copy_object()
+                .bucket("default")
+                .key("dst")
+                .copy_source("default/src")
+                .copy_source_if_match("\"0000\""),
+            11
+        )
+        .send()
+        .await,
+    );
+    assert_eq!((status, code.as_str()), (412, "PreconditionFailed"));
+    let (status, code, highest) = failure(
+        with_token!(
+            c.copy_object()
+                .bucket("default")
+                .key("dst")
+                .copy_source("default/src"),
+            9
+        )
+        .send()
+        .await,
+    );
+    assert_eq!((status, code.as_str()), (409, "StaleFencingToken"));
+    assert_eq!(highest.as_deref(), Some("10"));
+
+    // Batch delete with token 5: "src" (highest 3) goes, "dst" (highest 10) is refused,
+    // "missing" is reported deleted as S3 does.
+    let ids = ["src", "dst", "missing"]
+        .iter()
+        .map(|k| ObjectIdentifier::builder().key(*k).build().unwrap())
+        .collect();
+    let out = with_token!(
+        c.delete_objects()
+            .bucket("default")
+            .delete(Delete::builder().set_objects(Some(ids)).build().unwrap()),
+        5
+    )
+    .send()
+    .await
+    .unwrap();
+    let mut deleted: Vec<_> = out.deleted().iter().filter_map(|d| d.key()).collect();
+    deleted.sort();
+    assert_eq!(deleted, ["missing", "src"]);
+    assert_eq!(out.errors().len(), 1);
+    assert_eq!(out.errors()[0].key(), Some("dst"));
+    assert_eq!(out.errors()[0].code(), Some("StaleFencingToken"));
+    assert_eq!(body_of(&c, "default", "dst").await, b"payload");
+    let (status, _, _) = failure(c.head_object().bucket("default").key("src").send().await);
+    assert_eq!(status, 404);
+}
+
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod fs {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Kind::Fs).await })*
+        }
+        mod s3 {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Kind::S3).await })*
+        }
+    };
+}
+
+on_both_backends!(
+    objects_are_fenced,
+    listing_and_buckets,
+    multipart_zombie,
+    multipart_uploads,
+    copy_and_batch_delete,
+);
+
+/// SigV4: an unknown key, a wrong secret, a key without the right, a presigned GET and an
+/// expired one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_signatures_and_presigned_urls() {
+    use aws_sdk_s3::presigning::PresigningConfig;
+    use std::time::{Duration, SystemTime};
+    let fx = Fx::start(Kind::Fs).await;
+    let c = fx.client();
+    with_token!(
+        c.put_object()
+            .bucket("default")
+            .key("k")
+            .body(ByteStream::from_static(b"secret data")),
+        1
+    )
+    .send()
+    .await
+    .unwrap();
+
+    let stranger = fx.client_as("nobody", "whatever");
+    let (status, code, _) = failure(stranger.get_object().bucket("default").key("k").send().await);
+    assert_eq!((status, code.as_str()), (403, "InvalidAccessKeyId"));
+    let forger = fx.client_as("writer-key", "not-the-secret");
+    let (status, code, _) = failure(forger.get_object().bucket("default").key("k").send().await);
+    assert_eq!((status, code.as_str()), (403, "SignatureDoesNotMatch"));
+
+    let reader = fx.client_as("reader-key", "reader-secret");
+    assert_eq!(body_of(&reader, "default", "k").await, b"secret data");
+    let (status, code, _) = failure(
+        with_token!(
+            reader
+                .put_object()
+                .bucket("default")
+                .key("k")
+                .body(ByteStream::from_static(b"overwritten")),
+            2
+        )
+        .send()
+        .await,
+    );
+    assert_eq!((status, code.as_str()), (403, "AccessDenied"));
+    let (status, code, _) = failure(reader.list_objects_v2().bucket("loose").send().await);
+    assert_eq!((status, code.as_str()), (403, "AccessDenied"));
+    assert_eq!(body_of(&c, "default", "k").await, b"secret data");
+
+    let http = reqwest::Client::new();
+    let url = c
+        .get_object()
+        .bucket("default")
+        .key("k")
+        .presigned(PresigningConfig::expires_in(Duration::from_secs(300)).unwrap())
+        .await
+        .unwrap();
+    let resp = http.get(url.uri()).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(&resp.bytes().await.unwrap()[..], b"secret data");
+
+    let expired = c
+        .get_object()
+        .bucket("default")
+        .key("k")
+        .presigned(
+            PresigningConfig::builder()
+                .start_time(SystemTime::now() - Duration::from_secs(3600))
+                .expires_in(Duration::from_secs(60))
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let resp = http.get(expired.uri()).send().await.unwrap();
+    assert_eq!(resp.status(), 403);
+    let text = resp.text().await.unwrap();
+    assert!(text.contains("AccessDenied") || text.contains("expired"), "{text}");
+    // An unsigned request is refused.
+    let resp = http
+        .get(fx.server.url("/default/k"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+}
