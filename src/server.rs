@@ -161,11 +161,12 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         tracing::info!("{line}");
     }
     let uploads_dir = config.server.data_dir.join("uploads");
-    let uploads = UploadRegistry::open(uploads_dir.clone()).map_err(|error| StartError::Backend {
-        name: "uploads".into(),
-        path: uploads_dir.display().to_string(),
-        error,
-    })?;
+    let uploads =
+        UploadRegistry::open(uploads_dir.clone()).map_err(|error| StartError::Backend {
+            name: "uploads".into(),
+            path: uploads_dir.display().to_string(),
+            error,
+        })?;
     let gate = Arc::new(gate.with_uploads(uploads));
     let s3 = if config.s3.enabled {
         Some(s3_service(&config, gate.clone())?)
@@ -177,14 +178,18 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         max_body_bytes: config.server.max_body_bytes,
         body_idle_timeout: Duration::from_secs(config.server.body_idle_timeout_secs),
         metrics,
-        s3: if config.s3_listen.is_none() { s3.clone() } else { None },
+        s3: if config.s3_listen.is_none() {
+            s3.clone()
+        } else {
+            None
+        },
         max_header_bytes: config.server.max_header_bytes,
     };
     let listener = bind(config.listen).await?;
     let addr = listener.local_addr().map_err(StartError::Serve)?;
     tracing::info!(%addr, "fencegate is listening; try: curl http://{addr}/healthz");
-    let native = axum::serve(listener, api::router(state.clone()))
-        .with_graceful_shutdown(shutdown_signal());
+    let native =
+        axum::serve(listener, api::router(state.clone())).with_graceful_shutdown(shutdown_signal());
     match config.s3_listen {
         Some(s3_addr) if s3.is_some() => {
             let s3_listener = bind(s3_addr).await?;

@@ -202,7 +202,10 @@ async fn objects_are_fenced(kind: Kind) {
         .send()
         .await
         .unwrap();
-    assert_eq!(&suffix.body.collect().await.unwrap().into_bytes()[..], b"789");
+    assert_eq!(
+        &suffix.body.collect().await.unwrap().into_bytes()[..],
+        b"789"
+    );
     let (status, code, _) = failure(
         c.get_object()
             .bucket("default")
@@ -378,7 +381,11 @@ async fn listing_and_buckets(kind: Kind) {
             .send()
             .await
             .unwrap();
-        seen.extend(out.contents().iter().filter_map(|o| o.key().map(str::to_string)));
+        seen.extend(
+            out.contents()
+                .iter()
+                .filter_map(|o| o.key().map(str::to_string)),
+        );
         match out.next_continuation_token() {
             Some(t) => token = Some(t.to_string()),
             None => break,
@@ -577,7 +584,12 @@ async fn multipart_uploads(kind: Kind) {
         .send()
         .await
         .unwrap();
-    let e2 = copied.copy_part_result().unwrap().e_tag().unwrap().to_string();
+    let e2 = copied
+        .copy_part_result()
+        .unwrap()
+        .e_tag()
+        .unwrap()
+        .to_string();
 
     let listed = c
         .list_parts()
@@ -587,7 +599,11 @@ async fn multipart_uploads(kind: Kind) {
         .send()
         .await
         .unwrap();
-    let numbers: Vec<_> = listed.parts().iter().filter_map(|p| p.part_number()).collect();
+    let numbers: Vec<_> = listed
+        .parts()
+        .iter()
+        .filter_map(|p| p.part_number())
+        .collect();
     assert_eq!(numbers, [1, 2]);
     let uploads = c
         .list_multipart_uploads()
@@ -629,7 +645,10 @@ async fn multipart_uploads(kind: Kind) {
             .bucket("default")
             .key("big")
             .upload_id(&id)
-            .multipart_upload(parts(&[(1, &e1), (2, "\"00000000000000000000000000000000\"")]))
+            .multipart_upload(parts(&[
+                (1, &e1),
+                (2, "\"00000000000000000000000000000000\""),
+            ]))
             .send()
             .await,
     );
@@ -646,14 +665,27 @@ async fn multipart_uploads(kind: Kind) {
         .send()
         .await
         .unwrap();
-    assert!(done.e_tag().unwrap().ends_with("-2\""), "{:?}", done.e_tag());
+    assert!(
+        done.e_tag().unwrap().ends_with("-2\""),
+        "{:?}",
+        done.e_tag()
+    );
     let body = body_of(&c, "default", "big").await;
     assert_eq!(body.len(), PART + 4);
     assert!(body[..PART].iter().all(|b| *b == b'a'));
     assert_eq!(&body[PART..], b"2345");
-    let head = c.head_object().bucket("default").key("big").send().await.unwrap();
+    let head = c
+        .head_object()
+        .bucket("default")
+        .key("big")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(
-        head.metadata().unwrap().get("fencing-token").map(String::as_str),
+        head.metadata()
+            .unwrap()
+            .get("fencing-token")
+            .map(String::as_str),
         Some("7")
     );
 
@@ -723,7 +755,13 @@ async fn copy_and_batch_delete(kind: Kind) {
     .send()
     .await
     .unwrap();
-    let head = c.head_object().bucket("default").key("dst").send().await.unwrap();
+    let head = c
+        .head_object()
+        .bucket("default")
+        .key("dst")
+        .send()
+        .await
+        .unwrap();
     let meta = head.metadata().unwrap();
     assert_eq!(meta.get("colour").map(String::as_str), Some("blue"));
     assert_eq!(meta.get("fencing-token").map(String::as_str), Some("10"));
@@ -823,7 +861,14 @@ async fn keys_signatures_and_presigned_urls() {
     .unwrap();
 
     let stranger = fx.client_as("nobody", "whatever");
-    let (status, code, _) = failure(stranger.get_object().bucket("default").key("k").send().await);
+    let (status, code, _) = failure(
+        stranger
+            .get_object()
+            .bucket("default")
+            .key("k")
+            .send()
+            .await,
+    );
     assert_eq!((status, code.as_str()), (403, "InvalidAccessKeyId"));
     let forger = fx.client_as("writer-key", "not-the-secret");
     let (status, code, _) = failure(forger.get_object().bucket("default").key("k").send().await);
@@ -876,12 +921,72 @@ async fn keys_signatures_and_presigned_urls() {
     let resp = http.get(expired.uri()).send().await.unwrap();
     assert_eq!(resp.status(), 403);
     let text = resp.text().await.unwrap();
-    assert!(text.contains("AccessDenied") || text.contains("expired"), "{text}");
+    assert!(
+        text.contains("AccessDenied") || text.contains("expired"),
+        "{text}"
+    );
     // An unsigned request is refused.
-    let resp = http
-        .get(fx.server.url("/default/k"))
-        .send()
+    let resp = http.get(fx.server.url("/default/k")).send().await.unwrap();
+    assert_eq!(resp.status(), 403);
+}
+
+/// Virtual-host-style addressing (`bucket.domain/key`) with `[s3] domain`, through a presigned
+/// URL the SDK made for that style.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn virtual_host_style() {
+    use aws_sdk_s3::presigning::PresigningConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        &dir.path().join("data"),
+        Some(&format!(
+            "[s3]\ndomain = \"s3.test\"\n\n[buckets.default]\n{KEYS}"
+        )),
+    );
+    let path_style = common::moto::client_with(&server.url(""), "writer-key", "writer-secret");
+    with_token!(
+        path_style
+            .put_object()
+            .bucket("default")
+            .key("vh/key")
+            .body(ByteStream::from_static(b"virtual")),
+        1
+    )
+    .send()
+    .await
+    .unwrap();
+    let port = server.addr.port();
+    let conf = aws_sdk_s3::config::Builder::new()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .endpoint_url(format!("http://s3.test:{port}"))
+        .credentials_provider(aws_sdk_s3::config::Credentials::new(
+            "writer-key",
+            "writer-secret",
+            None,
+            None,
+            "tests",
+        ))
+        .build();
+    let vh = Client::from_conf(conf);
+    let url = vh
+        .get_object()
+        .bucket("default")
+        .key("vh/key")
+        .presigned(PresigningConfig::expires_in(std::time::Duration::from_secs(60)).unwrap())
         .await
         .unwrap();
-    assert_eq!(resp.status(), 403);
+    assert!(
+        url.uri().starts_with("http://default.s3.test:"),
+        "{}",
+        url.uri()
+    );
+    let http = reqwest::Client::builder()
+        .resolve("default.s3.test", server.addr)
+        .build()
+        .unwrap();
+    let resp = http.get(url.uri()).send().await.unwrap();
+    let status = resp.status();
+    let body = resp.bytes().await.unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(&body[..], b"virtual");
 }

@@ -357,7 +357,12 @@ mod tests {
             Ok(Bytes::from_static(b"4567")),
             Ok(Bytes::from_static(b"89")),
         ];
-        for (start, end, want) in [(0, 9, "0123456789"), (2, 5, "2345"), (4, 4, "4"), (8, 20, "89")] {
+        for (start, end, want) in [
+            (0, 9, "0123456789"),
+            (2, 5, "2345"),
+            (4, 4, "4"),
+            (8, 20, "89"),
+        ] {
             let body = futures::stream::iter(chunks.clone()).boxed();
             let got: Vec<u8> = slice_stream(body, start, end)
                 .map(|c| c.unwrap().to_vec())
@@ -370,24 +375,49 @@ mod tests {
     #[test]
     fn part_lists_are_checked() {
         let uploaded = vec![
-            PartInfo { number: 1, etag: "\"aa\"".into(), size: 1, last_modified_ms: 0 },
-            PartInfo { number: 2, etag: "\"bb\"".into(), size: 1, last_modified_ms: 0 },
+            PartInfo {
+                number: 1,
+                etag: "\"aa\"".into(),
+                size: 1,
+                last_modified_ms: 0,
+            },
+            PartInfo {
+                number: 2,
+                etag: "\"bb\"".into(),
+                size: 1,
+                last_modified_ms: 0,
+            },
         ];
         assert!(match_parts(&[(1, "aa".into()), (2, "\"bb\"".into())], &uploaded).is_ok());
         let code = |r: Result<Vec<PartInfo>, BackendError>| match r {
             Err(BackendError::Invalid { code, .. }) => code,
             other => panic!("{other:?}"),
         };
-        assert_eq!(code(match_parts(&[(2, "bb".into()), (1, "aa".into())], &uploaded)), "InvalidPartOrder");
-        assert_eq!(code(match_parts(&[(1, "zz".into())], &uploaded)), "InvalidPart");
-        assert_eq!(code(match_parts(&[(3, "aa".into())], &uploaded)), "InvalidPart");
+        assert_eq!(
+            code(match_parts(
+                &[(2, "bb".into()), (1, "aa".into())],
+                &uploaded
+            )),
+            "InvalidPartOrder"
+        );
+        assert_eq!(
+            code(match_parts(&[(1, "zz".into())], &uploaded)),
+            "InvalidPart"
+        );
+        assert_eq!(
+            code(match_parts(&[(3, "aa".into())], &uploaded)),
+            "InvalidPart"
+        );
         assert_eq!(code(match_parts(&[], &uploaded)), "MalformedXML");
     }
 
     #[test]
     fn multipart_etag_is_md5_of_md5s() {
         // Two parts "a" and "b": md5("a") = 0cc175b9..., md5("b") = 92eb5ffe...
-        let etag = multipart_etag(&["\"0cc175b9c0f1b6a831c399e269772661\"", "\"92eb5ffee6ae2fec3ad71c777531578f\""]);
+        let etag = multipart_etag(&[
+            "\"0cc175b9c0f1b6a831c399e269772661\"",
+            "\"92eb5ffee6ae2fec3ad71c777531578f\"",
+        ]);
         assert!(etag.ends_with("-2\""), "{etag}");
     }
 }

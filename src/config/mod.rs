@@ -300,7 +300,8 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
             err(
                 None,
                 format!("[s3] listen = {l:?} is not an IP address and port"),
-                "write it as \"127.0.0.1:9000\", or remove it to serve S3 on the native listener".into(),
+                "write it as \"127.0.0.1:9000\", or remove it to serve S3 on the native listener"
+                    .into(),
             )
         })?),
     };

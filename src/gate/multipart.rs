@@ -5,7 +5,9 @@
 //! fails, and the upload is dropped with nothing made visible (DESIGN.md §2, line 1).
 
 use super::uploads::{Upload, UploadRegistry};
-use super::{check_token, record_outcome, scope, Gate, GateError, TokenInput, WriteRequest, Written};
+use super::{
+    check_token, record_outcome, scope, Gate, GateError, TokenInput, WriteRequest, Written,
+};
 use crate::backend::{match_parts, BackendError, ByteStream, PartInfo};
 use crate::token::TokenError;
 use tracing::Span;
@@ -64,7 +66,9 @@ impl Gate {
         self.bucket(bucket)?;
         match self.uploads.get(id) {
             Some(u) if u.bucket == bucket && u.key == key => Ok(u),
-            _ => Err(GateError::Backend(BackendError::NoSuchUpload(id.to_string()))),
+            _ => Err(GateError::Backend(BackendError::NoSuchUpload(
+                id.to_string(),
+            ))),
         }
     }
 
@@ -132,7 +136,9 @@ impl Gate {
             match self.uploads.add_part(id, part.clone()) {
                 Ok(true) => Ok(part),
                 // Completed or aborted while this part streamed in.
-                Ok(false) => Err(GateError::Backend(BackendError::NoSuchUpload(id.to_string()))),
+                Ok(false) => Err(GateError::Backend(BackendError::NoSuchUpload(
+                    id.to_string(),
+                ))),
                 Err(e) => Err(GateError::Backend(BackendError::Failing(format!(
                     "cannot record the part: {e}"
                 )))),
@@ -199,7 +205,10 @@ impl Gate {
             meta: upload.meta.clone(),
         };
         let token = upload.token.map(crate::token::Token);
-        match self.lock_and_commit(&req, entry, &scope, token, staged).await {
+        match self
+            .lock_and_commit(&req, entry, &scope, token, staged)
+            .await
+        {
             Ok(w) => {
                 self.uploads.remove(&upload.id);
                 if let Err(e) = entry
@@ -225,7 +234,10 @@ impl Gate {
                 | GateError::BypassDetected { .. }
         );
         if is_final {
-            if let Err(abort) = self.abort_upload(&upload.bucket, &upload.key, &upload.id).await {
+            if let Err(abort) = self
+                .abort_upload(&upload.bucket, &upload.key, &upload.id)
+                .await
+            {
                 tracing::warn!(upload = %upload.id, error = %abort, "could not abort a fenced-out upload");
             }
         }

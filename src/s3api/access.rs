@@ -47,9 +47,11 @@ impl KeyTable {
 
 /// Operations that change something. Everything else reads.
 fn is_write(op: &str) -> bool {
-    ["Put", "Delete", "Create", "Upload", "Complete", "Abort", "Copy", "Restore", "Post"]
-        .iter()
-        .any(|p| op.starts_with(p))
+    [
+        "Put", "Delete", "Create", "Upload", "Complete", "Abort", "Copy", "Restore", "Post",
+    ]
+    .iter()
+    .any(|p| op.starts_with(p))
 }
 
 pub struct Auth(pub Arc<KeyTable>);

@@ -232,8 +232,8 @@ pub async fn get_bucket_location(
 ) -> S3Result<S3Response<GetBucketLocationOutput>> {
     gw.gate.bucket(&req.input.bucket).map_err(s3_error)?;
     // us-east-1 is reported as no constraint, as AWS does.
-    let location = (gw.region != "us-east-1")
-        .then(|| BucketLocationConstraint::from(gw.region.clone()));
+    let location =
+        (gw.region != "us-east-1").then(|| BucketLocationConstraint::from(gw.region.clone()));
     Ok(S3Response::new(GetBucketLocationOutput {
         location_constraint: location,
     }))

@@ -2,8 +2,8 @@
 //! `Fencing-Token-Highest`), the token's carriers, user metadata, ETags, times and bodies.
 
 use crate::api::headers;
-use crate::backend::{BodyError, ByteStream, ObjectInfo, ObjectMeta};
 use crate::backend::s3::TOKEN_META;
+use crate::backend::{BodyError, ByteStream, ObjectInfo, ObjectMeta};
 use crate::gate::{GateError, TokenInput};
 use crate::token::{parse_token, TokenError};
 use futures::StreamExt;

@@ -35,11 +35,43 @@ pub fn service(gateway: S3Gateway, cfg: &S3GatewayConfig) -> Result<S3Service, S
     builder.set_auth(access::Auth(keys.clone()));
     builder.set_access(access::Access(keys));
     if let Some(domain) = &cfg.domain {
-        let host = s3s::host::SingleDomain::new(domain)
-            .map_err(|e| format!("[s3] domain = {domain:?} is not usable: {e}"))?;
-        builder.set_host(host);
+        if domain.is_empty() || domain.contains([':', '/', ' ']) {
+            return Err(format!(
+                "[s3] domain = {domain:?} is not a domain name; write it like \"s3.example.com\""
+            ));
+        }
+        builder.set_host(VirtualHosts {
+            domain: domain.to_ascii_lowercase(),
+        });
     }
     Ok(builder.build())
+}
+
+/// Virtual-host-style addressing: `bucket.domain[:port]` names the bucket; any other host
+/// (the domain itself, an IP address, localhost) is path-style.
+struct VirtualHosts {
+    domain: String,
+}
+
+impl s3s::host::S3Host for VirtualHosts {
+    fn parse_host_header<'a>(&'a self, host: &'a str) -> s3s::S3Result<s3s::host::VirtualHost<'a>> {
+        let name = host.rsplit_once(':').map_or(host, |(h, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                h
+            } else {
+                host
+            }
+        });
+        let bucket = name
+            .strip_suffix(self.domain.as_str())
+            .and_then(|rest| rest.strip_suffix('.'))
+            .filter(|b| !b.is_empty());
+        let vh = s3s::host::VirtualHost::new(self.domain.as_str());
+        Ok(match bucket {
+            Some(b) => vh.with_bucket(b),
+            None => vh,
+        })
+    }
 }
 
 #[async_trait::async_trait]

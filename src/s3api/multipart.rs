@@ -174,7 +174,11 @@ pub async fn complete(
     if listed.len() > gw.max_parts as usize {
         return Err(convert::invalid(
             S3ErrorCode::InvalidArgument,
-            format!("{} parts listed; at most {} are allowed", listed.len(), gw.max_parts),
+            format!(
+                "{} parts listed; at most {} are allowed",
+                listed.len(),
+                gw.max_parts
+            ),
         ));
     }
     let mut parts = Vec::with_capacity(listed.len());
@@ -283,9 +287,7 @@ pub async fn list_parts(
         .collect();
     let truncated = parts.len() > max;
     parts.truncate(max);
-    let next = truncated
-        .then(|| parts.last().map(|p| p.number))
-        .flatten();
+    let next = truncated.then(|| parts.last().map(|p| p.number)).flatten();
     Ok(S3Response::new(ListPartsOutput {
         bucket: Some(input.bucket),
         key: Some(input.key),

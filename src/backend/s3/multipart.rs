@@ -6,8 +6,7 @@
 use super::errors::{classify, S3Failure};
 use super::S3Backend;
 use crate::backend::{
-    multipart_etag, BackendError, BodyError, ByteStream, ObjectMeta, PartInfo, Staged,
-    StagedBody,
+    multipart_etag, BackendError, BodyError, ByteStream, ObjectMeta, PartInfo, Staged, StagedBody,
 };
 use aws_sdk_s3::primitives::ByteStream as SdkStream;
 use aws_smithy_types::body::SdkBody;
@@ -66,7 +65,9 @@ impl S3Backend {
             if buf.len() > UNSIZED_PART_LIMIT {
                 return Err(BackendError::Invalid {
                     code: "MissingContentLength",
-                    message: "a part without a Content-Length may be at most 64 MiB; send Content-Length".into(),
+                    message:
+                        "a part without a Content-Length may be at most 64 MiB; send Content-Length"
+                            .into(),
                 });
             }
         }
