@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod backend;
+pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod fence;

@@ -2,10 +2,9 @@
 //! native API) and serves it until SIGINT or SIGTERM.
 
 use crate::api::{self, AppState};
-use crate::backend::fs::FsBackend;
-use crate::backend::s3::{self, S3Backend, S3Clients};
-use crate::backend::Backend;
-use crate::config::{BackendConfig, Config, S3Key};
+use crate::backend::s3::S3Backend;
+use crate::catalog::{Backends, Catalog};
+use crate::config::{Config, S3Key};
 use crate::fence::rocks::RocksFenceStore;
 use crate::fence::StoreError;
 use crate::gate::{BucketEntry, Gate, UploadRegistry};
@@ -43,6 +42,12 @@ pub enum StartError {
 
 /// Opens the fence table and the backends (probing each s3 store) and builds the gate.
 pub async fn build_gate(config: &Config) -> Result<(Gate, Arc<RocksFenceStore>), StartError> {
+    let (gate, store, _) = build(config).await?;
+    Ok((gate, store))
+}
+
+/// [`build_gate`], also handing back the backends built, for buckets created later.
+async fn build(config: &Config) -> Result<(Gate, Arc<RocksFenceStore>, Backends), StartError> {
     let started = Instant::now();
     let path = config.fence_store_path();
     std::fs::create_dir_all(&config.server.data_dir).map_err(|error| StartError::Backend {
@@ -53,49 +58,13 @@ pub async fn build_gate(config: &Config) -> Result<(Gate, Arc<RocksFenceStore>),
     let store = Arc::new(RocksFenceStore::open(&path)?);
     tracing::info!(path = %path.display(), rows = store.estimated_rows(), took_ms = started.elapsed().as_millis() as u64, "fence table open");
 
-    let mut fs_backends: BTreeMap<&str, Arc<dyn Backend>> = BTreeMap::new();
-    let mut s3_clients: BTreeMap<&str, S3Clients> = BTreeMap::new();
+    let mut backends = Backends::default();
     let mut buckets = BTreeMap::new();
     for (bucket, policy) in &config.buckets {
-        let name = policy.backend.as_str();
-        let backend: Arc<dyn Backend> = match &config.backends[name] {
-            BackendConfig::Fs { root } => {
-                if let Some(existing) = fs_backends.get(name) {
-                    existing.clone()
-                } else {
-                    let root = config.fs_root(root);
-                    let served: Vec<&str> = config
-                        .buckets
-                        .iter()
-                        .filter(|(_, p)| p.backend == name)
-                        .map(|(b, _)| b.as_str())
-                        .collect();
-                    let fs =
-                        FsBackend::open(&root, &served).map_err(|error| StartError::Backend {
-                            name: name.to_string(),
-                            path: root.display().to_string(),
-                            error,
-                        })?;
-                    let fs: Arc<dyn Backend> = Arc::new(fs);
-                    fs_backends.insert(name, fs.clone());
-                    fs
-                }
-            }
-            BackendConfig::S3(s3) => {
-                if !s3_clients.contains_key(name) {
-                    s3_clients.insert(name, s3::build_clients(s3).await);
-                }
-                let store_bucket = policy.backend_bucket.as_deref().unwrap_or(bucket);
-                let backend = S3Backend::new(
-                    s3_clients[name].clone(),
-                    store_bucket,
-                    &policy.backend_prefix,
-                    s3.multipart_threshold_bytes,
-                );
-                prepare_s3(bucket, name, s3.unsafe_no_conditional_writes, &backend).await?;
-                Arc::new(backend)
-            }
-        };
+        let backend = backends
+            .for_bucket(config, bucket, policy)
+            .await
+            .map_err(StartError::Gateway)?;
         buckets.insert(
             bucket.clone(),
             BucketEntry {
@@ -104,11 +73,11 @@ pub async fn build_gate(config: &Config) -> Result<(Gate, Arc<RocksFenceStore>),
             },
         );
     }
-    Ok((Gate::new(store.clone(), buckets), store))
+    Ok((Gate::new(store.clone(), buckets), store, backends))
 }
 
 /// Checks the store bucket exists and runs the conditional-write probe on it.
-async fn prepare_s3(
+pub async fn prepare_s3(
     bucket: &str,
     backend_name: &str,
     unsafe_ok: bool,
@@ -156,7 +125,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         .install_recorder()
         .map_err(|e| tracing::warn!(error = %e, "metrics are disabled"))
         .ok();
-    let (gate, _store) = build_gate(&config).await?;
+    let (gate, _store, backends) = build(&config).await?;
     for line in config.describe().lines() {
         tracing::info!("{line}");
     }
@@ -168,8 +137,16 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             error,
         })?;
     let gate = Arc::new(gate.with_uploads(uploads));
+    let catalog = Arc::new(Catalog::new(config.clone(), gate.clone(), backends));
+    let created = catalog
+        .load()
+        .await
+        .map_err(|e| StartError::Gateway(e.to_string()))?;
+    if created > 0 {
+        tracing::info!(created, "serving buckets created through the S3 API");
+    }
     let s3 = if config.s3.enabled {
-        Some(s3_service(&config, gate.clone())?)
+        Some(s3_service(&config, gate.clone(), catalog)?)
     } else {
         None
     };
@@ -222,7 +199,11 @@ async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, Sta
 pub const DEV_KEY: (&str, &str) = ("fencegate", "fencegate-dev-secret");
 
 /// The S3 gateway over `gate`, with the configured keys.
-fn s3_service(config: &Config, gate: Arc<Gate>) -> Result<s3s::service::S3Service, StartError> {
+fn s3_service(
+    config: &Config,
+    gate: Arc<Gate>,
+    catalog: Arc<Catalog>,
+) -> Result<s3s::service::S3Service, StartError> {
     let keys = if config.s3.keys.is_empty() {
         tracing::warn!(
             access_key_id = DEV_KEY.0,
@@ -241,6 +222,7 @@ fn s3_service(config: &Config, gate: Arc<Gate>) -> Result<s3s::service::S3Servic
     let keys = Arc::new(keys);
     let gateway = S3Gateway {
         gate,
+        catalog,
         keys,
         max_body_bytes: config.server.max_body_bytes,
         body_idle_timeout: Duration::from_secs(config.server.body_idle_timeout_secs),

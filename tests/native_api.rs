@@ -95,8 +95,11 @@ async fn error_table_rows_have_json_bodies() {
     assert_eq!(resp.status().as_u16(), 404);
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "NoSuchKey");
-    let resp = c.get(s.url("/nowhere")).send().await.unwrap();
+    let resp = c.get(s.url("/v1/nowhere")).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 404);
+    // Outside /v1/ the S3 gateway answers: an unsigned request is refused there.
+    let resp = c.get(s.url("/nowhere")).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 403);
     assert_eq!(
         c.get(s.url("/healthz"))
             .send()

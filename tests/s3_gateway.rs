@@ -24,7 +24,9 @@ enum Kind {
 struct Fx {
     _dir: tempfile::TempDir,
     _moto: Option<Moto>,
-    server: Server,
+    server: Option<Server>,
+    data: PathBuf,
+    config: String,
     kind: Kind,
     store: Option<Client>,
 }
@@ -43,6 +45,11 @@ write = false
 
 impl Fx {
     async fn start(kind: Kind) -> Fx {
+        Fx::start_with(kind, "").await
+    }
+
+    /// Starts with `extra` appended to the configuration (`{store}` names the moto bucket).
+    async fn start_with(kind: Kind, extra: &str) -> Fx {
         let dir = tempfile::tempdir().unwrap();
         let data: PathBuf = dir.path().join("data");
         let (moto, buckets) = match kind {
@@ -60,13 +67,16 @@ impl Fx {
                 (Some(moto), text)
             }
         };
-        let config = format!("{buckets}\n{KEYS}");
+        let extra = extra.replace("{store}", STORE_BUCKET);
+        let config = format!("{buckets}\n{extra}\n{KEYS}");
         let server = Server::start(&data, Some(&config));
         let store = moto.as_ref().map(|m| m.client());
         Fx {
             _dir: dir,
             _moto: moto,
-            server,
+            server: Some(server),
+            data,
+            config,
             kind,
             store,
         }
@@ -76,15 +86,24 @@ impl Fx {
         self.client_as("writer-key", "writer-secret")
     }
 
+    fn s(&self) -> &Server {
+        self.server.as_ref().expect("the server is running")
+    }
+
+    fn kill9_and_restart(&mut self) {
+        self.server.take().expect("running").kill9();
+        self.server = Some(Server::start(&self.data, Some(&self.config)));
+    }
+
     fn client_as(&self, id: &str, secret: &str) -> Client {
-        common::moto::client_with(&self.server.url(""), id, secret)
+        common::moto::client_with(&self.s().url(""), id, secret)
     }
 
     /// Multipart uploads the store still holds (s3), or upload directories (fs).
     async fn leftover_uploads(&self) -> usize {
         match self.kind {
             Kind::Fs => {
-                let dir = self.server.data_dir.join("objects/.uploads");
+                let dir = self.s().data_dir.join("objects/.uploads");
                 std::fs::read_dir(dir).map_or(0, |d| d.count())
             }
             Kind::S3 => self
@@ -430,8 +449,9 @@ async fn listing_and_buckets(kind: Kind) {
     assert_eq!((status, code.as_str()), (409, "BucketAlreadyOwnedByYou"));
     let (status, code, _) = failure(c.create_bucket().bucket("brand-new").send().await);
     assert_eq!((status, code.as_str()), (501, "NotImplemented"));
+    // Without [bucket_defaults] buckets come only from the configuration.
     let (_, code, _) = failure(c.delete_bucket().bucket("loose").send().await);
-    assert_eq!(code, "NotImplemented");
+    assert_eq!(code, "MethodNotAllowed");
     // An operation the gateway does not serve says so rather than pretending.
     let (status, code, _) = failure(c.get_bucket_tagging().bucket("default").send().await);
     assert_eq!((status, code.as_str()), (501, "NotImplemented"));
@@ -833,7 +853,102 @@ macro_rules! on_both_backends {
     };
 }
 
+/// CreateBucket and DeleteBucket with `[bucket_defaults]`: a created bucket takes the template's
+/// policy, survives a restart, is deleted only when empty, and keeps its fences if re-created.
+async fn buckets_created_through_s3(kind: Kind) {
+    let template = match kind {
+        Kind::Fs => "[bucket_defaults]\nfenced_deletes = true\n",
+        Kind::S3 => {
+            "[bucket_defaults]\nbackend_bucket = \"{store}\"\nbackend_prefix = \"created/\"\n"
+        }
+    };
+    let mut fx = Fx::start_with(kind, template).await;
+    let c = fx.client();
+    c.create_bucket()
+        .bucket("made-by-client")
+        .send()
+        .await
+        .unwrap();
+    let names: Vec<String> = c
+        .list_buckets()
+        .send()
+        .await
+        .unwrap()
+        .buckets()
+        .iter()
+        .filter_map(|b| b.name().map(str::to_string))
+        .collect();
+    assert!(names.contains(&"made-by-client".to_string()), "{names:?}");
+    let (status, code, _) = failure(c.create_bucket().bucket("made-by-client").send().await);
+    assert_eq!((status, code.as_str()), (409, "BucketAlreadyOwnedByYou"));
+    let (status, code, _) = failure(c.create_bucket().bucket("Bad_Name").send().await);
+    assert_eq!((status, code.as_str()), (400, "InvalidBucketName"));
+    // The template requires tokens.
+    let (status, code, _) = failure(
+        c.put_object()
+            .bucket("made-by-client")
+            .key("k")
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (428, "FencingTokenRequired"));
+    with_token!(
+        c.put_object()
+            .bucket("made-by-client")
+            .key("k")
+            .body(ByteStream::from_static(b"one")),
+        1
+    )
+    .send()
+    .await
+    .unwrap();
+
+    fx.kill9_and_restart();
+    let c = fx.client();
+    assert_eq!(body_of(&c, "made-by-client", "k").await, b"one");
+    let (status, code, _) = failure(c.delete_bucket().bucket("made-by-client").send().await);
+    assert_eq!((status, code.as_str()), (409, "BucketNotEmpty"));
+    let (status, code, _) = failure(c.delete_bucket().bucket("default").send().await);
+    assert_eq!((status, code.as_str()), (405, "MethodNotAllowed"));
+    with_token!(c.delete_object().bucket("made-by-client").key("k"), 2)
+        .send()
+        .await
+        .unwrap();
+    c.delete_bucket()
+        .bucket("made-by-client")
+        .send()
+        .await
+        .unwrap();
+    let (status, _, _) = failure(c.head_bucket().bucket("made-by-client").send().await);
+    assert_eq!(status, 404);
+    // Re-created, it still remembers the tombstone: the old holder's token 1 stays fenced.
+    c.create_bucket()
+        .bucket("made-by-client")
+        .send()
+        .await
+        .unwrap();
+    let (status, code, highest) = failure(
+        with_token!(
+            c.put_object()
+                .bucket("made-by-client")
+                .key("k")
+                .body(ByteStream::from_static(b"zombie")),
+            1
+        )
+        .send()
+        .await,
+    );
+    assert_eq!((status, code.as_str()), (409, "StaleFencingToken"));
+    assert_eq!(highest.as_deref(), Some("2"));
+    // A read-only key may not create buckets.
+    let reader = fx.client_as("reader-key", "reader-secret");
+    let (status, code, _) = failure(reader.create_bucket().bucket("by-reader").send().await);
+    assert_eq!((status, code.as_str()), (403, "AccessDenied"));
+}
+
 on_both_backends!(
+    buckets_created_through_s3,
     objects_are_fenced,
     listing_and_buckets,
     multipart_zombie,
@@ -926,7 +1041,7 @@ async fn keys_signatures_and_presigned_urls() {
         "{text}"
     );
     // An unsigned request is refused.
-    let resp = http.get(fx.server.url("/default/k")).send().await.unwrap();
+    let resp = http.get(fx.s().url("/default/k")).send().await.unwrap();
     assert_eq!(resp.status(), 403);
 }
 

@@ -117,7 +117,9 @@ async fn limit_headers(
 
 /// Hands everything the native API does not route to the S3 gateway, if it is on.
 async fn s3_or_no_route(State(state): State<AppState>, req: Request) -> Response {
-    let Some(s3) = state.s3.clone() else {
+    // `v1` is too short to be an S3 bucket name, so /v1/... is always the native API's.
+    let native = req.uri().path() == "/v1" || req.uri().path().starts_with("/v1/");
+    let Some(s3) = state.s3.clone().filter(|_| !native) else {
         return no_route(req).await;
     };
     let req = req.map(s3s::Body::http_body_unsync);

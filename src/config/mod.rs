@@ -29,6 +29,8 @@ pub struct Config {
     pub backends: BTreeMap<String, BackendConfig>,
     pub buckets: BTreeMap<String, BucketPolicy>,
     pub s3: S3GatewayConfig,
+    /// The policy of buckets created through the S3 API.
+    pub bucket_defaults: Option<BucketPolicy>,
     /// The S3 gateway's own listener, when it has one.
     pub s3_listen: Option<SocketAddr>,
 }
@@ -293,6 +295,31 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
         );
     }
 
+    let bucket_defaults = match raw.bucket_defaults {
+        None => None,
+        Some(template) => {
+            let span = template.span();
+            let policy = template.into_inner();
+            let problem = match backends.get(&policy.backend) {
+                None => Some(format!("uses backend {:?}, which is not defined", policy.backend)),
+                Some(BackendConfig::S3(_)) if policy.backend_bucket.is_none() => Some(
+                    "uses an s3 backend but sets no backend_bucket: created buckets live in that store bucket, under backend_prefix + the bucket's name + \"/\"".into(),
+                ),
+                Some(BackendConfig::Fs { .. }) if policy.backend_bucket.is_some() || !policy.backend_prefix.is_empty() => {
+                    Some("sets backend_bucket or backend_prefix, but its backend is not s3".into())
+                }
+                _ => None,
+            };
+            if let Some(problem) = problem {
+                return Err(err(
+                    Some(span),
+                    format!("[bucket_defaults] {problem}"),
+                    "name a backend from [backends], and for s3 the store bucket that will hold created buckets".into(),
+                ));
+            }
+            Some(policy)
+        }
+    };
     let s3 = raw.s3;
     let s3_listen = match &s3.listen {
         None => None,
@@ -340,6 +367,7 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
         backends,
         buckets,
         s3,
+        bucket_defaults,
         s3_listen,
     })
 }

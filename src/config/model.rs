@@ -19,6 +19,10 @@ pub struct RawConfig {
     pub buckets: BTreeMap<Spanned<String>, Spanned<BucketPolicy>>,
     #[serde(default)]
     pub s3: S3GatewayConfig,
+    /// The policy of buckets created through the S3 API (CreateBucket). Without it, buckets
+    /// come only from the configuration.
+    #[serde(default)]
+    pub bucket_defaults: Option<Spanned<BucketPolicy>>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

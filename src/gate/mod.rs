@@ -71,7 +71,8 @@ pub struct FenceInfo {
 }
 
 pub struct Gate {
-    buckets: BTreeMap<String, BucketEntry>,
+    /// Behind a lock because buckets can be created and deleted through the S3 API.
+    buckets: parking_lot::RwLock<BTreeMap<String, Arc<BucketEntry>>>,
     store: Arc<dyn FenceStore>,
     locks: ScopeLocks,
     uploads: UploadRegistry,
@@ -113,7 +114,12 @@ struct Locked {
 impl Gate {
     pub fn new(store: Arc<dyn FenceStore>, buckets: BTreeMap<String, BucketEntry>) -> Gate {
         Gate {
-            buckets,
+            buckets: parking_lot::RwLock::new(
+                buckets
+                    .into_iter()
+                    .map(|(name, entry)| (name, Arc::new(entry)))
+                    .collect(),
+            ),
             store,
             locks: ScopeLocks::default(),
             uploads: UploadRegistry::default(),
@@ -126,10 +132,28 @@ impl Gate {
         self
     }
 
-    pub fn bucket(&self, name: &str) -> Result<&BucketEntry, GateError> {
+    pub fn bucket(&self, name: &str) -> Result<Arc<BucketEntry>, GateError> {
         self.buckets
+            .read()
             .get(name)
+            .cloned()
             .ok_or_else(|| GateError::NoSuchBucket(name.to_string()))
+    }
+
+    /// Serves a new bucket; false if one by that name exists. Its fence rows, if a bucket by
+    /// that name existed before, still apply: a zombie of the old bucket stays fenced.
+    pub fn add_bucket(&self, name: &str, entry: BucketEntry) -> bool {
+        let mut buckets = self.buckets.write();
+        if buckets.contains_key(name) {
+            return false;
+        }
+        buckets.insert(name.to_string(), Arc::new(entry));
+        true
+    }
+
+    /// Stops serving a bucket (the caller checked it is empty).
+    pub fn remove_bucket(&self, name: &str) {
+        self.buckets.write().remove(name);
     }
 
     /// Applies the bucket's fencing mode to the token the client sent.
@@ -308,7 +332,7 @@ impl Gate {
             .stage(&req.bucket, &req.key, req.meta.clone(), body)
             .await?;
 
-        self.lock_and_commit(&req, entry, &scope, token, staged)
+        self.lock_and_commit(&req, &entry, &scope, token, staged)
             .await
     }
 
@@ -478,7 +502,7 @@ impl Gate {
             expected,
             ..
         } = self
-            .lock_checks(&req, entry, &scope, &object_key, token, false)
+            .lock_checks(&req, &entry, &scope, &object_key, token, false)
             .await?;
         let Some(expected) = expected else {
             return Err(GateError::NoSuchKey {
@@ -619,7 +643,7 @@ impl Gate {
 
     /// The buckets served, by name.
     pub fn bucket_names(&self) -> Vec<String> {
-        self.buckets.keys().cloned().collect()
+        self.buckets.read().keys().cloned().collect()
     }
 
     pub async fn list(

@@ -206,7 +206,7 @@ impl Gate {
         };
         let token = upload.token.map(crate::token::Token);
         match self
-            .lock_and_commit(&req, entry, &scope, token, staged)
+            .lock_and_commit(&req, &entry, &scope, token, staged)
             .await
         {
             Ok(w) => {

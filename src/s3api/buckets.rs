@@ -1,9 +1,10 @@
-//! Bucket operations: listing (v1 and v2, with delimiters and continuation), ListBuckets of the
-//! configured buckets, HeadBucket and GetBucketLocation. Buckets are configuration here:
-//! CreateBucket of a served bucket says so, and creating or deleting others is refused.
+//! Bucket operations: listing (v1 and v2, with delimiters and continuation), ListBuckets,
+//! HeadBucket, GetBucketLocation, and CreateBucket / DeleteBucket through the catalog (buckets
+//! created with the `[bucket_defaults]` policy; configured buckets are never deleted here).
 
 use super::convert::{self, s3_error};
 use super::S3Gateway;
+use crate::catalog::CatalogError;
 use crate::gate::GateError;
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
@@ -244,26 +245,36 @@ pub async fn create_bucket(
     req: S3Request<CreateBucketInput>,
 ) -> S3Result<S3Response<CreateBucketOutput>> {
     let bucket = req.input.bucket;
-    if gw.gate.bucket(&bucket).is_ok() {
-        return Err(S3Error::with_message(
-            S3ErrorCode::BucketAlreadyOwnedByYou,
-            format!("bucket {bucket} is configured and already served"),
-        ));
-    }
-    Err(S3Error::with_message(
-        S3ErrorCode::NotImplemented,
-        format!("buckets come from the configuration; add [buckets.{bucket}] to the config file and restart"),
-    ))
+    gw.catalog.create(&bucket).await.map_err(catalog_error)?;
+    Ok(S3Response::new(CreateBucketOutput {
+        location: Some(format!("/{bucket}")),
+    }))
 }
 
 pub async fn delete_bucket(
     gw: &S3Gateway,
     req: S3Request<DeleteBucketInput>,
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
-    let bucket = req.input.bucket;
-    gw.gate.bucket(&bucket).map_err(s3_error)?;
-    Err(S3Error::with_message(
-        S3ErrorCode::NotImplemented,
-        format!("bucket {bucket} comes from the configuration; remove it there instead"),
-    ))
+    gw.catalog
+        .delete(&req.input.bucket)
+        .await
+        .map_err(catalog_error)?;
+    Ok(S3Response::new(DeleteBucketOutput {}))
+}
+
+fn catalog_error(e: CatalogError) -> S3Error {
+    let (code, status) = match &e {
+        CatalogError::Exists(_) => (S3ErrorCode::BucketAlreadyOwnedByYou, 409),
+        CatalogError::InvalidName { .. } => (S3ErrorCode::InvalidBucketName, 400),
+        CatalogError::NoTemplate(_) => (S3ErrorCode::NotImplemented, 501),
+        CatalogError::Configured(_) => (S3ErrorCode::MethodNotAllowed, 405),
+        CatalogError::NoSuchBucket(_) => (S3ErrorCode::NoSuchBucket, 404),
+        CatalogError::NotEmpty(_) => (S3ErrorCode::BucketNotEmpty, 409),
+        CatalogError::Failed(_) => (S3ErrorCode::ServiceUnavailable, 503),
+    };
+    let mut err = S3Error::with_message(code, e.to_string());
+    err.set_status_code(
+        http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_REQUEST),
+    );
+    err
 }

@@ -20,6 +20,8 @@ use std::time::Duration;
 #[derive(Clone)]
 pub struct S3Gateway {
     pub gate: Arc<Gate>,
+    /// Creates and deletes buckets (CreateBucket, DeleteBucket).
+    pub catalog: Arc<crate::catalog::Catalog>,
     pub keys: Arc<KeyTable>,
     pub max_body_bytes: u64,
     pub body_idle_timeout: Duration,

@@ -56,6 +56,16 @@ impl FsBackend {
         })
     }
 
+    /// Creates a bucket's directory if it is missing (a bucket created at run time).
+    pub fn ensure_bucket(&self, bucket: &str) -> std::io::Result<()> {
+        let dir = self.root.join(bucket);
+        if !dir.exists() {
+            std::fs::create_dir(&dir)?;
+            fsync_dir(&self.root)?;
+        }
+        Ok(())
+    }
+
     /// The file that holds `key` (which need not exist).
     pub fn object_file(&self, bucket: &str, key: &str) -> PathBuf {
         self.root.join(bucket).join(keymap::object_path(key))

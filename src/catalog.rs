@@ -1,0 +1,225 @@
+//! Which buckets exist: the configured ones, plus those created through the S3 API with the
+//! `[bucket_defaults]` policy. Created buckets are recorded in `<data_dir>/buckets.json` so they
+//! survive a restart. This module also builds backends for buckets (shared by start-up and
+//! CreateBucket): one `fs` backend per configured name, one set of S3 clients per store.
+
+use crate::backend::fs::FsBackend;
+use crate::backend::s3::{self, S3Backend, S3Clients};
+use crate::backend::Backend;
+use crate::config::{bucket_name_problem, BackendConfig, BucketPolicy, Config};
+use crate::gate::{BucketEntry, Gate};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("bucket {0} already exists")]
+    Exists(String),
+    #[error("bucket name {name:?} {why}")]
+    InvalidName { name: String, why: &'static str },
+    #[error("buckets cannot be created here: the configuration has no [bucket_defaults]; add it, or add [buckets.{0}] and restart")]
+    NoTemplate(String),
+    #[error("bucket {0} comes from the configuration; remove it there and restart instead")]
+    Configured(String),
+    #[error("no bucket named {0:?}")]
+    NoSuchBucket(String),
+    #[error("bucket {0} is not empty (objects or multipart uploads remain); delete them first")]
+    NotEmpty(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Backends already built, so buckets on the same backend share it.
+#[derive(Default)]
+pub struct Backends {
+    fs: BTreeMap<String, Arc<FsBackend>>,
+    s3: BTreeMap<String, S3Clients>,
+}
+
+impl Backends {
+    /// The backend for `bucket` under `policy`. An s3 bucket is probed before it is served.
+    pub async fn for_bucket(
+        &mut self,
+        config: &Config,
+        bucket: &str,
+        policy: &BucketPolicy,
+    ) -> Result<Arc<dyn Backend>, String> {
+        let name = policy.backend.as_str();
+        match &config.backends[name] {
+            BackendConfig::Fs { root } => {
+                if let Some(fs) = self.fs.get(name) {
+                    fs.ensure_bucket(bucket).map_err(|e| {
+                        format!("cannot create the directory of bucket {bucket}: {e}")
+                    })?;
+                    return Ok(fs.clone());
+                }
+                let root = config.fs_root(root);
+                let served: Vec<&str> = config
+                    .buckets
+                    .iter()
+                    .filter(|(_, p)| p.backend == name)
+                    .map(|(b, _)| b.as_str())
+                    .chain([bucket])
+                    .collect();
+                let fs = FsBackend::open(&root, &served).map_err(|e| {
+                    format!(
+                        "cannot prepare the fs backend {name} at {}: {e}; check that the directory is writable",
+                        root.display()
+                    )
+                })?;
+                let fs = Arc::new(fs);
+                self.fs.insert(name.to_string(), fs.clone());
+                Ok(fs)
+            }
+            BackendConfig::S3(s3cfg) => {
+                if !self.s3.contains_key(name) {
+                    self.s3
+                        .insert(name.to_string(), s3::build_clients(s3cfg).await);
+                }
+                let store_bucket = policy.backend_bucket.as_deref().unwrap_or(bucket);
+                let backend = S3Backend::new(
+                    self.s3[name].clone(),
+                    store_bucket,
+                    &policy.backend_prefix,
+                    s3cfg.multipart_threshold_bytes,
+                );
+                crate::server::prepare_s3(
+                    bucket,
+                    name,
+                    s3cfg.unsafe_no_conditional_writes,
+                    &backend,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+                Ok(Arc::new(backend))
+            }
+        }
+    }
+}
+
+/// Creates and deletes buckets at run time.
+pub struct Catalog {
+    config: Config,
+    gate: Arc<Gate>,
+    backends: tokio::sync::Mutex<Backends>,
+    path: PathBuf,
+}
+
+impl Catalog {
+    pub fn new(config: Config, gate: Arc<Gate>, backends: Backends) -> Catalog {
+        let path = config.server.data_dir.join("buckets.json");
+        Catalog {
+            config,
+            gate,
+            backends: tokio::sync::Mutex::new(backends),
+            path,
+        }
+    }
+
+    fn created(&self) -> Result<BTreeMap<String, BucketPolicy>, CatalogError> {
+        match std::fs::read(&self.path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                CatalogError::Failed(format!("{} is unreadable: {e}", self.path.display()))
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+            Err(e) => Err(CatalogError::Failed(e.to_string())),
+        }
+    }
+
+    fn save(&self, created: &BTreeMap<String, BucketPolicy>) -> Result<(), CatalogError> {
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let temp = self.path.with_extension("json.tmp");
+            let mut f = std::fs::File::create(&temp)?;
+            f.write_all(&serde_json::to_vec_pretty(created).expect("policies serialize"))?;
+            f.sync_all()?;
+            std::fs::rename(&temp, &self.path)?;
+            if let Some(dir) = self.path.parent() {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        };
+        write().map_err(|e| CatalogError::Failed(format!("cannot record buckets: {e}")))
+    }
+
+    /// Serves again the buckets created before a restart.
+    pub async fn load(&self) -> Result<usize, CatalogError> {
+        let created = self.created()?;
+        let mut backends = self.backends.lock().await;
+        for (name, policy) in &created {
+            if self.config.buckets.contains_key(name) {
+                continue; // configured since: the configuration wins
+            }
+            let backend = backends
+                .for_bucket(&self.config, name, policy)
+                .await
+                .map_err(CatalogError::Failed)?;
+            self.gate.add_bucket(
+                name,
+                BucketEntry {
+                    policy: policy.clone(),
+                    backend,
+                },
+            );
+        }
+        Ok(created.len())
+    }
+
+    /// CreateBucket: a new bucket with the `[bucket_defaults]` policy.
+    pub async fn create(&self, name: &str) -> Result<(), CatalogError> {
+        if let Some(why) = bucket_name_problem(name) {
+            return Err(CatalogError::InvalidName {
+                name: name.to_string(),
+                why,
+            });
+        }
+        let mut backends = self.backends.lock().await;
+        if self.gate.bucket(name).is_ok() {
+            return Err(CatalogError::Exists(name.to_string()));
+        }
+        let Some(template) = &self.config.bucket_defaults else {
+            return Err(CatalogError::NoTemplate(name.to_string()));
+        };
+        let mut policy = template.clone();
+        if matches!(self.config.backends[&policy.backend], BackendConfig::S3(_)) {
+            policy.backend_prefix = format!("{}{name}/", policy.backend_prefix);
+        }
+        let backend = backends
+            .for_bucket(&self.config, name, &policy)
+            .await
+            .map_err(CatalogError::Failed)?;
+        let mut created = self.created()?;
+        created.insert(name.to_string(), policy.clone());
+        self.save(&created)?;
+        self.gate.add_bucket(name, BucketEntry { policy, backend });
+        tracing::info!(bucket = name, "bucket created through the S3 API");
+        Ok(())
+    }
+
+    /// DeleteBucket: only a created bucket, and only when it holds nothing.
+    pub async fn delete(&self, name: &str) -> Result<(), CatalogError> {
+        let _backends = self.backends.lock().await;
+        if self.config.buckets.contains_key(name) {
+            return Err(CatalogError::Configured(name.to_string()));
+        }
+        let mut created = self.created()?;
+        if !created.contains_key(name) {
+            return Err(CatalogError::NoSuchBucket(name.to_string()));
+        }
+        let page = self
+            .gate
+            .list(name, "", None, 1)
+            .await
+            .map_err(|e| CatalogError::Failed(e.to_string()))?;
+        let uploads = self.gate.uploads(name, "").map_or(0, |u| u.len());
+        if !page.objects.is_empty() || uploads > 0 {
+            return Err(CatalogError::NotEmpty(name.to_string()));
+        }
+        created.remove(name);
+        self.save(&created)?;
+        self.gate.remove_bucket(name);
+        tracing::info!(bucket = name, "bucket deleted through the S3 API; its fence rows stay, so old tokens stay fenced if it is created again");
+        Ok(())
+    }
+}
