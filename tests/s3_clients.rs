@@ -17,7 +17,8 @@ fn aws_cli_and_boto3_as_documented() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(
         &dir.path().join("data"),
-        Some("[buckets.default]\n\n[buckets.shared]\nfenced_deletes = false\n"),
+        // The README's configuration, with a short idle timeout for the stalled-body step.
+        Some("[server]\nbody_idle_timeout_secs = 2\n\n[buckets.default]\n\n[buckets.shared]\nfenced_deletes = false\n"),
     );
     let out = Command::new(&python)
         .arg(format!("{root}/tests/e2e/s3_clients.py"))

@@ -235,6 +235,32 @@ status, text = raw(head, b"only ten b", close_early=True)
 check(status == 0 or 400 <= status < 500, text)
 check(not visible("short-body"), "nothing visible")
 
+step("a client stalling mid-body is cut off and never holds the key's lock")
+import threading
+stalled = {}
+
+
+def stall():
+    head = signed("PUT", "/default/stall", b"", {"Content-Length": "100", "Fencing-Token": "40"},
+                  payload_hash="UNSIGNED-PAYLOAD")
+    h, p = host.split(":")
+    with socket.create_connection((h, int(p)), timeout=30) as sock:
+        sock.sendall(head + b"\r\n" + b"first")
+        data = sock.recv(65536)  # blocks until the server gives up on the body
+        stalled["answer"] = data.decode(errors="replace")
+
+
+t = threading.Thread(target=stall)
+t.start()
+token["value"] = 41
+s3.put_object(Bucket="default", Key="stall", Body=b"written by 41 while 40 stalled")
+token["value"] = None
+t.join(timeout=20)
+answer = stalled.get("answer", "")
+check(" 408 " in answer.split("\r\n")[0] and "RequestTimeout" in answer, f"the stalled upload: {answer[:300]}")
+check(s3.get_object(Bucket="default", Key="stall")["Body"].read() == b"written by 41 while 40 stalled",
+      "the stalled writer left nothing")
+
 step("the server still serves after all that")
 check(s3.list_objects_v2(Bucket="default")["KeyCount"] >= 1, "listing works")
 print("e2e: aws cli and boto3 behave as documented; hostile input refused", flush=True)
