@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod fence;
 pub mod gate;
+pub mod lease;
 pub mod s3api;
 pub mod server;
 pub mod token;

@@ -1,0 +1,133 @@
+//! Lease-bound S3 credentials, for clients that cannot send a header (`aws s3 cp`, rclone,
+//! Spark): an access key and secret tied to one lease and its token. Every write the gateway
+//! receives signed with them carries that token implicitly. They outlive the lease by a grace
+//! period (so a write in flight is judged by the fence, not refused by the clock), and are then
+//! rejected outright. They are kept in memory: a restart revokes them all.
+
+use parking_lot::RwLock;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Credentials as handed to the lease holder.
+#[derive(Debug, Clone, Serialize)]
+pub struct LeaseCredential {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    /// The bucket they may write (the lease's bound bucket), or every bucket when unbound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<String>,
+}
+
+#[derive(Clone)]
+struct Entry {
+    secret: String,
+    lease: String,
+    token: u64,
+    bucket: Option<String>,
+    /// When the lease ends: its expiry, moved by renewals, or the moment it was released or
+    /// replaced. The key works until `until + grace`.
+    until: Instant,
+}
+
+/// What a request signed with lease credentials is allowed and carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseIdentity {
+    pub lease: String,
+    pub token: u64,
+    pub bucket: Option<String>,
+}
+
+pub struct LeaseCredentials {
+    grace: Duration,
+    by_key: RwLock<HashMap<String, Entry>>,
+}
+
+fn random_string(len: usize, alphabet: &[u8]) -> String {
+    (0..len)
+        .map(|_| alphabet[rand::random_range(0..alphabet.len())] as char)
+        .collect()
+}
+
+impl LeaseCredentials {
+    pub fn new(grace: Duration) -> LeaseCredentials {
+        LeaseCredentials {
+            grace,
+            by_key: RwLock::new(HashMap::new()),
+        }
+    }
+
+    pub fn issue(
+        &self,
+        lease: &str,
+        token: u64,
+        bucket: Option<String>,
+        until: Instant,
+    ) -> LeaseCredential {
+        let id = format!(
+            "FGL{}",
+            random_string(17, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
+        );
+        let secret = random_string(
+            40,
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+        );
+        let mut map = self.by_key.write();
+        // Forget credentials whose grace is over, so the table does not grow.
+        let now = Instant::now();
+        map.retain(|_, e| e.until + self.grace >= now);
+        map.insert(
+            id.clone(),
+            Entry {
+                secret: secret.clone(),
+                lease: lease.to_string(),
+                token,
+                bucket: bucket.clone(),
+                until,
+            },
+        );
+        LeaseCredential {
+            access_key_id: id,
+            secret_access_key: secret,
+            bucket,
+        }
+    }
+
+    /// The lease `lease` with `token` now ends at `until` (renewed, or ended now).
+    pub fn set_until(&self, lease: &str, token: u64, until: Instant) {
+        for e in self.by_key.write().values_mut() {
+            if e.lease == lease && e.token == token {
+                e.until = until;
+            }
+        }
+    }
+
+    /// The lease `lease` with `token` ended now (released, or a new grant replaced it).
+    pub fn end(&self, lease: &str, token: u64) {
+        let now = Instant::now();
+        for e in self.by_key.write().values_mut() {
+            if e.lease == lease && e.token == token && e.until > now {
+                e.until = now;
+            }
+        }
+    }
+
+    /// The secret of a live key, for SigV4; None once its grace is over.
+    pub fn secret(&self, access_key: &str) -> Option<String> {
+        let map = self.by_key.read();
+        let e = map.get(access_key)?;
+        (Instant::now() <= e.until + self.grace).then(|| e.secret.clone())
+    }
+
+    /// What a request signed with `access_key` carries, if it is a lease credential.
+    pub fn identity(&self, access_key: &str) -> Option<LeaseIdentity> {
+        let map = self.by_key.read();
+        map.get(access_key).map(|e| LeaseIdentity {
+            lease: e.lease.clone(),
+            token: e.token,
+            bucket: e.bucket.clone(),
+        })
+    }
+
+}

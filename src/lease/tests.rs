@@ -1,0 +1,242 @@
+//! The lease rules against the in-memory doubles: strictly increasing tokens (also under
+//! concurrent acquires and after power loss), holding, waiting, renewing, releasing, binding,
+//! credentials and bad input.
+
+use super::*;
+use crate::backend::memory::MemoryBackend;
+use crate::config::BucketPolicy;
+use crate::fence::memory::MemoryFenceStore;
+use crate::gate::{BucketEntry, WriteRequest};
+use std::collections::BTreeMap;
+
+fn leases() -> (Arc<Leases>, Arc<Gate>, Arc<MemoryFenceStore>) {
+    let store = Arc::new(MemoryFenceStore::new());
+    let mut buckets = BTreeMap::new();
+    buckets.insert(
+        "b".to_string(),
+        BucketEntry {
+            policy: BucketPolicy::default(),
+            backend: Arc::new(MemoryBackend::new()),
+        },
+    );
+    let gate = Arc::new(Gate::new(store.clone(), buckets));
+    let leases = Arc::new(Leases::new(
+        gate.clone(),
+        store.clone(),
+        Duration::from_millis(300),
+    ));
+    (leases, gate, store)
+}
+
+fn acquire(name: &str, holder: &str, ttl_ms: u64) -> AcquireRequest {
+    AcquireRequest {
+        name: name.into(),
+        holder: holder.into(),
+        ttl: Duration::from_millis(ttl_ms),
+        wait: Duration::ZERO,
+        bind: None,
+        s3_credentials: false,
+    }
+}
+
+#[tokio::test]
+async fn tokens_only_grow_and_a_held_lease_is_refused() {
+    let (l, _, _) = leases();
+    let a = l.acquire(acquire("job", "a", 60_000)).await.unwrap();
+    assert_eq!(a.token, 1);
+    let err = l.acquire(acquire("job", "b", 60_000)).await.unwrap_err();
+    assert_eq!(err.code(), "LeaseHeld");
+    assert!(err.retry_after().unwrap() >= 59);
+    l.release("job", "a", a.token).await.unwrap();
+    // Releasing twice, or as someone else, is refused.
+    assert_eq!(
+        l.release("job", "a", a.token).await.unwrap_err().code(),
+        "NoSuchLease"
+    );
+    let b = l.acquire(acquire("job", "b", 60_000)).await.unwrap();
+    assert_eq!(b.token, 2);
+    assert_eq!(
+        l.renew("job", "a", a.token, Duration::from_secs(1))
+            .await
+            .unwrap_err()
+            .code(),
+        "NotLeaseHolder"
+    );
+    assert_eq!(
+        l.release("job", "b", a.token).await.unwrap_err().code(),
+        "NotLeaseHolder"
+    );
+    // Names are independent counters.
+    assert_eq!(l.acquire(acquire("other", "a", 1000)).await.unwrap().token, 1);
+}
+
+#[tokio::test]
+async fn expiry_frees_the_lease_and_a_waiter_gets_it() {
+    let (l, _, _) = leases();
+    let a = l.acquire(acquire("job", "a", 200)).await.unwrap();
+    let waiter = {
+        let l = l.clone();
+        tokio::spawn(async move {
+            let mut req = acquire("job", "b", 1000);
+            req.wait = Duration::from_secs(5);
+            l.acquire(req).await
+        })
+    };
+    // b is woken by a's expiry, not by a release.
+    let b = waiter.await.unwrap().unwrap();
+    assert_eq!(b.token, a.token + 1);
+    assert_eq!(
+        l.renew("job", "a", a.token, Duration::from_secs(1))
+            .await
+            .unwrap_err()
+            .code(),
+        "NotLeaseHolder"
+    );
+    // A release wakes a waiter at once.
+    let waiter = {
+        let l = l.clone();
+        tokio::spawn(async move {
+            let mut req = acquire("job", "c", 1000);
+            req.wait = Duration::from_secs(30);
+            l.acquire(req).await
+        })
+    };
+    tokio::task::yield_now().await;
+    l.release("job", "b", b.token).await.unwrap();
+    assert_eq!(waiter.await.unwrap().unwrap().token, b.token + 1);
+}
+
+#[tokio::test]
+async fn concurrent_acquires_get_distinct_increasing_tokens_that_survive_power_loss() {
+    let (l, gate, store) = leases();
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let l = l.clone();
+        tasks.push(tokio::spawn(async move {
+            // Each holder releases at once, so every acquire succeeds.
+            let g = l
+                .acquire(acquire("hot", &format!("w{i}"), 60_000))
+                .await
+                .unwrap();
+            l.release("hot", &g.holder, g.token).await.unwrap();
+            g.token
+        }));
+    }
+    let mut tokens = Vec::new();
+    for t in tasks {
+        tokens.push(t.await.unwrap());
+    }
+    tokens.sort();
+    assert_eq!(tokens, (1..=32).collect::<Vec<_>>());
+    // Every granted token was synced: after power loss the next one is still higher.
+    store.lose_unsynced();
+    let l2 = Leases::new(gate, store, Duration::from_secs(1));
+    assert_eq!(l2.acquire(acquire("hot", "x", 1000)).await.unwrap().token, 33);
+}
+
+#[tokio::test]
+async fn a_bound_lease_fences_the_previous_holder_at_acquire() {
+    let (l, gate, _) = leases();
+    // Someone wrote with a token from elsewhere (say etcd revision 500).
+    let put = |token: u64| {
+        let gate = gate.clone();
+        async move {
+            gate.put(
+                WriteRequest {
+                    bucket: "b".into(),
+                    key: "report".into(),
+                    token: Ok(Some(Token(token))),
+                    scope_header: None,
+                    conditions: Default::default(),
+                    meta: Default::default(),
+                },
+                Box::pin(futures::stream::iter([Ok(bytes::Bytes::from_static(b"x"))])),
+            )
+            .await
+        }
+    };
+    put(500).await.unwrap();
+    let mut req = acquire("report", "a", 60_000);
+    req.bind = Some(Binding {
+        bucket: "b".into(),
+        key: "report".into(),
+    });
+    let a = l.acquire(req.clone()).await.unwrap();
+    assert_eq!(a.token, 501, "above the scope's highest");
+    assert_eq!(a.scope.as_deref(), Some("object:b/report"));
+    // The fence moved at acquire: 500 is refused before the new holder wrote anything.
+    assert!(matches!(
+        put(500).await,
+        Err(GateError::StaleFencingToken { highest: 501, .. })
+    ));
+    l.release("report", "a", a.token).await.unwrap();
+    req.holder = "b".into();
+    let b = l.acquire(req.clone()).await.unwrap();
+    assert_eq!(b.token, 502);
+    assert!(put(a.token).await.is_err(), "a, now a zombie, is fenced out");
+    put(b.token).await.unwrap();
+    // An unknown bucket fails before a token is spent.
+    req.bind = Some(Binding {
+        bucket: "nope".into(),
+        key: "k".into(),
+    });
+    req.holder = "c".into();
+    req.name = "elsewhere".into();
+    assert_eq!(l.acquire(req).await.unwrap_err().code(), "NoSuchBucket");
+}
+
+#[tokio::test]
+async fn credentials_live_for_the_lease_plus_grace() {
+    let (l, _, _) = leases();
+    let mut req = acquire("job", "a", 100);
+    req.s3_credentials = true;
+    let g = l.acquire(req).await.unwrap();
+    let cred = g.s3_credentials.unwrap();
+    assert!(cred.access_key_id.starts_with("FGL"));
+    assert_eq!(
+        l.credentials.secret(&cred.access_key_id).as_deref(),
+        Some(cred.secret_access_key.as_str())
+    );
+    assert_eq!(l.credentials.identity(&cred.access_key_id).unwrap().token, g.token);
+    // Renewal extends them; expiry plus grace (300 ms) ends them.
+    l.renew("job", "a", g.token, Duration::from_millis(400))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(l.credentials.secret(&cred.access_key_id).is_some(), "expired, within grace");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(l.credentials.secret(&cred.access_key_id).is_none(), "past grace");
+    assert!(l.credentials.secret("FGLUNKNOWN").is_none());
+    // `show` never repeats the secret.
+    let mut req = acquire("job2", "a", 1000);
+    req.s3_credentials = true;
+    l.acquire(req).await.unwrap();
+    let shown = l.show("job2").await.unwrap();
+    assert_eq!(shown.s3_credentials.unwrap().secret_access_key, "<hidden>");
+}
+
+#[tokio::test]
+async fn bad_input_is_refused() {
+    let (l, _, _) = leases();
+    for (name, ttl) in [("ok", 0), ("ok", MAX_TTL.as_millis() as u64 + 1)] {
+        assert_eq!(
+            l.acquire(acquire(name, "a", ttl)).await.unwrap_err().code(),
+            "InvalidTtl"
+        );
+    }
+    for name in ["", "../etc", "a b", "x\u{0}y", &"n".repeat(201), "é"] {
+        assert_eq!(
+            l.acquire(acquire(name, "a", 1000)).await.unwrap_err().code(),
+            "InvalidLeaseName",
+            "{name:?}"
+        );
+    }
+    assert_eq!(
+        l.acquire(acquire("ok", "", 1000)).await.unwrap_err().code(),
+        "InvalidArgument"
+    );
+    let mut req = acquire("ok", "a", 1000);
+    req.wait = Duration::from_secs(3600);
+    assert_eq!(l.acquire(req).await.unwrap_err().code(), "InvalidArgument");
+    assert_eq!(l.show("free").await.unwrap_err().code(), "NoSuchLease");
+}
