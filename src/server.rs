@@ -8,6 +8,7 @@ use crate::config::{Config, S3Key};
 use crate::fence::rocks::RocksFenceStore;
 use crate::fence::StoreError;
 use crate::gate::{BucketEntry, Gate, UploadRegistry};
+use crate::lease::Leases;
 use crate::s3api::{self, KeyTable, S3Gateway};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -125,7 +126,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         .install_recorder()
         .map_err(|e| tracing::warn!(error = %e, "metrics are disabled"))
         .ok();
-    let (gate, _store, backends) = build(&config).await?;
+    let (gate, store, backends) = build(&config).await?;
     for line in config.describe().lines() {
         tracing::info!("{line}");
     }
@@ -138,6 +139,11 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         })?;
     let gate = Arc::new(gate.with_uploads(uploads));
     let catalog = Arc::new(Catalog::new(config.clone(), gate.clone(), backends));
+    let leases = Arc::new(Leases::new(
+        gate.clone(),
+        store,
+        Duration::from_secs(config.leases.credential_grace_secs),
+    ));
     let created = catalog
         .load()
         .await
@@ -146,7 +152,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         tracing::info!(created, "serving buckets created through the S3 API");
     }
     let s3 = if config.s3.enabled {
-        Some(s3_service(&config, gate.clone(), catalog)?)
+        Some(s3_service(&config, gate.clone(), catalog, leases.clone())?)
     } else {
         None
     };
@@ -161,6 +167,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             None
         },
         max_header_bytes: config.server.max_header_bytes,
+        leases,
     };
     let listener = bind(config.listen).await?;
     let addr = listener.local_addr().map_err(StartError::Serve)?;
@@ -203,6 +210,7 @@ fn s3_service(
     config: &Config,
     gate: Arc<Gate>,
     catalog: Arc<Catalog>,
+    leases: Arc<Leases>,
 ) -> Result<s3s::service::S3Service, StartError> {
     let keys = if config.s3.keys.is_empty() {
         tracing::warn!(
@@ -219,6 +227,7 @@ fn s3_service(
     } else {
         KeyTable::new(config.s3.keys.values().cloned())
     };
+    let keys = keys.with_leases(leases);
     let keys = Arc::new(keys);
     let gateway = S3Gateway {
         gate,

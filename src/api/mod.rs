@@ -4,6 +4,7 @@
 mod error;
 mod fences;
 pub(crate) mod headers;
+mod leases;
 mod objects;
 
 pub use error::ApiError;
@@ -29,6 +30,7 @@ pub struct AppState {
     /// The S3 gateway, when it shares this listener: it answers every path not routed here.
     pub s3: Option<s3s::service::S3Service>,
     pub max_header_bytes: usize,
+    pub leases: Arc<crate::lease::Leases>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -46,6 +48,17 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/v1/fences/{bucket}/{*key}",
             get(fences::show).post(fences::advance),
+        )
+        .route(
+            "/v1/leases/{name}",
+            get(leases::show)
+                .post(leases::acquire)
+                .put(leases::renew)
+                .delete(leases::release),
+        )
+        .route(
+            "/v1/leases/{name}/{*rest}",
+            axum::routing::any(leases::nested),
         )
         .fallback(s3_or_no_route)
         .method_not_allowed_fallback(wrong_method);

@@ -5,7 +5,7 @@ mod model;
 
 pub use model::{
     BackendConfig, BucketPolicy, BypassPolicy, FenceStoreConfig, FenceStoreKind, FencingMode,
-    S3BackendConfig, S3GatewayConfig, S3Key, ScopeKind, ServerConfig, TokenOrder,
+    LeaseConfig, S3BackendConfig, S3GatewayConfig, S3Key, ScopeKind, ServerConfig, TokenOrder,
 };
 
 use model::RawConfig;
@@ -31,6 +31,7 @@ pub struct Config {
     pub s3: S3GatewayConfig,
     /// The policy of buckets created through the S3 API.
     pub bucket_defaults: Option<BucketPolicy>,
+    pub leases: LeaseConfig,
     /// The S3 gateway's own listener, when it has one.
     pub s3_listen: Option<SocketAddr>,
 }
@@ -368,6 +369,7 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
         buckets,
         s3,
         bucket_defaults,
+        leases: raw.leases,
         s3_listen,
     })
 }

@@ -23,6 +23,25 @@ pub struct RawConfig {
     /// come only from the configuration.
     #[serde(default)]
     pub bucket_defaults: Option<Spanned<BucketPolicy>>,
+    #[serde(default)]
+    pub leases: LeaseConfig,
+}
+
+/// fencegate's own lease service (`[leases]`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LeaseConfig {
+    /// How long lease-bound S3 credentials keep working after their lease ends (released,
+    /// expired or replaced), so a write already in flight is judged by the fence.
+    pub credential_grace_secs: u64,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        LeaseConfig {
+            credential_grace_secs: 30,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

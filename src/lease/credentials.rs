@@ -129,5 +129,4 @@ impl LeaseCredentials {
             bucket: e.bucket.clone(),
         })
     }
-
 }

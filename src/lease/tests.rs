@@ -67,7 +67,10 @@ async fn tokens_only_grow_and_a_held_lease_is_refused() {
         "NotLeaseHolder"
     );
     // Names are independent counters.
-    assert_eq!(l.acquire(acquire("other", "a", 1000)).await.unwrap().token, 1);
+    assert_eq!(
+        l.acquire(acquire("other", "a", 1000)).await.unwrap().token,
+        1
+    );
 }
 
 #[tokio::test]
@@ -131,7 +134,10 @@ async fn concurrent_acquires_get_distinct_increasing_tokens_that_survive_power_l
     // Every granted token was synced: after power loss the next one is still higher.
     store.lose_unsynced();
     let l2 = Leases::new(gate, store, Duration::from_secs(1));
-    assert_eq!(l2.acquire(acquire("hot", "x", 1000)).await.unwrap().token, 33);
+    assert_eq!(
+        l2.acquire(acquire("hot", "x", 1000)).await.unwrap().token,
+        33
+    );
 }
 
 #[tokio::test]
@@ -173,7 +179,10 @@ async fn a_bound_lease_fences_the_previous_holder_at_acquire() {
     req.holder = "b".into();
     let b = l.acquire(req.clone()).await.unwrap();
     assert_eq!(b.token, 502);
-    assert!(put(a.token).await.is_err(), "a, now a zombie, is fenced out");
+    assert!(
+        put(a.token).await.is_err(),
+        "a, now a zombie, is fenced out"
+    );
     put(b.token).await.unwrap();
     // An unknown bucket fails before a token is spent.
     req.bind = Some(Binding {
@@ -197,15 +206,24 @@ async fn credentials_live_for_the_lease_plus_grace() {
         l.credentials.secret(&cred.access_key_id).as_deref(),
         Some(cred.secret_access_key.as_str())
     );
-    assert_eq!(l.credentials.identity(&cred.access_key_id).unwrap().token, g.token);
+    assert_eq!(
+        l.credentials.identity(&cred.access_key_id).unwrap().token,
+        g.token
+    );
     // Renewal extends them; expiry plus grace (300 ms) ends them.
     l.renew("job", "a", g.token, Duration::from_millis(400))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(l.credentials.secret(&cred.access_key_id).is_some(), "expired, within grace");
+    assert!(
+        l.credentials.secret(&cred.access_key_id).is_some(),
+        "expired, within grace"
+    );
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(l.credentials.secret(&cred.access_key_id).is_none(), "past grace");
+    assert!(
+        l.credentials.secret(&cred.access_key_id).is_none(),
+        "past grace"
+    );
     assert!(l.credentials.secret("FGLUNKNOWN").is_none());
     // `show` never repeats the secret.
     let mut req = acquire("job2", "a", 1000);
@@ -226,7 +244,10 @@ async fn bad_input_is_refused() {
     }
     for name in ["", "../etc", "a b", "x\u{0}y", &"n".repeat(201), "é"] {
         assert_eq!(
-            l.acquire(acquire(name, "a", 1000)).await.unwrap_err().code(),
+            l.acquire(acquire(name, "a", 1000))
+                .await
+                .unwrap_err()
+                .code(),
             "InvalidLeaseName",
             "{name:?}"
         );

@@ -1,8 +1,11 @@
 //! Who may do what on the S3 gateway: SigV4 secrets looked up in the configured keys (an
 //! unknown key is InvalidAccessKeyId, a bad signature SignatureDoesNotMatch, both from `s3s`),
 //! then per key the buckets it may use and whether it may write (AccessDenied otherwise).
+//! Lease-bound credentials (issued with a lease) are looked up too: they may write the lease's
+//! bound bucket, and every write signed with them carries the lease's token.
 
 use crate::config::S3Key;
+use crate::lease::{LeaseIdentity, Leases};
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::path::S3Path;
@@ -10,10 +13,11 @@ use s3s::{s3_error, S3Result};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// The configured keys, by access key id.
+/// The configured keys, by access key id, and the lease service's short-lived ones.
 #[derive(Default)]
 pub struct KeyTable {
     keys: BTreeMap<String, S3Key>,
+    leases: Option<Arc<Leases>>,
 }
 
 impl KeyTable {
@@ -23,7 +27,27 @@ impl KeyTable {
                 .into_iter()
                 .map(|k| (k.access_key_id.clone(), k))
                 .collect(),
+            leases: None,
         }
+    }
+
+    /// Also accepts lease-bound credentials issued by `leases`.
+    pub fn with_leases(mut self, leases: Arc<Leases>) -> KeyTable {
+        self.leases = Some(leases);
+        self
+    }
+
+    fn lease_identity(&self, access_key: &str) -> Option<LeaseIdentity> {
+        self.leases
+            .as_ref()
+            .and_then(|l| l.credentials.identity(access_key))
+    }
+
+    /// The token a request signed with lease credentials carries implicitly.
+    pub fn lease_token(&self, credentials: Option<&s3s::auth::Credentials>) -> Option<u64> {
+        credentials
+            .and_then(|c| self.lease_identity(&c.access_key))
+            .map(|i| i.token)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -32,16 +56,24 @@ impl KeyTable {
 
     /// May the holder of `access_key` (None: anonymous) read `bucket`?
     pub fn may_read(&self, access_key: Option<&str>, bucket: &str) -> bool {
-        access_key
-            .and_then(|a| self.keys.get(a))
-            .is_some_and(|k| k.allows_bucket(bucket))
+        let Some(access_key) = access_key else {
+            return false;
+        };
+        if let Some(k) = self.keys.get(access_key) {
+            return k.allows_bucket(bucket);
+        }
+        // Lease credentials reach their lease's bound bucket (every bucket when unbound).
+        self.lease_identity(access_key)
+            .is_some_and(|i| i.bucket.as_deref().is_none_or(|b| b == bucket))
     }
 
     fn may_write(&self, access_key: Option<&str>, bucket: &str) -> bool {
         self.may_read(access_key, bucket)
-            && access_key
-                .and_then(|a| self.keys.get(a))
-                .is_some_and(|k| k.write)
+            && access_key.is_some_and(|a| {
+                self.keys
+                    .get(a)
+                    .map_or_else(|| self.lease_identity(a).is_some(), |k| k.write)
+            })
     }
 }
 
@@ -59,13 +91,24 @@ pub struct Auth(pub Arc<KeyTable>);
 #[async_trait::async_trait]
 impl S3Auth for Auth {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        match self.0.keys.get(access_key) {
-            Some(k) => Ok(SecretKey::from(k.secret_access_key.as_str())),
-            None => Err(s3_error!(
-                InvalidAccessKeyId,
-                "the access key id is not configured in [s3.keys]"
-            )),
+        if let Some(k) = self.0.keys.get(access_key) {
+            return Ok(SecretKey::from(k.secret_access_key.as_str()));
         }
+        if let Some(leases) = &self.0.leases {
+            if let Some(secret) = leases.credentials.secret(access_key) {
+                return Ok(SecretKey::from(secret.as_str()));
+            }
+            if leases.credentials.identity(access_key).is_some() {
+                return Err(s3_error!(
+                    InvalidAccessKeyId,
+                    "these lease credentials expired with their lease (plus the grace period); acquire the lease again for new ones"
+                ));
+            }
+        }
+        Err(s3_error!(
+            InvalidAccessKeyId,
+            "the access key id is not configured in [s3.keys] and is not a live lease credential"
+        ))
     }
 }
 

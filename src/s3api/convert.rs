@@ -5,7 +5,7 @@ use crate::api::headers;
 use crate::backend::s3::TOKEN_META;
 use crate::backend::{BodyError, ByteStream, ObjectInfo, ObjectMeta};
 use crate::gate::{GateError, TokenInput};
-use crate::token::{parse_token, TokenError};
+use crate::token::{parse_token, Token, TokenError};
 use futures::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use s3s::dto::{ETag, Metadata, StreamingBlob, Timestamp};
@@ -49,9 +49,9 @@ pub fn invalid(code: S3ErrorCode, message: impl Into<String>) -> S3Error {
     err
 }
 
-/// The token from its carriers: the `Fencing-Token` header and `x-amz-meta-fencing-token`.
-/// Both present and different is an error, not a choice.
-pub fn token(headers: &HeaderMap, metadata: Option<&Metadata>) -> TokenInput {
+/// The token from its carriers: the `Fencing-Token` header, `x-amz-meta-fencing-token`, and
+/// lease-bound credentials (`lease`). Two that disagree are an error, not a choice.
+pub fn token(headers: &HeaderMap, metadata: Option<&Metadata>, lease: Option<u64>) -> TokenInput {
     let header = headers::token(headers)?;
     let meta = metadata
         .and_then(|m| m.get(TOKEN_META))
@@ -64,7 +64,15 @@ pub fn token(headers: &HeaderMap, metadata: Option<&Metadata>) -> TokenInput {
             by: "in the Fencing-Token header",
             what: "x-amz-meta-fencing-token",
         }),
-        (h, m) => Ok(h.or(m)),
+        (h, m) => match (h.or(m), lease) {
+            (Some(t), Some(l)) if t.0 != l => Err(TokenError::Disagree {
+                first: l,
+                other: t.0,
+                by: "by the lease these credentials belong to",
+                what: "the request",
+            }),
+            (t, l) => Ok(t.or(l.map(Token))),
+        },
     }
 }
 

@@ -37,7 +37,11 @@ pub async fn create(
     let write = WriteRequest {
         bucket: input.bucket.clone(),
         key: input.key.clone(),
-        token: convert::token(&req.headers, input.metadata.as_ref()),
+        token: convert::token(
+            &req.headers,
+            input.metadata.as_ref(),
+            gw.keys.lease_token(req.credentials.as_ref()),
+        ),
         scope_header: headers::scope(&req.headers).map_err(s3_error)?,
         conditions: Default::default(),
         meta: convert::object_meta(input.content_type.clone(), input.metadata.as_ref())?,
@@ -74,7 +78,11 @@ pub async fn upload_part(
             &input.key,
             &input.upload_id,
             input.part_number,
-            convert::token(&req.headers, None),
+            convert::token(
+                &req.headers,
+                None,
+                gw.keys.lease_token(req.credentials.as_ref()),
+            ),
             body,
             Some(size.max(0) as u64),
         )
@@ -145,7 +153,11 @@ pub async fn upload_part_copy(
             &input.key,
             &input.upload_id,
             input.part_number,
-            convert::token(&req.headers, None),
+            convert::token(
+                &req.headers,
+                None,
+                gw.keys.lease_token(req.credentials.as_ref()),
+            ),
             body,
             Some(size),
         )
@@ -196,7 +208,11 @@ pub async fn complete(
     let write = WriteRequest {
         bucket: input.bucket.clone(),
         key: input.key.clone(),
-        token: convert::token(&req.headers, None),
+        token: convert::token(
+            &req.headers,
+            None,
+            gw.keys.lease_token(req.credentials.as_ref()),
+        ),
         scope_header: None,
         conditions: headers::conditions(&req.headers).map_err(s3_error)?,
         meta: Default::default(),

@@ -46,7 +46,11 @@ pub async fn put_object(
         err.set_status_code(http::StatusCode::LENGTH_REQUIRED);
         return Err(err);
     }
-    let token = convert::token(&req.headers, input.metadata.as_ref());
+    let token = convert::token(
+        &req.headers,
+        input.metadata.as_ref(),
+        gw.keys.lease_token(req.credentials.as_ref()),
+    );
     let meta = convert::object_meta(input.content_type.clone(), input.metadata.as_ref())?;
     let write = write_request(&req.headers, &input.bucket, &input.key, token, meta)?;
     let body = convert::body(input.body, gw.max_body_bytes, gw.body_idle_timeout);
@@ -175,7 +179,11 @@ pub async fn delete_object(
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let input = req.input;
     note(&input.bucket, &input.key);
-    let token = convert::token(&req.headers, None);
+    let token = convert::token(
+        &req.headers,
+        None,
+        gw.keys.lease_token(req.credentials.as_ref()),
+    );
     let write = write_request(
         &req.headers,
         &input.bucket,
@@ -204,7 +212,11 @@ pub async fn delete_objects(
             "DeleteObjects takes at most 1000 keys",
         ));
     }
-    let token = convert::token(&req.headers, None);
+    let token = convert::token(
+        &req.headers,
+        None,
+        gw.keys.lease_token(req.credentials.as_ref()),
+    );
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
     // Key by key: each is fenced on its own scope, and each failure is reported on its own.
@@ -291,7 +303,11 @@ pub async fn copy_object(
         .as_ref()
         .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
     // The token is the request's own, never the source object's.
-    let token = convert::token(&req.headers, input.metadata.as_ref());
+    let token = convert::token(
+        &req.headers,
+        input.metadata.as_ref(),
+        gw.keys.lease_token(req.credentials.as_ref()),
+    );
     let meta = if replace {
         convert::object_meta(input.content_type.clone(), input.metadata.as_ref())?
     } else {

@@ -1,0 +1,157 @@
+//! `/v1/leases/{name}`: acquire (POST), renew (PUT), release (DELETE) and show (GET) a lease.
+//! Bodies are JSON; any malformed body is a 400 with the fields expected, never a 422.
+
+use super::{error, AppState};
+use crate::lease::{AcquireRequest, Binding, LeaseError};
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use std::time::Duration;
+
+/// A lease error as a JSON response (with `Retry-After` when the lease is held).
+pub struct LeaseApiError(LeaseError);
+
+impl From<LeaseError> for LeaseApiError {
+    fn from(e: LeaseError) -> Self {
+        LeaseApiError(e)
+    }
+}
+
+impl IntoResponse for LeaseApiError {
+    fn into_response(self) -> Response {
+        let e = self.0;
+        if let LeaseError::Gate(g) = e {
+            return super::ApiError(g).into_response();
+        }
+        let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
+        let mut body = serde_json::json!({ "error": e.code(), "message": e.to_string() });
+        if let LeaseError::Held { holder, .. } = &e {
+            body["holder"] = holder.clone().into();
+        }
+        let mut resp = (status, Json(body)).into_response();
+        if let Some(secs) = e.retry_after() {
+            resp.headers_mut()
+                .insert("retry-after", HeaderValue::from(secs));
+        }
+        resp
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcquireBody {
+    holder: String,
+    ttl_ms: u64,
+    #[serde(default)]
+    wait_ms: u64,
+    bucket: Option<String>,
+    key: Option<String>,
+    #[serde(default)]
+    s3_credentials: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HolderBody {
+    holder: String,
+    token: u64,
+    ttl_ms: Option<u64>,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &Bytes, expected: &str) -> Result<T, LeaseError> {
+    serde_json::from_slice(body)
+        .map_err(|e| LeaseError::Invalid(format!("the body is not {expected}: {e}")))
+}
+
+fn name_of(path: Result<Path<String>, PathRejection>) -> Result<String, LeaseError> {
+    let Path(name) = path.map_err(|e| LeaseError::Invalid(format!("bad lease path: {e}")))?;
+    tracing::Span::current().record("key", name.as_str());
+    Ok(name)
+}
+
+const ACQUIRE: &str = r#"JSON like {"holder": "worker-1", "ttl_ms": 10000} (optional: "wait_ms", "bucket" + "key" to bind a fence, "s3_credentials": true)"#;
+const HOLDER: &str = r#"JSON like {"holder": "worker-1", "token": 7} (renew also takes "ttl_ms")"#;
+
+pub async fn acquire(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Bytes,
+) -> Result<Response, LeaseApiError> {
+    let name = name_of(path)?;
+    let b: AcquireBody = parse(&body, ACQUIRE)?;
+    let bind = match (b.bucket, b.key) {
+        (Some(bucket), Some(key)) => Some(Binding { bucket, key }),
+        (None, None) => None,
+        _ => {
+            return Err(LeaseError::Invalid(
+                "bind a lease with both \"bucket\" and \"key\", or neither".into(),
+            )
+            .into())
+        }
+    };
+    let grant = state
+        .leases
+        .acquire(AcquireRequest {
+            name,
+            holder: b.holder,
+            ttl: Duration::from_millis(b.ttl_ms),
+            wait: Duration::from_millis(b.wait_ms),
+            bind,
+            s3_credentials: b.s3_credentials,
+        })
+        .await?;
+    tracing::Span::current().record("token", grant.token);
+    Ok(Json(grant).into_response())
+}
+
+pub async fn renew(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Bytes,
+) -> Result<Response, LeaseApiError> {
+    let name = name_of(path)?;
+    let b: HolderBody = parse(&body, HOLDER)?;
+    let Some(ttl_ms) = b.ttl_ms else {
+        return Err(LeaseError::Invalid("renew needs \"ttl_ms\"".into()).into());
+    };
+    let grant = state
+        .leases
+        .renew(&name, &b.holder, b.token, Duration::from_millis(ttl_ms))
+        .await?;
+    Ok(Json(grant).into_response())
+}
+
+pub async fn release(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Bytes,
+) -> Result<Response, LeaseApiError> {
+    let name = name_of(path)?;
+    let b: HolderBody = parse(&body, HOLDER)?;
+    state.leases.release(&name, &b.holder, b.token).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, LeaseApiError> {
+    let name = name_of(path)?;
+    Ok(Json(state.leases.show(&name).await?).into_response())
+}
+
+/// Lease names are one path segment; anything deeper is a 400, not a 404.
+pub async fn nested(uri: axum::http::Uri) -> Response {
+    error::plain(
+        StatusCode::BAD_REQUEST,
+        "InvalidLeaseName",
+        format!(
+            "{} is not a lease: a lease name is one path segment (send `/` inside a name as %2F)",
+            uri.path()
+        ),
+    )
+}
