@@ -8,6 +8,7 @@ pub mod api;
 pub mod backend;
 pub mod catalog;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod fence;
 pub mod gate;
