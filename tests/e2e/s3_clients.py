@@ -136,6 +136,44 @@ token["value"] = 11
 s3.delete_object(Bucket="default", Key="small.txt")
 token["value"] = None
 
+# ---- lease-bound credentials: the aws cli fenced with no token anywhere ------------------
+import json
+import urllib.request
+
+
+def lease_call(method, name, body):
+    req = urllib.request.Request(f"{ENDPOINT}/v1/leases/{name}", method=method,
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as resp:
+        text = resp.read()
+        return json.loads(text) if text else None
+
+
+def aws_as(cred, *args):
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=cred["access_key_id"],
+               AWS_SECRET_ACCESS_KEY=cred["secret_access_key"])
+    cmd = [AWS, "--endpoint-url", ENDPOINT, *args, "--only-show-errors"]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+
+
+step("aws s3 cp with lease-bound credentials carries the lease's token")
+bound = {"ttl_ms": 60000, "bucket": "default", "key": "leased.txt", "s3_credentials": True}
+grant_a = lease_call("POST", "leased", dict(bound, holder="cli-a"))
+r = aws_as(grant_a["s3_credentials"], "s3", "cp", small, "s3://default/leased.txt")
+check(r.returncode == 0, r.stderr)
+meta = s3.head_object(Bucket="default", Key="leased.txt")["Metadata"]
+check(meta.get("fencing-token") == str(grant_a["token"]), f"token from the lease: {meta}")
+
+step("once the next holder's lease is granted, the old credentials are fenced out")
+lease_call("DELETE", "leased", {"holder": "cli-a", "token": grant_a["token"]})
+grant_b = lease_call("POST", "leased", dict(bound, holder="cli-b"))
+check(grant_b["token"] > grant_a["token"], "tokens grow")
+r = aws_as(grant_a["s3_credentials"], "s3", "cp", small, "s3://default/leased.txt")
+check(r.returncode != 0 and "StaleFencingToken" in r.stderr, r.stderr)
+r = aws_as(grant_b["s3_credentials"], "s3", "cp", small, "s3://default/leased.txt")
+check(r.returncode == 0, r.stderr)
+
 # ---- hostile requests, signed properly so only their content is wrong ---------------------
 creds = Credentials(KEY, SECRET)
 host = urllib.parse.urlparse(ENDPOINT).netloc
