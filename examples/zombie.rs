@@ -62,8 +62,8 @@ async fn main() {
     let fg = Client::new(&base);
 
     println!(
-        "{:>9}  {:<34} | {:<44} | {}",
-        "time", "step", "through fencegate", "straight to the store (no fence)"
+        "{:>9}  {:<34} | {:<44} | straight to the store (no fence)",
+        "time", "step", "through fencegate"
     );
     println!("{}", "-".repeat(140));
     let t = Timeline {
