@@ -39,3 +39,28 @@ fn aws_cli_and_boto3_as_documented() {
     );
     assert!(stdout.contains("hostile input refused"));
 }
+
+/// The Python lease example (requests + boto3) runs as its README link promises.
+#[test]
+fn python_lease_example_runs() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let python = format!("{root}/.venv/bin/python");
+    assert!(
+        std::path::Path::new(&python).exists(),
+        "no .venv: run scripts/test, which installs boto3 and requests there"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), None);
+    let out = Command::new(&python)
+        .arg(format!("{root}/examples/python/lease_client.py"))
+        .env("FENCEGATE_URL", server.url(""))
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .output()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}{stderr}");
+    assert!(out.status.success(), "the example failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("OK"));
+}

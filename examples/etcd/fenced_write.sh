@@ -88,7 +88,9 @@ _fg_main() {
         sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 2
     fi
-    local file="$1" tmp="" result rc=0 status
+    local file="$1" rc=0 status
+    tmp="" result=""
+    trap 'rm -f ${result:+"$result"} ${tmp:+"$tmp"}' EXIT
     command -v etcdctl >/dev/null || { echo "fenced_write: etcdctl not found on PATH" >&2; exit 2; }
     command -v python3 >/dev/null || { echo "fenced_write: python3 not found on PATH" >&2; exit 2; }
     if [[ "$file" == - ]]; then
@@ -97,6 +99,11 @@ _fg_main() {
         file="$tmp"
     fi
     [[ -r "$file" ]] || { echo "fenced_write: cannot read $file" >&2; exit 2; }
+    # `etcdctl lock` retries an unreachable cluster forever; fail fast instead.
+    if ! etcdctl get --command-timeout=5s --keys-only --limit=1 "$LOCK/" >/dev/null; then
+        echo "fenced_write: etcd is not reachable at $ETCDCTL_ENDPOINTS" >&2
+        exit 3
+    fi
     result="$(mktemp)"
     # The exec form holds the lock (keeping its session alive) while the command runs, then
     # unlocks. Note it does NOT stop the command if the session expires meanwhile: only the
@@ -104,12 +111,13 @@ _fg_main() {
     etcdctl lock --ttl="$LOCK_TTL" "$LOCK" -- bash "${BASH_SOURCE[0]}" --locked "$file" "$result" ||
         rc=$?
     status="$(cat "$result" 2>/dev/null || true)"
-    rm -f "$result" ${tmp:+"$tmp"}
     case "$status" in
         2??\ *) exit 0 ;;
         lost) exit 3 ;;
         "") echo "fenced_write: could not take etcd lock $LOCK at $ETCDCTL_ENDPOINTS (etcdctl exit $rc)" >&2
             exit 3 ;;
+        000\ *) echo "fenced_write: fencegate is not reachable at $FENCEGATE" >&2
+           exit 1 ;;
         *) echo "fenced_write: fencegate refused the write (HTTP ${status%% *})" >&2
            exit 1 ;;
     esac
