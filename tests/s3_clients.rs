@@ -61,6 +61,9 @@ fn python_lease_example_runs() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{stdout}{stderr}");
-    assert!(out.status.success(), "the example failed:\n{stdout}\n{stderr}");
+    assert!(
+        out.status.success(),
+        "the example failed:\n{stdout}\n{stderr}"
+    );
     assert!(stdout.contains("OK"));
 }
