@@ -13,9 +13,11 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use common::{client, Server};
+use futures::StreamExt;
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,14 +80,125 @@ struct Report {
     unknown: usize,
     pauses: usize,
     kills: usize,
+    /// The s3 store stopped (SIGSTOP) mid-write, then started again (SIGCONT).
+    store_stalls: usize,
+    /// Slow streaming uploads started by the harness, overtaken by newer tokens or not.
+    slow_uploads: usize,
     violations: Vec<String>,
+}
+
+/// Where the bytes live during a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    Fs,
+    /// moto, behind the s3 backend.
+    S3,
+}
+
+/// CLOCK_MONOTONIC in seconds: the clock Python's `time.monotonic()` reads, so the harness's
+/// own operations order against the workers'.
+fn monotonic() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec it is given.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// A lock holder whose upload is slow: it takes the lease, fences, reads the list, lets the
+/// lease go (as a paused holder would lose it), then streams its write over about a second.
+/// Newer holders usually overtake it; then the write must be refused and leave no trace.
+async fn slow_upload(gate: String, lease: String, key: &'static str, n: usize, history: PathBuf) {
+    let c = client();
+    let holder = format!("slow-{n}");
+    let Ok(resp) = c
+        .post(format!("{lease}/acquire?name={key}&holder={holder}"))
+        .send()
+        .await
+    else {
+        return;
+    };
+    if resp.status() != 200 {
+        return;
+    }
+    let token = resp.json::<serde_json::Value>().await.unwrap()["token"]
+        .as_u64()
+        .unwrap();
+    let fenced = c
+        .post(format!("{gate}/v1/fences/torture/{key}"))
+        .header("Fencing-Token", token.to_string())
+        .send()
+        .await;
+    let items: Vec<String> = match c
+        .get(format!("{gate}/v1/objects/torture/{key}"))
+        .send()
+        .await
+    {
+        Ok(r) if r.status() == 200 && fenced.is_ok_and(|f| f.status() == 200) => {
+            r.json().await.unwrap_or_default()
+        }
+        Ok(r) if r.status() == 404 => Vec::new(),
+        _ => {
+            let _ = c
+                .post(format!("{lease}/release?name={key}&holder={holder}"))
+                .send()
+                .await;
+            return;
+        }
+    };
+    let _ = c
+        .post(format!("{lease}/release?name={key}&holder={holder}"))
+        .send()
+        .await;
+    let item = format!("{holder}-{token}");
+    let mut list = items;
+    list.push(item.clone());
+    let body = serde_json::to_vec(&list).unwrap();
+    let chunks: Vec<Vec<u8>> = body
+        .chunks(body.len().div_ceil(4))
+        .map(<[u8]>::to_vec)
+        .collect();
+    let stream = futures::stream::iter(chunks).then(|chunk| async move {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        Ok::<_, std::io::Error>(chunk)
+    });
+    let t0 = monotonic();
+    let status = c
+        .put(format!("{gate}/v1/objects/torture/{key}"))
+        .header("Fencing-Token", token.to_string())
+        .header("Content-Length", body.len().to_string())
+        .body(reqwest::Body::wrap_stream(stream))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .ok();
+    let t1 = monotonic();
+    let result = match status {
+        Some(200) => "ok",
+        Some(409 | 428 | 400) => "fail",
+        _ => "unknown",
+    };
+    let line = serde_json::json!({"key": key, "token": token, "item": item, "t0": t0, "t1": t1, "result": result, "status": status});
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(history)
+        .unwrap();
+    writeln!(f, "{line}").unwrap();
 }
 
 fn histories(dir: &std::path::Path) -> Vec<Op> {
     let mut ops = Vec::new();
-    for w in 0..WORKERS {
-        let text =
-            std::fs::read_to_string(dir.join(format!("history-{w}.jsonl"))).unwrap_or_default();
+    let files = (0..WORKERS)
+        .map(|w| format!("history-{w}.jsonl"))
+        .chain(["history-slow.jsonl".to_string()]);
+    for file in files {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
         // The last line may be half-written if the worker is mid-write.
         ops.extend(
             text.lines()
@@ -102,11 +215,27 @@ fn signal(pid: u32, sig: i32) {
     }
 }
 
-async fn torture(seed: u64, secs: f64, fencing: &str) -> Report {
+async fn torture(seed: u64, secs: f64, fencing: &str, store: Store) -> Report {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let listen = format!("127.0.0.1:{}", common::moto::free_port());
-    let config = format!("[buckets.torture]\nfencing = \"{fencing}\"\n");
+    let moto = match store {
+        Store::Fs => None,
+        Store::S3 => {
+            let moto = common::moto::Moto::start();
+            moto.create_bucket("torture-store").await;
+            Some(moto)
+        }
+    };
+    let config = match &moto {
+        None => format!("[buckets.torture]\nfencing = \"{fencing}\"\n"),
+        // Short timeouts, so a stopped store turns into quick 504s (outcome unknown). moto
+        // ignores If-Match only on CompleteMultipartUpload; these bodies are single PUTs.
+        Some(m) => format!(
+            "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nconnect_timeout_secs = 1\nread_timeout_secs = 1\nread_attempts = 2\nunsafe_no_conditional_writes = true\n\n[buckets.torture]\nbackend = \"store\"\nbackend_bucket = \"torture-store\"\nfencing = \"{fencing}\"\n",
+            m.endpoint()
+        ),
+    };
     let mut server = Some(Server::start_at(&data, Some(&config), &listen));
     let gate_url = server.as_ref().unwrap().url("");
 
@@ -151,9 +280,28 @@ async fn torture(seed: u64, secs: f64, fencing: &str) -> Report {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let c = client();
+    let mut slow = Vec::new();
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(rng.random_range(100..400))).await;
-        if rng.random_bool(0.75) {
+        let roll: f64 = rng.random();
+        if roll < 0.2 {
+            let key = KEYS[rng.random_range(0..KEYS.len())];
+            report.slow_uploads += 1;
+            slow.push(tokio::spawn(slow_upload(
+                gate_url.clone(),
+                lease_url.clone(),
+                key,
+                report.slow_uploads,
+                dir.path().join("history-slow.jsonl"),
+            )));
+        } else if roll < 0.30 && moto.is_some() {
+            // The store stops mid-write and starts again.
+            let pid = moto.as_ref().and_then(|m| m.pid()).unwrap();
+            signal(pid, libc::SIGSTOP);
+            tokio::time::sleep(Duration::from_millis(rng.random_range(300..1500))).await;
+            signal(pid, libc::SIGCONT);
+            report.store_stalls += 1;
+        } else if roll < 0.80 {
             // A paused lock holder: stopped well past its lease, then let go.
             let w = rng.random_range(0..WORKERS);
             signal(workers[w].id(), libc::SIGSTOP);
@@ -189,6 +337,9 @@ async fn torture(seed: u64, secs: f64, fencing: &str) -> Report {
                 }
             }
         }
+    }
+    for s in slow {
+        s.await.unwrap();
     }
     for w in &mut workers {
         let started = Instant::now();
@@ -250,8 +401,10 @@ async fn torture(seed: u64, secs: f64, fencing: &str) -> Report {
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
-        "torture seed={seed} fencing={fencing}: operations {}, accepted {}, rejected as stale {}, unknown {}, faults injected {} (pauses {}, kill -9 {}), violations {}",
-        report.ops, report.accepted, report.stale, report.unknown, report.pauses + report.kills, report.pauses, report.kills, report.violations.len()
+        "torture seed={seed} store={store:?} fencing={fencing}: operations {}, accepted {}, rejected as stale {}, unknown {}, faults injected {} (pauses {}, kill -9 {}, store stalls {}, slow uploads {}), violations {}",
+        report.ops, report.accepted, report.stale, report.unknown,
+        report.pauses + report.kills + report.store_stalls + report.slow_uploads,
+        report.pauses, report.kills, report.store_stalls, report.slow_uploads, report.violations.len()
     );
     report
 }
@@ -273,7 +426,7 @@ fn secs() -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_histories_have_no_violations() {
     for seed in seeds() {
-        let r = torture(seed, secs(), "required").await;
+        let r = torture(seed, secs(), "required", Store::Fs).await;
         assert!(r.violations.is_empty(), "seed {seed}: {:#?}", r.violations);
         assert!(
             r.accepted > 0 && r.pauses > 0 && r.kills > 0,
@@ -282,9 +435,21 @@ async fn fenced_histories_have_no_violations() {
     }
 }
 
+/// The same harness on the s3 backend (moto), with the store stopped mid-write as a fault too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_backend_histories_have_no_violations() {
+    let seed = seeds()[0];
+    let r = torture(seed, secs(), "required", Store::S3).await;
+    assert!(r.violations.is_empty(), "seed {seed}: {:#?}", r.violations);
+    assert!(
+        r.accepted > 0 && r.store_stalls > 0 && r.kills > 0,
+        "the run exercised nothing: {r:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn negative_control_with_fencing_off_is_caught() {
-    let r = torture(seeds()[0], secs(), "off").await;
+    let r = torture(seeds()[0], secs(), "off", Store::Fs).await;
     assert!(
         !r.violations.is_empty(),
         "with fencing off the checker must find violations: {r:?}"

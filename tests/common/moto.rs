@@ -64,6 +64,12 @@ impl Moto {
         }
     }
 
+    /// The server's process id (to pause it with SIGSTOP, say).
+    #[allow(dead_code)]
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
