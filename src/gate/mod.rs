@@ -177,6 +177,30 @@ impl Gate {
         }
     }
 
+    /// The first steps of every fenced request: the bucket, a valid key, the token under the
+    /// bucket's fencing mode, and the scope, recorded on the request's span.
+    fn admit_request(
+        &self,
+        req: &WriteRequest,
+        is_delete: bool,
+    ) -> Result<(Arc<BucketEntry>, Option<Token>, String), GateError> {
+        let entry = self.bucket(&req.bucket)?;
+        scope::validate_key(&req.key)?;
+        let token = Self::admit(&req.bucket, &entry.policy, req.token.clone(), is_delete)?;
+        let scope = scope::resolve(
+            &entry.policy,
+            &req.bucket,
+            &req.key,
+            req.scope_header.as_deref(),
+        )?;
+        let span = Span::current();
+        span.record("scope", scope.as_str());
+        if let Some(t) = token {
+            span.record("token", t.0);
+        }
+        Ok((entry, token, scope))
+    }
+
     fn row(&self, key: &str) -> Result<FenceRow, GateError> {
         Ok(self.store.get(key)?.unwrap_or_default())
     }
@@ -309,19 +333,8 @@ impl Gate {
         mut req: WriteRequest,
         body: ByteStream,
     ) -> Result<Written, GateError> {
-        let entry = self.bucket(&req.bucket)?;
-        scope::validate_key(&req.key)?;
-        let token = Self::admit(&req.bucket, &entry.policy, req.token.clone(), false)?;
-        let scope = scope::resolve(
-            &entry.policy,
-            &req.bucket,
-            &req.key,
-            req.scope_header.as_deref(),
-        )?;
-        let span = Span::current();
-        span.record("scope", scope.as_str());
+        let (entry, token, scope) = self.admit_request(&req, false)?;
         if let Some(t) = token {
-            span.record("token", t.0);
             // Early check: a stale writer is refused before a single body byte is read.
             check_token(entry.policy.tokens, t.0, self.row(&scope)?.highest, &scope)?;
         }
@@ -476,19 +489,7 @@ impl Gate {
     }
 
     async fn delete_inner(&self, req: WriteRequest) -> Result<Written, GateError> {
-        let entry = self.bucket(&req.bucket)?;
-        scope::validate_key(&req.key)?;
-        let token = Self::admit(&req.bucket, &entry.policy, req.token.clone(), true)?;
-        let scope = scope::resolve(
-            &entry.policy,
-            &req.bucket,
-            &req.key,
-            req.scope_header.as_deref(),
-        )?;
-        Span::current().record("scope", scope.as_str());
-        if let Some(t) = token {
-            Span::current().record("token", t.0);
-        }
+        let (entry, token, scope) = self.admit_request(&req, true)?;
         let object_key = scope::object_row(&req.bucket, &req.key);
         let _scope_lock = self.locks.lock(&scope).await;
         let _object_lock = if object_key != scope {

@@ -21,18 +21,8 @@ impl Gate {
     }
 
     async fn create_upload_inner(&self, mut req: WriteRequest) -> Result<Upload, GateError> {
-        let entry = self.bucket(&req.bucket)?;
-        scope::validate_key(&req.key)?;
-        let token = Self::admit(&req.bucket, &entry.policy, req.token.clone(), false)?;
-        let scope = scope::resolve(
-            &entry.policy,
-            &req.bucket,
-            &req.key,
-            req.scope_header.as_deref(),
-        )?;
-        Span::current().record("scope", scope.as_str());
+        let (entry, token, scope) = self.admit_request(&req, false)?;
         if let Some(t) = token {
-            Span::current().record("token", t.0);
             check_token(entry.policy.tokens, t.0, self.row(&scope)?.highest, &scope)?;
         }
         req.meta.token = token.map(|t| t.0);

@@ -84,6 +84,13 @@ async fn list(
     }
 }
 
+fn common_prefixes(prefixes: Vec<String>) -> Vec<CommonPrefix> {
+    prefixes
+        .into_iter()
+        .map(|p| CommonPrefix { prefix: Some(p) })
+        .collect()
+}
+
 fn max_keys(requested: Option<i32>) -> S3Result<usize> {
     match requested {
         None => Ok(1000),
@@ -140,13 +147,7 @@ pub async fn list_objects_v2(
         is_truncated: Some(listing.next.is_some()),
         next_continuation_token: listing.next.map(hex::encode),
         contents: Some(listing.objects),
-        common_prefixes: Some(
-            listing
-                .prefixes
-                .into_iter()
-                .map(|p| CommonPrefix { prefix: Some(p) })
-                .collect(),
-        ),
+        common_prefixes: Some(common_prefixes(listing.prefixes)),
         encoding_type: input.encoding_type,
         ..Default::default()
     }))
@@ -178,13 +179,7 @@ pub async fn list_objects(
         is_truncated: Some(listing.next.is_some()),
         next_marker: listing.next,
         contents: Some(listing.objects),
-        common_prefixes: Some(
-            listing
-                .prefixes
-                .into_iter()
-                .map(|p| CommonPrefix { prefix: Some(p) })
-                .collect(),
-        ),
+        common_prefixes: Some(common_prefixes(listing.prefixes)),
         encoding_type: input.encoding_type,
         ..Default::default()
     }))
