@@ -709,6 +709,34 @@ async fn multipart_uploads(kind: Kind) {
         Some("7")
     );
 
+    // A completion refused at the commit (here If-None-Match: * on an existing object) drops
+    // the upload whole: nothing of it remains, and a retry is told so.
+    let id = start_upload(&c, "big", 7).await;
+    let e1 = send_part(&c, "big", &id, 1, b'b', 100).await;
+    let (status, code, _) = failure(
+        c.complete_multipart_upload()
+            .bucket("default")
+            .key("big")
+            .upload_id(&id)
+            .if_none_match("*")
+            .multipart_upload(parts(&[(1, &e1)]))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (412, "PreconditionFailed"));
+    assert_eq!(body_of(&c, "default", "big").await.len(), PART + 4);
+    assert_eq!(fx.leftover_uploads().await, 0);
+    let (status, code, _) = failure(
+        c.complete_multipart_upload()
+            .bucket("default")
+            .key("big")
+            .upload_id(&id)
+            .multipart_upload(parts(&[(1, &e1)]))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (404, "NoSuchUpload"));
+
     // Aborted: gone from the listing, its parts removed.
     let id = start_upload(&c, "dropped", 9).await;
     send_part(&c, "dropped", &id, 1, b'd', 100).await;

@@ -148,8 +148,10 @@ impl Gate {
         Ok(self.upload(bucket, key, id)?.parts.into_values().collect())
     }
 
-    /// CompleteMultipartUpload: the commit point. A stale token (or a write behind fencegate's
-    /// back) drops the whole upload; a backend fault keeps it for a retry.
+    /// CompleteMultipartUpload: the commit point. A part list that does not match keeps the
+    /// upload (fix the list and retry); any refusal at the commit itself (a stale token, a
+    /// precondition, a write behind fencegate's back, a backend fault) drops the whole upload,
+    /// so nothing of it lingers.
     pub async fn complete_upload(
         &self,
         req: WriteRequest,
@@ -210,28 +212,36 @@ impl Gate {
                 }
                 Ok(w)
             }
-            Err(e) => Err(self.drop_if_final(&upload, e).await),
+            // The commit discarded what was assembled (on s3, the store's own upload), so the
+            // upload cannot be completed again: drop it whole, whatever the refusal.
+            Err(e) => {
+                self.drop_upload(&upload).await;
+                Err(e)
+            }
         }
     }
 
     /// An upload that can never complete (its token is stale, or the object was changed behind
     /// fencegate's back) is aborted at once, so no part of it lingers.
     async fn drop_if_final(&self, upload: &Upload, e: GateError) -> GateError {
-        let is_final = matches!(
+        if matches!(
             e,
             GateError::StaleFencingToken { .. }
                 | GateError::TokenNotIncreasing { .. }
                 | GateError::BypassDetected { .. }
-        );
-        if is_final {
-            if let Err(abort) = self
-                .abort_upload(&upload.bucket, &upload.key, &upload.id)
-                .await
-            {
-                tracing::warn!(upload = %upload.id, error = %abort, "could not abort a fenced-out upload");
-            }
+        ) {
+            self.drop_upload(upload).await;
         }
         e
+    }
+
+    async fn drop_upload(&self, upload: &Upload) {
+        if let Err(abort) = self
+            .abort_upload(&upload.bucket, &upload.key, &upload.id)
+            .await
+        {
+            tracing::warn!(upload = %upload.id, error = %abort, "could not abort a refused upload");
+        }
     }
 
     /// AbortMultipartUpload. Not fenced: it discards only that upload's own parts.
