@@ -138,6 +138,38 @@ impl Config {
                 p.backend, p.fencing, p.tokens, p.fenced_deletes, p.on_bypass
             );
         }
+        match &self.bucket_defaults {
+            Some(p) => out += &format!(
+                "buckets created through S3: backend={} fencing={:?} (from [bucket_defaults])\n",
+                p.backend, p.fencing
+            ),
+            None => out += "buckets created through S3: refused (no [bucket_defaults])\n",
+        }
+        if self.s3.enabled {
+            let keys: Vec<&str> = self.s3.keys.keys().map(String::as_str).collect();
+            out += &format!(
+                "s3 gateway: on {}{}, region {}, keys {}\n",
+                self.s3_listen
+                    .map_or("the native listener".to_string(), |a| a.to_string()),
+                self.s3
+                    .domain
+                    .as_deref()
+                    .map(|d| format!(", virtual hosts *.{d}"))
+                    .unwrap_or_default(),
+                self.s3.region,
+                if keys.is_empty() {
+                    "none (only the development key fencegate / fencegate-dev-secret)".to_string()
+                } else {
+                    keys.join(", ")
+                }
+            );
+        } else {
+            out += "s3 gateway: off\n";
+        }
+        out += &format!(
+            "leases: lease-bound S3 credentials last {} s past their lease\n",
+            self.leases.credential_grace_secs
+        );
         out
     }
 }

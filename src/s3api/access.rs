@@ -50,10 +50,6 @@ impl KeyTable {
             .map(|i| i.token)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
-
     /// May the holder of `access_key` (None: anonymous) read `bucket`?
     pub fn may_read(&self, access_key: Option<&str>, bucket: &str) -> bool {
         let Some(access_key) = access_key else {
