@@ -139,10 +139,12 @@ impl Config {
             );
         }
         match &self.bucket_defaults {
-            Some(p) => out += &format!(
+            Some(p) => {
+                out += &format!(
                 "buckets created through S3: backend={} fencing={:?} (from [bucket_defaults])\n",
                 p.backend, p.fencing
-            ),
+            )
+            }
             None => out += "buckets created through S3: refused (no [bucket_defaults])\n",
         }
         if self.s3.enabled {
