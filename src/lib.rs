@@ -16,3 +16,4 @@ pub mod lease;
 pub mod s3api;
 pub mod server;
 pub mod token;
+pub mod wall_clock;

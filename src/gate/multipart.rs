@@ -34,13 +34,10 @@ impl Gate {
             id: UploadRegistry::new_id(),
             bucket: req.bucket,
             key: req.key,
-            token: req.meta.token,
             scope_header: req.scope_header,
             meta: req.meta,
             handle,
-            initiated_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            initiated_ms: crate::wall_clock::now_ms(),
             parts: Default::default(),
         };
         self.uploads.insert(upload.clone()).map_err(|e| {
@@ -69,7 +66,7 @@ impl Gate {
 
     /// A token sent with a part or a completion must be the upload's own.
     fn same_token(upload: &Upload, token: TokenInput) -> Result<(), GateError> {
-        match (token?, upload.token) {
+        match (token?, upload.token()) {
             (Some(t), Some(u)) if t.0 != u => Err(TokenError::Disagree {
                 first: u,
                 other: t.0,
@@ -95,7 +92,7 @@ impl Gate {
             upload.scope_header.as_deref(),
         )?;
         Span::current().record("scope", scope.as_str());
-        if let Some(t) = upload.token {
+        if let Some(t) = upload.token() {
             Span::current().record("token", t);
             check_token(entry.policy.tokens, t, self.row(&scope)?.highest, &scope)?;
         }
@@ -188,15 +185,15 @@ impl Gate {
                 upload.meta.clone(),
             )
             .await?;
+        let token = upload.token().map(crate::token::Token);
         let req = WriteRequest {
             bucket: upload.bucket.clone(),
             key: upload.key.clone(),
-            token: Ok(upload.token.map(crate::token::Token)),
+            token: Ok(token),
             scope_header: upload.scope_header.clone(),
             conditions: req.conditions,
             meta: upload.meta.clone(),
         };
-        let token = upload.token.map(crate::token::Token);
         match self
             .lock_and_commit(&req, &entry, &scope, token, staged)
             .await

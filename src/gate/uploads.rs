@@ -17,8 +17,8 @@ pub struct Upload {
     pub id: String,
     pub bucket: String,
     pub key: String,
-    pub token: Option<u64>,
     pub scope_header: Option<Vec<u8>>,
+    /// What the object will carry, the token given at creation included (`meta.token`).
     pub meta: ObjectMeta,
     /// The backend's own handle for it (the store's upload id, or a directory name).
     pub handle: String,
@@ -26,6 +26,13 @@ pub struct Upload {
     /// The parts uploaded so far, by number: what a completion's part list is checked against.
     #[serde(default)]
     pub parts: BTreeMap<i32, PartInfo>,
+}
+
+impl Upload {
+    /// The token the upload was created with; every part and the completion are judged by it.
+    pub fn token(&self) -> Option<u64> {
+        self.meta.token
+    }
 }
 
 #[derive(Default)]

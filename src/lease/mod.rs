@@ -17,10 +17,11 @@ pub use error::LeaseError;
 use crate::fence::{Durability, FenceRow, FenceStore};
 use crate::gate::{Gate, GateError};
 use crate::token::Token;
+use crate::wall_clock::now_ms;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
 
@@ -79,12 +80,6 @@ pub struct Leases {
     held: Mutex<HashMap<String, Held>>,
     freed: Notify,
     pub credentials: LeaseCredentials,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Lease names: 1-200 characters of letters, digits, `.`, `_`, `-`, `:`, `/`; no `..`.

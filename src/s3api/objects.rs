@@ -321,11 +321,7 @@ pub async fn copy_object(
     Ok(S3Response::new(CopyObjectOutput {
         copy_object_result: Some(CopyObjectResult {
             e_tag: written.etag.as_deref().map(convert::etag),
-            last_modified: Some(convert::timestamp(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as u64),
-            )),
+            last_modified: Some(convert::timestamp(crate::wall_clock::now_ms())),
             ..Default::default()
         }),
         ..Default::default()

@@ -96,14 +96,8 @@ pub async fn put_part(
         number,
         etag: format!("\"{md5}\""),
         size,
-        last_modified_ms: now_ms(),
+        last_modified_ms: crate::wall_clock::now_ms(),
     })
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The parts on disk, by number, each with its file.

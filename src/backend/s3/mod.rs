@@ -196,20 +196,11 @@ impl S3Backend {
             .ok_or_else(|| BackendError::Failing("UploadPart returned no ETag".into()))
     }
 
+    /// Aborts a losing upload; a failure is only logged.
     async fn abort(&self, key: &str, upload_id: &str) {
-        let result = self
-            .clients
-            .reads
-            .abort_multipart_upload()
-            .bucket(&self.bucket)
-            .key(self.store_key(key))
-            .upload_id(upload_id)
-            .send()
-            .await;
-        if let Err(e) = result {
+        if let Err(e) = self.drop_upload(key, upload_id).await {
             // The store's lifecycle rules (AbortIncompleteMultipartUpload) collect what is left.
-            tracing::warn!(key, upload_id, error = %aws_smithy_types::error::display::DisplayErrorContext(&e),
-                "could not abort a losing multipart upload");
+            tracing::warn!(key, upload_id, error = %e, "could not abort a losing multipart upload");
         }
     }
 
@@ -469,9 +460,7 @@ impl Backend for S3Backend {
             size: staged.size,
             etag: staged.etag.clone(),
             version: staged.etag.clone(),
-            last_modified_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            last_modified_ms: crate::wall_clock::now_ms(),
             meta,
         })
     }

@@ -103,7 +103,7 @@ impl S3Backend {
             number,
             etag: out.e_tag().unwrap_or_default().to_string(),
             size: size.unwrap_or_default(),
-            last_modified_ms: now_ms(),
+            last_modified_ms: crate::wall_clock::now_ms(),
         })
     }
 
@@ -152,10 +152,4 @@ impl S3Backend {
             },
         }
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
