@@ -117,6 +117,7 @@ async fn random_tokens_commit_in_non_decreasing_order() {
                     key: "hot".into(),
                     token: Ok(Some(Token(token))),
                     scope_header: None,
+                    scope_takeover: None,
                     conditions: Conditions::default(),
                     meta: ObjectMeta::default(),
                 };

@@ -740,13 +740,17 @@ async fn multipart_uploads(kind: Kind) {
     // Aborted: gone from the listing, its parts removed.
     let id = start_upload(&c, "dropped", 9).await;
     send_part(&c, "dropped", &id, 1, b'd', 100).await;
-    c.abort_multipart_upload()
-        .bucket("default")
-        .key("dropped")
-        .upload_id(&id)
-        .send()
-        .await
-        .unwrap();
+    // Fenced by the upload's token (9).
+    with_token!(
+        c.abort_multipart_upload()
+            .bucket("default")
+            .key("dropped")
+            .upload_id(&id),
+        9
+    )
+    .send()
+    .await
+    .unwrap();
     let uploads = c
         .list_multipart_uploads()
         .bucket("default")
@@ -975,7 +979,81 @@ async fn buckets_created_through_s3(kind: Kind) {
     assert_eq!((status, code.as_str()), (403, "AccessDenied"));
 }
 
+/// The holes of issue 11 through the S3 surface: an acknowledged DeleteObject of an absent key
+/// records its token (a zombie PutObject or native PUT below it is refused), and an
+/// AbortMultipartUpload needs the upload's token or a higher one.
+async fn holes_are_closed(kind: Kind) {
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    with_token!(c.delete_object().bucket("default").key("gone"), 7)
+        .send()
+        .await
+        .unwrap();
+    let http = common::client();
+    let f = common::fence(&http, fx.s(), "default", "gone").await;
+    assert_eq!(f["highest"], 7, "{f}");
+    assert_eq!(f["tombstone"], true, "{f}");
+    let (status, code, highest) = failure(
+        with_token!(
+            c.put_object()
+                .bucket("default")
+                .key("gone")
+                .body(ByteStream::from_static(b"zombie")),
+            6
+        )
+        .send()
+        .await,
+    );
+    assert_eq!(
+        (status, code.as_str(), highest.as_deref()),
+        (409, "StaleFencingToken", Some("7"))
+    );
+    let native = common::put(
+        &http,
+        &fx.s().object_url("default", "gone"),
+        Some("6"),
+        b"z",
+    )
+    .await;
+    assert_eq!(native.0, 409);
+
+    let id = start_upload(&c, "up", 20).await;
+    let (status, code, _) = failure(
+        c.abort_multipart_upload()
+            .bucket("default")
+            .key("up")
+            .upload_id(&id)
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (428, "FencingTokenRequired"));
+    let (status, code, _) = failure(
+        with_token!(
+            c.abort_multipart_upload()
+                .bucket("default")
+                .key("up")
+                .upload_id(&id),
+            19
+        )
+        .send()
+        .await,
+    );
+    assert_eq!((status, code.as_str()), (409, "StaleFencingToken"));
+    with_token!(
+        c.abort_multipart_upload()
+            .bucket("default")
+            .key("up")
+            .upload_id(&id),
+        21
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(fx.leftover_uploads().await, 0);
+}
+
 on_both_backends!(
+    holes_are_closed,
     buckets_created_through_s3,
     objects_are_fenced,
     listing_and_buckets,

@@ -28,12 +28,21 @@ pub fn token(headers: &HeaderMap) -> TokenInput {
 }
 
 pub fn scope(headers: &HeaderMap) -> Result<Option<Vec<u8>>, GateError> {
-    let mut values = headers.get_all(FENCING_SCOPE).iter();
+    single(headers, FENCING_SCOPE)
+}
+
+/// `Fencing-Scope-Takeover`: the scope a header-scoped write takes an object over from.
+pub fn scope_takeover(headers: &HeaderMap) -> Result<Option<Vec<u8>>, GateError> {
+    single(headers, "fencing-scope-takeover")
+}
+
+fn single(headers: &HeaderMap, name: &str) -> Result<Option<Vec<u8>>, GateError> {
+    let mut values = headers.get_all(name).iter();
     let first = values.next().map(|v| v.as_bytes().to_vec());
     if values.next().is_some() {
-        return Err(GateError::InvalidFencingScope(
-            "the Fencing-Scope header was sent more than once".into(),
-        ));
+        return Err(GateError::InvalidFencingScope(format!(
+            "the {name} header was sent more than once"
+        )));
     }
     Ok(first)
 }

@@ -33,6 +33,7 @@ fn write_request(bucket: String, key: String, h: &HeaderMap) -> Result<WriteRequ
         key,
         token: headers::token(h),
         scope_header: headers::scope(h)?,
+        scope_takeover: headers::scope_takeover(h)?,
         conditions: headers::conditions(h)?,
         meta: headers::object_meta(h)?,
     })

@@ -336,7 +336,7 @@ pub fn slice_stream(body: ByteStream, start: u64, end: u64) -> ByteStream {
                 let to = offset + bytes.len() as u64;
                 offset = to;
                 let lo = start.max(from);
-                let hi = (end + 1).min(to);
+                let hi = end.saturating_add(1).min(to);
                 (lo < hi).then(|| Ok(bytes.slice((lo - from) as usize..(hi - from) as usize)))
             }
         };

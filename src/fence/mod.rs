@@ -32,6 +32,10 @@ pub struct FenceRow {
     /// The object was deleted through fencegate; the highest token stays forever.
     #[serde(default, skip_serializing_if = "std::ops::Not::not", rename = "t")]
     pub tombstone: bool,
+    /// Header-scoped buckets: the scope row (`header:bucket#lock`) of the lock this object
+    /// belongs to. Kept by tombstones; another lock's write is refused unless it takes over.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "s")]
+    pub scope: Option<String>,
 }
 
 /// The version a commit in progress will leave behind (`None`: a delete).

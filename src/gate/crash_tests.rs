@@ -8,8 +8,9 @@
 
 use super::*;
 use crate::backend::memory::MemoryBackend;
-use crate::backend::BodyError;
+use crate::backend::{BackendError, BodyError, ByteStream, ListPage, ObjectInfo, Staged};
 use crate::fence::memory::MemoryFenceStore;
+use crate::fence::Durability;
 use crate::fence::StoreError;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -139,7 +140,7 @@ impl Backend for CrashBackend {
     }
 }
 
-fn gate(store: Arc<dyn FenceStore>, backend: Arc<dyn Backend>) -> Gate {
+fn gate(store: Arc<dyn FenceStore>, backend: Arc<dyn Backend>) -> Arc<Gate> {
     let mut buckets = BTreeMap::new();
     buckets.insert(
         "b".to_string(),
@@ -148,7 +149,7 @@ fn gate(store: Arc<dyn FenceStore>, backend: Arc<dyn Backend>) -> Gate {
             backend,
         },
     );
-    Gate::new(store, buckets)
+    Arc::new(Gate::new(store, buckets))
 }
 
 fn write(key: &str, token: u64) -> WriteRequest {
@@ -157,6 +158,7 @@ fn write(key: &str, token: u64) -> WriteRequest {
         key: key.into(),
         token: Ok(Some(Token(token))),
         scope_header: None,
+        scope_takeover: None,
         conditions: Conditions::default(),
         meta: ObjectMeta::default(),
     }
@@ -169,7 +171,7 @@ fn body() -> ByteStream {
 }
 
 /// The scripted run; returns the acknowledged (key, token) pairs.
-async fn script(g: &Gate, backend: &MemoryBackend) -> Vec<(&'static str, u64)> {
+async fn script(g: &Arc<Gate>, backend: &MemoryBackend) -> Vec<(&'static str, u64)> {
     let mut acked = Vec::new();
     for (key, token) in [("a", 5), ("a", 6), ("c", 2)] {
         if g.put(write(key, token), body()).await.is_ok() {

@@ -13,8 +13,18 @@ pub enum GateError {
         highest: u64,
         scope: String,
     },
-    #[error("token {token} equals the highest token recorded for scope {scope}, and this bucket demands strictly increasing tokens; take a new token")]
+    #[error("token {token} equals the highest token recorded for scope {scope}, and this bucket demands strictly increasing tokens: a token is spent once it is recorded, even by a write that then failed at the backend. Take a new token from your lock service and retry with it")]
     TokenNotIncreasing { token: u64, scope: String },
+    #[error("object {key:?} belongs to fencing scope {bound:?}, not {scope:?}: tokens of different locks cannot be compared. Write under Fencing-Scope {bound:?}, or take the object over with Fencing-Scope-Takeover: {bound} and a token above that scope's highest")]
+    FencingScopeMismatch {
+        key: String,
+        bound: String,
+        scope: String,
+    },
+    #[error("scope {scope} is at the largest token (18446744073709551615) and cannot grow; no newer token can fence it. Use another scope (another key or lock name); a token this large was almost certainly sent by mistake")]
+    TokenSpaceExhausted { scope: String },
+    #[error("internal error: {0}")]
+    Internal(String),
     #[error("bucket {bucket} requires a Fencing-Token header on writes and deletes")]
     FencingTokenRequired { bucket: String },
     #[error("invalid Fencing-Token: {0}")]
@@ -55,6 +65,8 @@ impl GateError {
     pub fn status(&self) -> u16 {
         match self {
             GateError::StaleFencingToken { .. } | GateError::TokenNotIncreasing { .. } => 409,
+            GateError::FencingScopeMismatch { .. } | GateError::TokenSpaceExhausted { .. } => 409,
+            GateError::Internal(_) => 500,
             GateError::FencingTokenRequired { .. } => 428,
             GateError::InvalidFencingToken(_)
             | GateError::InvalidFencingScope(_)
@@ -85,6 +97,9 @@ impl GateError {
             GateError::StaleFencingToken { .. } | GateError::TokenNotIncreasing { .. } => {
                 "StaleFencingToken"
             }
+            GateError::FencingScopeMismatch { .. } => "FencingScopeMismatch",
+            GateError::TokenSpaceExhausted { .. } => "TokenSpaceExhausted",
+            GateError::Internal(_) => "InternalError",
             GateError::FencingTokenRequired { .. } => "FencingTokenRequired",
             GateError::InvalidFencingToken(_) => "InvalidFencingToken",
             GateError::InvalidFencingScope(_) => "InvalidFencingScope",
@@ -123,7 +138,11 @@ impl GateError {
     /// A short word for logs and metrics.
     pub fn outcome(&self) -> &'static str {
         match self {
-            GateError::StaleFencingToken { .. } | GateError::TokenNotIncreasing { .. } => "stale",
+            GateError::StaleFencingToken { .. }
+            | GateError::TokenNotIncreasing { .. }
+            | GateError::FencingScopeMismatch { .. }
+            | GateError::TokenSpaceExhausted { .. } => "stale",
+            GateError::Internal(_) => "failed",
             GateError::BypassDetected { .. }
             | GateError::Backend(BackendError::Conflict { .. }) => "bypass",
             GateError::PreconditionFailed(_) => "precondition",

@@ -2,14 +2,17 @@
 //! kept with the upload; parts carrying another token are refused. Each part is checked early
 //! against the scope's highest token (cheap), and the completion is the authoritative check: it
 //! is an ordinary commit under the scope's lock, so a completion overtaken by a newer token
-//! fails, and the upload is dropped with nothing made visible (DESIGN.md §2, line 1).
+//! fails, and the upload is dropped with nothing made visible. AbortMultipartUpload is fenced
+//! by the upload's token.
 
+use super::commit::run_to_end;
 use super::uploads::{Upload, UploadRegistry};
 use super::{
     check_token, record_outcome, scope, Gate, GateError, TokenInput, WriteRequest, Written,
 };
 use crate::backend::{match_parts, BackendError, ByteStream, PartInfo};
 use crate::token::TokenError;
+use std::sync::Arc;
 use tracing::Span;
 
 impl Gate {
@@ -150,7 +153,7 @@ impl Gate {
     /// precondition, a write behind fencegate's back, a backend fault) drops the whole upload,
     /// so nothing of it lingers.
     pub async fn complete_upload(
-        &self,
+        self: &Arc<Self>,
         req: WriteRequest,
         id: &str,
         parts: &[(i32, String)],
@@ -161,7 +164,7 @@ impl Gate {
     }
 
     async fn complete_inner(
-        &self,
+        self: &Arc<Self>,
         req: WriteRequest,
         id: &str,
         parts: &[(i32, String)],
@@ -175,16 +178,6 @@ impl Gate {
         };
         let uploaded: Vec<PartInfo> = upload.parts.values().cloned().collect();
         let chosen = match_parts(parts, &uploaded)?;
-        let staged = entry
-            .backend
-            .assemble(
-                &upload.bucket,
-                &upload.key,
-                &upload.handle,
-                &chosen,
-                upload.meta.clone(),
-            )
-            .await?;
         let token = upload.token().map(crate::token::Token);
         let req = WriteRequest {
             bucket: upload.bucket.clone(),
@@ -192,30 +185,44 @@ impl Gate {
             token: Ok(token),
             scope_header: upload.scope_header.clone(),
             conditions: req.conditions,
+            scope_takeover: req.scope_takeover,
             meta: upload.meta.clone(),
         };
-        match self
-            .lock_and_commit(&req, &entry, &scope, token, staged)
-            .await
-        {
-            Ok(w) => {
-                self.uploads.remove(&upload.id);
-                if let Err(e) = entry
-                    .backend
-                    .finish_upload(&upload.bucket, &upload.key, &upload.handle)
-                    .await
-                {
-                    tracing::warn!(upload = %upload.id, error = %e, "the object is committed but its parts could not be removed");
+        // From the assembly on, the completion runs to its end whatever the client does: the
+        // commit itself, and the upload's clean-up after it.
+        let gate = Arc::clone(self);
+        run_to_end(async move {
+            let staged = entry
+                .backend
+                .assemble(
+                    &upload.bucket,
+                    &upload.key,
+                    &upload.handle,
+                    &chosen,
+                    upload.meta.clone(),
+                )
+                .await?;
+            match gate.locked_commit(&req, &entry, &scope, token, staged).await {
+                Ok(w) => {
+                    gate.uploads.remove(&upload.id);
+                    if let Err(e) = entry
+                        .backend
+                        .finish_upload(&upload.bucket, &upload.key, &upload.handle)
+                        .await
+                    {
+                        tracing::warn!(upload = %upload.id, error = %e, "the object is committed but its parts could not be removed");
+                    }
+                    Ok(w)
                 }
-                Ok(w)
+                // The commit discarded what was assembled (on s3, the store's own upload), so
+                // the upload cannot be completed again: drop it whole, whatever the refusal.
+                Err(e) => {
+                    gate.drop_upload(&upload).await;
+                    Err(e)
+                }
             }
-            // The commit discarded what was assembled (on s3, the store's own upload), so the
-            // upload cannot be completed again: drop it whole, whatever the refusal.
-            Err(e) => {
-                self.drop_upload(&upload).await;
-                Err(e)
-            }
-        }
+        })
+        .await
     }
 
     /// An upload that can never complete (its token is stale, or the object was changed behind
@@ -233,23 +240,50 @@ impl Gate {
     }
 
     async fn drop_upload(&self, upload: &Upload) {
-        if let Err(abort) = self
-            .abort_upload(&upload.bucket, &upload.key, &upload.id)
-            .await
-        {
+        if let Err(abort) = self.discard_upload(upload).await {
             tracing::warn!(upload = %upload.id, error = %abort, "could not abort a refused upload");
         }
     }
 
-    /// AbortMultipartUpload. Not fenced: it discards only that upload's own parts.
-    pub async fn abort_upload(&self, bucket: &str, key: &str, id: &str) -> Result<(), GateError> {
-        let upload = self.upload(bucket, key, id)?;
-        let entry = self.bucket(bucket)?;
+    async fn discard_upload(&self, upload: &Upload) -> Result<(), GateError> {
+        let entry = self.bucket(&upload.bucket)?;
         entry
             .backend
-            .finish_upload(bucket, key, &upload.handle)
+            .finish_upload(&upload.bucket, &upload.key, &upload.handle)
             .await?;
-        self.uploads.remove(id);
+        self.uploads.remove(&upload.id);
         Ok(())
+    }
+
+    /// AbortMultipartUpload. Fenced: an upload created with a token is aborted only by a
+    /// request carrying that token or a higher one, so one writer cannot throw away another
+    /// holder's upload. An upload created without a token can be aborted by anyone who may
+    /// write the bucket, as on S3.
+    pub async fn abort_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        token: TokenInput,
+    ) -> Result<(), GateError> {
+        let upload = self.upload(bucket, key, id)?;
+        if let Some(owner) = upload.token() {
+            match token? {
+                None => {
+                    return Err(GateError::FencingTokenRequired {
+                        bucket: bucket.to_string(),
+                    })
+                }
+                Some(t) if t.0 < owner => {
+                    return Err(GateError::StaleFencingToken {
+                        token: t.0,
+                        highest: owner,
+                        scope: format!("upload {id}"),
+                    })
+                }
+                Some(_) => {}
+            }
+        }
+        self.discard_upload(&upload).await
     }
 }

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::backend::memory::MemoryBackend;
-use crate::backend::BodyError;
+use crate::backend::{BodyError, ByteStream};
 use crate::config::{BucketPolicy, BypassPolicy, FencingMode, ScopeKind, TokenOrder};
 use crate::fence::memory::MemoryFenceStore;
 use bytes::Bytes;
@@ -43,6 +43,7 @@ fn req(key: &str, token: Option<u64>) -> WriteRequest {
         key: key.into(),
         token: Ok(token.map(Token)),
         scope_header: None,
+        scope_takeover: None,
         conditions: Conditions::default(),
         meta: ObjectMeta::default(),
     }
@@ -214,10 +215,11 @@ async fn tombstones_keep_the_token() {
     );
     f.put("k", Some(34), b"again").await.unwrap();
     assert!(!f.gate.fence_info("b", "k", None).unwrap().tombstone);
-    // Deleting an absent object is a 404 that records nothing.
-    let e = f.gate.delete(req("never", Some(99))).await.unwrap_err();
-    assert_eq!(e.code(), "NoSuchKey");
-    assert_eq!(f.highest("never"), None);
+    // Deleting an absent object is acknowledged, and its token and tombstone are recorded.
+    let d = f.gate.delete(req("never", Some(99))).await.unwrap();
+    assert_eq!(d.existed, Some(false));
+    assert_eq!(f.highest("never"), Some(99));
+    assert!(f.gate.fence_info("b", "never", None).unwrap().tombstone);
     // A stale delete is refused like a stale write.
     let e = f.gate.delete(req("k", Some(1))).await.unwrap_err();
     assert_eq!(e.code(), "StaleFencingToken");

@@ -22,8 +22,6 @@ pub enum LeaseError {
     NotHolder { name: String },
     #[error("lease {name} is not held (it expired, was released, or fencegate restarted); acquire it again")]
     NotHeld { name: String },
-    #[error("writers kept recording newer tokens on the bound scope; retry the acquire")]
-    Contended,
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
@@ -33,7 +31,7 @@ pub enum LeaseError {
 impl LeaseError {
     pub fn status(&self) -> u16 {
         match self {
-            LeaseError::Held { .. } | LeaseError::NotHolder { .. } | LeaseError::Contended => 409,
+            LeaseError::Held { .. } | LeaseError::NotHolder { .. } => 409,
             LeaseError::NotHeld { .. } => 404,
             LeaseError::Gate(e) => e.status(),
             _ => 400,
@@ -50,7 +48,6 @@ impl LeaseError {
             }
             LeaseError::NotHolder { .. } => "NotLeaseHolder",
             LeaseError::NotHeld { .. } => "NoSuchLease",
-            LeaseError::Contended => "LeaseContended",
             LeaseError::Gate(e) => e.code(),
         }
     }
@@ -61,7 +58,6 @@ impl LeaseError {
             LeaseError::Held { retry_after, .. } => {
                 Some(retry_after.as_millis().div_ceil(1000).max(1) as u64)
             }
-            LeaseError::Contended => Some(1),
             _ => None,
         }
     }

@@ -15,14 +15,14 @@ pub use credentials::{LeaseCredential, LeaseCredentials, LeaseIdentity};
 pub use error::LeaseError;
 
 use crate::fence::{Durability, FenceRow, FenceStore};
-use crate::gate::{Gate, GateError};
-use crate::token::Token;
+use crate::gate::{run_to_end, Gate, GateError, ScopeLocks};
 use crate::wall_clock::now_ms;
+use parking_lot::Mutex;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// Longest TTL a lease may ask for: beyond this a typo (ms for s) holds a lock for days.
@@ -75,9 +75,11 @@ struct Held {
 pub struct Leases {
     gate: Arc<Gate>,
     store: Arc<dyn FenceStore>,
-    /// One lock for the table: acquires are rare next to writes, and each await inside is a
-    /// synced put that must not interleave with another grant of the same name.
+    /// The live leases. A plain mutex never held across an await, so a renewal or a release
+    /// never waits behind a grant's synced put or fence advance.
     held: Mutex<HashMap<String, Held>>,
+    /// Serialises the grants of one name (check, mint, record) without blocking other names.
+    granting: ScopeLocks,
     freed: Notify,
     pub credentials: LeaseCredentials,
 }
@@ -119,23 +121,10 @@ impl Leases {
             gate,
             store,
             held: Mutex::new(HashMap::new()),
+            granting: ScopeLocks::default(),
             freed: Notify::new(),
             credentials: LeaseCredentials::new(grace),
         }
-    }
-
-    fn row_key(name: &str) -> String {
-        format!("lease:{name}")
-    }
-
-    /// The last token granted for `name` (durable).
-    fn last_token(&self, name: &str) -> Result<u64, LeaseError> {
-        Ok(self
-            .store
-            .get(&Self::row_key(name))
-            .map_err(GateError::from)?
-            .and_then(|r| r.highest)
-            .unwrap_or(0))
     }
 
     /// Acquires `name`, waiting up to `wait` for the current holder to release or expire.
@@ -153,71 +142,54 @@ impl Leases {
         let deadline = Instant::now() + req.wait;
         loop {
             let freed = self.freed.notified();
-            let mut held = self.held.lock().await;
-            match held.get(&req.name) {
+            let granting = self.granting.lock(&req.name).await;
+            let busy = match self.held.lock().get(&req.name) {
                 Some(h) if h.expires > Instant::now() && h.grant.holder != req.holder => {
-                    let remaining = h.expires - Instant::now();
-                    let now = Instant::now();
-                    if now >= deadline {
-                        return Err(LeaseError::Held {
-                            holder: h.grant.holder.clone(),
-                            retry_after: remaining,
-                        });
-                    }
-                    let until = (now + remaining).min(deadline);
-                    drop(held);
-                    // Woken by a release, or at the holder's expiry, or at our deadline.
-                    let _ = tokio::time::timeout_at(until, freed).await;
-                    continue;
+                    Some((h.grant.holder.clone(), h.expires - Instant::now()))
                 }
-                _ => {}
+                _ => None,
+            };
+            if let Some((holder, remaining)) = busy {
+                drop(granting);
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(LeaseError::Held {
+                        holder,
+                        retry_after: remaining,
+                    });
+                }
+                // Woken by a release, or at the holder's expiry, or at our deadline.
+                let _ = tokio::time::timeout_at((now + remaining).min(deadline), freed).await;
+                continue;
             }
             let grant = self.grant(&req).await?;
-            if let Some(old) = held.insert(
+            let old = self.held.lock().insert(
                 req.name.clone(),
                 Held {
                     grant: grant.clone(),
                     expires: Instant::now() + req.ttl,
                 },
-            ) {
+            );
+            drop(granting);
+            if let Some(old) = old {
                 self.credentials.end(&old.grant.name, old.grant.token);
             }
-            tracing::info!(lease = %req.name, holder = %req.holder, token = grant.token, "lease granted");
+            tracing::info!(target: "fencegate::audit", lease = %req.name, holder = %req.holder, token = grant.token, "lease granted");
             metrics::counter!("fencegate_leases_granted_total").increment(1);
             return Ok(grant);
         }
     }
 
-    /// Mints the next token (synced), advances the bound fence, issues credentials.
+    /// Mints the next token and advances the bound fence (both synced, in a task that runs to
+    /// its end whatever the client does), then issues credentials.
     async fn grant(&self, req: &AcquireRequest) -> Result<Grant, LeaseError> {
-        let mut token = self.last_token(&req.name)? + 1;
-        let mut scope = None;
-        if let Some(b) = &req.bind {
-            // Above the scope's highest too, so the advance fences out whoever wrote last,
-            // whatever service their token came from. Retried if a writer raced ahead.
-            for _ in 0..8 {
-                let info = self.gate.fence_info(&b.bucket, &b.key, None)?;
-                token = token.max(info.highest.unwrap_or(0) + 1);
-                self.save_token(&req.name, token).await?;
-                match self
-                    .gate
-                    .advance(&b.bucket, &b.key, Ok(Some(Token(token))), None)
-                    .await
-                {
-                    Ok(info) => {
-                        scope = Some(info.scope);
-                        break;
-                    }
-                    Err(GateError::StaleFencingToken { highest, .. }) => token = highest + 1,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            if scope.is_none() {
-                return Err(LeaseError::Contended);
-            }
-        } else {
-            self.save_token(&req.name, token).await?;
-        }
+        let (token, scope) = run_to_end(mint(
+            Arc::clone(&self.gate),
+            Arc::clone(&self.store),
+            req.name.clone(),
+            req.bind.clone(),
+        ))
+        .await?;
         let credential = req.s3_credentials.then(|| {
             self.credentials.issue(
                 &req.name,
@@ -236,18 +208,6 @@ impl Leases {
             scope,
             s3_credentials: credential,
         })
-    }
-
-    async fn save_token(&self, name: &str, token: u64) -> Result<(), LeaseError> {
-        let row = FenceRow {
-            highest: Some(token),
-            ..FenceRow::default()
-        };
-        self.store
-            .put(vec![(Self::row_key(name), row)], Durability::Synced)
-            .await
-            .map_err(GateError::from)?;
-        Ok(())
     }
 
     /// The current holder's lease, checked: same holder, same token, not expired.
@@ -284,7 +244,7 @@ impl Leases {
     ) -> Result<Grant, LeaseError> {
         validate_name(name)?;
         validate_ttl(ttl)?;
-        let mut held = self.held.lock().await;
+        let mut held = self.held.lock();
         let h = Self::current(&mut held, name, holder, token)?;
         h.expires = Instant::now() + ttl;
         self.credentials.set_until(name, token, h.expires);
@@ -296,7 +256,7 @@ impl Leases {
     /// Ends a lease early, so the next acquire need not wait for the TTL.
     pub async fn release(&self, name: &str, holder: &str, token: u64) -> Result<(), LeaseError> {
         validate_name(name)?;
-        let mut held = self.held.lock().await;
+        let mut held = self.held.lock();
         Self::current(&mut held, name, holder, token)?;
         held.remove(name);
         self.credentials.end(name, token);
@@ -309,7 +269,7 @@ impl Leases {
     /// The live lease on `name`, if any.
     pub async fn show(&self, name: &str) -> Result<Grant, LeaseError> {
         validate_name(name)?;
-        let held = self.held.lock().await;
+        let held = self.held.lock();
         match held.get(name) {
             Some(h) if h.expires > Instant::now() => {
                 let mut g = h.grant.clone();
@@ -325,6 +285,40 @@ impl Leases {
             }),
         }
     }
+}
+
+fn row_key(name: &str) -> String {
+    format!("lease:{name}")
+}
+
+/// The next token for `name`: one above the last granted (checked: a name at u64::MAX cannot
+/// grow), and for a bound lease strictly above everything its scope recorded, decided under
+/// the scope's lock. The fence is advanced before the name's row is saved; both are synced
+/// before the grant is answered.
+async fn mint(
+    gate: Arc<Gate>,
+    store: Arc<dyn FenceStore>,
+    name: String,
+    bind: Option<Binding>,
+) -> Result<(u64, Option<String>), GateError> {
+    let key = row_key(&name);
+    let last = store.get(&key)?.and_then(|r| r.highest).unwrap_or(0);
+    let floor = last
+        .checked_add(1)
+        .ok_or_else(|| GateError::TokenSpaceExhausted { scope: key.clone() })?;
+    let (token, scope) = match &bind {
+        Some(b) => {
+            let (token, scope) = gate.advance_past(&b.bucket, &b.key, floor).await?;
+            (token.0, Some(scope))
+        }
+        None => (floor, None),
+    };
+    let row = FenceRow {
+        highest: Some(token),
+        ..FenceRow::default()
+    };
+    store.put(vec![(key, row)], Durability::Synced).await?;
+    Ok((token, scope))
 }
 
 #[cfg(test)]

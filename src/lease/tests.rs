@@ -7,6 +7,7 @@ use crate::backend::memory::MemoryBackend;
 use crate::config::BucketPolicy;
 use crate::fence::memory::MemoryFenceStore;
 use crate::gate::{BucketEntry, WriteRequest};
+use crate::token::Token;
 use std::collections::BTreeMap;
 
 fn leases() -> (Arc<Leases>, Arc<Gate>, Arc<MemoryFenceStore>) {
@@ -153,6 +154,7 @@ async fn a_bound_lease_fences_the_previous_holder_at_acquire() {
                     key: "report".into(),
                     token: Ok(Some(Token(token))),
                     scope_header: None,
+                    scope_takeover: None,
                     conditions: Default::default(),
                     meta: Default::default(),
                 },
@@ -260,4 +262,124 @@ async fn bad_input_is_refused() {
     req.wait = Duration::from_secs(3600);
     assert_eq!(l.acquire(req).await.unwrap_err().code(), "InvalidArgument");
     assert_eq!(l.show("free").await.unwrap_err().code(), "NoSuchLease");
+}
+
+#[tokio::test]
+async fn a_grant_that_cannot_grow_is_refused_and_tokens_never_go_back() {
+    let (l, gate, store) = leases();
+    gate.advance("b", "ov", Ok(Some(crate::token::Token(u64::MAX))), None)
+        .await
+        .unwrap();
+    for want in 1..=3 {
+        let g = l.acquire(acquire("L", "h", 60_000)).await.unwrap();
+        assert_eq!(g.token, want);
+        l.release("L", "h", g.token).await.unwrap();
+    }
+    // Bound to a scope at u64::MAX: no token above it exists. Before the fix this wrapped
+    // to 0 and synced 0 as the name's last token, so the next grant went back to 1.
+    let mut bound = acquire("L", "h", 60_000);
+    bound.bind = Some(Binding {
+        bucket: "b".into(),
+        key: "ov".into(),
+    });
+    let e = l.acquire(bound).await.unwrap_err();
+    assert_eq!((e.status(), e.code()), (409, "TokenSpaceExhausted"));
+    let g = l.acquire(acquire("L", "h", 60_000)).await.unwrap();
+    assert_eq!(g.token, 4);
+    l.release("L", "h", g.token).await.unwrap();
+    // A name whose own counter is at the top.
+    store
+        .put(
+            vec![(
+                "lease:top".into(),
+                FenceRow {
+                    highest: Some(u64::MAX),
+                    ..FenceRow::default()
+                },
+            )],
+            Durability::Synced,
+        )
+        .await
+        .unwrap();
+    let e = l.acquire(acquire("top", "h", 60_000)).await.unwrap_err();
+    assert_eq!(e.code(), "TokenSpaceExhausted");
+}
+
+#[tokio::test]
+async fn a_bound_grant_is_strictly_above_a_foreign_write_recorded_first() {
+    let (l, gate, _) = leases();
+    gate.advance("b", "k", Ok(Some(crate::token::Token(10))), None)
+        .await
+        .unwrap();
+    // A foreign holder's write with 11 is recorded before the grant.
+    gate.advance("b", "k", Ok(Some(crate::token::Token(11))), None)
+        .await
+        .unwrap();
+    let mut bound = acquire("job", "h", 60_000);
+    bound.bind = Some(Binding {
+        bucket: "b".into(),
+        key: "k".into(),
+    });
+    let g = l.acquire(bound).await.unwrap();
+    assert_eq!(g.token, 12);
+}
+
+/// A fence table whose synced puts take a while (a busy disk).
+struct SlowStore {
+    inner: Arc<MemoryFenceStore>,
+    delay: Duration,
+}
+
+#[async_trait::async_trait]
+impl FenceStore for SlowStore {
+    fn get(&self, key: &str) -> Result<Option<FenceRow>, crate::fence::StoreError> {
+        self.inner.get(key)
+    }
+    async fn put(
+        &self,
+        rows: Vec<(String, FenceRow)>,
+        d: Durability,
+    ) -> Result<(), crate::fence::StoreError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.put(rows, d).await
+    }
+}
+
+#[tokio::test]
+async fn a_renewal_does_not_wait_behind_another_grant() {
+    let (_, _, store) = leases();
+    let slow: Arc<dyn FenceStore> = Arc::new(SlowStore {
+        inner: store,
+        delay: Duration::from_millis(300),
+    });
+    let mut buckets = BTreeMap::new();
+    buckets.insert(
+        "b".to_string(),
+        BucketEntry {
+            policy: BucketPolicy::default(),
+            backend: Arc::new(MemoryBackend::new()),
+        },
+    );
+    let gate = Arc::new(Gate::new(slow.clone(), buckets));
+    let l = Arc::new(Leases::new(gate, slow, Duration::from_millis(300)));
+    let a = l.acquire(acquire("a", "h", 60_000)).await.unwrap();
+    // Another name's bound grant is busy in the slow store...
+    let granting = {
+        let l = l.clone();
+        tokio::spawn(async move {
+            let mut req = acquire("other", "h", 60_000);
+            req.bind = Some(Binding {
+                bucket: "b".into(),
+                key: "k".into(),
+            });
+            l.acquire(req).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // ...and a renewal of "a" answers while that grant is still in the store.
+    l.renew("a", "h", a.token, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(!granting.is_finished(), "the renewal waited for the grant");
+    granting.await.unwrap().unwrap();
 }

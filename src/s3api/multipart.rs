@@ -43,6 +43,7 @@ pub async fn create(
             gw.keys.lease_token(req.credentials.as_ref()),
         ),
         scope_header: headers::scope(&req.headers).map_err(s3_error)?,
+        scope_takeover: headers::scope_takeover(&req.headers).map_err(s3_error)?,
         conditions: Default::default(),
         meta: convert::object_meta(input.content_type.clone(), input.metadata.as_ref())?,
     };
@@ -214,6 +215,7 @@ pub async fn complete(
             gw.keys.lease_token(req.credentials.as_ref()),
         ),
         scope_header: None,
+        scope_takeover: headers::scope_takeover(&req.headers).map_err(s3_error)?,
         conditions: headers::conditions(&req.headers).map_err(s3_error)?,
         meta: Default::default(),
     };
@@ -238,7 +240,16 @@ pub async fn abort(
     let input = req.input;
     note(&input.bucket, &input.key);
     gw.gate
-        .abort_upload(&input.bucket, &input.key, &input.upload_id)
+        .abort_upload(
+            &input.bucket,
+            &input.key,
+            &input.upload_id,
+            convert::token(
+                &req.headers,
+                None,
+                gw.keys.lease_token(req.credentials.as_ref()),
+            ),
+        )
         .await
         .map_err(s3_error)?;
     Ok(S3Response::new(AbortMultipartUploadOutput::default()))

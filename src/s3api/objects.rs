@@ -27,6 +27,7 @@ fn write_request(
         key: key.to_string(),
         token,
         scope_header: headers::scope(req_headers).map_err(s3_error)?,
+        scope_takeover: headers::scope_takeover(req_headers).map_err(s3_error)?,
         conditions: headers::conditions(req_headers).map_err(s3_error)?,
         meta,
     })
@@ -226,6 +227,7 @@ pub async fn delete_objects(
             key: object.key.clone(),
             token: token.clone(),
             scope_header: headers::scope(&req.headers).map_err(s3_error)?,
+            scope_takeover: headers::scope_takeover(&req.headers).map_err(s3_error)?,
             conditions: Default::default(),
             meta: Default::default(),
         };

@@ -1,0 +1,190 @@
+//! What the gate checks under a scope's lock before anything changes: the token against the
+//! scope's highest, the object's scope binding (header-scoped buckets), the backend's version
+//! (bypass detection) and the client's conditions. Also the one way rows are saved.
+
+use super::{check_token, BucketEntry, Gate, GateError, WriteRequest};
+use crate::config::{BypassPolicy, ScopeKind};
+use crate::fence::{Durability, FenceRow};
+use crate::token::Token;
+
+/// Everything a commit needs, read under the scope's lock.
+pub(super) struct Locked {
+    pub scope_row: FenceRow,
+    pub object_row: FenceRow,
+    /// The current object's ETag (`None`: absent).
+    pub current_etag: Option<String>,
+    /// The version the backend operation is made conditional on.
+    pub expected: Option<String>,
+}
+
+/// The lock name a `header:` scope row carries (`header:bucket#name` -> `name`).
+pub(super) fn header_scope_name(scope: &str) -> &str {
+    scope.split_once('#').map_or(scope, |(_, name)| name)
+}
+
+impl Gate {
+    /// Checks, under the scope's lock, the token, the scope binding, the backend's version and
+    /// the client's conditions. Nothing has been changed when this returns an error.
+    ///
+    /// With `trust_row` the version expected is the one the fence table recorded, with no
+    /// backend round trip: the backend's commit is an atomic compare-and-swap on it, so a write
+    /// made around fencegate still fails the commit (see [`Gate::commit_or_adopt`]). A row with
+    /// a pending version is never trusted: the commit that wrote it ended without confirming
+    /// (fencegate crashed, or the backend failed), the backend may hold either version, and the
+    /// client's conditions must be judged against the one it really holds.
+    pub(super) async fn lock_checks(
+        &self,
+        req: &WriteRequest,
+        entry: &BucketEntry,
+        scope: &str,
+        object_key: &str,
+        token: Option<Token>,
+        trust_row: bool,
+    ) -> Result<Locked, GateError> {
+        let scope_row = self.row(scope)?;
+        if let Some(t) = token {
+            check_token(entry.policy.tokens, t.0, scope_row.highest, scope)?;
+        }
+        let object_row = if object_key == scope {
+            scope_row.clone()
+        } else {
+            self.row(object_key)?
+        };
+        self.check_binding(req, entry, scope, &object_row, token)?;
+        let found = if trust_row && object_row.pending.is_none() {
+            object_row.version.clone()
+        } else {
+            entry.backend.version(&req.bucket, &req.key).await?
+        };
+        let current_etag = if object_row.owns_version(found.as_deref()) {
+            object_row.etag_of(found.as_deref())
+        } else {
+            self.bypassed(req, entry, &object_row, found.as_deref())?;
+            // Adopted: the foreign object's ETag, if it can be read at all ("" still exists).
+            let head = entry
+                .backend
+                .head(&req.bucket, &req.key)
+                .await
+                .ok()
+                .flatten();
+            head.map(|i| i.etag)
+                .or_else(|| found.as_ref().map(|_| String::new()))
+        };
+        req.conditions
+            .check(current_etag.as_deref())
+            .map_err(GateError::PreconditionFailed)?;
+        Ok(Locked {
+            scope_row,
+            object_row,
+            current_etag,
+            expected: found,
+        })
+    }
+
+    /// In a header-scoped bucket an object belongs to the scope (the lock) that first wrote
+    /// it, and keeps it through deletes (the tombstone keeps the binding). Tokens of different
+    /// locks are not comparable, so a write under another scope is refused, unless it takes the
+    /// object over explicitly: `Fencing-Scope-Takeover` names the bound scope and the token is
+    /// strictly above everything that scope recorded (docs/threat-model.md).
+    fn check_binding(
+        &self,
+        req: &WriteRequest,
+        entry: &BucketEntry,
+        scope: &str,
+        object_row: &FenceRow,
+        token: Option<Token>,
+    ) -> Result<(), GateError> {
+        if entry.policy.scope != ScopeKind::Header {
+            return Ok(());
+        }
+        let Some(bound) = object_row.scope.as_deref() else {
+            return Ok(());
+        };
+        if bound == scope {
+            return Ok(());
+        }
+        let bound_name = header_scope_name(bound).to_string();
+        let mismatch = || GateError::FencingScopeMismatch {
+            key: req.key.clone(),
+            bound: bound_name.clone(),
+            scope: header_scope_name(scope).to_string(),
+        };
+        if req.scope_takeover.as_deref() != Some(bound_name.as_bytes()) {
+            return Err(mismatch());
+        }
+        let Some(t) = token else {
+            return Err(mismatch());
+        };
+        match self.row(bound)?.highest {
+            Some(h) if t.0 <= h => Err(GateError::StaleFencingToken {
+                token: t.0,
+                highest: h,
+                scope: bound.to_string(),
+            }),
+            _ => {
+                tracing::warn!(target: "fencegate::audit", bucket = %req.bucket, key = %req.key,
+                    from = %bound_name, to = %header_scope_name(scope), token = t.0,
+                    "object taken over by another fencing scope");
+                Ok(())
+            }
+        }
+    }
+
+    /// A version fencegate did not commit: count and log it, then refuse (the default) or let
+    /// the write adopt it, as the bucket's policy says.
+    pub(super) fn bypassed(
+        &self,
+        req: &WriteRequest,
+        entry: &BucketEntry,
+        object_row: &FenceRow,
+        found: Option<&str>,
+    ) -> Result<(), GateError> {
+        let expected = object_row
+            .version
+            .as_deref()
+            .unwrap_or("absent")
+            .to_string();
+        let found = found.unwrap_or("absent").to_string();
+        metrics::counter!("fencegate_bypass_detected_total", "bucket" => req.bucket.clone())
+            .increment(1);
+        match entry.policy.on_bypass {
+            BypassPolicy::Reject => {
+                tracing::error!(bucket = %req.bucket, key = %req.key, %expected, %found,
+                    "write behind fencegate's back detected; refusing to overwrite it (on_bypass = reject)");
+                Err(GateError::BypassDetected { expected, found })
+            }
+            BypassPolicy::Adopt => {
+                tracing::warn!(bucket = %req.bucket, key = %req.key, %expected, %found,
+                    "write behind fencegate's back detected; adopting the backend's version (on_bypass = adopt)");
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes the scope row and the object row (one row when they are the same) in one put.
+    pub(super) async fn save(
+        &self,
+        scope: &str,
+        scope_row: FenceRow,
+        object_key: &str,
+        object_row: FenceRow,
+        durability: Durability,
+    ) -> Result<(), GateError> {
+        let rows = if object_key == scope {
+            vec![(
+                scope.to_string(),
+                FenceRow {
+                    highest: scope_row.highest,
+                    ..object_row
+                },
+            )]
+        } else {
+            vec![
+                (scope.to_string(), scope_row),
+                (object_key.to_string(), object_row),
+            ]
+        };
+        self.store.put(rows, durability).await?;
+        Ok(())
+    }
+}

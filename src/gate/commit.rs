@@ -1,0 +1,232 @@
+//! The commit protocol of one write (ARCHITECTURE.md, "The path of one write"): admit, early
+//! check, stage, then under the scope's lock re-check, record the intent durably, commit
+//! conditionally and record the outcome.
+//!
+//! **A commit, once started, runs to its end.** Everything from taking the scope's lock to the
+//! backend's answer and the rows that record it runs in a task of its own ([`run_to_end`]);
+//! the request only awaits that task's answer. A client that hangs up drops the request's
+//! future, never the commit, so the scope's lock is released only when the backend has
+//! answered and no later holder can slip in between a re-check and a rename. Every path that
+//! changes a fence or an object goes through [`run_to_end`]: put, the multipart completion,
+//! delete, fence advances and lease grants.
+
+use super::checks::{header_scope_name, Locked};
+use super::{
+    check_token, record_outcome, scope, BucketEntry, Gate, GateError, WriteRequest, Written,
+};
+use crate::backend::{BackendError, ByteStream, ObjectInfo, Staged};
+use crate::config::ScopeKind;
+use crate::fence::{Durability, FenceRow, Pending};
+use crate::token::Token;
+use std::future::Future;
+use std::sync::Arc;
+use tracing::Instrument;
+
+/// Runs `work` to its end in a task of its own and returns its answer. Dropping the returned
+/// future (a client that hangs up) leaves the task running: tokio detaches a task whose
+/// handle is dropped.
+pub async fn run_to_end<T, F>(work: F) -> Result<T, GateError>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T, GateError>> + Send + 'static,
+{
+    match tokio::spawn(work.in_current_span()).await {
+        Ok(result) => result,
+        Err(e) => {
+            tracing::error!(error = %e, "a commit task panicked; its scope's lock was released when it unwound");
+            Err(GateError::Internal(format!("the commit task failed: {e}")))
+        }
+    }
+}
+
+impl Gate {
+    /// PUT: the whole commit protocol for one write.
+    pub async fn put(
+        self: &Arc<Self>,
+        req: WriteRequest,
+        body: ByteStream,
+    ) -> Result<Written, GateError> {
+        let result = self.put_inner(req, body).await;
+        record_outcome("put", &result);
+        result
+    }
+
+    async fn put_inner(
+        self: &Arc<Self>,
+        mut req: WriteRequest,
+        body: ByteStream,
+    ) -> Result<Written, GateError> {
+        let (entry, token, scope) = self.admit_request(&req, false)?;
+        if let Some(t) = token {
+            // Early check: a stale writer is refused before a single body byte is read.
+            check_token(entry.policy.tokens, t.0, self.row(&scope)?.highest, &scope)?;
+        }
+        req.meta.token = token.map(|t| t.0);
+        if entry.policy.scope == ScopeKind::Header {
+            // The object's metadata names its lock too, for whoever reads the store directly.
+            req.meta
+                .user_meta
+                .insert("fencing-scope".into(), header_scope_name(&scope).into());
+        }
+
+        let staged = entry
+            .backend
+            .stage(&req.bucket, &req.key, req.meta.clone(), body)
+            .await?;
+
+        self.lock_and_commit(req, entry, scope, token, staged).await
+    }
+
+    /// The authoritative half of a write: under the scope's lock, re-check and commit a body
+    /// already staged (discarding it on any refusal). Runs to its end whatever the client does.
+    pub(super) async fn lock_and_commit(
+        self: &Arc<Self>,
+        req: WriteRequest,
+        entry: Arc<BucketEntry>,
+        scope: String,
+        token: Option<Token>,
+        staged: Staged,
+    ) -> Result<Written, GateError> {
+        let gate = Arc::clone(self);
+        run_to_end(async move {
+            gate.locked_commit(&req, &entry, &scope, token, staged)
+                .await
+        })
+        .await
+    }
+
+    /// Only ever called inside [`run_to_end`].
+    pub(super) async fn locked_commit(
+        &self,
+        req: &WriteRequest,
+        entry: &BucketEntry,
+        scope: &str,
+        token: Option<Token>,
+        staged: Staged,
+    ) -> Result<Written, GateError> {
+        let object_key = scope::object_row(&req.bucket, &req.key);
+        let _scope_lock = self.locks.lock(scope).await;
+        let _object_lock = if object_key != scope {
+            Some(self.locks.lock(&object_key).await)
+        } else {
+            None
+        };
+        let trust_row = entry.backend.conditional_commit(&staged);
+        let locked = match self
+            .lock_checks(req, entry, scope, &object_key, token, trust_row)
+            .await
+        {
+            Ok(l) => l,
+            Err(e) => {
+                entry.backend.discard(staged).await;
+                return Err(e);
+            }
+        };
+        self.commit_staged(req, entry, scope, &object_key, token, locked, staged)
+            .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn commit_staged(
+        &self,
+        req: &WriteRequest,
+        entry: &BucketEntry,
+        scope: &str,
+        object_key: &str,
+        token: Option<Token>,
+        locked: Locked,
+        staged: Staged,
+    ) -> Result<Written, GateError> {
+        let Locked {
+            mut scope_row,
+            mut object_row,
+            current_etag,
+            expected,
+        } = locked;
+        let before = (scope_row.clone(), object_row.clone());
+        if let Some(t) = token {
+            scope_row.highest = Some(scope_row.highest.map_or(t.0, |h| h.max(t.0)));
+        }
+        if entry.policy.scope == ScopeKind::Header {
+            object_row.scope = Some(scope.to_string());
+        }
+        // The intent is made durable before the backend changes: after a crash between the two,
+        // the token is still recorded and either version is recognised as ours.
+        object_row.version = expected.clone();
+        object_row.etag = current_etag;
+        object_row.pending = Some(Pending {
+            version: staged.version.clone(),
+            etag: Some(staged.etag.clone()),
+        });
+        if let Err(e) = self
+            .save(
+                scope,
+                scope_row.clone(),
+                object_key,
+                object_row.clone(),
+                Durability::Synced,
+            )
+            .await
+        {
+            entry.backend.discard(staged).await;
+            return Err(e);
+        }
+        let size = staged.size;
+        let info = match self
+            .commit_or_adopt(req, entry, (scope, object_key), before, &staged, expected)
+            .await
+        {
+            Ok(info) => info,
+            Err(e) => {
+                entry.backend.discard(staged).await;
+                return Err(e);
+            }
+        };
+        object_row.version = Some(info.version);
+        object_row.etag = Some(info.etag.clone());
+        object_row.pending = None;
+        object_row.tombstone = false;
+        // Lazy: losing this in a crash is safe, the pending entry above still recognises it.
+        self.save(scope, scope_row, object_key, object_row, Durability::Lazy)
+            .await?;
+        Ok(Written {
+            bucket: req.bucket.clone(),
+            key: req.key.clone(),
+            scope: scope.to_string(),
+            token: token.map(|t| t.0),
+            etag: Some(info.etag),
+            size,
+            existed: None,
+        })
+    }
+
+    /// The conditional commit. A conflict means the object is not at the version expected:
+    /// either a crash left it at our own pending version (committed again on that), or a write
+    /// made around fencegate changed it. That is refused, with the fence rows restored to
+    /// `before` so that the refused write leaves the table as it was (contract line 7), or,
+    /// under `on_bypass = "adopt"`, committed once more over the foreign version.
+    async fn commit_or_adopt(
+        &self,
+        req: &WriteRequest,
+        entry: &BucketEntry,
+        (scope, object_key): (&str, &str),
+        before: (FenceRow, FenceRow),
+        staged: &Staged,
+        expected: Option<String>,
+    ) -> Result<ObjectInfo, GateError> {
+        match entry.backend.commit(staged, expected.as_deref()).await {
+            Err(BackendError::Conflict { found, .. }) => {
+                let (scope_row, object_row) = before;
+                if !object_row.owns_version(found.as_deref()) {
+                    if let Err(refused) = self.bypassed(req, entry, &object_row, found.as_deref()) {
+                        self.save(scope, scope_row, object_key, object_row, Durability::Synced)
+                            .await?;
+                        return Err(refused);
+                    }
+                }
+                Ok(entry.backend.commit(staged, found.as_deref()).await?)
+            }
+            other => Ok(other?),
+        }
+    }
+}

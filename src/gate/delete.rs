@@ -1,0 +1,102 @@
+//! Deletes, fenced like writes. A delete that carries a token records it, with a tombstone,
+//! durably before it answers, whether or not the object existed: S3's idempotent delete plus
+//! the fence, so a zombie that was slow to create the object cannot create it after the new
+//! holder's acknowledged delete. Like every commit, the locked section runs to its end in a
+//! task of its own (see `commit.rs`).
+
+use super::checks::Locked;
+use super::commit::run_to_end;
+use super::{record_outcome, scope, BucketEntry, Gate, GateError, WriteRequest, Written};
+use crate::config::ScopeKind;
+use crate::fence::{Durability, FenceRow, Pending};
+use crate::token::Token;
+use std::sync::Arc;
+
+impl Gate {
+    /// DELETE: fenced like a write; leaves a tombstone that keeps the highest token.
+    pub async fn delete(self: &Arc<Self>, req: WriteRequest) -> Result<Written, GateError> {
+        let result = self.delete_inner(req).await;
+        record_outcome("delete", &result);
+        result
+    }
+
+    async fn delete_inner(self: &Arc<Self>, req: WriteRequest) -> Result<Written, GateError> {
+        let (entry, token, scope) = self.admit_request(&req, true)?;
+        let gate = Arc::clone(self);
+        run_to_end(async move { gate.locked_delete(&req, &entry, &scope, token).await }).await
+    }
+
+    async fn locked_delete(
+        &self,
+        req: &WriteRequest,
+        entry: &BucketEntry,
+        scope: &str,
+        token: Option<Token>,
+    ) -> Result<Written, GateError> {
+        let object_key = scope::object_row(&req.bucket, &req.key);
+        let _scope_lock = self.locks.lock(scope).await;
+        let _object_lock = if object_key != scope {
+            Some(self.locks.lock(&object_key).await)
+        } else {
+            None
+        };
+        let Locked {
+            mut scope_row,
+            mut object_row,
+            expected,
+            ..
+        } = self
+            .lock_checks(req, entry, scope, &object_key, token, false)
+            .await?;
+        if let Some(t) = token {
+            scope_row.highest = Some(scope_row.highest.map_or(t.0, |h| h.max(t.0)));
+        }
+        // A header-scoped object stays bound to its lock through the delete.
+        let binding = (entry.policy.scope == ScopeKind::Header).then(|| scope.to_string());
+        let tombstone = FenceRow {
+            tombstone: true,
+            scope: binding.clone(),
+            ..FenceRow::default()
+        };
+        let written = |existed| Written {
+            bucket: req.bucket.clone(),
+            key: req.key.clone(),
+            scope: scope.to_string(),
+            token: token.map(|t| t.0),
+            etag: None,
+            size: 0,
+            existed: Some(existed),
+        };
+        let Some(expected) = expected else {
+            // Nothing to delete. With a token, the token and the tombstone are recorded (synced)
+            // before the answer; without one there is nothing to fence, and no row is written
+            // for a key nobody fences.
+            if token.is_some() {
+                self.save(scope, scope_row, &object_key, tombstone, Durability::Synced)
+                    .await?;
+            }
+            return Ok(written(false));
+        };
+        object_row.version = Some(expected.clone());
+        object_row.pending = Some(Pending::default());
+        object_row.scope = binding;
+        // The intent (the raised highest among it) is synced before the backend changes. If the
+        // backend then refuses or fails, the raised highest stays: a token that was sent is
+        // never forgotten, and the holder retries with the same token (docs/threat-model.md).
+        self.save(
+            scope,
+            scope_row.clone(),
+            &object_key,
+            object_row,
+            Durability::Synced,
+        )
+        .await?;
+        entry
+            .backend
+            .delete(&req.bucket, &req.key, &expected)
+            .await?;
+        self.save(scope, scope_row, &object_key, tombstone, Durability::Lazy)
+            .await?;
+        Ok(written(true))
+    }
+}

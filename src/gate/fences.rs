@@ -1,0 +1,113 @@
+//! Fences moved without a write: `advance` (a new holder fencing out the old one) and
+//! `advance_past` (a lease grant bound to a scope, which must be strictly above everything the
+//! scope recorded, decided under the scope's lock). Both run to their end in a task of their
+//! own (see `commit.rs`). Also `fence_info`, the read side.
+
+use super::commit::run_to_end;
+use super::{check_token, scope, FenceInfo, Gate, GateError, TokenInput};
+use crate::config::TokenOrder;
+use crate::fence::Durability;
+use crate::token::Token;
+use std::sync::Arc;
+use tracing::Span;
+
+impl Gate {
+    /// Advances a scope's fence to `token` without writing (a new holder fencing out the old).
+    /// A token equal to the highest is a no-op, whatever the bucket's token order.
+    pub async fn advance(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        token: TokenInput,
+        scope_header: Option<&[u8]>,
+    ) -> Result<FenceInfo, GateError> {
+        let entry = self.bucket(bucket)?;
+        scope::validate_key(key)?;
+        let token = token?.ok_or_else(|| GateError::FencingTokenRequired {
+            bucket: bucket.to_string(),
+        })?;
+        let scope = scope::resolve(&entry.policy, bucket, key, scope_header)?;
+        Span::current().record("scope", scope.as_str());
+        Span::current().record("token", token.0);
+        let gate = Arc::clone(self);
+        let locked_scope = scope.clone();
+        run_to_end(async move {
+            let _lock = gate.locks.lock(&locked_scope).await;
+            let mut row = gate.row(&locked_scope)?;
+            check_token(TokenOrder::NonDecreasing, token.0, row.highest, &locked_scope)?;
+            if row.highest != Some(token.0) {
+                row.highest = Some(token.0);
+                gate.store
+                    .put(vec![(locked_scope.clone(), row)], Durability::Synced)
+                    .await?;
+                tracing::info!(target: "fencegate::audit", scope = %locked_scope, token = token.0, "fence advanced");
+            }
+            Ok::<(), GateError>(())
+        })
+        .await?;
+        self.fence_info(bucket, key, scope_header)
+    }
+
+    /// Records a token for `bucket`/`key`'s scope that is at least `floor` and strictly above
+    /// the scope's highest, decided and synced under the scope's lock, so no writer's token
+    /// recorded before it can equal it. Returns the token and the scope. A scope already at
+    /// u64::MAX cannot grow: `TokenSpaceExhausted`.
+    pub async fn advance_past(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        floor: u64,
+    ) -> Result<(Token, String), GateError> {
+        let entry = self.bucket(bucket)?;
+        scope::validate_key(key)?;
+        let scope = scope::resolve(&entry.policy, bucket, key, None)?;
+        let gate = Arc::clone(self);
+        run_to_end(async move {
+            let _lock = gate.locks.lock(&scope).await;
+            let mut row = gate.row(&scope)?;
+            let above = match row.highest {
+                None => 1,
+                Some(h) => h
+                    .checked_add(1)
+                    .ok_or_else(|| GateError::TokenSpaceExhausted {
+                        scope: scope.clone(),
+                    })?,
+            };
+            let token = floor.max(above);
+            row.highest = Some(token);
+            gate.store
+                .put(vec![(scope.clone(), row)], Durability::Synced)
+                .await?;
+            tracing::info!(target: "fencegate::audit", scope = %scope, token, "fence advanced by a lease grant");
+            Ok::<_, GateError>((Token(token), scope))
+        })
+        .await
+    }
+
+    /// The scope a key maps to, its highest token and the object's recorded state.
+    pub fn fence_info(
+        &self,
+        bucket: &str,
+        key: &str,
+        scope_header: Option<&[u8]>,
+    ) -> Result<FenceInfo, GateError> {
+        let entry = self.bucket(bucket)?;
+        scope::validate_key(key)?;
+        let scope = scope::resolve(&entry.policy, bucket, key, scope_header)?;
+        let scope_row = self.row(&scope)?;
+        let object_key = scope::object_row(bucket, key);
+        let object_row = if object_key == scope {
+            scope_row.clone()
+        } else {
+            self.row(&object_key)?
+        };
+        Ok(FenceInfo {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            scope,
+            highest: scope_row.highest,
+            etag: object_row.etag,
+            tombstone: object_row.tombstone,
+        })
+    }
+}
