@@ -163,25 +163,36 @@ pub fn check(history: &[Ev]) -> Vec<String> {
             out.push(format!("{}: [{}] answered a 5xx", e.target, e));
         }
     }
-    for g in history.iter().filter(|e| e.op == "acquire-bound" && e.acked) {
-        for f in history.iter().filter(|f| {
-            f.acked && f.scope == g.scope && matches!(f.op, "put" | "advance" | "delete")
-        }) {
-            if f.token < g.token {
-                continue;
-            }
-            let kind = if f.t1 < g.t0 {
-                "definite"
-            } else if f.t0 < g.t0 && f.t1 < g.t1 {
-                "raced-ahead"
-            } else {
-                continue;
-            };
-            out.push(format!(
-                "scope {} ({kind}): [{}] is not above [{}] acknowledged before it",
-                g.scope, g, f
-            ));
-        }
+    // One line per grant, against the highest foreign token that should have been below it.
+    for g in history
+        .iter()
+        .filter(|e| e.op == "acquire-bound" && e.acked)
+    {
+        let before = |f: &&Ev| {
+            f.acked
+                && f.scope == g.scope
+                && matches!(f.op, "put" | "advance" | "delete")
+                && f.token >= g.token
+        };
+        let definite = history
+            .iter()
+            .filter(before)
+            .filter(|f| f.t1 < g.t0)
+            .max_by_key(|f| f.token);
+        let raced = history
+            .iter()
+            .filter(before)
+            .filter(|f| f.t0 < g.t0 && f.t1 < g.t1)
+            .max_by_key(|f| f.token);
+        let (kind, f) = match (definite, raced) {
+            (Some(f), _) => ("definite", f),
+            (None, Some(f)) => ("raced-ahead", f),
+            (None, None) => continue,
+        };
+        out.push(format!(
+            "scope {} ({kind}): [{}] is not above [{}] acknowledged before it",
+            g.scope, g, f
+        ));
     }
     out
 }

@@ -39,7 +39,10 @@ struct Ctx {
 }
 
 fn s3_status<T, E>(
-    r: &Result<T, aws_sdk_s3::error::SdkError<E, aws_smithy_runtime_api::client::orchestrator::HttpResponse>>,
+    r: &Result<
+        T,
+        aws_sdk_s3::error::SdkError<E, aws_smithy_runtime_api::client::orchestrator::HttpResponse>,
+    >,
     ok: u16,
 ) -> Option<u16> {
     match r {
@@ -191,7 +194,10 @@ async fn delete(cx: &Ctx, who: &str, key: &str, token: u64, via: Via) -> Ev {
 pub async fn run(seed: u64, secs: f64, store: Store, fencing: &str) -> (ClassReport, Vec<Ev>) {
     let rig = Rig::start(
         store,
-        &[(BUCKET, format!("fencing = \"{fencing}\"\nfenced_deletes = true"))],
+        &[(
+            BUCKET,
+            format!("fencing = \"{fencing}\"\nfenced_deletes = true"),
+        )],
     )
     .await;
     let cx = Ctx {
@@ -199,7 +205,7 @@ pub async fn run(seed: u64, secs: f64, store: Store, fencing: &str) -> (ClassRep
         http: crate::common::client(),
         rig,
     };
-    let mut rng = StdRng::seed_from_u64(seed ^ 0xde1e_7e5);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x0de1_e7e5);
     let mut report = ClassReport::new("deletes");
     let mut history = Vec::new();
     let deadline = Instant::now() + Duration::from_secs_f64(secs);

@@ -32,7 +32,9 @@ fn put_then_reset(
         body.len()
     );
     let t0 = monotonic();
-    let _ = s.write_all(head.as_bytes()).and_then(|()| s.write_all(body));
+    let _ = s
+        .write_all(head.as_bytes())
+        .and_then(|()| s.write_all(body));
     std::thread::sleep(hold);
     // An answer that already came back means the write finished before the hang-up.
     let _ = s.set_nonblocking(true);
@@ -110,9 +112,8 @@ pub async fn run(seed: u64, secs: f64) -> (ClassReport, Vec<Ev>) {
         let b_after = Duration::from_millis(rng.random_range(0..=hold.as_millis() as u64 + 8));
         let addr = rig.server.addr;
         let (pa, ba) = (path.clone(), body_a.clone());
-        let a = tokio::task::spawn_blocking(move || {
-            put_then_reset(addr, &pa, ta, ba.as_bytes(), hold)
-        });
+        let a =
+            tokio::task::spawn_blocking(move || put_then_reset(addr, &pa, ta, ba.as_bytes(), hold));
         tokio::time::sleep(b_after).await;
         let body_b = format!("B r{round} token {tb}");
         let (t0, t1, resp) = timed(

@@ -120,7 +120,8 @@ impl fmt::Display for Ev {
             self.via,
             self.t0,
             self.t1,
-            self.status.map_or("no answer".to_string(), |s| s.to_string())
+            self.status
+                .map_or("no answer".to_string(), |s| s.to_string())
         )?;
         if !self.note.is_empty() {
             write!(f, " ({})", self.note)?;
@@ -149,19 +150,20 @@ pub fn ack_order(history: &[Ev], exempt: impl Fn(&Ev) -> bool) -> Vec<String> {
         .iter()
         .filter(|e| e.acked && e.token.is_some() && matches!(e.op, "put" | "delete" | "advance"))
         .collect();
-    for a in &acked {
-        for b in &acked {
-            if b.target == a.target
-                && matches!(b.op, "put" | "delete")
-                && b.t0 > a.t1
-                && b.token < a.token
-                && !exempt(b)
-            {
-                out.push(format!(
-                    "{}: [{}] was acknowledged after [{}] had been acknowledged",
-                    b.target, b, a
-                ));
-            }
+    // One line per offending operation, against the highest token acknowledged before it.
+    for b in acked
+        .iter()
+        .filter(|b| matches!(b.op, "put" | "delete") && !exempt(b))
+    {
+        let above = acked
+            .iter()
+            .filter(|a| a.target == b.target && b.t0 > a.t1 && b.token < a.token)
+            .max_by_key(|a| a.token);
+        if let Some(a) = above {
+            out.push(format!(
+                "{}: [{}] was acknowledged after [{}] had been acknowledged",
+                b.target, b, a
+            ));
         }
     }
     out

@@ -91,7 +91,11 @@ pub async fn run(seed: u64, secs: f64, store: Store, fencing: &str) -> (ClassRep
         let mut bound = first.clone();
         let mut top: u64 = rng.random_range(100..1_000_000);
         let e = op(&c, &rig, "holder", false, &key, &bound, top, None).await;
-        report.stat(if e.acked { "bound" } else { "first write refused" });
+        report.stat(if e.acked {
+            "bound"
+        } else {
+            "first write refused"
+        });
         history.push(e);
         for i in 0..rng.random_range(4..=9) {
             let alt = match rng.random_range(0..3) {
@@ -103,7 +107,17 @@ pub async fn run(seed: u64, secs: f64, store: Store, fencing: &str) -> (ClassRep
             let e = if roll < 15 {
                 report.stat("stale, same scope");
                 let t = lower(&mut rng, top);
-                op(&c, &rig, "zombie", rng.random_bool(0.3), &key, &bound, t, None).await
+                op(
+                    &c,
+                    &rig,
+                    "zombie",
+                    rng.random_bool(0.3),
+                    &key,
+                    &bound,
+                    t,
+                    None,
+                )
+                .await
             } else if roll < 45 {
                 report.stat("stale, other scope");
                 let t = lower(&mut rng, top);

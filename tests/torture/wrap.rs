@@ -191,7 +191,9 @@ pub fn check(history: &[Ev]) -> Vec<String> {
     }
     let fences: Vec<&Ev> = history
         .iter()
-        .filter(|e| (e.op == "fence-read" || (e.op == "advance" && e.acked)) && e.status == Some(200))
+        .filter(|e| {
+            (e.op == "fence-read" || (e.op == "advance" && e.acked)) && e.status == Some(200)
+        })
         .collect();
     for b in &fences {
         let before = fences
