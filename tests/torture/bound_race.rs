@@ -11,7 +11,7 @@
 //!   first, the foreign write would need the scope's lock after the grant released it plus a
 //!   synced record, so its answer could not beat the grant's, which is sent at once.)
 
-use super::rig::{timed, ClassReport, DiskLoad, Ev, Rig};
+use super::rig::{by_target, timed, ClassReport, DiskLoad, Ev, Rig};
 use super::Store;
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
@@ -163,30 +163,52 @@ pub fn check(history: &[Ev]) -> Vec<String> {
             out.push(format!("{}: [{}] answered a 5xx", e.target, e));
         }
     }
+    // Per scope, the acknowledged writes and advances in order of their answers, with the
+    // running maximum of their tokens: each grant then costs a binary search plus a look at
+    // the answers that arrived while it was in flight.
+    let mut ops = by_target(
+        history
+            .iter()
+            .filter(|f| f.acked && matches!(f.op, "put" | "advance" | "delete")),
+        |e| &e.scope,
+    );
+    let mut top = std::collections::HashMap::new();
+    for (scope, v) in ops.iter_mut() {
+        v.sort_by(|a, b| a.t1.total_cmp(&b.t1));
+        let mut best = 0;
+        let running: Vec<usize> = (0..v.len())
+            .map(|i| {
+                if v[i].token > v[best].token {
+                    best = i;
+                }
+                best
+            })
+            .collect();
+        top.insert(*scope, running);
+    }
     // One line per grant, against the highest foreign token that should have been below it.
     for g in history
         .iter()
         .filter(|e| e.op == "acquire-bound" && e.acked)
     {
-        let before = |f: &&Ev| {
-            f.acked
-                && f.scope == g.scope
-                && matches!(f.op, "put" | "advance" | "delete")
-                && f.token >= g.token
+        let Some(v) = ops.get(g.scope.as_str()) else {
+            continue;
         };
-        let definite = history
+        // Answered before the grant was asked for.
+        let n = v.partition_point(|f| f.t1 < g.t0);
+        let definite = n
+            .checked_sub(1)
+            .map(|i| v[top[g.scope.as_str()][i]])
+            .filter(|f| f.token >= g.token);
+        // Asked for before the grant, answered while it was in flight.
+        let m = v.partition_point(|f| f.t1 < g.t1);
+        let raced = v[n..m]
             .iter()
-            .filter(before)
-            .filter(|f| f.t1 < g.t0)
-            .max_by_key(|f| f.token);
-        let raced = history
-            .iter()
-            .filter(before)
-            .filter(|f| f.t0 < g.t0 && f.t1 < g.t1)
+            .filter(|f| f.t0 < g.t0 && f.token >= g.token)
             .max_by_key(|f| f.token);
         let (kind, f) = match (definite, raced) {
             (Some(f), _) => ("definite", f),
-            (None, Some(f)) => ("raced-ahead", f),
+            (None, Some(f)) => ("raced-ahead", *f),
             (None, None) => continue,
         };
         out.push(format!(

@@ -6,7 +6,7 @@
 //!
 //! The promise: once B's write is acknowledged, A's (older) bytes never appear again.
 
-use super::rig::{timed, ClassReport, DiskLoad, Ev, Rig};
+use super::rig::{by_target, timed, ClassReport, DiskLoad, Ev, Rig};
 use super::{monotonic, Store};
 use rand::{Rng, SeedableRng};
 use std::io::{Read, Write};
@@ -189,13 +189,18 @@ pub async fn run(seed: u64, secs: f64) -> (ClassReport, Vec<Ev>) {
 pub fn check(history: &[Ev]) -> Vec<String> {
     let mut out = Vec::new();
     let mut hit = std::collections::HashSet::new();
+    let puts = by_target(history.iter().filter(|p| p.op == "put" && p.acked), |e| {
+        &e.target
+    });
     for g in history.iter().filter(|e| e.op == "get") {
         if hit.contains(&g.target) {
             continue;
         }
-        let newest = history
-            .iter()
-            .filter(|p| p.op == "put" && p.acked && p.target == g.target && p.t1 < g.t0)
+        let newest = puts
+            .get(g.target.as_str())
+            .into_iter()
+            .flatten()
+            .filter(|p| p.t1 < g.t0)
             .max_by_key(|p| p.token);
         let Some(p) = newest else { continue };
         match (g.status, g.token) {

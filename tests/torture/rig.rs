@@ -150,14 +150,15 @@ pub fn ack_order(history: &[Ev], exempt: impl Fn(&Ev) -> bool) -> Vec<String> {
         .iter()
         .filter(|e| e.acked && e.token.is_some() && matches!(e.op, "put" | "delete" | "advance"))
         .collect();
+    let groups = by_target(acked.iter().copied(), |e| &e.target);
     // One line per offending operation, against the highest token acknowledged before it.
     for b in acked
         .iter()
         .filter(|b| matches!(b.op, "put" | "delete") && !exempt(b))
     {
-        let above = acked
+        let above = groups[b.target.as_str()]
             .iter()
-            .filter(|a| a.target == b.target && b.t0 > a.t1 && b.token < a.token)
+            .filter(|a| b.t0 > a.t1 && b.token < a.token)
             .max_by_key(|a| a.token);
         if let Some(a) = above {
             out.push(format!(
@@ -165,6 +166,19 @@ pub fn ack_order(history: &[Ev], exempt: impl Fn(&Ev) -> bool) -> Vec<String> {
                 b.target, b, a
             ));
         }
+    }
+    out
+}
+
+/// Operations grouped by object, lease or scope, so that checkers stay linear-ish over long
+/// runs.
+pub fn by_target<'a>(
+    evs: impl Iterator<Item = &'a Ev>,
+    key: impl Fn(&'a Ev) -> &'a String,
+) -> std::collections::HashMap<&'a str, Vec<&'a Ev>> {
+    let mut out: std::collections::HashMap<&str, Vec<&Ev>> = std::collections::HashMap::new();
+    for e in evs {
+        out.entry(key(e).as_str()).or_default().push(e);
     }
     out
 }

@@ -7,7 +7,7 @@
 //! (never equal, never wrapped back to a small number); no 5xx; a scope's highest never goes
 //! down. An acquire that cannot grow the token must be refused (a 4xx), not granted.
 
-use super::rig::{timed, ClassReport, Ev, Rig};
+use super::rig::{by_target, timed, ClassReport, Ev, Rig};
 use super::Store;
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
@@ -174,11 +174,12 @@ pub fn check(history: &[Ev]) -> Vec<String> {
         .iter()
         .filter(|e| e.op.starts_with("acquire") && e.acked)
         .collect();
+    let by_lease = by_target(grants.iter().copied(), |e| &e.target);
     for b in &grants {
         // The highest grant that was answered before this one was asked for.
-        let before = grants
+        let before = by_lease[b.target.as_str()]
             .iter()
-            .filter(|a| a.target == b.target && a.t1 < b.t0)
+            .filter(|a| a.t1 < b.t0)
             .max_by_key(|a| a.token);
         if let Some(a) = before {
             if b.token <= a.token {
@@ -195,10 +196,11 @@ pub fn check(history: &[Ev]) -> Vec<String> {
             (e.op == "fence-read" || (e.op == "advance" && e.acked)) && e.status == Some(200)
         })
         .collect();
+    let by_scope = by_target(fences.iter().copied(), |e| &e.target);
     for b in &fences {
-        let before = fences
+        let before = by_scope[b.target.as_str()]
             .iter()
-            .filter(|a| a.target == b.target && a.t1 < b.t0)
+            .filter(|a| a.t1 < b.t0)
             .max_by_key(|a| a.token);
         if let Some(a) = before {
             if b.token < a.token {
