@@ -94,7 +94,8 @@ pub async fn run(seed: u64, secs: f64) -> (ClassReport, Vec<Ev>) {
     let mut report = ClassReport::new("hangup");
     let mut history = Vec::new();
     let mut keys = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(secs);
     let mut round = 0;
     while Instant::now() < deadline {
         round += 1;
@@ -162,8 +163,13 @@ pub async fn run(seed: u64, secs: f64) -> (ClassReport, Vec<Ev>) {
         keys.push((key, label));
         report.rounds += 1;
     }
-    // Let every abandoned commit finish: read every key until two passes in a row agree.
+    report
+        .stats
+        .push(("ms of rounds", started.elapsed().as_millis() as usize));
+    // Let the abandoned commits finish: read every key until two passes in a row agree, for at
+    // most as long as the run (5-30 s; most violations show in the read right after B's answer).
     let settle = Instant::now();
+    let settle_cap = Duration::from_secs_f64(secs.clamp(5.0, 30.0));
     let mut last: Vec<(Option<u64>, String)> = Vec::new();
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -173,11 +179,14 @@ pub async fn run(seed: u64, secs: f64) -> (ClassReport, Vec<Ev>) {
             now.push((ev.token, ev.note.clone()));
             history.push(ev);
         }
-        if now == last || settle.elapsed() > Duration::from_secs(30) {
+        if now == last || settle.elapsed() > settle_cap {
             break;
         }
         last = now;
     }
+    report
+        .stats
+        .push(("ms settling", settle.elapsed().as_millis() as usize));
     report.violations = check(&history);
     report.tally(&history);
     (report, history)
