@@ -12,6 +12,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+/// The fencegate binary the tests run: `FENCEGATE_BIN` (to run a test against another build,
+/// an older release say), else the one cargo built for this test.
+pub fn binary() -> PathBuf {
+    std::env::var_os("FENCEGATE_BIN")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_fencegate")))
+}
+
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
@@ -26,7 +35,7 @@ impl Server {
 
     /// Starts fencegate listening on `listen` (a fixed address survives a restart).
     pub fn start_at(data_dir: &Path, config: Option<&str>, listen: &str) -> Server {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fencegate"));
+        let mut cmd = Command::new(binary());
         cmd.arg("serve")
             .arg("--listen")
             .arg(listen)
