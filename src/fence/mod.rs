@@ -32,6 +32,10 @@ pub struct FenceRow {
     /// The object was deleted through fencegate; the highest token stays forever.
     #[serde(default, skip_serializing_if = "std::ops::Not::not", rename = "t")]
     pub tombstone: bool,
+    /// On a `policy:<bucket>` row: the bucket's scope kind when its rows were written
+    /// (`object`, `bucket`, `header`, `prefix/<segments>`), checked at start-up.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "k")]
+    pub scope_kind: Option<String>,
 }
 
 /// The version a commit in progress will leave behind (`None`: a delete).
