@@ -7,17 +7,19 @@ use crate::backend::fs::FsBackend;
 use crate::backend::s3::{self, S3Backend, S3Clients};
 use crate::backend::Backend;
 use crate::config::{bucket_name_problem, BackendConfig, BucketPolicy, Config};
+use crate::fence::FenceStore;
 use crate::gate::{BucketEntry, Gate};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
     #[error("bucket {0} already exists")]
     Exists(String),
     #[error("bucket name {name:?} {why}")]
-    InvalidName { name: String, why: &'static str },
+    InvalidName { name: String, why: String },
     #[error("buckets cannot be created here: the configuration has no [bucket_defaults]; add it, or add [buckets.{0}] and restart")]
     NoTemplate(String),
     #[error("bucket {0} comes from the configuration; remove it there and restart instead")]
@@ -35,9 +37,34 @@ pub enum CatalogError {
 pub struct Backends {
     fs: BTreeMap<String, Arc<FsBackend>>,
     s3: BTreeMap<String, S3Clients>,
+    /// While starting: the store upload ids of client-driven multipart uploads (the upload
+    /// registry), which the sweep of abandoned uploads keeps. `None`: no sweep.
+    sweep_uploads: Option<HashSet<String>>,
+    /// Staging files younger than this survive opening an fs backend (zero at start-up, when
+    /// no request is live).
+    staging_min_age: Duration,
 }
 
+/// How old a staging file must be before a backend opened while serving removes it: older
+/// than any request still streaming its body could be (the idle timeout cuts stalls off).
+const LIVE_STAGING_AGE: Duration = Duration::from_secs(15 * 60);
+
 impl Backends {
+    /// Backends for start-up: each s3 bucket's abandoned multipart uploads are aborted, except
+    /// those in `registered` (uploads clients started and may still complete).
+    pub fn for_startup(registered: HashSet<String>) -> Backends {
+        Backends {
+            sweep_uploads: Some(registered),
+            ..Backends::default()
+        }
+    }
+
+    /// Serving now: no more sweeping of uploads, and only stale staging files.
+    fn serving(&mut self) {
+        self.sweep_uploads = None;
+        self.staging_min_age = LIVE_STAGING_AGE;
+    }
+
     /// The backend for `bucket` under `policy`. An s3 bucket is probed before it is served.
     pub async fn for_bucket(
         &mut self,
@@ -62,7 +89,7 @@ impl Backends {
                     .map(|(b, _)| b.as_str())
                     .chain([bucket])
                     .collect();
-                let fs = FsBackend::open(&root, &served).map_err(|e| {
+                let fs = FsBackend::open_sweeping(&root, &served, self.staging_min_age).map_err(|e| {
                     format!(
                         "cannot prepare the fs backend {name} at {}: {e}; check that the directory is writable",
                         root.display()
@@ -84,17 +111,42 @@ impl Backends {
                     &policy.backend_prefix,
                     s3cfg.multipart_threshold_bytes,
                 );
-                crate::server::prepare_s3(
-                    bucket,
-                    name,
-                    s3cfg.unsafe_no_conditional_writes,
-                    &backend,
-                )
-                .await
-                .map_err(|e| e.to_string())?;
+                crate::server::prepare_s3(bucket, name, s3cfg, &backend)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if let Some(registered) = &self.sweep_uploads {
+                    let min_age = Duration::from_secs(s3cfg.abandoned_upload_secs);
+                    match backend.sweep_uploads(registered, min_age).await {
+                        Ok(0) => {}
+                        Ok(aborted) => tracing::info!(bucket, aborted, "aborted abandoned multipart uploads (left by a crash or a cancelled request)"),
+                        // Only storage is at stake, not correctness: serve anyway.
+                        Err(e) => tracing::warn!(bucket, error = %e, "could not sweep abandoned multipart uploads; the store's lifecycle rules (AbortIncompleteMultipartUpload) can collect them"),
+                    }
+                }
                 Ok(Arc::new(backend))
             }
         }
+    }
+}
+
+/// The buckets created through the S3 API before, as `<data_dir>/buckets.json` records them.
+pub fn created_buckets(config: &Config) -> Result<BTreeMap<String, BucketPolicy>, CatalogError> {
+    read_created(&config.server.data_dir.join("buckets.json"))
+}
+
+fn read_created(path: &std::path::Path) -> Result<BTreeMap<String, BucketPolicy>, CatalogError> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            CatalogError::Failed(format!(
+                "{} is unreadable: {e}; restore it from a backup, or fix the JSON by hand",
+                path.display()
+            ))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(e) => Err(CatalogError::Failed(format!(
+            "cannot read {}: {e}; check its permissions",
+            path.display()
+        ))),
     }
 }
 
@@ -102,29 +154,30 @@ impl Backends {
 pub struct Catalog {
     config: Config,
     gate: Arc<Gate>,
+    store: Arc<dyn FenceStore>,
     backends: tokio::sync::Mutex<Backends>,
     path: PathBuf,
 }
 
 impl Catalog {
-    pub fn new(config: Config, gate: Arc<Gate>, backends: Backends) -> Catalog {
+    pub fn new(
+        config: Config,
+        gate: Arc<Gate>,
+        store: Arc<dyn FenceStore>,
+        backends: Backends,
+    ) -> Catalog {
         let path = config.server.data_dir.join("buckets.json");
         Catalog {
             config,
             gate,
+            store,
             backends: tokio::sync::Mutex::new(backends),
             path,
         }
     }
 
     fn created(&self) -> Result<BTreeMap<String, BucketPolicy>, CatalogError> {
-        match std::fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                CatalogError::Failed(format!("{} is unreadable: {e}", self.path.display()))
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
-            Err(e) => Err(CatalogError::Failed(e.to_string())),
-        }
+        read_created(&self.path)
     }
 
     fn save(&self, created: &BTreeMap<String, BucketPolicy>) -> Result<(), CatalogError> {
@@ -151,6 +204,9 @@ impl Catalog {
             if self.config.buckets.contains_key(name) {
                 continue; // configured since: the configuration wins
             }
+            crate::server::record_scope(self.store.as_ref(), &self.config, name, policy)
+                .await
+                .map_err(|e| CatalogError::Failed(e.to_string()))?;
             let backend = backends
                 .for_bucket(&self.config, name, policy)
                 .await
@@ -163,6 +219,7 @@ impl Catalog {
                 },
             );
         }
+        backends.serving();
         Ok(created.len())
     }
 
@@ -171,7 +228,7 @@ impl Catalog {
         if let Some(why) = bucket_name_problem(name) {
             return Err(CatalogError::InvalidName {
                 name: name.to_string(),
-                why,
+                why: why.to_string(),
             });
         }
         let mut backends = self.backends.lock().await;
@@ -185,11 +242,23 @@ impl Catalog {
         if matches!(self.config.backends[&policy.backend], BackendConfig::S3(_)) {
             policy.backend_prefix = format!("{}{name}/", policy.backend_prefix);
         }
+        let mut created = self.created()?;
+        // Two buckets on the same store keys would each keep a fence for one object.
+        let mut existing = created.clone();
+        existing.extend(self.config.buckets.clone());
+        if let Some(why) = self.config.overlap_with(name, &policy, &existing) {
+            return Err(CatalogError::InvalidName {
+                name: name.to_string(),
+                why,
+            });
+        }
         let backend = backends
             .for_bucket(&self.config, name, &policy)
             .await
             .map_err(CatalogError::Failed)?;
-        let mut created = self.created()?;
+        crate::server::record_scope(self.store.as_ref(), &self.config, name, &policy)
+            .await
+            .map_err(|e| CatalogError::Failed(e.to_string()))?;
         created.insert(name.to_string(), policy.clone());
         self.save(&created)?;
         self.gate.add_bucket(name, BucketEntry { policy, backend });

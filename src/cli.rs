@@ -84,4 +84,10 @@ pub struct ServeArgs {
     /// [server] data_dir (default ./data).
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Start although BUCKET's scope (or prefix_segments) differs from the one its fence rows
+    /// were recorded under, and record the new one. The tokens and tombstones recorded under the
+    /// old scope stop applying: first stop the bucket's writers and make sure their next tokens
+    /// are above every token used before. Repeat for several buckets.
+    #[arg(long, value_name = "BUCKET")]
+    pub accept_scope_change: Vec<String>,
 }

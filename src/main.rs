@@ -42,7 +42,9 @@ fn load(args: &ServeArgs) -> Result<Config, ExitCode> {
         None => Ok(Config::embedded_default()),
     };
     match config {
-        Ok(c) => Ok(c.with_overrides(args.listen, args.data_dir.clone())),
+        Ok(c) => Ok(c
+            .with_overrides(args.listen, args.data_dir.clone())
+            .with_scope_change_accepted(&args.accept_scope_change)),
         Err(e) => {
             eprintln!("error: {e}");
             Err(ExitCode::FAILURE)

@@ -4,10 +4,10 @@
 use crate::api::{self, AppState};
 use crate::backend::s3::S3Backend;
 use crate::catalog::{Backends, Catalog};
-use crate::config::{Config, S3Key};
+use crate::config::{BucketPolicy, Config, S3BackendConfig, S3Key};
 use crate::fence::rocks::RocksFenceStore;
-use crate::fence::StoreError;
-use crate::gate::{BucketEntry, Gate, UploadRegistry};
+use crate::fence::{Durability, FenceRow, FenceStore, StoreError};
+use crate::gate::{BucketEntry, Gate, Upload, UploadRegistry};
 use crate::lease::Leases;
 use crate::s3api::{self, KeyTable, S3Gateway};
 use std::collections::BTreeMap;
@@ -33,6 +33,14 @@ pub enum StartError {
     Serve(std::io::Error),
     #[error("{0}")]
     Gateway(String),
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
+    #[error("bucket {bucket}: its scope is {configured} in the configuration, but the fence table recorded its tokens and tombstones under scope {recorded}; under the new scope they would be forgotten and a stale writer accepted. Set scope (and prefix_segments) back to {recorded}, or, to change it, stop every writer of bucket {bucket}, make sure the tokens they use next are above every token they used before, and start once with --accept-scope-change {bucket}, which records the new scope")]
+    ScopeChanged {
+        bucket: String,
+        recorded: String,
+        configured: String,
+    },
     #[error("bucket {bucket} (s3 backend {backend}): {message}")]
     S3 {
         bucket: String,
@@ -43,12 +51,15 @@ pub enum StartError {
 
 /// Opens the fence table and the backends (probing each s3 store) and builds the gate.
 pub async fn build_gate(config: &Config) -> Result<(Gate, Arc<RocksFenceStore>), StartError> {
-    let (gate, store, _) = build(config).await?;
+    let (gate, store, _) = build(config, Backends::default()).await?;
     Ok((gate, store))
 }
 
 /// [`build_gate`], also handing back the backends built, for buckets created later.
-async fn build(config: &Config) -> Result<(Gate, Arc<RocksFenceStore>, Backends), StartError> {
+async fn build(
+    config: &Config,
+    mut backends: Backends,
+) -> Result<(Gate, Arc<RocksFenceStore>, Backends), StartError> {
     let started = Instant::now();
     let path = config.fence_store_path();
     std::fs::create_dir_all(&config.server.data_dir).map_err(|error| StartError::Backend {
@@ -56,10 +67,17 @@ async fn build(config: &Config) -> Result<(Gate, Arc<RocksFenceStore>, Backends)
         path: config.server.data_dir.display().to_string(),
         error,
     })?;
+    // After the command line's overrides (--data-dir moves fs roots), and with the buckets
+    // created through the S3 API, which check-config cannot see.
+    let created =
+        crate::catalog::created_buckets(config).map_err(|e| StartError::Gateway(e.to_string()))?;
+    config.check_namespaces(&created)?;
     let store = Arc::new(RocksFenceStore::open(&path)?);
     tracing::info!(path = %path.display(), rows = store.estimated_rows(), took_ms = started.elapsed().as_millis() as u64, "fence table open");
+    for (bucket, policy) in &config.buckets {
+        record_scope(store.as_ref(), config, bucket, policy).await?;
+    }
 
-    let mut backends = Backends::default();
     let mut buckets = BTreeMap::new();
     for (bucket, policy) in &config.buckets {
         let backend = backends
@@ -77,11 +95,46 @@ async fn build(config: &Config) -> Result<(Gate, Arc<RocksFenceStore>, Backends)
     Ok((Gate::new(store.clone(), buckets), store, backends))
 }
 
+/// Checks a bucket's scope against the one recorded in the fence table (`policy:<bucket>`),
+/// recording it the first time, or when `--accept-scope-change` names the bucket. Scope rows
+/// are keyed by the scope kind, so under another kind the recorded tokens and tombstones would
+/// silently stop applying.
+pub async fn record_scope(
+    store: &dyn FenceStore,
+    config: &Config,
+    bucket: &str,
+    policy: &BucketPolicy,
+) -> Result<(), StartError> {
+    let key = format!("policy:{bucket}");
+    let configured = Config::scope_kind(policy);
+    let row = store.get(&key)?.unwrap_or_default();
+    match &row.scope_kind {
+        Some(recorded) if *recorded == configured => return Ok(()),
+        Some(recorded) if !config.accept_scope_change.contains(bucket) => {
+            return Err(StartError::ScopeChanged {
+                bucket: bucket.to_string(),
+                recorded: recorded.clone(),
+                configured,
+            })
+        }
+        Some(recorded) => {
+            tracing::warn!(bucket, %recorded, %configured, "the bucket's scope changes as --accept-scope-change allows: tokens recorded under the old scope no longer apply");
+        }
+        None => {}
+    }
+    let row = FenceRow {
+        scope_kind: Some(configured),
+        ..row
+    };
+    store.put(vec![(key, row)], Durability::Synced).await?;
+    Ok(())
+}
+
 /// Checks the store bucket exists and runs the conditional-write probe on it.
 pub async fn prepare_s3(
     bucket: &str,
     backend_name: &str,
-    unsafe_ok: bool,
+    cfg: &S3BackendConfig,
     backend: &S3Backend,
 ) -> Result<(), StartError> {
     let fail = |message: String| StartError::S3 {
@@ -100,24 +153,46 @@ pub async fn prepare_s3(
     backend.set_conditional_delete(report.conditional_delete);
     // Where the store ignores conditions, the version is read before each such commit instead.
     backend.set_conditional_commits(report.puts_safe(), report.completes_safe());
+    let mut ignored: Vec<&str> = report.ignored.clone();
     if !report.conditional_delete {
-        tracing::warn!(bucket, backend = backend_name, "the store ignores If-Match on DeleteObject: deletes check the ETag just before deleting");
+        ignored.push("If-Match on DeleteObject");
     }
-    if report.safe() {
-        tracing::info!(bucket, backend = backend_name, location = %backend.location(), "s3 store honours conditional writes");
+    if ignored.is_empty() {
+        tracing::info!(bucket, backend = backend_name, location = %backend.location(), "s3 store honours conditional writes and deletes");
         return Ok(());
     }
-    let ignored = report.ignored.join(", ");
-    if unsafe_ok {
-        for _ in 0..3 {
-            tracing::error!(bucket, backend = backend_name, %ignored,
-                "UNSAFE: the store ignores conditional writes and unsafe_no_conditional_writes = true; a write made around fencegate while fencegate commits can be silently overwritten");
+    // Each ignored condition needs its own opt-in: they lose different guarantees.
+    let mut missing = Vec::new();
+    if !report.safe() {
+        if cfg.unsafe_no_conditional_writes {
+            for _ in 0..3 {
+                tracing::error!(bucket, backend = backend_name, ignored = %report.ignored.join(", "),
+                    "UNSAFE: the store ignores conditional writes and unsafe_no_conditional_writes = true; a write made around fencegate while fencegate commits can be silently overwritten");
+            }
+        } else {
+            missing.push(format!(
+                "the store ignores {}, so fencegate cannot guarantee that writes around it are never overwritten; use a store that honours conditional writes (AWS S3, MinIO, Ceph RGW), or set unsafe_no_conditional_writes = true on backend {backend_name} to start anyway",
+                report.ignored.join(", ")
+            ));
         }
-        return Ok(());
     }
-    Err(fail(format!(
-        "the store ignores {ignored}, so fencegate cannot guarantee that writes around it are never overwritten; use a store that honours conditional writes (AWS S3, MinIO, Ceph RGW), or set unsafe_no_conditional_writes = true on backend {backend_name} to start anyway"
-    )))
+    if !report.conditional_delete {
+        if cfg.unsafe_unconditional_deletes {
+            for _ in 0..3 {
+                tracing::error!(bucket, backend = backend_name,
+                    "UNSAFE: the store ignores If-Match on DeleteObject and unsafe_unconditional_deletes = true; deletes check the ETag and then delete unconditionally, so a delete that times out and lands late can remove an object a newer token wrote");
+            }
+        } else {
+            missing.push(format!(
+                "the store ignores If-Match on DeleteObject, so a delete is a check followed by an unconditional DELETE, and a DELETE that times out and lands late can remove an object a newer token wrote in between; use a store that honours If-Match on DeleteObject, or set unsafe_unconditional_deletes = true on backend {backend_name} to start anyway"
+            ));
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(fail(missing.join("; and ")))
+    }
 }
 
 /// Runs fencegate until a shutdown signal.
@@ -126,10 +201,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         .install_recorder()
         .map_err(|e| tracing::warn!(error = %e, "metrics are disabled"))
         .ok();
-    let (gate, store, backends) = build(&config).await?;
-    for line in config.describe().lines() {
-        tracing::info!("{line}");
-    }
+    // The registry first: the uploads clients started stay, other store uploads are swept.
     let uploads_dir = config.server.data_dir.join("uploads");
     let uploads =
         UploadRegistry::open(uploads_dir.clone()).map_err(|error| StartError::Backend {
@@ -137,8 +209,18 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             path: uploads_dir.display().to_string(),
             error,
         })?;
+    let registered = registered_handles(&uploads_dir);
+    let (gate, store, backends) = build(&config, Backends::for_startup(registered)).await?;
+    for line in config.describe().lines() {
+        tracing::info!("{line}");
+    }
     let gate = Arc::new(gate.with_uploads(uploads));
-    let catalog = Arc::new(Catalog::new(config.clone(), gate.clone(), backends));
+    let catalog = Arc::new(Catalog::new(
+        config.clone(),
+        gate.clone(),
+        store.clone(),
+        backends,
+    ));
     let leases = Arc::new(Leases::new(
         gate.clone(),
         store,
@@ -193,6 +275,20 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     }
     tracing::info!("fencegate stopped");
     Ok(())
+}
+
+/// The backend handles (store upload ids) of every upload in the registry at `dir`, whatever
+/// its bucket: an upload is kept if any bucket's client may still complete it.
+fn registered_handles(dir: &std::path::Path) -> std::collections::HashSet<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Default::default();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|bytes| serde_json::from_slice::<Upload>(&bytes).ok())
+        .map(|u| u.handle)
+        .collect()
 }
 
 async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, StartError> {

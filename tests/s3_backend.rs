@@ -109,6 +109,56 @@ async fn the_probe_refuses_stores_that_ignore_conditions() {
     assert!(err.contains("no-such-bucket"), "{err}");
 }
 
+/// A store that ignores If-Match on DeleteObject (here: the proxy drops the header; moto itself
+/// honours it) makes a delete a HEAD and an unconditional DELETE, and a late DELETE can remove a
+/// newer write. That needs its own opt-in, and the refusal says what is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unconditional_deletes_need_their_own_opt_in() {
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET).await;
+    let proxy = S3Proxy::start(moto.endpoint()).await;
+    let dir = tempfile::tempdir().unwrap();
+    // moto honours If-Match on DeleteObject: the write opt-in alone is enough there.
+    let s = Server::start(
+        &dir.path().join("moto"),
+        Some(&config(&moto.endpoint(), UNSAFE)),
+    );
+    drop(s);
+
+    proxy.set(Mode::DropConditions);
+    let err = refused_start(dir.path(), &config(&proxy.endpoint(), UNSAFE));
+    assert!(err.contains("ignores If-Match on DeleteObject"), "{err}");
+    assert!(
+        err.contains("lands late can remove an object a newer token wrote"),
+        "the message says what is lost: {err}"
+    );
+    assert!(
+        err.contains("unsafe_unconditional_deletes = true on backend store"),
+        "the message says how to proceed: {err}"
+    );
+    assert!(
+        !err.contains("cannot guarantee that writes around it"),
+        "the write opt-in was given: {err}"
+    );
+    // With both opt-ins it starts, and deletes work.
+    let both = "unsafe_no_conditional_writes = true\nunsafe_unconditional_deletes = true";
+    let s = Server::start(
+        &dir.path().join("data"),
+        Some(&config(&proxy.endpoint(), both)),
+    );
+    let c = client();
+    let url = s.object_url("default", "k");
+    assert_eq!(put(&c, &url, Some("1"), b"v").await.0, 200);
+    let resp = c
+        .delete(&url)
+        .header("Fencing-Token", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(get_bytes(&c, &url).await.0, 404);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_token_is_stored_on_the_object() {
     let moto = Moto::start();

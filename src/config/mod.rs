@@ -34,6 +34,9 @@ pub struct Config {
     pub leases: LeaseConfig,
     /// The S3 gateway's own listener, when it has one.
     pub s3_listen: Option<SocketAddr>,
+    /// Buckets whose scope may differ from the one the fence table recorded (the command
+    /// line's `--accept-scope-change`): the new one is recorded at start-up.
+    pub accept_scope_change: std::collections::BTreeSet<String>,
 }
 
 /// A configuration problem, with where it is and what to do about it.
@@ -82,6 +85,24 @@ impl Config {
         self
     }
 
+    /// Lets these buckets start with a scope other than the one recorded (after draining
+    /// their writers); the new scope is recorded.
+    pub fn with_scope_change_accepted(mut self, buckets: &[String]) -> Config {
+        self.accept_scope_change.extend(buckets.iter().cloned());
+        self
+    }
+
+    /// The bucket's scope as recorded in the fence table (`policy:<bucket>`): changing it
+    /// re-keys every scope row, so the recorded tokens and tombstones would be forgotten.
+    pub fn scope_kind(policy: &BucketPolicy) -> String {
+        match policy.scope {
+            ScopeKind::Object => "object".into(),
+            ScopeKind::Bucket => "bucket".into(),
+            ScopeKind::Header => "header".into(),
+            ScopeKind::Prefix => format!("prefix/{}", policy.prefix_segments),
+        }
+    }
+
     pub fn fence_store_path(&self) -> PathBuf {
         self.fence_store
             .path
@@ -119,11 +140,20 @@ impl Config {
                         "backend {name}: s3 at {} (region {}, credentials from {credentials}{})\n",
                         s3.endpoint.as_deref().unwrap_or("AWS"),
                         s3.region,
-                        if s3.unsafe_no_conditional_writes {
-                            ", UNSAFE: conditional writes not required"
-                        } else {
-                            ""
-                        }
+                        [
+                            (
+                                s3.unsafe_no_conditional_writes,
+                                ", UNSAFE: conditional writes not required"
+                            ),
+                            (
+                                s3.unsafe_unconditional_deletes,
+                                ", UNSAFE: conditional deletes not required"
+                            ),
+                        ]
+                        .iter()
+                        .filter(|(on, _)| *on)
+                        .map(|(_, what)| *what)
+                        .collect::<String>()
                     )
                 }
             }
@@ -173,6 +203,184 @@ impl Config {
             self.leases.credential_grace_secs
         );
         out
+    }
+}
+
+/// Where a bucket's objects live, for telling whether two buckets could reach the same object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Namespace {
+    /// Keys starting with `prefix` in store bucket `bucket` of the store at `store` (its
+    /// endpoint, or "AWS").
+    S3 {
+        store: String,
+        bucket: String,
+        prefix: String,
+    },
+    /// Everything below a directory.
+    Fs { dir: PathBuf },
+}
+
+impl Namespace {
+    /// Whether every object of `other` lies in this namespace (the same store, and this prefix
+    /// or directory a prefix of the other's; an empty prefix holds the whole store bucket).
+    pub fn contains(&self, other: &Namespace) -> bool {
+        match (self, other) {
+            (
+                Namespace::S3 {
+                    store,
+                    bucket,
+                    prefix,
+                },
+                Namespace::S3 {
+                    store: s2,
+                    bucket: b2,
+                    prefix: p2,
+                },
+            ) => store == s2 && bucket == b2 && p2.starts_with(prefix.as_str()),
+            (Namespace::Fs { dir }, Namespace::Fs { dir: d2 }) => d2.starts_with(dir),
+            _ => false,
+        }
+    }
+
+    /// Whether the two can hold the same object: one contains the other.
+    pub fn overlaps(&self, other: &Namespace) -> bool {
+        self.contains(other) || other.contains(self)
+    }
+}
+
+impl std::fmt::Display for Namespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Namespace::S3 {
+                store,
+                bucket,
+                prefix,
+            } if prefix.is_empty() => write!(f, "all of store bucket {bucket} at {store}"),
+            Namespace::S3 {
+                store,
+                bucket,
+                prefix,
+            } => write!(f, "prefix {prefix:?} of store bucket {bucket} at {store}"),
+            Namespace::Fs { dir } => write!(f, "directory {}", dir.display()),
+        }
+    }
+}
+
+/// `path` made absolute and free of `.` and `..`, without touching the disk (it may not exist).
+fn lexical_absolute(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(path)
+    };
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+impl Config {
+    /// Where `bucket` (served under `policy`) keeps its objects.
+    pub fn namespace(&self, bucket: &str, policy: &BucketPolicy) -> Namespace {
+        match &self.backends[&policy.backend] {
+            BackendConfig::Fs { root } => Namespace::Fs {
+                dir: lexical_absolute(&self.fs_root(root).join(bucket)),
+            },
+            BackendConfig::S3(s3) => Namespace::S3 {
+                store: s3.endpoint.as_deref().map_or("AWS".to_string(), |e| {
+                    e.trim_end_matches('/').to_ascii_lowercase()
+                }),
+                bucket: policy
+                    .backend_bucket
+                    .clone()
+                    .unwrap_or_else(|| bucket.to_string()),
+                prefix: policy.backend_prefix.clone(),
+            },
+        }
+    }
+
+    /// Where every bucket created through the S3 API lives: below this namespace.
+    fn created_root(&self) -> Option<Namespace> {
+        // Bucket "" is the root: the fs root directory, or the template's store prefix.
+        let template = self.bucket_defaults.as_ref()?;
+        Some(self.namespace("", template))
+    }
+
+    /// Refuses buckets whose namespaces overlap: two fence rows would guard one object, and a
+    /// tombstone written through one bucket could be revived through the other. `created` are
+    /// the buckets created through the S3 API (a configured bucket of the same name wins).
+    pub fn check_namespaces(
+        &self,
+        created: &BTreeMap<String, BucketPolicy>,
+    ) -> Result<(), ConfigError> {
+        let err = |message: String, fix: String| ConfigError {
+            source_name: self.source.clone(),
+            location: None,
+            message,
+            fix,
+        };
+        let mut all: Vec<(String, &str, Namespace)> = Vec::new();
+        for (name, policy) in &self.buckets {
+            all.push((format!("bucket {name}"), name, self.namespace(name, policy)));
+        }
+        for (name, policy) in created {
+            if !self.buckets.contains_key(name) && self.backends.contains_key(&policy.backend) {
+                all.push((
+                    format!("bucket {name} (created through the S3 API)"),
+                    name,
+                    self.namespace(name, policy),
+                ));
+            }
+        }
+        for (i, (a, _, na)) in all.iter().enumerate() {
+            for (b, _, nb) in &all[i + 1..] {
+                if na.overlaps(nb) {
+                    return Err(err(
+                        format!("{a} and {b} overlap in the store: {a} is {na}, {b} is {nb}, so one object would have two fences and a delete through one could be undone through the other"),
+                        "give each its own place: backend_prefix values of which neither is a prefix of the other (an empty prefix takes the whole store bucket), a different backend_bucket, or a different fs root; then move the objects there".to_string(),
+                    ));
+                }
+            }
+        }
+        if let Some(root) = self.created_root() {
+            for (a, _, na) in &all {
+                if na.contains(&root) {
+                    return Err(err(
+                        format!("{a} is {na}, which holds every bucket [bucket_defaults] creates through the S3 API ({root}), so their objects would also be {a}'s"),
+                        format!("give {a} a backend_prefix of its own that [bucket_defaults] does not use, or set [bucket_defaults] backend_prefix (or backend_bucket) to a place outside it"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Why a bucket named `name`, created with the `[bucket_defaults]` policy `policy`, cannot
+    /// coexist with the buckets in `existing`: the first one it would overlap.
+    pub fn overlap_with(
+        &self,
+        name: &str,
+        policy: &BucketPolicy,
+        existing: &BTreeMap<String, BucketPolicy>,
+    ) -> Option<String> {
+        let mine = self.namespace(name, policy);
+        existing
+            .iter()
+            .filter(|(other, p)| other.as_str() != name && self.backends.contains_key(&p.backend))
+            .find_map(|(other, p)| {
+                let theirs = self.namespace(other, p);
+                mine.overlaps(&theirs).then(|| {
+                    format!("would be {mine}, which overlaps bucket {other} ({theirs}); choose a name whose place is not inside bucket {other}'s, or give bucket {other} a backend_prefix of its own")
+                })
+            })
     }
 }
 
@@ -394,7 +602,7 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
         }
     }
 
-    Ok(Config {
+    let config = Config {
         source: name.to_string(),
         server: raw.server,
         listen,
@@ -405,7 +613,10 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
         bucket_defaults,
         leases: raw.leases,
         s3_listen,
-    })
+        accept_scope_change: Default::default(),
+    };
+    config.check_namespaces(&BTreeMap::new())?;
+    Ok(config)
 }
 
 fn valid_backend_name(name: &str) -> bool {

@@ -130,6 +130,14 @@ pub struct S3BackendConfig {
     /// Start even if the store ignores If-Match / If-None-Match (the start-up probe fails).
     /// Writes behind fencegate's back racing a commit can then be overwritten silently.
     pub unsafe_no_conditional_writes: bool,
+    /// Start even if the store ignores If-Match on DeleteObject. Deletes are then a HEAD and an
+    /// unconditional DELETE: a DELETE that times out and lands late can remove an object a
+    /// newer token wrote in between.
+    pub unsafe_unconditional_deletes: bool,
+    /// At start-up, multipart uploads under a bucket's prefix that fencegate's upload registry
+    /// does not know and that began more than this many seconds ago are aborted (left by a
+    /// crash or a cancelled request). 0 aborts every unknown upload.
+    pub abandoned_upload_secs: u64,
 }
 
 impl Default for S3BackendConfig {
@@ -145,6 +153,8 @@ impl Default for S3BackendConfig {
             read_attempts: 3,
             multipart_threshold_bytes: 8 * 1024 * 1024,
             unsafe_no_conditional_writes: false,
+            unsafe_unconditional_deletes: false,
+            abandoned_upload_secs: 3600,
         }
     }
 }
@@ -166,6 +176,11 @@ impl std::fmt::Debug for S3BackendConfig {
                 "unsafe_no_conditional_writes",
                 &self.unsafe_no_conditional_writes,
             )
+            .field(
+                "unsafe_unconditional_deletes",
+                &self.unsafe_unconditional_deletes,
+            )
+            .field("abandoned_upload_secs", &self.abandoned_upload_secs)
             .finish()
     }
 }

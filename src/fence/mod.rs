@@ -36,6 +36,14 @@ pub struct FenceRow {
     /// belongs to. Kept by tombstones; another lock's write is refused unless it takes over.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "s")]
     pub scope: Option<String>,
+    /// The highest token was set by a fence advance or a lease grant and no write has used
+    /// it yet: under strictly-increasing tokens its holder may still write with it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not", rename = "f")]
+    pub fresh: bool,
+    /// On a `policy:<bucket>` row: the bucket's scope kind when its rows were written
+    /// (`object`, `bucket`, `header`, `prefix/<segments>`), checked at start-up.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "k")]
+    pub scope_kind: Option<String>,
 }
 
 /// The version a commit in progress will leave behind (`None`: a delete).

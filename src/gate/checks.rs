@@ -43,7 +43,7 @@ impl Gate {
     ) -> Result<Locked, GateError> {
         let scope_row = self.row(scope)?;
         if let Some(t) = token {
-            check_token(entry.policy.tokens, t.0, scope_row.highest, scope)?;
+            check_token(entry.policy.tokens, t.0, &scope_row, scope)?;
         }
         let object_row = if object_key == scope {
             scope_row.clone()
@@ -175,6 +175,7 @@ impl Gate {
                 scope.to_string(),
                 FenceRow {
                     highest: scope_row.highest,
+                    fresh: scope_row.fresh,
                     ..object_row
                 },
             )]

@@ -59,7 +59,7 @@ impl Gate {
         let (entry, token, scope) = self.admit_request(&req, false)?;
         if let Some(t) = token {
             // Early check: a stale writer is refused before a single body byte is read.
-            check_token(entry.policy.tokens, t.0, self.row(&scope)?.highest, &scope)?;
+            check_token(entry.policy.tokens, t.0, &self.row(&scope)?, &scope)?;
         }
         req.meta.token = token.map(|t| t.0);
         if entry.policy.scope == ScopeKind::Header {
@@ -146,6 +146,7 @@ impl Gate {
         let before = (scope_row.clone(), object_row.clone());
         if let Some(t) = token {
             scope_row.highest = Some(scope_row.highest.map_or(t.0, |h| h.max(t.0)));
+            scope_row.fresh = false;
         }
         if entry.policy.scope == ScopeKind::Header {
             object_row.scope = Some(scope.to_string());
@@ -218,7 +219,30 @@ impl Gate {
             Err(BackendError::Conflict { found, .. }) => {
                 let (scope_row, object_row) = before;
                 if !object_row.owns_version(found.as_deref()) {
-                    if let Err(refused) = self.bypassed(req, entry, &object_row, found.as_deref()) {
+                    let refused = match self.bypassed(req, entry, &object_row, found.as_deref()) {
+                        Err(refused) => Some(refused),
+                        // Adopted: the client's conditions are judged against the object
+                        // this write replaces, not the one the fence table remembered.
+                        Ok(()) => {
+                            let foreign = match &found {
+                                None => None,
+                                Some(_) => Some(
+                                    entry
+                                        .backend
+                                        .head(&req.bucket, &req.key)
+                                        .await
+                                        .ok()
+                                        .flatten()
+                                        .map_or_else(String::new, |i| i.etag),
+                                ),
+                            };
+                            req.conditions
+                                .check(foreign.as_deref())
+                                .err()
+                                .map(GateError::PreconditionFailed)
+                        }
+                    };
+                    if let Some(refused) = refused {
                         self.save(scope, scope_row, object_key, object_row, Durability::Synced)
                             .await?;
                         return Err(refused);

@@ -50,6 +50,7 @@ impl Gate {
             .await?;
         if let Some(t) = token {
             scope_row.highest = Some(scope_row.highest.map_or(t.0, |h| h.max(t.0)));
+            scope_row.fresh = false;
         }
         // A header-scoped object stays bound to its lock through the delete.
         let binding = (entry.policy.scope == ScopeKind::Header).then(|| scope.to_string());
@@ -95,7 +96,8 @@ impl Gate {
             .backend
             .delete(&req.bucket, &req.key, &expected)
             .await?;
-        self.save(scope, scope_row, &object_key, tombstone, Durability::Lazy)
+        // Synced: the tombstone is part of what the acknowledgement promises.
+        self.save(scope, scope_row, &object_key, tombstone, Durability::Synced)
             .await?;
         Ok(written(true))
     }

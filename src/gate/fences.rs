@@ -34,9 +34,10 @@ impl Gate {
         run_to_end(async move {
             let _lock = gate.locks.lock(&locked_scope).await;
             let mut row = gate.row(&locked_scope)?;
-            check_token(TokenOrder::NonDecreasing, token.0, row.highest, &locked_scope)?;
+            check_token(TokenOrder::NonDecreasing, token.0, &row, &locked_scope)?;
             if row.highest != Some(token.0) {
                 row.highest = Some(token.0);
+                row.fresh = true;
                 gate.store
                     .put(vec![(locked_scope.clone(), row)], Durability::Synced)
                     .await?;
@@ -75,6 +76,7 @@ impl Gate {
             };
             let token = floor.max(above);
             row.highest = Some(token);
+            row.fresh = true;
             gate.store
                 .put(vec![(scope.clone(), row)], Durability::Synced)
                 .await?;

@@ -376,3 +376,61 @@ async fn an_upload_is_aborted_only_with_its_token_or_a_higher_one() {
         .unwrap();
     assert!(gate.upload("b", "m", &up.id).is_err());
 }
+
+#[tokio::test]
+async fn an_adopting_write_judges_its_conditions_against_the_foreign_object() {
+    let (gate, backend, _) = gate_with(BucketPolicy {
+        on_bypass: crate::config::BypassPolicy::Adopt,
+        ..BucketPolicy::default()
+    });
+    // A foreign object appears where fencegate believes there is none.
+    backend.inner.write_behind("b", "k", b"foreign");
+    let mut create = req("k", Some(1));
+    create.conditions.if_none_match = Some(EtagMatch::Any);
+    let e = gate.put(create, body(b"mine")).await.unwrap_err();
+    assert_eq!(e.code(), "PreconditionFailed");
+    assert_eq!(
+        backend.inner.bytes("b", "k").unwrap(),
+        Bytes::from_static(b"foreign")
+    );
+    // If-Match on the version fencegate remembered, after a foreign overwrite: refused.
+    let mine = gate.put(req("k", Some(2)), body(b"mine")).await.unwrap();
+    backend.inner.write_behind("b", "k", b"foreign again");
+    let mut replace = req("k", Some(3));
+    let tag = mine.etag.unwrap().trim_matches('"').to_string();
+    replace.conditions.if_match = Some(EtagMatch::Tags(vec![tag]));
+    let e = gate.put(replace, body(b"late")).await.unwrap_err();
+    assert_eq!(e.code(), "PreconditionFailed");
+    assert_eq!(
+        backend.inner.bytes("b", "k").unwrap(),
+        Bytes::from_static(b"foreign again")
+    );
+}
+
+#[tokio::test]
+async fn under_strict_tokens_an_advanced_token_writes_once() {
+    let (gate, _, _) = gate_with(BucketPolicy {
+        tokens: crate::config::TokenOrder::StrictlyIncreasing,
+        ..BucketPolicy::default()
+    });
+    gate.advance("b", "k", Ok(Some(Token(5))), None)
+        .await
+        .unwrap();
+    gate.put(req("k", Some(5)), body(b"a")).await.unwrap();
+    let e = gate.put(req("k", Some(5)), body(b"b")).await.unwrap_err();
+    assert_eq!(e.code(), "StaleFencingToken");
+    assert_eq!(e.status(), 409);
+    // A bound lease grant is the same: its holder writes with the granted token.
+    let (t, _) = gate.advance_past("b", "k", 1).await.unwrap();
+    gate.put(req("k", Some(t.0)), body(b"c")).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_takeover_header_outside_a_header_scoped_bucket_is_refused() {
+    let (gate, backend, _) = gate_with(BucketPolicy::default());
+    let mut r = req("k", Some(1));
+    r.scope_takeover = Some(b"lockA".to_vec());
+    let e = gate.put(r, body(b"x")).await.unwrap_err();
+    assert_eq!((e.status(), e.code()), (400, "InvalidFencingScope"));
+    assert!(backend.inner.bytes("b", "k").is_none());
+}

@@ -34,7 +34,7 @@ pub use rebuild::RebuildReport;
 pub use uploads::{Upload, UploadRegistry};
 
 use crate::backend::{Backend, ObjectMeta};
-use crate::config::{BucketPolicy, FencingMode, TokenOrder};
+use crate::config::{BucketPolicy, FencingMode, ScopeKind, TokenOrder};
 use crate::fence::{FenceRow, FenceStore};
 use crate::token::{Token, TokenError};
 use serde::Serialize;
@@ -99,20 +99,22 @@ pub struct Gate {
     uploads: UploadRegistry,
 }
 
-/// Compares a token with a scope's highest (DESIGN.md §2, lines 1 and 4).
+/// Compares a token with a scope's highest (docs/threat-model.md, promise 1). Under
+/// strictly-increasing tokens an equal token is refused, except once after a fence advance or
+/// a lease grant recorded it (`fresh`): that is how its holder writes at all.
 fn check_token(
     order: TokenOrder,
     token: u64,
-    highest: Option<u64>,
+    row: &FenceRow,
     scope: &str,
 ) -> Result<(), GateError> {
-    match highest {
+    match row.highest {
         Some(h) if token < h => Err(GateError::StaleFencingToken {
             token,
             highest: h,
             scope: scope.to_string(),
         }),
-        Some(h) if token == h && order == TokenOrder::StrictlyIncreasing => {
+        Some(h) if token == h && order == TokenOrder::StrictlyIncreasing && !row.fresh => {
             Err(GateError::TokenNotIncreasing {
                 token,
                 scope: scope.to_string(),
@@ -204,6 +206,12 @@ impl Gate {
             &req.key,
             req.scope_header.as_deref(),
         )?;
+        if req.scope_takeover.is_some() && entry.policy.scope != ScopeKind::Header {
+            return Err(GateError::InvalidFencingScope(format!(
+                "bucket {} does not fence by a Fencing-Scope header, so there is no scope to take an object over from; remove Fencing-Scope-Takeover",
+                req.bucket
+            )));
+        }
         let span = Span::current();
         span.record("scope", scope.as_str());
         if let Some(t) = token {

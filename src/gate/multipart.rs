@@ -26,9 +26,15 @@ impl Gate {
     async fn create_upload_inner(&self, mut req: WriteRequest) -> Result<Upload, GateError> {
         let (entry, token, scope) = self.admit_request(&req, false)?;
         if let Some(t) = token {
-            check_token(entry.policy.tokens, t.0, self.row(&scope)?.highest, &scope)?;
+            check_token(entry.policy.tokens, t.0, &self.row(&scope)?, &scope)?;
         }
         req.meta.token = token.map(|t| t.0);
+        if entry.policy.scope == crate::config::ScopeKind::Header {
+            req.meta.user_meta.insert(
+                "fencing-scope".into(),
+                super::checks::header_scope_name(&scope).into(),
+            );
+        }
         let handle = entry
             .backend
             .create_upload(&req.bucket, &req.key, &req.meta)
@@ -97,7 +103,7 @@ impl Gate {
         Span::current().record("scope", scope.as_str());
         if let Some(t) = upload.token() {
             Span::current().record("token", t);
-            check_token(entry.policy.tokens, t, self.row(&scope)?.highest, &scope)?;
+            check_token(entry.policy.tokens, t, &self.row(&scope)?, &scope)?;
         }
         Ok(scope)
     }

@@ -30,16 +30,26 @@ impl FsBackend {
     /// Opens the root, creating it and the bucket directories, and clears staging files left by
     /// a crash (they were never committed, so no one can need them).
     pub fn open(root: &Path, buckets: &[&str]) -> std::io::Result<FsBackend> {
+        Self::open_sweeping(root, buckets, std::time::Duration::ZERO)
+    }
+
+    /// [`FsBackend::open`], clearing only staging files older than `min_age`: at start-up no
+    /// request is live and every file goes; a backend opened while serving (a bucket created
+    /// through the S3 API) may share its root with one whose requests are staging right now.
+    pub fn open_sweeping(
+        root: &Path,
+        buckets: &[&str],
+        min_age: std::time::Duration,
+    ) -> std::io::Result<FsBackend> {
         std::fs::create_dir_all(root)?;
         let staging = root.join(STAGING);
         if staging.exists() {
-            let mut cleared = 0;
-            for entry in std::fs::read_dir(&staging)? {
-                std::fs::remove_file(entry?.path())?;
-                cleared += 1;
-            }
+            let cleared = sweep_staging(&staging, min_age)?;
             if cleared > 0 {
-                tracing::info!(cleared, "removed uncommitted staging files left by a crash");
+                tracing::info!(
+                    cleared,
+                    "removed uncommitted staging files left by a crash or a cancelled request"
+                );
             }
         } else {
             std::fs::create_dir(&staging)?;
@@ -76,11 +86,71 @@ impl FsBackend {
     }
 }
 
+/// Removes the staging files older than `min_age`; returns how many.
+fn sweep_staging(staging: &Path, min_age: std::time::Duration) -> std::io::Result<usize> {
+    let mut cleared = 0;
+    for entry in std::fs::read_dir(staging)? {
+        let entry = entry?;
+        let age = entry
+            .metadata()?
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .unwrap_or_default();
+        if min_age.is_zero() || age >= min_age {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => cleared += 1,
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(cleared)
+}
+
 fn fsync_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(test)]
+    tests::FSYNCED.with(|f| f.borrow_mut().push(dir.to_path_buf()));
     std::fs::File::open(dir)?.sync_all()
 }
 
 /// The file's current version, `None` if there is no file (or a file where a directory is).
+/// Renames `from` to `to` unless `to` exists (renameat2 with RENAME_NOREPLACE, atomic);
+/// false if it exists. On a filesystem without the flag, a check and a plain rename.
+fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|e| std::io::Error::new(ErrorKind::InvalidInput, e))
+    };
+    let (cf, ct) = (c(from)?, c(to)?);
+    // SAFETY: both are NUL-terminated paths that outlive the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            cf.as_ptr(),
+            libc::AT_FDCWD,
+            ct.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EEXIST) => Ok(false),
+        Some(libc::EINVAL | libc::ENOSYS) => {
+            if current_version(to)?.is_some() {
+                return Ok(false);
+            }
+            std::fs::rename(from, to)?;
+            Ok(true)
+        }
+        _ => Err(err),
+    }
+}
+
 fn current_version(path: &Path) -> std::io::Result<Option<String>> {
     match std::fs::metadata(path) {
         Ok(md) if md.is_file() => Ok(Some(version_of(&md))),
@@ -90,18 +160,23 @@ fn current_version(path: &Path) -> std::io::Result<Option<String>> {
     }
 }
 
-/// Creates the missing directories between `base` and `dir`, fsyncing each new one's parent so
+/// Creates the missing directories between `base` and `dir`, fsyncing each one's parent so
 /// the entry survives a power loss.
+///
+/// The parent is fsynced when the directory already exists too: another writer may have
+/// created it a moment ago and not finished its own fsync, and a commit acknowledged on top of
+/// that entry would be lost with it. An fsync of a directory with nothing dirty is cheap.
 fn create_dirs_durable(base: &Path, dir: &Path) -> std::io::Result<()> {
     let rel = dir.strip_prefix(base).unwrap_or(Path::new(""));
     let mut at = base.to_path_buf();
     for part in rel.components() {
         let next = at.join(part);
         match std::fs::create_dir(&next) {
-            Ok(()) => fsync_dir(&at)?,
+            Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }
+        fsync_dir(&at)?;
         at = next;
     }
     Ok(())
@@ -143,6 +218,9 @@ impl FsBackend {
     ) -> Result<Staged, BackendError> {
         let name = format!("{:032x}.tmp", rand::random::<u128>());
         let path = self.staging_dir().join(name);
+        // Armed before the file exists: a request dropped at any await below (the client hung
+        // up mid-body) removes its staging file instead of leaving it until the next restart.
+        let mut guard = StagingGuard(Some(path.clone()));
         let mut file = tokio::fs::File::create(&path).await?;
         let written: Result<(String, u64, String), BackendError> = async {
             let mut md5 = Md5::new();
@@ -169,18 +247,41 @@ impl FsBackend {
         .await;
         drop(file);
         match written {
-            Ok((etag, size, version)) => Ok(Staged {
-                body: StagedBody::Handle(path.to_string_lossy().into_owned()),
-                bucket: bucket.to_string(),
-                key: key.to_string(),
-                etag,
-                size,
-                version: Some(version),
-                meta,
-            }),
+            Ok((etag, size, version)) => {
+                // Staged: from here the gate owns the file (commit or discard).
+                guard.0 = None;
+                Ok(Staged {
+                    body: StagedBody::Handle(path.to_string_lossy().into_owned()),
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                    etag,
+                    size,
+                    version: Some(version),
+                    meta,
+                })
+            }
             Err(e) => {
-                let _ = tokio::fs::remove_file(&path).await;
+                drop(guard);
                 Err(e)
+            }
+        }
+    }
+}
+
+/// Removes a staging file whose staging did not complete, whether it failed or was dropped.
+struct StagingGuard(Option<PathBuf>);
+
+impl Drop for StagingGuard {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            // An unlink is quick; doing it here, synchronously, needs no runtime (a dropped
+            // future may be dropped while the runtime shuts down).
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, file = %path.display(), "could not remove an incomplete staging file")
+                }
             }
         }
     }
@@ -209,18 +310,33 @@ impl Backend for FsBackend {
         let key = staged.key.clone();
         let expected = expected.map(str::to_string);
         blocking(move || {
-            let found = current_version(&target)?;
-            if found != expected {
-                return Err(BackendError::Conflict { expected, found });
-            }
             let parent = target
                 .parent()
                 .expect("object files live in a bucket directory");
+            // The slow part (one fsync per new directory) comes before the version check, so
+            // the window between the check and the rename stays as short as a syscall.
             create_dirs_durable(&bucket_dir, parent)?;
-            std::fs::rename(&temp, &target)?;
+            // What is recorded is the identity of the file we wrote (read from its own handle,
+            // which the rename keeps), never whatever sits at the path after the rename.
+            let (_, info) = open_info(&temp, &key)?
+                .ok_or_else(|| BackendError::Failing("the staged file vanished".into()))?;
+            match &expected {
+                // Create-only: atomic, a file that appears at the path meanwhile makes it fail.
+                None => {
+                    if !rename_noreplace(&temp, &target)? {
+                        let found = current_version(&target)?;
+                        return Err(BackendError::Conflict { expected, found });
+                    }
+                }
+                Some(_) => {
+                    let found = current_version(&target)?;
+                    if found != expected {
+                        return Err(BackendError::Conflict { expected, found });
+                    }
+                    std::fs::rename(&temp, &target)?;
+                }
+            }
             fsync_dir(parent)?;
-            let (_, info) = open_info(&target, &key)?
-                .ok_or_else(|| BackendError::Failing("the committed file vanished".into()))?;
             Ok(info)
         })
         .await
@@ -459,6 +575,115 @@ fn walk(
 mod tests {
     use super::*;
     use bytes::Bytes;
+
+    thread_local! {
+        /// Directories fsynced on this thread, for tests that pin when fsyncs happen.
+        pub(super) static FSYNCED: std::cell::RefCell<Vec<PathBuf>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    fn fsynced() -> Vec<PathBuf> {
+        FSYNCED.with(|f| std::mem::take(&mut *f.borrow_mut()))
+    }
+
+    fn staging_files(fs: &FsBackend) -> Vec<PathBuf> {
+        std::fs::read_dir(fs.staging_dir())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_stage_dropped_mid_body_leaves_no_staging_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = std::sync::Arc::new(FsBackend::open(dir.path(), &["b"]).unwrap());
+        // The first chunk arrives, then the client stalls forever.
+        let stalled: ByteStream = Box::pin(
+            futures::stream::iter([Ok(Bytes::from_static(b"first chunk"))])
+                .chain(futures::stream::pending()),
+        );
+        let stager = fs.clone();
+        let task =
+            tokio::spawn(
+                async move { stager.stage("b", "k", ObjectMeta::default(), stalled).await },
+            );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while staging_files(&fs).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "staging never began");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        // The client hangs up: the request's future is dropped mid-body.
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+        assert_eq!(staging_files(&fs), Vec::<PathBuf>::new());
+        // A body that fails mid-way leaves nothing either.
+        let broken: ByteStream = Box::pin(futures::stream::iter([
+            Ok(Bytes::from_static(b"part")),
+            Err(crate::backend::BodyError::Broken("reset".into())),
+        ]));
+        assert!(fs
+            .stage("b", "k", ObjectMeta::default(), broken)
+            .await
+            .is_err());
+        assert_eq!(staging_files(&fs), Vec::<PathBuf>::new());
+        // A completed stage is the gate's to commit or discard: it stays.
+        let staged = fs
+            .stage("b", "k", ObjectMeta::default(), body(b"v"))
+            .await
+            .unwrap();
+        assert_eq!(staging_files(&fs).len(), 1);
+        fs.discard(staged).await;
+    }
+
+    #[test]
+    fn opening_sweeps_staging_files_by_age() {
+        let dir = tempfile::tempdir().unwrap();
+        FsBackend::open(dir.path(), &["b"]).unwrap();
+        let stale = dir.path().join(STAGING).join("left-by-a-crash.tmp");
+        std::fs::write(&stale, b"x").unwrap();
+        // Opened while serving, only old files go: this one may belong to a live request.
+        FsBackend::open_sweeping(dir.path(), &["b"], std::time::Duration::from_secs(600)).unwrap();
+        assert!(stale.exists());
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&stale)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        FsBackend::open_sweeping(dir.path(), &["b"], std::time::Duration::from_secs(600)).unwrap();
+        assert!(!stale.exists());
+        // At start-up, every file goes.
+        std::fs::write(&stale, b"x").unwrap();
+        FsBackend::open(dir.path(), &["b"]).unwrap();
+        assert!(!stale.exists());
+    }
+
+    #[test]
+    fn an_existing_directory_is_fsynced_into_its_parent_too() {
+        fsynced();
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let target = base.join("a").join("b");
+        create_dirs_durable(base, &target).unwrap();
+        assert_eq!(fsynced(), [base.to_path_buf(), base.join("a")]);
+        // A second writer finds both directories there (the first creator may not have
+        // finished its fsync yet) and still makes each entry durable before returning.
+        create_dirs_durable(base, &target).unwrap();
+        assert_eq!(fsynced(), [base.to_path_buf(), base.join("a")]);
+        // Concurrent creators: each returns only after every entry on its path was fsynced.
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (base, target) = (base.to_path_buf(), base.join("c").join("d"));
+                std::thread::spawn(move || {
+                    create_dirs_durable(&base, &target).unwrap();
+                    fsynced()
+                })
+            })
+            .collect();
+        for h in handles {
+            assert_eq!(h.join().unwrap(), [base.to_path_buf(), base.join("c")]);
+        }
+    }
 
     fn body(b: &'static [u8]) -> ByteStream {
         Box::pin(futures::stream::iter([Ok(Bytes::from_static(b))]))

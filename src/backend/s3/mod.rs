@@ -215,6 +215,14 @@ impl S3Backend {
         size: &mut u64,
     ) -> Result<(String, Vec<(i32, String)>), BackendError> {
         let upload_id = self.start_multipart(key, meta).await?;
+        // A request dropped while its body streams (the client hung up) never reaches the
+        // match below; the guard aborts the upload then, so it does not linger in the store.
+        let mut guard = UploadGuard {
+            client: self.clients.reads.clone(),
+            bucket: self.bucket.clone(),
+            store_key: self.store_key(key),
+            upload_id: Some(upload_id.clone()),
+        };
         let result: Result<Vec<(i32, String)>, BackendError> = async {
             let mut parts = Vec::new();
             let mut buf = first;
@@ -245,12 +253,86 @@ impl S3Backend {
             Ok(parts)
         }
         .await;
+        // Either way the guard's work is done here: a staged upload is the gate's to commit or
+        // discard, and a failed one is aborted now, before the error is answered.
+        guard.upload_id = None;
         match result {
             Ok(parts) => Ok((upload_id, parts)),
             Err(e) => {
                 self.abort(key, &upload_id).await;
                 Err(e)
             }
+        }
+    }
+
+    /// Aborts the multipart uploads under this bucket's prefix that began more than `min_age`
+    /// ago and whose ids are not in `known` (the uploads clients started through the S3
+    /// gateway). What is left is fencegate's own staging, from a request that never finished
+    /// (a crash, or a cancelled request whose abort failed). Returns how many were aborted.
+    pub async fn sweep_uploads(
+        &self,
+        known: &std::collections::HashSet<String>,
+        min_age: std::time::Duration,
+    ) -> Result<usize, BackendError> {
+        let now_ms = crate::wall_clock::now_ms() as i64;
+        let mut aborted = 0;
+        let mut key_marker: Option<String> = None;
+        let mut id_marker: Option<String> = None;
+        loop {
+            let page = self
+                .clients
+                .reads
+                .list_multipart_uploads()
+                .bucket(&self.bucket)
+                .prefix(&self.prefix)
+                .set_key_marker(key_marker.clone())
+                .set_upload_id_marker(id_marker.clone())
+                .send()
+                .await
+                .map_err(|e| {
+                    classify("ListMultipartUploads", e).into_backend("ListMultipartUploads")
+                })?;
+            for upload in page.uploads() {
+                let (Some(store_key), Some(id)) = (upload.key(), upload.upload_id()) else {
+                    continue;
+                };
+                let Some(key) = store_key.strip_prefix(&self.prefix) else {
+                    continue;
+                };
+                let age_ms = upload
+                    .initiated()
+                    .and_then(|t| t.to_millis().ok())
+                    .map_or(i64::MAX, |t| now_ms.saturating_sub(t));
+                if known.contains(id)
+                    || age_ms < i64::try_from(min_age.as_millis()).unwrap_or(i64::MAX)
+                {
+                    continue;
+                }
+                self.drop_upload(key, id).await?;
+                tracing::info!(bucket = %self.bucket, key = store_key, upload_id = id, age_ms, "aborted an abandoned multipart upload");
+                aborted += 1;
+            }
+            if page.is_truncated() != Some(true) {
+                return Ok(aborted);
+            }
+            key_marker = page.next_key_marker().map(str::to_string);
+            id_marker = page.next_upload_id_marker().map(str::to_string);
+            if key_marker.is_none() && id_marker.is_none() {
+                return Ok(aborted);
+            }
+        }
+    }
+
+    /// A commit answered without an ETag: read it back. The caller still holds the scope's
+    /// lock, so what is there now is the object just committed (barring a write around
+    /// fencegate, which the next commit's condition catches).
+    async fn etag_after_commit(&self, staged: &Staged) -> Result<String, BackendError> {
+        match self.head(&staged.bucket, &staged.key).await? {
+            Some(info) if !info.etag.is_empty() => Ok(info.etag),
+            _ => Err(BackendError::Failing(format!(
+                "the store accepted the commit of {} but reports no ETag for it; check that the store returns ETags on PutObject, CompleteMultipartUpload or HeadObject",
+                staged.key
+            ))),
         }
     }
 
@@ -262,12 +344,13 @@ impl S3Backend {
         }
     }
 
+    /// Sends the conditional commit; returns the ETag the store answered with, if any.
     async fn send_commit(
         &self,
         staged: &Staged,
         meta: &ObjectMeta,
         expected: Option<&str>,
-    ) -> Result<(), S3Failure> {
+    ) -> Result<Option<String>, S3Failure> {
         let key = self.store_key(&staged.key);
         let (if_match, if_none_match) = match expected {
             Some(etag) => (Some(etag.to_string()), None),
@@ -287,7 +370,7 @@ impl S3Backend {
                 .set_if_none_match(if_none_match)
                 .send()
                 .await
-                .map(|_| ())
+                .map(|out| out.e_tag().map(str::to_string))
                 .map_err(|e| classify("PutObject", e)),
             StagedBody::Multipart { upload_id, parts } => {
                 let parts = parts
@@ -309,7 +392,7 @@ impl S3Backend {
                     .set_if_none_match(if_none_match)
                     .send()
                     .await
-                    .map(|_| ())
+                    .map(|out| out.e_tag().map(str::to_string))
                     .map_err(|e| classify("CompleteMultipartUpload", e))
             }
             // Not staged by this backend: refuse rather than panic.
@@ -361,6 +444,50 @@ impl S3Backend {
                 .map(|chunk| (chunk.map_err(|e| BodyError::Broken(e.to_string())), body))
         });
         Ok(Some((info, Box::pin(stream))))
+    }
+}
+
+/// Aborts a multipart upload whose staging did not complete, when dropped armed.
+struct UploadGuard {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+    store_key: String,
+    upload_id: Option<String>,
+}
+
+impl Drop for UploadGuard {
+    fn drop(&mut self) {
+        let Some(upload_id) = self.upload_id.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // The start-up sweep (abandoned_upload_secs) collects it.
+            tracing::warn!(key = %self.store_key, %upload_id, "a cancelled request's multipart upload could not be aborted: no runtime");
+            return;
+        };
+        let (client, bucket, key) = (
+            self.client.clone(),
+            std::mem::take(&mut self.bucket),
+            std::mem::take(&mut self.store_key),
+        );
+        runtime.spawn(async move {
+            let result = client
+                .abort_multipart_upload()
+                .bucket(&bucket)
+                .key(&key)
+                .upload_id(&upload_id)
+                .send()
+                .await;
+            match result.map_err(|e| classify("AbortMultipartUpload", e)) {
+                Ok(_) | Err(S3Failure::NotFound) => {
+                    tracing::debug!(key, upload_id, "aborted the multipart upload of a cancelled request")
+                }
+                Err(e) => {
+                    let e = e.into_backend("AbortMultipartUpload");
+                    tracing::warn!(key, upload_id, error = %e, "could not abort the multipart upload of a cancelled request; the next start-up sweeps it")
+                }
+            }
+        });
     }
 }
 
@@ -426,8 +553,8 @@ impl Backend for S3Backend {
         expected: Option<&str>,
     ) -> Result<ObjectInfo, BackendError> {
         let meta = staged.meta.clone();
-        match self.send_commit(staged, &meta, expected).await {
-            Ok(()) => {}
+        let answered = match self.send_commit(staged, &meta, expected).await {
+            Ok(etag) => etag,
             Err(S3Failure::Precondition | S3Failure::NotFound) => {
                 // 404 answers If-Match on an object that is gone; both mean "changed". The
                 // version found is read here once; a failed read is a fault, not "absent".
@@ -454,12 +581,19 @@ impl Backend for S3Backend {
                 };
             }
             Err(f) => return Err(f.into_backend("commit")),
-        }
+        };
+        // The version recorded must be the store's own ETag: it is what the next HEAD, and a
+        // conditional commit's If-Match, compare against. It differs from the MD5 computed
+        // while staging on stores that encrypt (SSE-KMS) or compute multipart ETags otherwise.
+        let etag = match answered.filter(|e| !e.is_empty()) {
+            Some(etag) => etag,
+            None => self.etag_after_commit(staged).await?,
+        };
         Ok(ObjectInfo {
             key: staged.key.clone(),
             size: staged.size,
-            etag: staged.etag.clone(),
-            version: staged.etag.clone(),
+            version: etag.clone(),
+            etag,
             last_modified_ms: crate::wall_clock::now_ms(),
             meta,
         })
