@@ -110,7 +110,8 @@ impl Backends {
                     store_bucket,
                     &policy.backend_prefix,
                     s3cfg.multipart_threshold_bytes,
-                );
+                )
+                .with_commit_deadline(Duration::from_secs(s3cfg.commit_deadline_secs));
                 crate::server::prepare_s3(bucket, name, s3cfg, &backend)
                     .await
                     .map_err(|e| e.to_string())?;

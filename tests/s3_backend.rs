@@ -18,7 +18,8 @@ fn config(endpoint: &str, extra: &str) -> String {
 
 const UNSAFE: &str = "unsafe_no_conditional_writes = true";
 /// For tests where the store stalls on purpose.
-const UNSAFE_FAST_TIMEOUT: &str = "unsafe_no_conditional_writes = true\nread_timeout_secs = 2";
+const UNSAFE_FAST_TIMEOUT: &str =
+    "unsafe_no_conditional_writes = true\nread_timeout_secs = 2\ncommit_deadline_secs = 2";
 
 /// moto, the misbehaving proxy in front of it, and fencegate in front of that.
 struct Rig {
@@ -192,7 +193,10 @@ async fn a_backend_that_goes_down_is_502_and_keeps_the_recorded_token() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(
         &dir.path().join("data"),
-        Some(&config(&moto.endpoint(), UNSAFE)),
+        Some(&config(
+            &moto.endpoint(),
+            "unsafe_no_conditional_writes = true\ncommit_deadline_secs = 2",
+        )),
     );
     let c = client();
     let url = s.object_url("default", "k");
@@ -218,8 +222,17 @@ async fn a_backend_that_goes_down_is_502_and_keeps_the_recorded_token() {
             .0,
         200
     );
-    // ...and the object that vanished from the store behind fencegate's back is reported,
-    // not silently re-created.
+    // The write made while the store was down may still be in flight (its request may have
+    // reached the store): the object is held back until the deadline passes...
+    let (status, body) = put(&c, &url, Some("7"), b"after").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("CommitUnresolved")),
+        "{body}"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    // ...and then the object that vanished from the store behind fencegate's back is
+    // reported, not silently re-created.
     let (status, body) = put(&c, &url, Some("7"), b"after").await;
     assert_eq!(
         (status, body["error"].as_str()),
@@ -309,6 +322,15 @@ async fn a_timed_out_commit_that_did_not_land_is_504_and_keeps_the_token() {
         "contract line 7: the recorded token stays"
     );
     assert_eq!(put(&c, &url, Some("4"), b"stale").await.0, 409);
+    // The lost request may still land: the retry waits until the store shows it or the
+    // deadline (commit_deadline_secs = 2) passes.
+    let (status, body) = put(&c, &url, Some("5"), b"retried").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("CommitUnresolved")),
+        "{body}"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     assert_eq!(put(&c, &url, Some("5"), b"retried").await.0, 200);
     assert_eq!(get_bytes(&c, &url).await.1, b"retried");
 }

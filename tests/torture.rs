@@ -255,7 +255,7 @@ async fn torture(seed: u64, secs: f64, fencing: &str, store: Store) -> Report {
         // Short timeouts, so a stopped store turns into quick 504s (outcome unknown). moto
         // ignores If-Match only on CompleteMultipartUpload; these bodies are single PUTs.
         Some(m) => format!(
-            "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nconnect_timeout_secs = 1\nread_timeout_secs = 1\nread_attempts = 2\nunsafe_no_conditional_writes = true\n\n[buckets.torture]\nbackend = \"store\"\nbackend_bucket = \"torture-store\"\nfencing = \"{fencing}\"\n",
+            "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nconnect_timeout_secs = 1\nread_timeout_secs = 1\nread_attempts = 2\nunsafe_no_conditional_writes = true\ncommit_deadline_secs = 5\n\n[buckets.torture]\nbackend = \"store\"\nbackend_bucket = \"torture-store\"\nfencing = \"{fencing}\"\n",
             m.endpoint()
         ),
     };

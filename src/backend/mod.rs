@@ -225,6 +225,13 @@ pub trait Backend: Send + Sync + 'static {
         true
     }
 
+    /// How long a commit or delete whose answer was lost (a timeout, a reset) may still be
+    /// applied by the store. `None`: never, because the operation ended when the call returned
+    /// (fs: a blocking task that ran to its end). The gate refuses the object until then.
+    fn in_flight_bound(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Drops a staged body that lost (or whose commit failed).
     async fn discard(&self, staged: Staged);
 

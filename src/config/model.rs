@@ -138,6 +138,11 @@ pub struct S3BackendConfig {
     /// does not know and that began more than this many seconds ago are aborted (left by a
     /// crash or a cancelled request). 0 aborts every unknown upload.
     pub abandoned_upload_secs: u64,
+    /// After a commit or delete whose outcome the store did not confirm (a timeout, a reset, a
+    /// 5xx), the object is refused (503 `CommitUnresolved`) until the store shows that outcome
+    /// or this many seconds have passed: the longest a request can be in flight and still be
+    /// applied. 900 is the SigV4 window (stores refuse a request signed 15 minutes earlier).
+    pub commit_deadline_secs: u64,
 }
 
 impl Default for S3BackendConfig {
@@ -155,6 +160,7 @@ impl Default for S3BackendConfig {
             unsafe_no_conditional_writes: false,
             unsafe_unconditional_deletes: false,
             abandoned_upload_secs: 3600,
+            commit_deadline_secs: 900,
         }
     }
 }
@@ -181,6 +187,7 @@ impl std::fmt::Debug for S3BackendConfig {
                 &self.unsafe_unconditional_deletes,
             )
             .field("abandoned_upload_secs", &self.abandoned_upload_secs)
+            .field("commit_deadline_secs", &self.commit_deadline_secs)
             .finish()
     }
 }

@@ -40,6 +40,11 @@ pub struct FenceRow {
     /// it yet: under strictly-increasing tokens its holder may still write with it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not", rename = "f")]
     pub fresh: bool,
+    /// A commit or delete of this object left the store's answer unknown, and its request may
+    /// still be applied until this wall-clock time (Unix ms): the object is refused until the
+    /// store shows the pending version or the time has passed.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "u")]
+    pub unresolved_until_ms: Option<u64>,
     /// On a `policy:<bucket>` row: the bucket's scope kind when its rows were written
     /// (`object`, `bucket`, `header`, `prefix/<segments>`), checked at start-up.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "k")]

@@ -3,6 +3,7 @@
 //! (bypass detection) and the client's conditions. Also the one way rows are saved.
 
 use super::{check_token, BucketEntry, Gate, GateError, WriteRequest};
+use crate::backend::BackendError;
 use crate::config::{BypassPolicy, ScopeKind};
 use crate::fence::{Durability, FenceRow};
 use crate::token::Token;
@@ -51,6 +52,7 @@ impl Gate {
             self.row(object_key)?
         };
         self.check_binding(req, entry, scope, &object_row, token)?;
+        self.check_resolved(req, entry, &object_row).await?;
         let found = if trust_row && object_row.pending.is_none() {
             object_row.version.clone()
         } else {
@@ -79,6 +81,78 @@ impl Gate {
             current_etag,
             expected: found,
         })
+    }
+
+    /// An earlier request to the store whose answer was lost may still be applied (a slow
+    /// store, a buffering proxy): nothing cancels a request in flight, and S3's conditions
+    /// cannot fence it (it can find the key absent again, or its If-Match ETag back). So the
+    /// object is refused until the store shows that request's outcome (the pending version) or
+    /// the backend's bound on in-flight requests has passed (docs/threat-model.md).
+    async fn check_resolved(
+        &self,
+        req: &WriteRequest,
+        entry: &BucketEntry,
+        object_row: &FenceRow,
+    ) -> Result<(), GateError> {
+        let Some(until) = object_row.unresolved_until_ms else {
+            return Ok(());
+        };
+        let now = crate::wall_clock::now_ms();
+        if now >= until {
+            return Ok(());
+        }
+        let found = entry.backend.version(&req.bucket, &req.key).await?;
+        let landed = object_row
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.version == found);
+        if landed {
+            return Ok(());
+        }
+        Err(GateError::CommitUnresolved {
+            key: req.key.clone(),
+            retry_after: (until - now).div_ceil(1000),
+        })
+    }
+
+    /// After a failed commit or delete: if the store's answer was lost and its request may
+    /// still land, the object's row says until when (synced), so that `check_resolved` holds
+    /// later requests back. The intent rows were already synced; this only adds the deadline.
+    pub(super) async fn mark_unresolved(
+        &self,
+        entry: &BucketEntry,
+        rows: (&str, &FenceRow, &str, &FenceRow),
+        error: &GateError,
+    ) {
+        let unknown = matches!(
+            error,
+            GateError::Backend(
+                BackendError::Timeout(_) | BackendError::Unreachable(_) | BackendError::Failing(_)
+            )
+        );
+        let Some(bound) = entry.backend.in_flight_bound().filter(|_| unknown) else {
+            return;
+        };
+        let (scope, scope_row, object_key, object_row) = rows;
+        let until = crate::wall_clock::now_ms().saturating_add(bound.as_millis() as u64);
+        let object_row = FenceRow {
+            unresolved_until_ms: Some(until),
+            ..object_row.clone()
+        };
+        if let Err(e) = self
+            .save(
+                scope,
+                scope_row.clone(),
+                object_key,
+                object_row,
+                Durability::Synced,
+            )
+            .await
+        {
+            tracing::error!(error = %e, key = object_key, "could not record an unresolved store request");
+        } else {
+            tracing::warn!(key = object_key, until_ms = until, "the store did not answer; the object is refused until its outcome shows or the deadline passes");
+        }
     }
 
     /// In a header-scoped bucket an object belongs to the scope (the lock) that first wrote

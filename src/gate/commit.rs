@@ -143,6 +143,9 @@ impl Gate {
             current_etag,
             expected,
         } = locked;
+        // The checks passed, so any earlier unresolved request has shown its outcome or can
+        // no longer land.
+        object_row.unresolved_until_ms = None;
         let before = (scope_row.clone(), object_row.clone());
         if let Some(t) = token {
             scope_row.highest = Some(scope_row.highest.map_or(t.0, |h| h.max(t.0)));
@@ -179,10 +182,13 @@ impl Gate {
         {
             Ok(info) => info,
             Err(e) => {
+                self.mark_unresolved(entry, (scope, &scope_row, object_key, &object_row), &e)
+                    .await;
                 entry.backend.discard(staged).await;
                 return Err(e);
             }
         };
+        object_row.unresolved_until_ms = None;
         object_row.version = Some(info.version);
         object_row.etag = Some(info.etag.clone());
         object_row.pending = None;

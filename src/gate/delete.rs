@@ -80,6 +80,7 @@ impl Gate {
         };
         object_row.version = Some(expected.clone());
         object_row.pending = Some(Pending::default());
+        object_row.unresolved_until_ms = None;
         object_row.scope = binding;
         // The intent (the raised highest among it) is synced before the backend changes. If the
         // backend then refuses or fails, the raised highest stays: a token that was sent is
@@ -88,14 +89,16 @@ impl Gate {
             scope,
             scope_row.clone(),
             &object_key,
-            object_row,
+            object_row.clone(),
             Durability::Synced,
         )
         .await?;
-        entry
-            .backend
-            .delete(&req.bucket, &req.key, &expected)
-            .await?;
+        if let Err(e) = entry.backend.delete(&req.bucket, &req.key, &expected).await {
+            let e = GateError::from(e);
+            self.mark_unresolved(entry, (scope, &scope_row, &object_key, &object_row), &e)
+                .await;
+            return Err(e);
+        }
         // Synced: the tombstone is part of what the acknowledgement promises.
         self.save(scope, scope_row, &object_key, tombstone, Durability::Synced)
             .await?;

@@ -23,6 +23,8 @@ pub enum GateError {
     },
     #[error("scope {scope} is at the largest token (18446744073709551615) and cannot grow; no newer token can fence it. Use another scope (another key or lock name); a token this large was almost certainly sent by mistake")]
     TokenSpaceExhausted { scope: String },
+    #[error("an earlier write or delete of {key:?} did not get the store's answer and may still be applied by the store; fencegate refuses this object until the store shows that outcome or the request can no longer land (about {retry_after} s; `commit_deadline_secs`). Retry later")]
+    CommitUnresolved { key: String, retry_after: u64 },
     #[error("internal error: {0}")]
     Internal(String),
     #[error("bucket {bucket} requires a Fencing-Token header on writes and deletes")]
@@ -67,6 +69,7 @@ impl GateError {
             GateError::StaleFencingToken { .. } | GateError::TokenNotIncreasing { .. } => 409,
             GateError::FencingScopeMismatch { .. } | GateError::TokenSpaceExhausted { .. } => 409,
             GateError::Internal(_) => 500,
+            GateError::CommitUnresolved { .. } => 503,
             GateError::FencingTokenRequired { .. } => 428,
             GateError::InvalidFencingToken(_)
             | GateError::InvalidFencingScope(_)
@@ -100,6 +103,7 @@ impl GateError {
             GateError::FencingScopeMismatch { .. } => "FencingScopeMismatch",
             GateError::TokenSpaceExhausted { .. } => "TokenSpaceExhausted",
             GateError::Internal(_) => "InternalError",
+            GateError::CommitUnresolved { .. } => "CommitUnresolved",
             GateError::FencingTokenRequired { .. } => "FencingTokenRequired",
             GateError::InvalidFencingToken(_) => "InvalidFencingToken",
             GateError::InvalidFencingScope(_) => "InvalidFencingScope",
@@ -132,7 +136,11 @@ impl GateError {
 
     /// Seconds a client should wait before retrying, for `Retry-After`.
     pub fn retry_after(&self) -> Option<u64> {
-        matches!(self, GateError::Backend(BackendError::Throttled(_))).then_some(1)
+        match self {
+            GateError::Backend(BackendError::Throttled(_)) => Some(1),
+            GateError::CommitUnresolved { retry_after, .. } => Some((*retry_after).max(1)),
+            _ => None,
+        }
     }
 
     /// A short word for logs and metrics.
@@ -142,7 +150,7 @@ impl GateError {
             | GateError::TokenNotIncreasing { .. }
             | GateError::FencingScopeMismatch { .. }
             | GateError::TokenSpaceExhausted { .. } => "stale",
-            GateError::Internal(_) => "failed",
+            GateError::Internal(_) | GateError::CommitUnresolved { .. } => "failed",
             GateError::BypassDetected { .. }
             | GateError::Backend(BackendError::Conflict { .. }) => "bypass",
             GateError::PreconditionFailed(_) => "precondition",

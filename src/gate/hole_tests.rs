@@ -434,3 +434,124 @@ async fn a_takeover_header_outside_a_header_scoped_bucket_is_refused() {
     assert_eq!((e.status(), e.code()), (400, "InvalidFencingScope"));
     assert!(backend.inner.bytes("b", "k").is_none());
 }
+
+/// A store whose answers get lost: the commit times out at once, and the request is applied
+/// `late` later (if its condition still holds then, as a conditional PutObject would be).
+struct LateStore {
+    inner: Arc<MemoryBackend>,
+    late: Duration,
+}
+
+#[async_trait::async_trait]
+impl Backend for LateStore {
+    async fn stage(
+        &self,
+        b: &str,
+        k: &str,
+        m: ObjectMeta,
+        body: ByteStream,
+    ) -> Result<Staged, BackendError> {
+        self.inner.stage(b, k, m, body).await
+    }
+    async fn commit(&self, s: &Staged, e: Option<&str>) -> Result<ObjectInfo, BackendError> {
+        let (inner, late) = (self.inner.clone(), self.late);
+        let staged = Staged {
+            body: match &s.body {
+                crate::backend::StagedBody::Handle(h) => {
+                    crate::backend::StagedBody::Handle(h.clone())
+                }
+                other => panic!("the memory backend stages handles, not {other:?}"),
+            },
+            bucket: s.bucket.clone(),
+            key: s.key.clone(),
+            etag: s.etag.clone(),
+            size: s.size,
+            version: s.version.clone(),
+            meta: s.meta.clone(),
+        };
+        let expected = e.map(str::to_string);
+        tokio::spawn(async move {
+            tokio::time::sleep(late).await;
+            let _ = inner.commit(&staged, expected.as_deref()).await;
+        });
+        Err(BackendError::Timeout(
+            "the store did not answer in time".into(),
+        ))
+    }
+    fn in_flight_bound(&self) -> Option<Duration> {
+        Some(Duration::from_secs(60))
+    }
+    async fn discard(&self, _s: Staged) {
+        // The request in flight still needs its staged body.
+    }
+    async fn version(&self, b: &str, k: &str) -> Result<Option<String>, BackendError> {
+        self.inner.version(b, k).await
+    }
+    async fn head(&self, b: &str, k: &str) -> Result<Option<ObjectInfo>, BackendError> {
+        self.inner.head(b, k).await
+    }
+    async fn get(
+        &self,
+        b: &str,
+        k: &str,
+    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
+        self.inner.get(b, k).await
+    }
+    async fn delete(&self, b: &str, k: &str, e: &str) -> Result<(), BackendError> {
+        self.inner.delete(b, k, e).await
+    }
+    async fn list(
+        &self,
+        b: &str,
+        p: &str,
+        s: Option<&str>,
+        m: usize,
+    ) -> Result<ListPage, BackendError> {
+        self.inner.list(b, p, s, m).await
+    }
+}
+
+#[tokio::test]
+async fn a_write_whose_answer_was_lost_holds_the_object_until_it_shows() {
+    let inner = Arc::new(MemoryBackend::new());
+    let store = Arc::new(MemoryFenceStore::new());
+    let mut buckets = BTreeMap::new();
+    buckets.insert(
+        "b".to_string(),
+        BucketEntry {
+            policy: BucketPolicy::default(),
+            backend: Arc::new(LateStore {
+                inner: inner.clone(),
+                late: Duration::from_millis(300),
+            }),
+        },
+    );
+    let gate = Arc::new(Gate::new(store.clone(), buckets));
+    let e = gate
+        .put(req("k", Some(5)), body(b"zombie"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.status(), 504);
+    // Before the fix, this delete of the (still) absent key was acknowledged, and the write
+    // with token 5 landed after it.
+    let e = gate.delete(req("k", Some(6))).await.unwrap_err();
+    assert_eq!((e.status(), e.code()), (503, "CommitUnresolved"));
+    assert!(e.retry_after().unwrap() >= 1);
+    let e = gate.put(req("k", Some(7)), body(b"new")).await.unwrap_err();
+    assert_eq!(e.code(), "CommitUnresolved");
+    // Across a restart too (the deadline is on the synced row).
+    store.lose_unsynced();
+    assert_eq!(
+        gate.delete(req("k", Some(6))).await.unwrap_err().code(),
+        "CommitUnresolved"
+    );
+    // The late request lands; its outcome shows, and the object is served again.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        inner.bytes("b", "k").unwrap(),
+        Bytes::from_static(b"zombie")
+    );
+    let d = gate.delete(req("k", Some(6))).await.unwrap();
+    assert_eq!(d.existed, Some(true));
+    assert!(inner.bytes("b", "k").is_none());
+}

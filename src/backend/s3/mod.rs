@@ -41,6 +41,8 @@ pub struct S3Backend {
     /// Set by the probe: whether PutObject, and CompleteMultipartUpload, honour the conditions.
     conditional_puts: std::sync::atomic::AtomicBool,
     conditional_completes: std::sync::atomic::AtomicBool,
+    /// How long a request whose answer was lost may still be applied by the store.
+    commit_deadline: std::time::Duration,
 }
 
 impl S3Backend {
@@ -53,7 +55,13 @@ impl S3Backend {
             conditional_delete: std::sync::atomic::AtomicBool::new(true),
             conditional_puts: std::sync::atomic::AtomicBool::new(true),
             conditional_completes: std::sync::atomic::AtomicBool::new(true),
+            commit_deadline: std::time::Duration::from_secs(900),
         }
+    }
+
+    pub fn with_commit_deadline(mut self, deadline: std::time::Duration) -> S3Backend {
+        self.commit_deadline = deadline;
+        self
     }
 
     /// Records what the probe proved about PutObject and CompleteMultipartUpload.
@@ -597,6 +605,10 @@ impl Backend for S3Backend {
             last_modified_ms: crate::wall_clock::now_ms(),
             meta,
         })
+    }
+
+    fn in_flight_bound(&self) -> Option<std::time::Duration> {
+        Some(self.commit_deadline)
     }
 
     fn conditional_commit(&self, staged: &Staged) -> bool {
