@@ -136,3 +136,44 @@ async fn a_bound_grant_fences_a_foreign_writer_that_recorded_first() {
     // The foreign holder's next write with 11 is refused.
     assert_eq!(put(&c, &url, Some("11"), b"late").await.0, 409);
 }
+
+#[tokio::test]
+async fn repeated_condition_lines_are_one_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    let c = client();
+    let url = s.object_url("default", "k");
+    let (_, first) = put(&c, &url, Some("1"), b"first").await;
+    let etag = first["etag"].as_str().unwrap().to_string();
+    // `If-None-Match: "x"` then `If-None-Match: <current ETag>`: 412. Before the fix only the
+    // first line was judged and the object was overwritten.
+    let req = c
+        .put(&url)
+        .header("Fencing-Token", "2")
+        .header("If-None-Match", "\"x\"")
+        .header("If-None-Match", etag)
+        .body("second");
+    let (status, body) = send(&c, req).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (412, Some("PreconditionFailed")),
+        "{body}"
+    );
+    // `"x"` then `*` makes a list with `*` in it: malformed, refused.
+    let req = c
+        .put(&url)
+        .header("Fencing-Token", "2")
+        .header("If-None-Match", "\"x\"")
+        .header("If-None-Match", "*")
+        .body("second");
+    let (status, body) = send(&c, req).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("InvalidArgument")),
+        "{body}"
+    );
+    assert_eq!(
+        c.get(&url).send().await.unwrap().text().await.unwrap(),
+        "first"
+    );
+}

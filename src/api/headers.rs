@@ -47,13 +47,21 @@ fn single(headers: &HeaderMap, name: &str) -> Result<Option<Vec<u8>>, GateError>
     Ok(first)
 }
 
+/// Repeated lines of a list header are one list (RFC 9110 §5.3), so every line is judged,
+/// not only the first.
 fn etag_match(headers: &HeaderMap, name: &str) -> Result<Option<EtagMatch>, GateError> {
-    let Some(value) = headers.get(name) else {
-        return Ok(None);
+    let lines: Option<Vec<&str>> = headers
+        .get_all(name)
+        .iter()
+        .map(|v| v.to_str().ok())
+        .collect();
+    let joined = match lines {
+        Some(lines) if lines.is_empty() => return Ok(None),
+        Some(lines) => Some(lines.join(",")),
+        None => None,
     };
-    value
-        .to_str()
-        .ok()
+    joined
+        .as_deref()
         .and_then(EtagMatch::parse)
         .map(Some)
         .ok_or_else(|| {

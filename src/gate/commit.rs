@@ -39,6 +39,13 @@ where
     }
 }
 
+/// `fencing-token` and `fencing-scope` in an object's metadata are written by fencegate only:
+/// a client's own values would pass for the token or lock that wrote the object.
+pub(super) fn reserve_meta(meta: &mut crate::backend::ObjectMeta) {
+    meta.user_meta.remove("fencing-token");
+    meta.user_meta.remove("fencing-scope");
+}
+
 impl Gate {
     /// PUT: the whole commit protocol for one write.
     pub async fn put(
@@ -62,6 +69,7 @@ impl Gate {
             check_token(entry.policy.tokens, t.0, &self.row(&scope)?, &scope)?;
         }
         req.meta.token = token.map(|t| t.0);
+        reserve_meta(&mut req.meta);
         if entry.policy.scope == ScopeKind::Header {
             // The object's metadata names its lock too, for whoever reads the store directly.
             req.meta
@@ -105,13 +113,11 @@ impl Gate {
         staged: Staged,
     ) -> Result<Written, GateError> {
         let object_key = scope::object_row(&req.bucket, &req.key);
-        let _scope_lock = self.locks.lock(scope).await;
-        let _object_lock = if object_key != scope {
-            Some(self.locks.lock(&object_key).await)
-        } else {
-            None
-        };
-        let trust_row = entry.backend.conditional_commit(&staged);
+        let _locks = self.locks.lock_object(scope, &object_key).await;
+        // Under `on_bypass = "adopt"` the store's real version is read first, so the client's
+        // conditions are judged against the object the write will replace.
+        let trust_row = entry.backend.conditional_commit(&staged)
+            && entry.policy.on_bypass == crate::config::BypassPolicy::Reject;
         let locked = match self
             .lock_checks(req, entry, scope, &object_key, token, trust_row)
             .await

@@ -11,6 +11,7 @@ pub enum EtagMatch {
 
 impl EtagMatch {
     /// Parses a header value: `*`, or a comma-separated list of (optionally quoted) ETags.
+    /// `*` inside a list (also from repeated header lines) is malformed: refused, not guessed.
     pub fn parse(value: &str) -> Option<EtagMatch> {
         let value = value.trim();
         if value == "*" {
@@ -21,6 +22,9 @@ impl EtagMatch {
             .map(|t| normalize(t.trim()).to_string())
             .filter(|t| !t.is_empty())
             .collect();
+        if tags.iter().any(|t| t == "*") {
+            return None;
+        }
         (!tags.is_empty()).then_some(EtagMatch::Tags(tags))
     }
 

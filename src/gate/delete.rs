@@ -34,12 +34,7 @@ impl Gate {
         token: Option<Token>,
     ) -> Result<Written, GateError> {
         let object_key = scope::object_row(&req.bucket, &req.key);
-        let _scope_lock = self.locks.lock(scope).await;
-        let _object_lock = if object_key != scope {
-            Some(self.locks.lock(&object_key).await)
-        } else {
-            None
-        };
+        let _locks = self.locks.lock_object(scope, &object_key).await;
         let Locked {
             mut scope_row,
             mut object_row,

@@ -39,20 +39,7 @@ impl Backend for Faulty {
         self.commits_started.fetch_add(1, Ordering::SeqCst);
         let delay = Duration::from_millis(self.commit_delay_ms.load(Ordering::SeqCst));
         let inner = self.inner.clone();
-        let staged = Staged {
-            body: match &s.body {
-                crate::backend::StagedBody::Handle(h) => {
-                    crate::backend::StagedBody::Handle(h.clone())
-                }
-                other => panic!("the memory backend stages handles, not {other:?}"),
-            },
-            bucket: s.bucket.clone(),
-            key: s.key.clone(),
-            etag: s.etag.clone(),
-            size: s.size,
-            version: s.version.clone(),
-            meta: s.meta.clone(),
-        };
+        let staged = handle_copy(s);
         let expected = e.map(str::to_string);
         // Like the fs backend: the version is compared, then the rename replaces whatever is
         // there (the compare-and-swap holds only under the scope's lock), in a blocking task
@@ -102,6 +89,22 @@ impl Backend for Faulty {
         m: usize,
     ) -> Result<ListPage, BackendError> {
         self.inner.list(b, p, s, m).await
+    }
+}
+
+/// A second handle on a body the memory backend staged, for a commit that outlives its call.
+fn handle_copy(s: &Staged) -> Staged {
+    Staged {
+        body: match &s.body {
+            crate::backend::StagedBody::Handle(h) => crate::backend::StagedBody::Handle(h.clone()),
+            other => panic!("the memory backend stages handles, not {other:?}"),
+        },
+        bucket: s.bucket.clone(),
+        key: s.key.clone(),
+        etag: s.etag.clone(),
+        size: s.size,
+        version: s.version.clone(),
+        meta: s.meta.clone(),
     }
 }
 
@@ -455,20 +458,7 @@ impl Backend for LateStore {
     }
     async fn commit(&self, s: &Staged, e: Option<&str>) -> Result<ObjectInfo, BackendError> {
         let (inner, late) = (self.inner.clone(), self.late);
-        let staged = Staged {
-            body: match &s.body {
-                crate::backend::StagedBody::Handle(h) => {
-                    crate::backend::StagedBody::Handle(h.clone())
-                }
-                other => panic!("the memory backend stages handles, not {other:?}"),
-            },
-            bucket: s.bucket.clone(),
-            key: s.key.clone(),
-            etag: s.etag.clone(),
-            size: s.size,
-            version: s.version.clone(),
-            meta: s.meta.clone(),
-        };
+        let staged = handle_copy(s);
         let expected = e.map(str::to_string);
         tokio::spawn(async move {
             tokio::time::sleep(late).await;
@@ -554,4 +544,38 @@ async fn a_write_whose_answer_was_lost_holds_the_object_until_it_shows() {
     let d = gate.delete(req("k", Some(6))).await.unwrap();
     assert_eq!(d.existed, Some(true));
     assert!(inner.bytes("b", "k").is_none());
+}
+
+#[tokio::test]
+async fn an_adopting_write_sees_an_object_deleted_behind_its_back_as_absent() {
+    let (gate, backend, _) = gate_with(BucketPolicy {
+        on_bypass: crate::config::BypassPolicy::Adopt,
+        ..BucketPolicy::default()
+    });
+    gate.put(req("k", Some(1)), body(b"mine")).await.unwrap();
+    let v = backend.inner.version("b", "k").await.unwrap().unwrap();
+    backend.inner.delete("b", "k", &v).await.unwrap();
+    // The store holds nothing: "create only if absent" holds, though the row remembers one.
+    let mut create = req("k", Some(2));
+    create.conditions.if_none_match = Some(EtagMatch::Any);
+    gate.put(create, body(b"again")).await.unwrap();
+    assert_eq!(
+        backend.inner.bytes("b", "k").unwrap(),
+        Bytes::from_static(b"again")
+    );
+}
+
+#[tokio::test]
+async fn the_token_and_scope_in_metadata_are_the_gates_own() {
+    let (gate, backend, _) = gate_with(BucketPolicy::default());
+    let mut r = req("k", None);
+    r.token = Ok(Some(Token(7)));
+    r.meta.user_meta.insert("fencing-token".into(), "1".into());
+    r.meta
+        .user_meta
+        .insert("fencing-scope".into(), "forged".into());
+    gate.put(r, body(b"x")).await.unwrap();
+    let info = backend.inner.head("b", "k").await.unwrap().unwrap();
+    assert_eq!(info.meta.token, Some(7));
+    assert!(info.meta.user_meta.is_empty(), "{:?}", info.meta.user_meta);
 }

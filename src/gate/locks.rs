@@ -54,6 +54,22 @@ impl ScopeLocks {
         }
     }
 
+    /// Locks a scope and, when the scope is wider than the object (`object_key` differs),
+    /// the object's own row too, always in that order.
+    pub async fn lock_object(
+        &self,
+        scope: &str,
+        object_key: &str,
+    ) -> (ScopeGuard<'_>, Option<ScopeGuard<'_>>) {
+        let scope_lock = self.lock(scope).await;
+        let object_lock = if object_key != scope {
+            Some(self.lock(object_key).await)
+        } else {
+            None
+        };
+        (scope_lock, object_lock)
+    }
+
     /// How many scopes have a holder or a waiter right now.
     pub fn active(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()

@@ -29,6 +29,7 @@ impl Gate {
             check_token(entry.policy.tokens, t.0, &self.row(&scope)?, &scope)?;
         }
         req.meta.token = token.map(|t| t.0);
+        super::commit::reserve_meta(&mut req.meta);
         if entry.policy.scope == crate::config::ScopeKind::Header {
             req.meta.user_meta.insert(
                 "fencing-scope".into(),
