@@ -52,12 +52,15 @@ impl Gate {
     /// Records a token for `bucket`/`key`'s scope that is at least `floor` and strictly above
     /// the scope's highest, decided and synced under the scope's lock, so no writer's token
     /// recorded before it can equal it. Returns the token and the scope. A scope already at
-    /// u64::MAX cannot grow: `TokenSpaceExhausted`.
+    /// u64::MAX cannot grow: `TokenSpaceExhausted`. `also` names a row (a lease name's) that
+    /// records the same token in the same atomic, synced put: the grant is durable the moment
+    /// the scope's lock is released, before any writer waiting on the lock can answer.
     pub async fn advance_past(
         self: &Arc<Self>,
         bucket: &str,
         key: &str,
         floor: u64,
+        also: Option<String>,
     ) -> Result<(Token, String), GateError> {
         let entry = self.bucket(bucket)?;
         scope::validate_key(key)?;
@@ -77,9 +80,17 @@ impl Gate {
             let token = floor.max(above);
             row.highest = Some(token);
             row.fresh = true;
-            gate.store
-                .put(vec![(scope.clone(), row)], Durability::Synced)
-                .await?;
+            let mut rows = vec![(scope.clone(), row)];
+            if let Some(also) = also {
+                rows.push((
+                    also,
+                    crate::fence::FenceRow {
+                        highest: Some(token),
+                        ..Default::default()
+                    },
+                ));
+            }
+            gate.store.put(rows, Durability::Synced).await?;
             tracing::info!(target: "fencegate::audit", scope = %scope, token, "fence advanced by a lease grant");
             Ok::<_, GateError>((Token(token), scope))
         })

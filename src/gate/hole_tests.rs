@@ -296,13 +296,16 @@ async fn a_header_scoped_object_stays_with_its_lock() {
 async fn a_bound_advance_is_strictly_above_every_recorded_token() {
     let (gate, _, _) = gate_with(BucketPolicy::default());
     gate.put(req("k", Some(11)), body(b"f")).await.unwrap();
-    let (t, scope) = gate.advance_past("b", "k", 3).await.unwrap();
+    let (t, scope) = gate.advance_past("b", "k", 3, None).await.unwrap();
     assert_eq!((t.0, scope.as_str()), (12, "object:b/k"));
     // The writer that held 11 is fenced out by the grant.
     let e = gate.put(req("k", Some(11)), body(b"f")).await.unwrap_err();
     assert_eq!(e.code(), "StaleFencingToken");
     // A floor above the highest wins.
-    assert_eq!(gate.advance_past("b", "k", 40).await.unwrap().0 .0, 40);
+    assert_eq!(
+        gate.advance_past("b", "k", 40, None).await.unwrap().0 .0,
+        40
+    );
     // Racing writers: every grant is above every write acknowledged before it.
     let mut tasks = Vec::new();
     for i in 0..20u64 {
@@ -315,7 +318,7 @@ async fn a_bound_advance_is_strictly_above_every_recorded_token() {
                     .ok()
                     .map(|w| ("write", w.token.unwrap()))
             } else {
-                g.advance_past("b", "r", 1)
+                g.advance_past("b", "r", 1, None)
                     .await
                     .ok()
                     .map(|(t, _)| ("grant", t.0))
@@ -336,7 +339,7 @@ async fn a_scope_at_the_top_of_u64_cannot_be_advanced_past() {
     gate.advance("b", "ov", Ok(Some(Token(u64::MAX))), None)
         .await
         .unwrap();
-    let e = gate.advance_past("b", "ov", 1).await.unwrap_err();
+    let e = gate.advance_past("b", "ov", 1, None).await.unwrap_err();
     assert_eq!((e.status(), e.code()), (409, "TokenSpaceExhausted"));
     // u64::MAX itself is still a valid, equal token for the holder of it.
     gate.put(req("ov", Some(u64::MAX)), body(b"m"))
@@ -424,7 +427,7 @@ async fn under_strict_tokens_an_advanced_token_writes_once() {
     assert_eq!(e.code(), "StaleFencingToken");
     assert_eq!(e.status(), 409);
     // A bound lease grant is the same: its holder writes with the granted token.
-    let (t, _) = gate.advance_past("b", "k", 1).await.unwrap();
+    let (t, _) = gate.advance_past("b", "k", 1, None).await.unwrap();
     gate.put(req("k", Some(t.0)), body(b"c")).await.unwrap();
 }
 

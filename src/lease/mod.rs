@@ -293,8 +293,7 @@ fn row_key(name: &str) -> String {
 
 /// The next token for `name`: one above the last granted (checked: a name at u64::MAX cannot
 /// grow), and for a bound lease strictly above everything its scope recorded, decided under
-/// the scope's lock. The fence is advanced before the name's row is saved; both are synced
-/// before the grant is answered.
+/// the scope's lock, where the name's row is saved in the same atomic, synced put.
 async fn mint(
     gate: Arc<Gate>,
     store: Arc<dyn FenceStore>,
@@ -306,19 +305,19 @@ async fn mint(
     let floor = last
         .checked_add(1)
         .ok_or_else(|| GateError::TokenSpaceExhausted { scope: key.clone() })?;
-    let (token, scope) = match &bind {
-        Some(b) => {
-            let (token, scope) = gate.advance_past(&b.bucket, &b.key, floor).await?;
-            (token.0, Some(scope))
-        }
-        None => (floor, None),
-    };
+    if let Some(b) = &bind {
+        // The name's row goes in the scope's own synced put, under the scope's lock.
+        let (token, scope) = gate
+            .advance_past(&b.bucket, &b.key, floor, Some(key))
+            .await?;
+        return Ok((token.0, Some(scope)));
+    }
     let row = FenceRow {
-        highest: Some(token),
+        highest: Some(floor),
         ..FenceRow::default()
     };
     store.put(vec![(key, row)], Durability::Synced).await?;
-    Ok((token, scope))
+    Ok((floor, None))
 }
 
 #[cfg(test)]
