@@ -1,5 +1,5 @@
 //! Wall-clock time, for what fencegate shows (Last-Modified, upload and lease expiry dates).
-//! No accept/reject decision reads it (DESIGN.md §2, line 3): lease expiry uses the monotonic
+//! No accept/reject decision reads it (docs/threat-model.md): lease expiry uses the monotonic
 //! clock, and fencing uses tokens only.
 
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -1,5 +1,5 @@
-//! Gate errors as native-API responses: the status and code of DESIGN.md §4, a JSON body that
-//! says what to do, and `Fencing-Token-Highest` on stale tokens.
+//! Gate errors as native-API responses: the status and code of the README's error table, a
+//! JSON body that says what to do, and `Fencing-Token-Highest` on stale tokens.
 
 use crate::gate::GateError;
 use axum::http::{HeaderValue, StatusCode};

@@ -1,5 +1,5 @@
-//! The native HTTP API (DESIGN.md §4): routes, shared state and the per-request span. Handlers
-//! only translate HTTP to gate calls and back; every decision is the gate's.
+//! The native HTTP API (README: "The native API"): routes, shared state and the per-request
+//! span. Handlers only translate HTTP to gate calls and back; every decision is the gate's.
 
 mod error;
 mod fences;

@@ -1,5 +1,6 @@
 //! Every way the gate can refuse or fail a request, with the status and the error code of
-//! DESIGN.md §4. Surfaces turn these into JSON (native) or XML (S3) without deciding anything.
+//! the README's error table. Surfaces turn these into JSON (native) or XML (S3) without
+//! deciding anything.
 
 use crate::backend::{BackendError, BodyError};
 use crate::fence::StoreError;
@@ -94,7 +95,7 @@ impl GateError {
         }
     }
 
-    /// The stable error code of DESIGN.md §4.
+    /// The stable error code of the README's error table.
     pub fn code(&self) -> &'static str {
         match self {
             GateError::StaleFencingToken { .. } | GateError::TokenNotIncreasing { .. } => {

@@ -12,7 +12,8 @@ use s3s::dto::{ETag, Metadata, StreamingBlob, Timestamp};
 use s3s::{S3Error, S3ErrorCode};
 use std::time::{Duration, UNIX_EPOCH};
 
-/// A gate error as an S3 error: DESIGN.md §4's code and status, the message saying what to do.
+/// A gate error as an S3 error: the code and status of the README's error table, the message
+/// saying what to do.
 pub fn s3_error(e: GateError) -> S3Error {
     let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
     if status.is_server_error() {

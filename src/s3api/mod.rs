@@ -1,5 +1,5 @@
-//! The S3 gateway surface (DESIGN.md §4): the S3 REST API, parsed and signed by `s3s`, turned
-//! into gate calls. Like the native API it decides nothing: tokens, scopes and commits are the
+//! The S3 gateway surface (README: "Use it as an S3 endpoint"): the S3 REST API, parsed and
+//! signed by `s3s`, turned into gate calls. Like the native API it decides nothing: tokens, scopes and commits are the
 //! gate's. One file per group of operations, over the helpers here.
 
 mod access;
