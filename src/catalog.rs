@@ -29,6 +29,8 @@ pub enum CatalogError {
     #[error("bucket {0} is not empty (objects or multipart uploads remain); delete them first")]
     NotEmpty(String),
     #[error("{0}")]
+    Busy(String),
+    #[error("{0}")]
     Failed(String),
 }
 
@@ -212,13 +214,8 @@ impl Catalog {
                 .for_bucket(&self.config, name, policy)
                 .await
                 .map_err(CatalogError::Failed)?;
-            self.gate.add_bucket(
-                name,
-                BucketEntry {
-                    policy: policy.clone(),
-                    backend,
-                },
-            );
+            self.gate
+                .add_bucket(name, BucketEntry::new(policy.clone(), backend));
         }
         backends.serving();
         Ok(created.len())
@@ -262,7 +259,8 @@ impl Catalog {
             .map_err(|e| CatalogError::Failed(e.to_string()))?;
         created.insert(name.to_string(), policy.clone());
         self.save(&created)?;
-        self.gate.add_bucket(name, BucketEntry { policy, backend });
+        self.gate
+            .add_bucket(name, BucketEntry::new(policy, backend));
         tracing::info!(bucket = name, "bucket created through the S3 API");
         Ok(())
     }
@@ -277,6 +275,12 @@ impl Catalog {
         if !created.contains_key(name) {
             return Err(CatalogError::NoSuchBucket(name.to_string()));
         }
+        // Closed to new writes before the emptiness check, and refused while a write is in
+        // flight: a PUT still streaming must not land in a bucket this answer says is gone.
+        let closing = self
+            .gate
+            .close_bucket(name)
+            .map_err(|e| CatalogError::Busy(e.to_string()))?;
         let page = self
             .gate
             .list(name, "", None, 1)
@@ -288,7 +292,7 @@ impl Catalog {
         }
         created.remove(name);
         self.save(&created)?;
-        self.gate.remove_bucket(name);
+        self.gate.remove_bucket(name, closing);
         tracing::info!(bucket = name, "bucket deleted through the S3 API; its fence rows stay, so old tokens stay fenced if it is created again");
         Ok(())
     }

@@ -84,13 +84,7 @@ async fn build(
             .for_bucket(config, bucket, policy)
             .await
             .map_err(StartError::Gateway)?;
-        buckets.insert(
-            bucket.clone(),
-            BucketEntry {
-                policy: policy.clone(),
-                backend,
-            },
-        );
+        buckets.insert(bucket.clone(), BucketEntry::new(policy.clone(), backend));
     }
     Ok((Gate::new(store.clone(), buckets), store, backends))
 }

@@ -64,3 +64,43 @@ async fn a_file_changed_behind_our_back_is_not_overwritten() {
     );
     assert_eq!(get_bytes(&c, &url).await.1, b"adopted and replaced");
 }
+
+/// An in-place rewrite that keeps the size and restores the mtime (`touch -d`, `rsync -t`,
+/// a careful editor) still changes the ctime, which no user can set, so it is caught too.
+#[tokio::test]
+async fn a_rewrite_that_restores_size_and_mtime_is_still_caught() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let s = Server::start(&data, None);
+    let c = client();
+    let url = s.object_url("default", "doc");
+    assert_eq!(put(&c, &url, Some("1"), b"original").await.0, 200);
+    let file = data.join("objects/default/doc.o");
+    let before = std::fs::metadata(&file).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[..8].copy_from_slice(b"EDITED!!");
+    std::fs::write(&file, &bytes).unwrap();
+    let mtime = std::time::UNIX_EPOCH
+        + std::time::Duration::new(before.mtime() as u64, before.mtime_nsec() as u32);
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_times(std::fs::FileTimes::new().set_modified(mtime))
+        .unwrap();
+    let after = std::fs::metadata(&file).unwrap();
+    assert_eq!(
+        (before.ino(), before.size(), before.mtime_nsec()),
+        (after.ino(), after.size(), after.mtime_nsec())
+    );
+
+    let (status, body) = put(&c, &url, Some("2"), b"would clobber").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("BypassDetected")),
+        "{body}"
+    );
+    assert_eq!(&std::fs::read(&file).unwrap()[..8], b"EDITED!!");
+}

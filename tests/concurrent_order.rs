@@ -86,10 +86,7 @@ async fn random_tokens_commit_in_non_decreasing_order() {
     let mut buckets = BTreeMap::new();
     buckets.insert(
         "b".to_string(),
-        BucketEntry {
-            policy: BucketPolicy::default(),
-            backend: backend.clone(),
-        },
+        BucketEntry::new(BucketPolicy::default(), backend.clone()),
     );
     let gate = Arc::new(Gate::new(store, buckets));
 

@@ -973,6 +973,50 @@ async fn buckets_created_through_s3(kind: Kind) {
     );
     assert_eq!((status, code.as_str()), (409, "StaleFencingToken"));
     assert_eq!(highest.as_deref(), Some("2"));
+
+    // A PUT still streaming its body holds the bucket: DeleteBucket is refused while it is in
+    // flight (it used to answer 204 and the PUT then landed in the deleted bucket).
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(1);
+    let body = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    let url = fx.s().object_url("made-by-client", "streaming");
+    let put = tokio::spawn(async move {
+        common::client()
+            .put(url)
+            .header("Fencing-Token", "3")
+            .body(reqwest::Body::wrap_stream(body))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    });
+    tx.send(Ok(b"first half ".to_vec())).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (status, code, _) = failure(c.delete_bucket().bucket("made-by-client").send().await);
+    assert_eq!((status, code.as_str()), (409, "OperationAborted"));
+    tx.send(Ok(b"second half".to_vec())).await.unwrap();
+    drop(tx);
+    assert_eq!(put.await.unwrap(), 200);
+    assert_eq!(
+        body_of(&c, "made-by-client", "streaming").await,
+        b"first half second half"
+    );
+    let (status, code, _) = failure(c.delete_bucket().bucket("made-by-client").send().await);
+    assert_eq!((status, code.as_str()), (409, "BucketNotEmpty"));
+    // The refused deletes reopened the bucket for writes.
+    with_token!(
+        c.delete_object().bucket("made-by-client").key("streaming"),
+        4
+    )
+    .send()
+    .await
+    .unwrap();
+    c.delete_bucket()
+        .bucket("made-by-client")
+        .send()
+        .await
+        .unwrap();
+
     // A read-only key may not create buckets.
     let reader = fx.client_as("reader-key", "reader-secret");
     let (status, code, _) = failure(reader.create_bucket().bucket("by-reader").send().await);

@@ -9,6 +9,7 @@
 pub mod memory;
 pub mod rocks;
 
+use crate::backend::same_version;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -63,17 +64,17 @@ pub struct Pending {
 impl FenceRow {
     /// Is `found` (the backend's current version) one that fencegate itself committed?
     pub fn owns_version(&self, found: Option<&str>) -> bool {
-        self.version.as_deref() == found
+        same_version(self.version.as_deref(), found)
             || self
                 .pending
                 .as_ref()
-                .is_some_and(|p| p.version.as_deref() == found)
+                .is_some_and(|p| same_version(p.version.as_deref(), found))
     }
 
     /// The ETag fencegate recorded for `found`, one of its own versions.
     pub fn etag_of(&self, found: Option<&str>) -> Option<String> {
         match &self.pending {
-            Some(p) if p.version.as_deref() == found => p.etag.clone(),
+            Some(p) if same_version(p.version.as_deref(), found) => p.etag.clone(),
             _ => self.etag.clone(),
         }
     }

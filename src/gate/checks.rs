@@ -3,7 +3,7 @@
 //! (bypass detection) and the client's conditions. Also the one way rows are saved.
 
 use super::{check_token, BucketEntry, Gate, GateError, WriteRequest};
-use crate::backend::BackendError;
+use crate::backend::{same_version, BackendError};
 use crate::config::{BypassPolicy, ScopeKind};
 use crate::fence::{Durability, FenceRow};
 use crate::token::Token;
@@ -105,7 +105,7 @@ impl Gate {
         let landed = object_row
             .pending
             .as_ref()
-            .is_some_and(|p| p.version == found);
+            .is_some_and(|p| same_version(p.version.as_deref(), found.as_deref()));
         if landed {
             return Ok(());
         }

@@ -12,7 +12,8 @@
 
 use super::checks::{header_scope_name, Locked};
 use super::{
-    check_token, record_outcome, scope, BucketEntry, Gate, GateError, WriteRequest, Written,
+    check_token, record_outcome, scope, BucketEntry, Gate, GateError, WriteRequest, WriteTicket,
+    Written,
 };
 use crate::backend::{BackendError, ByteStream, ObjectInfo, Staged};
 use crate::config::ScopeKind;
@@ -90,7 +91,7 @@ impl Gate {
     pub(super) async fn lock_and_commit(
         self: &Arc<Self>,
         req: WriteRequest,
-        entry: Arc<BucketEntry>,
+        entry: WriteTicket,
         scope: String,
         token: Option<Token>,
         staged: Staged,

@@ -144,10 +144,7 @@ fn gate(store: Arc<dyn FenceStore>, backend: Arc<dyn Backend>) -> Arc<Gate> {
     let mut buckets = BTreeMap::new();
     buckets.insert(
         "b".to_string(),
-        BucketEntry {
-            policy: BucketPolicy::default(),
-            backend,
-        },
+        BucketEntry::new(BucketPolicy::default(), backend),
     );
     Arc::new(Gate::new(store, buckets))
 }

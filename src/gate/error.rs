@@ -28,6 +28,10 @@ pub enum GateError {
     CommitUnresolved { key: String, retry_after: u64 },
     #[error("internal error: {0}")]
     Internal(String),
+    #[error("bucket {0} is being deleted; retry, and expect NoSuchBucket if the delete succeeds")]
+    BucketClosing(String),
+    #[error("bucket {0} has writes in flight; retry DeleteBucket once they have ended")]
+    BucketBusy(String),
     #[error("bucket {bucket} requires a Fencing-Token header on writes and deletes")]
     FencingTokenRequired { bucket: String },
     #[error("invalid Fencing-Token: {0}")]
@@ -78,6 +82,7 @@ impl GateError {
             | GateError::InvalidArgument(_) => 400,
             GateError::PreconditionFailed(_) => 412,
             GateError::BypassDetected { .. } => 409,
+            GateError::BucketClosing(_) | GateError::BucketBusy(_) => 409,
             GateError::NoSuchBucket(_) | GateError::NoSuchKey { .. } => 404,
             GateError::Body(BodyError::TooLarge { .. }) => 413,
             GateError::Body(BodyError::Idle { .. }) => 408,
@@ -111,6 +116,7 @@ impl GateError {
             GateError::PreconditionFailed(_) => "PreconditionFailed",
             GateError::BypassDetected { .. }
             | GateError::Backend(BackendError::Conflict { .. }) => "BypassDetected",
+            GateError::BucketClosing(_) | GateError::BucketBusy(_) => "OperationAborted",
             GateError::NoSuchBucket(_) => "NoSuchBucket",
             GateError::NoSuchKey { .. } => "NoSuchKey",
             GateError::InvalidKey(_) => "InvalidKey",

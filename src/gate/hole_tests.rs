@@ -112,13 +112,7 @@ fn gate_with(policy: BucketPolicy) -> (Arc<Gate>, Arc<Faulty>, Arc<MemoryFenceSt
     let store = Arc::new(MemoryFenceStore::new());
     let backend = Arc::new(Faulty::default());
     let mut buckets = BTreeMap::new();
-    buckets.insert(
-        "b".to_string(),
-        BucketEntry {
-            policy,
-            backend: backend.clone(),
-        },
-    );
+    buckets.insert("b".to_string(), BucketEntry::new(policy, backend.clone()));
     (Arc::new(Gate::new(store.clone(), buckets)), backend, store)
 }
 
@@ -360,10 +354,7 @@ async fn an_upload_is_aborted_only_with_its_token_or_a_higher_one() {
     let mut buckets = BTreeMap::new();
     buckets.insert(
         "b".to_string(),
-        BucketEntry {
-            policy: BucketPolicy::default(),
-            backend,
-        },
+        BucketEntry::new(BucketPolicy::default(), backend),
     );
     let gate = Arc::new(Gate::new(store, buckets));
     let up = gate.create_upload(req("m", Some(8))).await.unwrap();
@@ -511,13 +502,13 @@ async fn a_write_whose_answer_was_lost_holds_the_object_until_it_shows() {
     let mut buckets = BTreeMap::new();
     buckets.insert(
         "b".to_string(),
-        BucketEntry {
-            policy: BucketPolicy::default(),
-            backend: Arc::new(LateStore {
+        BucketEntry::new(
+            BucketPolicy::default(),
+            Arc::new(LateStore {
                 inner: inner.clone(),
                 late: Duration::from_millis(300),
             }),
-        },
+        ),
     );
     let gate = Arc::new(Gate::new(store.clone(), buckets));
     let e = gate

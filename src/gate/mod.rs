@@ -11,7 +11,8 @@
 //!
 //! Files: `commit.rs` (put), `delete.rs`, `fences.rs` (advances, fence info), `checks.rs` (what
 //! is checked under the lock), `multipart.rs`, `read.rs`, `scope.rs`, `locks.rs`,
-//! `conditions.rs`, `uploads.rs`, `rebuild.rs`, `error.rs`.
+//! `conditions.rs`, `uploads.rs`, `rebuild.rs`, `inflight.rs` (writes in flight per bucket),
+//! `error.rs`.
 
 mod checks;
 mod commit;
@@ -19,6 +20,7 @@ mod conditions;
 mod delete;
 mod error;
 mod fences;
+mod inflight;
 mod locks;
 mod multipart;
 mod read;
@@ -29,6 +31,7 @@ mod uploads;
 pub use commit::run_to_end;
 pub use conditions::{Conditions, EtagMatch};
 pub use error::GateError;
+pub use inflight::{Closing, WriteTicket};
 pub use locks::ScopeLocks;
 pub use rebuild::RebuildReport;
 pub use uploads::{Upload, UploadRegistry};
@@ -46,6 +49,17 @@ use tracing::Span;
 pub struct BucketEntry {
     pub policy: BucketPolicy,
     pub backend: Arc<dyn Backend>,
+    in_flight: inflight::InFlight,
+}
+
+impl BucketEntry {
+    pub fn new(policy: BucketPolicy, backend: Arc<dyn Backend>) -> BucketEntry {
+        BucketEntry {
+            policy,
+            backend,
+            in_flight: Default::default(),
+        }
+    }
 }
 
 /// The token as a surface found it: absent, malformed, or a value.
@@ -164,9 +178,21 @@ impl Gate {
         true
     }
 
-    /// Stops serving a bucket (the caller checked it is empty).
-    pub fn remove_bucket(&self, name: &str) {
+    /// Closes a bucket to new writes, refused while one is in flight (DeleteBucket's first
+    /// step: the caller then checks that the bucket is empty, and removes it).
+    pub fn close_bucket(&self, name: &str) -> Result<Closing, GateError> {
+        Closing::close(self.bucket(name)?, name)
+    }
+
+    /// Stops serving a bucket closed by `close_bucket` (the caller checked it is empty).
+    pub fn remove_bucket(&self, name: &str, closing: Closing) {
         self.buckets.write().remove(name);
+        closing.finish();
+    }
+
+    /// The bucket, for a request that changes it: held until the change has ended.
+    fn bucket_for_write(&self, name: &str) -> Result<WriteTicket, GateError> {
+        WriteTicket::take(self.bucket(name)?, name)
     }
 
     /// Applies the bucket's fencing mode to the token the client sent.
@@ -196,8 +222,8 @@ impl Gate {
         &self,
         req: &WriteRequest,
         is_delete: bool,
-    ) -> Result<(Arc<BucketEntry>, Option<Token>, String), GateError> {
-        let entry = self.bucket(&req.bucket)?;
+    ) -> Result<(WriteTicket, Option<Token>, String), GateError> {
+        let entry = self.bucket_for_write(&req.bucket)?;
         scope::validate_key(&req.key)?;
         let token = Self::admit(&req.bucket, &entry.policy, req.token.clone(), is_delete)?;
         let scope = scope::resolve(

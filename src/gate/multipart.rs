@@ -178,7 +178,7 @@ impl Gate {
     ) -> Result<Written, GateError> {
         let upload = self.upload(&req.bucket, &req.key, id)?;
         Self::same_token(&upload, req.token.clone())?;
-        let entry = self.bucket(&upload.bucket)?;
+        let entry = self.bucket_for_write(&upload.bucket)?;
         let scope = match self.upload_current(&upload) {
             Ok(s) => s,
             Err(e) => return Err(self.drop_if_final(&upload, e).await),

@@ -19,13 +19,7 @@ fn fixture(policy: BucketPolicy) -> Fixture {
     let store = Arc::new(MemoryFenceStore::new());
     let backend = Arc::new(MemoryBackend::new());
     let mut buckets = BTreeMap::new();
-    buckets.insert(
-        "b".to_string(),
-        BucketEntry {
-            policy,
-            backend: backend.clone(),
-        },
-    );
+    buckets.insert("b".to_string(), BucketEntry::new(policy, backend.clone()));
     Fixture {
         gate: Arc::new(Gate::new(store.clone(), buckets)),
         store,

@@ -15,10 +15,7 @@ fn leases() -> (Arc<Leases>, Arc<Gate>, Arc<MemoryFenceStore>) {
     let mut buckets = BTreeMap::new();
     buckets.insert(
         "b".to_string(),
-        BucketEntry {
-            policy: BucketPolicy::default(),
-            backend: Arc::new(MemoryBackend::new()),
-        },
+        BucketEntry::new(BucketPolicy::default(), Arc::new(MemoryBackend::new())),
     );
     let gate = Arc::new(Gate::new(store.clone(), buckets));
     let leases = Arc::new(Leases::new(
@@ -355,10 +352,7 @@ async fn a_renewal_does_not_wait_behind_another_grant() {
     let mut buckets = BTreeMap::new();
     buckets.insert(
         "b".to_string(),
-        BucketEntry {
-            policy: BucketPolicy::default(),
-            backend: Arc::new(MemoryBackend::new()),
-        },
+        BucketEntry::new(BucketPolicy::default(), Arc::new(MemoryBackend::new())),
     );
     let gate = Arc::new(Gate::new(slow.clone(), buckets));
     let l = Arc::new(Leases::new(gate, slow, Duration::from_millis(300)));

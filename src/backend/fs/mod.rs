@@ -2,20 +2,21 @@
 //!
 //! A write streams into `<root>/.staging/<random>.tmp` (computing the MD5 ETag on the way),
 //! appends the metadata trailer and fsyncs; the commit renames it into place and fsyncs the
-//! directory. The "version" used for bypass detection is the file's inode/size/mtime.
+//! directory. The "version" used for bypass detection is the file's inode, size, mtime and
+//! ctime (`objfile::version_of`).
 
 pub mod keymap;
 mod objfile;
 mod uploads;
 
 use super::{
-    match_parts, multipart_etag, Backend, BackendError, ByteStream, ListPage, ObjectInfo,
-    ObjectMeta, PartInfo, Staged, StagedBody,
+    match_parts, multipart_etag, same_version, Backend, BackendError, ByteStream, ListPage,
+    ObjectInfo, ObjectMeta, PartInfo, Staged, StagedBody,
 };
 use async_trait::async_trait;
 use futures::StreamExt;
 use md5::{Digest, Md5};
-use objfile::{read_info, version_of, Trailer};
+use objfile::{read_info, staged_version_of, version_of, Trailer};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -241,7 +242,7 @@ impl FsBackend {
             file.write_all(&trailer.encode()).await?;
             file.flush().await?;
             file.sync_all().await?;
-            let version = version_of(&file.metadata().await?);
+            let version = staged_version_of(&file.metadata().await?);
             Ok((etag, size, version))
         }
         .await;
@@ -318,7 +319,7 @@ impl Backend for FsBackend {
             create_dirs_durable(&bucket_dir, parent)?;
             // What is recorded is the identity of the file we wrote (read from its own handle,
             // which the rename keeps), never whatever sits at the path after the rename.
-            let (_, info) = open_info(&temp, &key)?
+            let (file, mut info) = open_info(&temp, &key)?
                 .ok_or_else(|| BackendError::Failing("the staged file vanished".into()))?;
             match &expected {
                 // Create-only: atomic, a file that appears at the path meanwhile makes it fail.
@@ -330,13 +331,16 @@ impl Backend for FsBackend {
                 }
                 Some(_) => {
                     let found = current_version(&target)?;
-                    if found != expected {
+                    if !same_version(expected.as_deref(), found.as_deref()) {
                         return Err(BackendError::Conflict { expected, found });
                     }
                     std::fs::rename(&temp, &target)?;
                 }
             }
             fsync_dir(parent)?;
+            // The rename changed the file's ctime: record the version it has now, read from
+            // our own handle, never from whatever sits at the path.
+            info.version = version_of(&file.metadata()?);
             Ok(info)
         })
         .await
@@ -470,7 +474,7 @@ impl Backend for FsBackend {
         let expected = expected.to_string();
         blocking(move || {
             let found = current_version(&path)?;
-            if found.as_deref() != Some(expected.as_str()) {
+            if !same_version(Some(&expected), found.as_deref()) {
                 return Err(BackendError::Conflict {
                     expected: Some(expected),
                     found,
@@ -750,6 +754,84 @@ mod tests {
         assert!(fs.commit(&staged, Some(&v1.version)).await.is_err());
         assert!(fs.delete("b", "k", &v1.version).await.is_err());
         assert!(fs.object_file("b", "k").exists());
+    }
+
+    /// The version a commit records is the one the published file has (the rename changed its
+    /// ctime), and a rewrite in place that restores size and mtime still changes it.
+    #[tokio::test]
+    async fn an_in_place_rewrite_that_restores_the_mtime_is_a_new_version() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FsBackend::open(dir.path(), &["b"]).unwrap();
+        let staged = fs
+            .stage("b", "k", ObjectMeta::default(), body(b"aaaa"))
+            .await
+            .unwrap();
+        let info = fs.commit(&staged, None).await.unwrap();
+        let now = fs.version("b", "k").await.unwrap();
+        assert_eq!(now.as_deref(), Some(info.version.as_str()));
+        // The pending intent (the staged version) is recognised as the published file.
+        assert!(same_version(staged.version.as_deref(), now.as_deref()));
+
+        let path = fs.object_file("b", "k");
+        let before = std::fs::metadata(&path).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[0] = b'z';
+        std::fs::write(&path, &bytes).unwrap();
+        let mtime = filetime_of(before.mtime(), before.mtime_nsec());
+        let f = std::fs::File::options().write(true).open(&path).unwrap();
+        f.set_times(std::fs::FileTimes::new().set_modified(mtime))
+            .unwrap();
+        let after = std::fs::metadata(&path).unwrap();
+        assert_eq!(
+            (
+                before.ino(),
+                before.size(),
+                before.mtime(),
+                before.mtime_nsec()
+            ),
+            (after.ino(), after.size(), after.mtime(), after.mtime_nsec()),
+            "the rewrite restored everything but the ctime"
+        );
+        let found = fs.version("b", "k").await.unwrap();
+        assert!(!same_version(Some(&info.version), found.as_deref()));
+        let staged = fs
+            .stage("b", "k", ObjectMeta::default(), body(b"bbbb"))
+            .await
+            .unwrap();
+        assert!(matches!(
+            fs.commit(&staged, Some(&info.version)).await,
+            Err(BackendError::Conflict { .. })
+        ));
+        assert!(fs.delete("b", "k", &info.version).await.is_err());
+    }
+
+    /// Rows written before versions carried the ctime still match the file they recorded.
+    #[tokio::test]
+    async fn a_version_recorded_without_the_ctime_still_matches() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FsBackend::open(dir.path(), &["b"]).unwrap();
+        let staged = fs
+            .stage("b", "k", ObjectMeta::default(), body(b"1"))
+            .await
+            .unwrap();
+        let info = fs.commit(&staged, None).await.unwrap();
+        let (legacy, _) = info.version.split_once('~').unwrap();
+        assert!(same_version(Some(legacy), Some(&info.version)));
+        assert!(!same_version(Some(&info.version), Some(legacy)));
+        let staged = fs
+            .stage("b", "k", ObjectMeta::default(), body(b"2"))
+            .await
+            .unwrap();
+        fs.commit(&staged, Some(legacy)).await.unwrap();
+        let now = fs.version("b", "k").await.unwrap().unwrap();
+        assert!(!same_version(Some(legacy), Some(&now)));
+        fs.delete("b", "k", &now).await.unwrap();
+    }
+
+    fn filetime_of(secs: i64, nsec: i64) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + std::time::Duration::new(secs as u64, nsec as u32)
     }
 
     #[tokio::test]

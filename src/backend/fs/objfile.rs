@@ -31,9 +31,22 @@ impl Trailer {
     }
 }
 
-/// The identity of one version of a file: inode, size and mtime. A rewrite in place changes
-/// the mtime, a replacement changes the inode; a rename (our commit) changes neither.
+/// The identity of one version of a file: inode, size, mtime and ctime. A replacement changes
+/// the inode; a rewrite in place changes the mtime and, even when the writer restores the mtime
+/// (`touch -d`, `rsync -t`), the ctime, which no user can set. Our own rename changes the ctime
+/// too, so a commit reads its file's version again after the rename (`FsBackend::commit`).
 pub fn version_of(md: &Metadata) -> String {
+    format!(
+        "{}~{:x}.{:x}",
+        staged_version_of(md),
+        md.ctime(),
+        md.ctime_nsec()
+    )
+}
+
+/// A staged file's version before the rename that publishes it, without the ctime the rename
+/// will change. Matched against the published version by `backend::same_version`.
+pub fn staged_version_of(md: &Metadata) -> String {
     format!(
         "{:x}-{:x}-{:x}.{:x}",
         md.ino(),
