@@ -89,7 +89,9 @@ impl AcquireOptions {
 pub struct S3Credentials {
     pub access_key_id: String,
     pub secret_access_key: String,
-    pub bucket: Option<String>,
+    /// The lease's bucket; the credentials change only objects in the lease's scope.
+    pub bucket: String,
+    pub scope: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -98,6 +100,7 @@ struct GrantBody {
     ttl_ms: u64,
     scope: Option<String>,
     s3_credentials: Option<S3Credentials>,
+    lease_secret: String,
 }
 
 #[derive(Deserialize)]
@@ -193,6 +196,7 @@ impl Client {
             name.to_string(),
             holder.to_string(),
             grant.token,
+            grant.lease_secret.clone(),
             Duration::from_millis(grant.ttl_ms),
             lost.clone(),
         ));
@@ -201,6 +205,7 @@ impl Client {
             name: name.to_string(),
             holder: holder.to_string(),
             token: grant.token,
+            secret: grant.lease_secret,
             scope: grant.scope,
             s3_credentials: grant.s3_credentials,
             lost,
@@ -258,12 +263,13 @@ async fn renew_loop(
     name: String,
     holder: String,
     token: u64,
+    secret: String,
     ttl: Duration,
     lost: Arc<AtomicBool>,
 ) {
     loop {
         tokio::time::sleep(ttl / 3).await;
-        let body = json!({"holder": holder, "token": token, "ttl_ms": ttl.as_millis() as u64});
+        let body = json!({"holder": holder, "token": token, "secret": secret, "ttl_ms": ttl.as_millis() as u64});
         let ok = match client
             .http
             .put(client.lease_url(&name))
@@ -288,6 +294,8 @@ pub struct Lease {
     name: String,
     holder: String,
     token: u64,
+    /// The lease's secret, which renew and release show.
+    secret: String,
     scope: Option<String>,
     s3_credentials: Option<S3Credentials>,
     lost: Arc<AtomicBool>,
@@ -332,7 +340,7 @@ impl Lease {
     /// Ends the lease now, so the next holder need not wait for the TTL.
     pub async fn release(self) -> Result<(), ClientError> {
         self.renewer.abort();
-        let body = json!({"holder": self.holder, "token": self.token});
+        let body = json!({"holder": self.holder, "token": self.token, "secret": self.secret});
         let resp = self
             .client
             .http

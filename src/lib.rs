@@ -2,9 +2,10 @@
 //!
 //! Data flows one way: a surface ([`api`]) translates HTTP into gate calls; the [`gate`] decides
 //! (policy, scope, token, commit protocol); the [`fence`] store records tokens durably and a
-//! [`backend`] holds the bytes.
+//! [`backend`] holds the bytes. Every surface authenticates against one key table ([`auth`]).
 
 pub mod api;
+pub mod auth;
 pub mod backend;
 pub mod catalog;
 pub mod cli;

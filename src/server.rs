@@ -2,14 +2,15 @@
 //! native API) and serves it until SIGINT or SIGTERM.
 
 use crate::api::{self, AppState};
+use crate::auth::KeyTable;
 use crate::backend::s3::S3Backend;
 use crate::catalog::{Backends, Catalog};
-use crate::config::{BucketPolicy, Config, S3BackendConfig, S3Key};
+use crate::config::{BucketPolicy, Config, S3BackendConfig};
 use crate::fence::rocks::RocksFenceStore;
 use crate::fence::{Durability, FenceRow, FenceStore, StoreError};
 use crate::gate::{BucketEntry, Gate, Upload, UploadRegistry};
 use crate::lease::Leases;
-use crate::s3api::{self, KeyTable, S3Gateway};
+use crate::s3api::{self, S3Gateway};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +34,8 @@ pub enum StartError {
     Serve(std::io::Error),
     #[error("{0}")]
     Gateway(String),
+    #[error("no keys are configured, so fencegate is in development mode, where anyone may do anything; it therefore listens on loopback only, and {addr} is not loopback. Add a key to the configuration ([keys.NAME] with access_key_id, secret_access_key_file and bucket permissions; README, \"Security\"), or listen on 127.0.0.1. To expose development mode anyway, set [server] protected_mode = false")]
+    Unprotected { addr: std::net::SocketAddr },
     #[error("{0}")]
     Config(#[from] crate::config::ConfigError),
     #[error("bucket {bucket}: its scope is {configured} in the configuration, but the fence table recorded its tokens and tombstones under scope {recorded}; under the new scope they would be forgotten and a stale writer accepted. Set scope (and prefix_segments) back to {recorded}, or, to change it, stop every writer of bucket {bucket}, make sure the tokens they use next are above every token they used before, and start once with --accept-scope-change {bucket}, which records the new scope")]
@@ -189,8 +192,41 @@ pub async fn prepare_s3(
     }
 }
 
+/// Protected mode: without keys, only loopback listeners (Redis's protected mode), unless the
+/// operator lifted it, which is logged loudly.
+pub fn check_protected(config: &Config) -> Result<(), StartError> {
+    if !config.keys.is_empty() {
+        return Ok(());
+    }
+    let exposed = [Some(config.listen), config.s3_listen]
+        .into_iter()
+        .flatten()
+        .find(|a| !a.ip().is_loopback());
+    match exposed {
+        None => {
+            tracing::warn!(
+                access_key_id = DEV_KEY.0,
+                secret_access_key = DEV_KEY.1,
+                "development mode: no [keys] are configured, so anonymous requests and the development key may do anything; listening on loopback only"
+            );
+            Ok(())
+        }
+        Some(addr) if !config.server.protected_mode => {
+            for _ in 0..3 {
+                tracing::error!(%addr, "UNPROTECTED: development mode (no [keys]) on a non-loopback address because [server] protected_mode = false; anyone who reaches this port may write, delete, advance fences and take leases");
+            }
+            Ok(())
+        }
+        Some(addr) => Err(StartError::Unprotected { addr }),
+    }
+}
+
 /// Runs fencegate until a shutdown signal.
 pub async fn serve(config: Config) -> Result<(), StartError> {
+    check_protected(&config)?;
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| tracing::warn!(error = %e, "metrics are disabled"))
@@ -227,8 +263,11 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     if created > 0 {
         tracing::info!(created, "serving buckets created through the S3 API");
     }
+    let keys = Arc::new(
+        KeyTable::new(config.keys.values().cloned()).with_leases(leases.clone(), gate.clone()),
+    );
     let s3 = if config.s3.enabled {
-        Some(s3_service(&config, gate.clone(), catalog, leases.clone())?)
+        Some(s3_service(&config, gate.clone(), catalog, keys.clone())?)
     } else {
         None
     };
@@ -244,6 +283,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         },
         max_header_bytes: config.server.max_header_bytes,
         leases,
+        keys,
     };
     let listener = bind(config.listen).await?;
     let addr = listener.local_addr().map_err(StartError::Serve)?;
@@ -291,34 +331,15 @@ async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, Sta
         .map_err(|error| StartError::Listen { addr, error })
 }
 
-/// The S3 key used when the config names none (like MinIO's `minioadmin`): the gateway then
-/// works out of the box for local use, and says so loudly at start-up.
-pub const DEV_KEY: (&str, &str) = ("fencegate", "fencegate-dev-secret");
+pub use crate::auth::DEV_KEY;
 
-/// The S3 gateway over `gate`, with the configured keys.
+/// The S3 gateway over `gate`, authenticating against `keys`.
 fn s3_service(
     config: &Config,
     gate: Arc<Gate>,
     catalog: Arc<Catalog>,
-    leases: Arc<Leases>,
+    keys: Arc<KeyTable>,
 ) -> Result<s3s::service::S3Service, StartError> {
-    let keys = if config.s3.keys.is_empty() {
-        tracing::warn!(
-            access_key_id = DEV_KEY.0,
-            secret_access_key = DEV_KEY.1,
-            "the S3 gateway has no [s3.keys], so it accepts the well-known development key; add [s3.keys.NAME] before exposing it beyond this machine"
-        );
-        KeyTable::new([S3Key {
-            access_key_id: DEV_KEY.0.into(),
-            secret_access_key: DEV_KEY.1.into(),
-            buckets: vec!["*".into()],
-            write: true,
-        }])
-    } else {
-        KeyTable::new(config.s3.keys.values().cloned())
-    };
-    let keys = keys.with_leases(leases);
-    let keys = Arc::new(keys);
     let gateway = S3Gateway {
         gate,
         catalog,

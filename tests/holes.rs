@@ -107,7 +107,7 @@ async fn lease_tokens_do_not_wrap_at_u64() {
         assert_eq!((status, g["token"].as_u64()), (200, Some(want)), "{g}");
         let rel = c
             .delete(&lease)
-            .json(&json!({"holder": "h", "token": want}));
+            .json(&json!({"holder": "h", "token": want, "secret": g["lease_secret"]}));
         assert_eq!(send(&c, rel).await.0, 204);
     }
     let (status, e) = send(&c, acquire(json!({"bucket": "default", "key": "ov"}))).await;

@@ -54,6 +54,7 @@ async fn acquire_renew_release_and_tokens_survive_kill9() {
     let (status, a) = acquire(&c, &s, "nightly", json!({"holder": "a", "ttl_ms": 60000})).await;
     assert_eq!(status, 200, "{a}");
     let t1 = a["token"].as_u64().unwrap();
+    let secret = a["lease_secret"].as_str().unwrap().to_string();
     assert!(a["expires_at_ms"].as_u64().unwrap() > 0);
 
     let (status, v, retry) = call(
@@ -73,23 +74,46 @@ async fn acquire_renew_release_and_tokens_survive_kill9() {
         &s,
         reqwest::Method::PUT,
         "nightly",
-        json!({"holder": "b", "token": t1, "ttl_ms": 1000}),
+        json!({"holder": "b", "token": t1, "secret": secret, "ttl_ms": 1000}),
+    )
+    .await;
+    assert_eq!((status, v["error"].as_str()), (409, Some("NotLeaseHolder")));
+    // The holder and token GET shows are not enough: renew and release need the secret.
+    let (status, v, _) = call(
+        &c,
+        &s,
+        reqwest::Method::PUT,
+        "nightly",
+        json!({"holder": "a", "token": t1, "secret": "guessed", "ttl_ms": 1000}),
     )
     .await;
     assert_eq!((status, v["error"].as_str()), (409, Some("NotLeaseHolder")));
     let (status, v, _) = call(
         &c,
         &s,
+        reqwest::Method::DELETE,
+        "nightly",
+        json!({"holder": "a", "token": t1}),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (400, Some("InvalidArgument"))
+    );
+    let (status, v, _) = call(
+        &c,
+        &s,
         reqwest::Method::PUT,
         "nightly",
-        json!({"holder": "a", "token": t1, "ttl_ms": 30000}),
+        json!({"holder": "a", "token": t1, "secret": secret, "ttl_ms": 30000}),
     )
     .await;
     assert_eq!((status, v["ttl_ms"].as_u64()), (200, Some(30000)));
     let (status, v, _) = call(&c, &s, reqwest::Method::GET, "nightly", json!({})).await;
     assert_eq!((status, v["holder"].as_str()), (200, Some("a")));
+    assert!(v.get("lease_secret").is_none(), "{v}");
 
-    let release = json!({"holder": "a", "token": t1});
+    let release = json!({"holder": "a", "token": t1, "secret": secret});
     let (status, _, _) = call(&c, &s, reqwest::Method::DELETE, "nightly", release.clone()).await;
     assert_eq!(status, 204);
     let (status, v, _) = call(&c, &s, reqwest::Method::DELETE, "nightly", release).await;
@@ -118,7 +142,7 @@ async fn acquire_renew_release_and_tokens_survive_kill9() {
         &s,
         reqwest::Method::DELETE,
         "nightly",
-        json!({"holder": "b", "token": t2}),
+        json!({"holder": "b", "token": t2, "secret": b["lease_secret"]}),
     )
     .await;
     let cgrant = waiter.await.unwrap();
@@ -287,6 +311,51 @@ async fn lease_bound_s3_credentials_carry_the_token() {
         .unwrap();
     let meta = head.metadata().unwrap();
     assert_eq!(meta.get("fencing-token"), Some(&ta.to_string()));
+    // Confined to the lease's scope (review round 3): another key of the bucket, another
+    // key in a batch delete, and bucket changes are refused, and no fence moves.
+    let e = a3
+        .put_object()
+        .bucket("default")
+        .key("unrelated.csv")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some("AccessDenied"));
+    let batch = a3
+        .delete_objects()
+        .bucket("default")
+        .delete(
+            aws_sdk_s3::types::Delete::builder()
+                .objects(
+                    aws_sdk_s3::types::ObjectIdentifier::builder()
+                        .key("unrelated.csv")
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(batch.errors()[0].code(), Some("AccessDenied"));
+    let e = a3
+        .create_bucket()
+        .bucket("made-by-lease")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some("AccessDenied"));
+    let e = a3
+        .delete_bucket()
+        .bucket("default")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some("AccessDenied"));
+    let f = common::fence(&c, &s, "default", "unrelated.csv").await;
+    assert!(f["highest"].is_null(), "{f}");
     // A token that disagrees with the credentials' is refused.
     let e = a3
         .put_object()
@@ -305,7 +374,7 @@ async fn lease_bound_s3_credentials_carry_the_token() {
         &s,
         reqwest::Method::DELETE,
         "data",
-        json!({"holder": "a", "token": ta}),
+        json!({"holder": "a", "token": ta, "secret": a["lease_secret"]}),
     )
     .await;
     let (_, b) = acquire(&c, &s, "data", body("b")).await;

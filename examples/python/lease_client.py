@@ -46,7 +46,7 @@ def acquire(holder):
 
 
 def release(grant):
-    body = {"holder": grant["holder"], "token": grant["token"]}
+    body = {"holder": grant["holder"], "token": grant["token"], "secret": grant["lease_secret"]}
     return requests.delete(f"{URL}/v1/leases/{LEASE}", json=body, timeout=10)
 
 
@@ -95,7 +95,8 @@ def main():
 
         # 4. Renew.
         r = expect(requests.put(f"{URL}/v1/leases/{LEASE}", timeout=10, json={
-            "holder": a["holder"], "token": a["token"], "ttl_ms": TTL_MS}), 200).json()
+            "holder": a["holder"], "token": a["token"], "secret": a["lease_secret"],
+            "ttl_ms": TTL_MS}), 200).json()
         step(f"renewed: token still {r['token']}, expires at {r['expires_at_ms']} (was {a['expires_at_ms']})")
 
         # 5. Release.

@@ -2,20 +2,24 @@
 
 use super::objects::target;
 use super::{headers, ApiError, AppState};
+use crate::auth::{Action, Principal};
+use crate::config::Permission;
 use crate::gate::GateError;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 pub async fn show(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     path: Result<Path<(String, String)>, PathRejection>,
     h: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (bucket, key) = target(path)?;
+    state.authorize(&who, Action::Read { bucket: &bucket })?;
     let scope = headers::scope(&h)?;
     let info = state.gate.fence_info(&bucket, &key, scope.as_deref())?;
     Ok(Json(info).into_response())
@@ -23,11 +27,19 @@ pub async fn show(
 
 pub async fn advance(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     path: Result<Path<(String, String)>, PathRejection>,
     h: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let (bucket, key) = target(path)?;
+    state.authorize(
+        &who,
+        Action::Bucket {
+            perm: Permission::Fence,
+            bucket: &bucket,
+        },
+    )?;
     let has_body = h
         .get("content-length")
         .and_then(|v| v.to_str().ok())

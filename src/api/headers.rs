@@ -27,6 +27,28 @@ pub fn token(headers: &HeaderMap) -> TokenInput {
     parse_token(first.as_bytes()).map(Some)
 }
 
+/// The token of a write or delete: `Fencing-Token`, or `x-amz-meta-fencing-token`, the S3
+/// carrier, honoured here too so that a token sent that way is never silently dropped (review
+/// round 3). Two that disagree are an error, as on the S3 API.
+pub fn write_token(headers: &HeaderMap) -> TokenInput {
+    let header = token(headers)?;
+    let mut metas = headers.get_all("x-amz-meta-fencing-token").iter();
+    let meta = match metas.next() {
+        None => None,
+        Some(_) if metas.next().is_some() => return Err(TokenError::Repeated),
+        Some(v) => Some(parse_token(v.as_bytes())?),
+    };
+    match (header, meta) {
+        (Some(h), Some(m)) if h != m => Err(TokenError::Disagree {
+            first: h.0,
+            other: m.0,
+            by: "in the Fencing-Token header",
+            what: "x-amz-meta-fencing-token",
+        }),
+        (h, m) => Ok(h.or(m)),
+    }
+}
+
 pub fn scope(headers: &HeaderMap) -> Result<Option<Vec<u8>>, GateError> {
     single(headers, FENCING_SCOPE)
 }
@@ -122,8 +144,16 @@ pub fn body_stream(
         return Err(BodyError::TooLarge { limit }.into());
     }
     Ok(bound(
-        body.into_data_stream()
-            .map(|r| r.map_err(|e| BodyError::Broken(e.to_string()))),
+        body.into_data_stream().map(|r| {
+            r.map_err(|e| match crate::auth::native::body_mismatch(e) {
+                Ok(a) => BodyError::Unauthenticated {
+                    status: a.status(),
+                    code: a.code(),
+                    message: a.to_string(),
+                },
+                Err(e) => BodyError::Broken(e.to_string()),
+            })
+        }),
         limit,
         idle,
     ))

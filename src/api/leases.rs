@@ -2,10 +2,11 @@
 //! Bodies are JSON; any malformed body is a 400 with the fields expected, never a 422.
 
 use super::{error, AppState};
-use crate::lease::{AcquireRequest, Binding, LeaseError};
+use crate::auth::{Action, Principal};
+use crate::lease::{AcquireRequest, Binding, LeaseError, Proof};
 use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -59,7 +60,31 @@ struct AcquireBody {
 struct HolderBody {
     holder: String,
     token: u64,
+    /// The `lease_secret` the acquire answered with.
+    secret: String,
     ttl_ms: Option<u64>,
+}
+
+impl HolderBody {
+    fn proof(&self) -> Proof<'_> {
+        Proof {
+            holder: &self.holder,
+            token: self.token,
+            secret: &self.secret,
+        }
+    }
+}
+
+fn authorize(
+    state: &AppState,
+    who: &Principal,
+    name: &str,
+    bucket: Option<&str>,
+) -> Result<(), LeaseApiError> {
+    state
+        .keys
+        .authorize(who, Action::Lease { name, bucket })
+        .map_err(|e| LeaseApiError(LeaseError::Gate(e.into())))
 }
 
 fn parse<T: serde::de::DeserializeOwned>(body: &Bytes, expected: &str) -> Result<T, LeaseError> {
@@ -74,15 +99,17 @@ fn name_of(path: Result<Path<String>, PathRejection>) -> Result<String, LeaseErr
 }
 
 const ACQUIRE: &str = r#"JSON like {"holder": "worker-1", "ttl_ms": 10000} (optional: "wait_ms", "bucket" + "key" to bind a fence, "s3_credentials": true)"#;
-const HOLDER: &str = r#"JSON like {"holder": "worker-1", "token": 7} (renew also takes "ttl_ms")"#;
+const HOLDER: &str = r#"JSON like {"holder": "worker-1", "token": 7, "secret": "<lease_secret from the acquire>"} (renew also takes "ttl_ms")"#;
 
 pub async fn acquire(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
     body: Bytes,
 ) -> Result<Response, LeaseApiError> {
     let name = name_of(path)?;
     let b: AcquireBody = parse(&body, ACQUIRE)?;
+    authorize(&state, &who, &name, b.bucket.as_deref())?;
     let bind = match (b.bucket, b.key) {
         (Some(bucket), Some(key)) => Some(Binding { bucket, key }),
         (None, None) => None,
@@ -102,6 +129,7 @@ pub async fn acquire(
             wait: Duration::from_millis(b.wait_ms),
             bind,
             s3_credentials: b.s3_credentials,
+            owner: who.name(),
         })
         .await?;
     tracing::Span::current().record("token", grant.token);
@@ -110,37 +138,43 @@ pub async fn acquire(
 
 pub async fn renew(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
     body: Bytes,
 ) -> Result<Response, LeaseApiError> {
     let name = name_of(path)?;
+    authorize(&state, &who, &name, None)?;
     let b: HolderBody = parse(&body, HOLDER)?;
     let Some(ttl_ms) = b.ttl_ms else {
         return Err(LeaseError::Invalid("renew needs \"ttl_ms\"".into()).into());
     };
     let grant = state
         .leases
-        .renew(&name, &b.holder, b.token, Duration::from_millis(ttl_ms))
+        .renew(&name, &b.proof(), Duration::from_millis(ttl_ms))
         .await?;
     Ok(Json(grant).into_response())
 }
 
 pub async fn release(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
     body: Bytes,
 ) -> Result<Response, LeaseApiError> {
     let name = name_of(path)?;
+    authorize(&state, &who, &name, None)?;
     let b: HolderBody = parse(&body, HOLDER)?;
-    state.leases.release(&name, &b.holder, b.token).await?;
+    state.leases.release(&name, &b.proof()).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 pub async fn show(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, LeaseApiError> {
     let name = name_of(path)?;
+    authorize(&state, &who, &name, None)?;
     Ok(Json(state.leases.show(&name).await?).into_response())
 }
 

@@ -31,12 +31,38 @@ pub struct AppState {
     pub s3: Option<s3s::service::S3Service>,
     pub max_header_bytes: usize,
     pub leases: Arc<crate::lease::Leases>,
+    /// The key table every `/v1` request authenticates against.
+    pub keys: Arc<crate::auth::KeyTable>,
+}
+
+impl AppState {
+    /// May `who` do `action`? (The refusal is a 403 that says what is missing.)
+    pub fn authorize(
+        &self,
+        who: &crate::auth::Principal,
+        action: crate::auth::Action<'_>,
+    ) -> Result<(), ApiError> {
+        self.keys
+            .authorize(who, action)
+            .map_err(|e| ApiError(e.into()))
+    }
+}
+
+/// An authentication or authorization refusal as a JSON response.
+pub fn auth_error_response(e: &crate::auth::AuthError) -> Response {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::FORBIDDEN);
+    let mut resp = error::plain(status, e.code(), e.to_string());
+    if status == StatusCode::UNAUTHORIZED {
+        resp.headers_mut().insert(
+            axum::http::header::WWW_AUTHENTICATE,
+            axum::http::HeaderValue::from_static("AWS4-HMAC-SHA256"),
+        );
+    }
+    resp
 }
 
 pub fn router(state: AppState) -> Router {
-    let routes = Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/metrics", get(metrics))
+    let v1 = Router::new()
         .route("/v1/objects/{bucket}", get(objects::list))
         .route(
             "/v1/objects/{bucket}/{*key}",
@@ -60,6 +86,15 @@ pub fn router(state: AppState) -> Router {
             "/v1/leases/{name}/{*rest}",
             axum::routing::any(leases::nested),
         )
+        // Only matched routes authenticate: a 404 or 405 needs no credentials.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.keys.clone(),
+            crate::auth::native::authenticate,
+        ));
+    let routes = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
+        .merge(v1)
         .fallback(s3_or_no_route)
         .method_not_allowed_fallback(wrong_method);
     with_layers(routes, &state).with_state(state)
@@ -103,6 +138,7 @@ fn request_span(req: &Request) -> tracing::Span {
         scope = Empty,
         token = Empty,
         outcome = Empty,
+        principal = Empty,
     )
 }
 

@@ -1,11 +1,13 @@
 //! `/v1/objects`: write, read, delete and list objects.
 
 use super::{headers, note_target, ApiError, AppState};
+use crate::auth::{Action, Principal};
 use crate::backend::ObjectInfo;
+use crate::config::Permission;
 use crate::gate::{GateError, WriteRequest};
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -31,7 +33,7 @@ fn write_request(bucket: String, key: String, h: &HeaderMap) -> Result<WriteRequ
     Ok(WriteRequest {
         bucket,
         key,
-        token: headers::token(h),
+        token: headers::write_token(h),
         scope_header: headers::scope(h)?,
         scope_takeover: headers::scope_takeover(h)?,
         conditions: headers::conditions(h)?,
@@ -39,14 +41,34 @@ fn write_request(bucket: String, key: String, h: &HeaderMap) -> Result<WriteRequ
     })
 }
 
+/// May `who` change this object (`perm`: write or delete)?
+fn authorize_change(
+    state: &AppState,
+    who: &Principal,
+    perm: Permission,
+    req: &WriteRequest,
+) -> Result<(), ApiError> {
+    state.authorize(
+        who,
+        Action::Object {
+            perm,
+            bucket: &req.bucket,
+            key: &req.key,
+            scope_header: req.scope_header.as_deref(),
+        },
+    )
+}
+
 pub async fn put(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     path: Result<Path<(String, String)>, PathRejection>,
     h: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let (bucket, key) = target(path)?;
     let req = write_request(bucket, key, &h)?;
+    authorize_change(&state, &who, Permission::Write, &req)?;
     let stream = headers::body_stream(&h, body, state.max_body_bytes, state.body_idle_timeout)?;
     let written = state.gate.put(req, stream).await?;
     let mut resp = Json(&written).into_response();
@@ -66,11 +88,13 @@ pub async fn put(
 
 pub async fn delete(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     path: Result<Path<(String, String)>, PathRejection>,
     h: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (bucket, key) = target(path)?;
     let req = write_request(bucket, key, &h)?;
+    authorize_change(&state, &who, Permission::Delete, &req)?;
     let deleted = state.gate.delete(req).await?;
     Ok(Json(&deleted).into_response())
 }
@@ -108,18 +132,22 @@ fn object_headers(info: &ObjectInfo) -> HeaderMap {
 
 pub async fn get(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let (bucket, key) = target(path)?;
+    state.authorize(&who, Action::Read { bucket: &bucket })?;
     let (info, stream) = state.gate.get(&bucket, &key).await?;
     Ok((object_headers(&info), Body::from_stream(stream)).into_response())
 }
 
 pub async fn head(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let (bucket, key) = target(path)?;
+    state.authorize(&who, Action::Read { bucket: &bucket })?;
     let info = state.gate.head(&bucket, &key).await?;
     Ok((StatusCode::OK, object_headers(&info)).into_response())
 }
@@ -134,10 +162,12 @@ pub struct ListQuery {
 
 pub async fn list(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Path(bucket) = path.map_err(|e| GateError::InvalidArgument(e.to_string()))?;
+    state.authorize(&who, Action::Read { bucket: &bucket })?;
     let Query(q) = query.map_err(|e| {
         GateError::InvalidArgument(format!("{e}; use ?prefix=P&start_after=K&max_keys=N"))
     })?;

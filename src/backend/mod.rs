@@ -24,6 +24,13 @@ pub enum BodyError {
     Idle { secs: u64 },
     #[error("the body ended early or could not be read: {0}")]
     Broken(String),
+    /// The body does not match what its request signed (checked as its last bytes pass).
+    #[error("{message}")]
+    Unauthenticated {
+        status: u16,
+        code: &'static str,
+        message: String,
+    },
 }
 
 /// What a write stores beside the bytes.

@@ -1,8 +1,10 @@
 //! Configuration: reads the TOML file (or the embedded default), validates it, and hands the
 //! rest of fencegate a typed, checked [`Config`]. Errors name the file, the line and the fix.
 
+pub mod keys;
 mod model;
 
+pub use keys::{Key, Permission};
 pub use model::{
     BackendConfig, BucketPolicy, BypassPolicy, FenceStoreConfig, FenceStoreKind, FencingMode,
     LeaseConfig, S3BackendConfig, S3GatewayConfig, S3Key, ScopeKind, ServerConfig, TokenOrder,
@@ -37,6 +39,11 @@ pub struct Config {
     /// Buckets whose scope may differ from the one the fence table recorded (the command
     /// line's `--accept-scope-change`): the new one is recorded at start-up.
     pub accept_scope_change: std::collections::BTreeSet<String>,
+    /// The key table, by name (`[keys]`, plus the deprecated `[s3.keys]`). Empty: development
+    /// mode.
+    pub keys: BTreeMap<String, Key>,
+    /// Problems worth a warning at start-up (deprecated settings).
+    pub warnings: Vec<String>,
 }
 
 /// A configuration problem, with where it is and what to do about it.
@@ -178,7 +185,7 @@ impl Config {
             None => out += "buckets created through S3: refused (no [bucket_defaults])\n",
         }
         if self.s3.enabled {
-            let keys: Vec<&str> = self.s3.keys.keys().map(String::as_str).collect();
+            let keys: Vec<&str> = self.keys.keys().map(String::as_str).collect();
             out += &format!(
                 "s3 gateway: on {}{}, region {}, keys {}\n",
                 self.s3_listen
@@ -190,7 +197,7 @@ impl Config {
                     .unwrap_or_default(),
                 self.s3.region,
                 if keys.is_empty() {
-                    "none (only the development key fencegate / fencegate-dev-secret)".to_string()
+                    "none: development mode (anonymous access and the key fencegate / fencegate-dev-secret, loopback only)".to_string()
                 } else {
                     keys.join(", ")
                 }
@@ -582,25 +589,8 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
             "use at most 10000, S3's own limit (the default)".into(),
         ));
     }
-    let mut ids = std::collections::BTreeSet::new();
-    for (key_name, key) in &s3.keys {
-        let problem = if key.access_key_id.is_empty() || key.secret_access_key.is_empty() {
-            Some("has an empty access_key_id or secret_access_key")
-        } else if !ids.insert(key.access_key_id.clone()) {
-            Some("reuses an access_key_id of another key")
-        } else if key.buckets.is_empty() {
-            Some("lists no buckets")
-        } else {
-            None
-        };
-        if let Some(problem) = problem {
-            return Err(err(
-                None,
-                format!("[s3.keys.{key_name}] {problem}"),
-                "give each key a unique access_key_id, a secret, and buckets = [\"*\"] or a list of bucket names".into(),
-            ));
-        }
-    }
+    let (keys, warnings) = keys::table(&raw.keys, &s3, &|v| std::env::var(v).ok())
+        .map_err(|(message, fix)| err(None, message, fix))?;
 
     let config = Config {
         source: name.to_string(),
@@ -614,6 +604,8 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
         leases: raw.leases,
         s3_listen,
         accept_scope_change: Default::default(),
+        keys,
+        warnings,
     };
     config.check_namespaces(&BTreeMap::new())?;
     Ok(config)

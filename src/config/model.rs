@@ -25,6 +25,9 @@ pub struct RawConfig {
     pub bucket_defaults: Option<Spanned<BucketPolicy>>,
     #[serde(default)]
     pub leases: LeaseConfig,
+    /// The key table of every surface (`[keys.NAME]`).
+    #[serde(default)]
+    pub keys: BTreeMap<String, super::keys::RawKey>,
 }
 
 /// fencegate's own lease service (`[leases]`).
@@ -57,6 +60,10 @@ pub struct ServerConfig {
     pub body_idle_timeout_secs: u64,
     /// Largest accepted request head (all header names and values), in bytes: 431 above it.
     pub max_header_bytes: usize,
+    /// Without keys fencegate runs in development mode (anonymous access), and then refuses
+    /// to listen on anything but loopback. `false` lifts that refusal: anyone who reaches the
+    /// port may then do anything. Logged loudly at every start.
+    pub protected_mode: bool,
 }
 
 impl Default for ServerConfig {
@@ -67,6 +74,7 @@ impl Default for ServerConfig {
             max_body_bytes: 5 * 1024 * 1024 * 1024,
             body_idle_timeout_secs: 30,
             max_header_bytes: 64 * 1024,
+            protected_mode: true,
         }
     }
 }
@@ -294,8 +302,8 @@ pub struct S3GatewayConfig {
     pub region: String,
     /// Most parts a multipart upload may have (S3's own limit is 10000).
     pub max_parts: u32,
-    /// Access keys. With none, the gateway accepts only the well-known development key
-    /// `fencegate` / `fencegate-dev-secret`, and warns at start-up.
+    /// Deprecated: the keys of the S3 gateway only, before `[keys.NAME]` served every
+    /// surface. Still read, as read + write + delete on their buckets, with a warning.
     pub keys: BTreeMap<String, S3Key>,
 }
 

@@ -12,6 +12,7 @@ pub mod rocks;
 use crate::backend::same_version;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// One row of the fence table.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +47,11 @@ pub struct FenceRow {
     /// store shows the pending version or the time has passed.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "u")]
     pub unresolved_until_ms: Option<u64>,
+    /// On a scope row: the objects of this scope (keys in the bucket) whose store request is
+    /// unresolved, with the same deadline. A late request lands in the scope, so every write,
+    /// advance and bound grant of the scope waits for it, not only those of its object.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", rename = "U")]
+    pub unresolved: BTreeMap<String, u64>,
     /// On a `policy:<bucket>` row: the bucket's scope kind when its rows were written
     /// (`object`, `bucket`, `header`, `prefix/<segments>`), checked at start-up.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "k")]

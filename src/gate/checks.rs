@@ -53,6 +53,8 @@ impl Gate {
         };
         self.check_binding(req, entry, scope, &object_row, token)?;
         self.check_resolved(req, entry, &object_row).await?;
+        self.scope_resolved(entry, &req.bucket, &scope_row, Some(&req.key))
+            .await?;
         let found = if trust_row && object_row.pending.is_none() {
             object_row.version.clone()
         } else {
@@ -94,6 +96,18 @@ impl Gate {
         entry: &BucketEntry,
         object_row: &FenceRow,
     ) -> Result<(), GateError> {
+        self.still_unresolved(entry, &req.bucket, &req.key, object_row)
+            .await
+    }
+
+    /// Refuses while the object's row marks a store request whose outcome is unknown.
+    pub(super) async fn still_unresolved(
+        &self,
+        entry: &BucketEntry,
+        bucket: &str,
+        key: &str,
+        object_row: &FenceRow,
+    ) -> Result<(), GateError> {
         let Some(until) = object_row.unresolved_until_ms else {
             return Ok(());
         };
@@ -101,18 +115,43 @@ impl Gate {
         if now >= until {
             return Ok(());
         }
-        let found = entry.backend.version(&req.bucket, &req.key).await?;
-        let landed = object_row
-            .pending
-            .as_ref()
-            .is_some_and(|p| same_version(p.version.as_deref(), found.as_deref()));
+        let found = entry.backend.version(bucket, key).await?;
+        // The store shows the request's outcome only if that outcome differs from what was
+        // there before: a rewrite of the same bytes (same ETag), or a delete of an absent
+        // object, looks applied before it is (review round 3).
+        let landed = object_row.pending.as_ref().is_some_and(|p| {
+            same_version(p.version.as_deref(), found.as_deref())
+                && !same_version(object_row.version.as_deref(), p.version.as_deref())
+        });
         if landed {
             return Ok(());
         }
         Err(GateError::CommitUnresolved {
-            key: req.key.clone(),
+            key: key.to_string(),
             retry_after: (until - now).div_ceil(1000),
         })
+    }
+
+    /// Refuses while any other object of the scope has a store request whose outcome is
+    /// unknown: that request would land in the scope after whatever this one is acknowledged
+    /// for (a write of another object, an advance, a bound grant). `skip` is the object the
+    /// caller checks itself.
+    pub(super) async fn scope_resolved(
+        &self,
+        entry: &BucketEntry,
+        bucket: &str,
+        scope_row: &FenceRow,
+        skip: Option<&str>,
+    ) -> Result<(), GateError> {
+        let now = crate::wall_clock::now_ms();
+        for (key, until) in &scope_row.unresolved {
+            if *until <= now || Some(key.as_str()) == skip {
+                continue;
+            }
+            let row = self.row(&super::scope::object_row(bucket, key))?;
+            self.still_unresolved(entry, bucket, key, &row).await?;
+        }
+        Ok(())
     }
 
     /// After a failed commit or delete: if the store's answer was lost and its request may
@@ -121,32 +160,37 @@ impl Gate {
     pub(super) async fn mark_unresolved(
         &self,
         entry: &BucketEntry,
+        key: &str,
         rows: (&str, &FenceRow, &str, &FenceRow),
         error: &GateError,
     ) {
         let unknown = matches!(
             error,
             GateError::Backend(
-                BackendError::Timeout(_) | BackendError::Unreachable(_) | BackendError::Failing(_)
+                BackendError::Timeout(_)
+                    | BackendError::Unreachable(_)
+                    | BackendError::Failing(_)
+                    // A 503 from an intermediary may come after it forwarded the request.
+                    | BackendError::Throttled(_)
             )
         );
         let Some(bound) = entry.backend.in_flight_bound().filter(|_| unknown) else {
             return;
         };
         let (scope, scope_row, object_key, object_row) = rows;
-        let until = crate::wall_clock::now_ms().saturating_add(bound.as_millis() as u64);
+        let now = crate::wall_clock::now_ms();
+        let until = now.saturating_add(bound.as_millis() as u64);
         let object_row = FenceRow {
             unresolved_until_ms: Some(until),
             ..object_row.clone()
         };
+        let mut scope_row = scope_row.clone();
+        if scope != object_key {
+            scope_row.unresolved.retain(|_, u| *u > now);
+            scope_row.unresolved.insert(key.to_string(), until);
+        }
         if let Err(e) = self
-            .save(
-                scope,
-                scope_row.clone(),
-                object_key,
-                object_row,
-                Durability::Synced,
-            )
+            .save(scope, scope_row, object_key, object_row, Durability::Synced)
             .await
         {
             tracing::error!(error = %e, key = object_key, "could not record an unresolved store request");

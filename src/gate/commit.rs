@@ -189,8 +189,13 @@ impl Gate {
         {
             Ok(info) => info,
             Err(e) => {
-                self.mark_unresolved(entry, (scope, &scope_row, object_key, &object_row), &e)
-                    .await;
+                self.mark_unresolved(
+                    entry,
+                    &req.key,
+                    (scope, &scope_row, object_key, &object_row),
+                    &e,
+                )
+                .await;
                 entry.backend.discard(staged).await;
                 return Err(e);
             }

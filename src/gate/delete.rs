@@ -90,8 +90,13 @@ impl Gate {
         .await?;
         if let Err(e) = entry.backend.delete(&req.bucket, &req.key, &expected).await {
             let e = GateError::from(e);
-            self.mark_unresolved(entry, (scope, &scope_row, &object_key, &object_row), &e)
-                .await;
+            self.mark_unresolved(
+                entry,
+                &req.key,
+                (scope, &scope_row, &object_key, &object_row),
+                &e,
+            )
+            .await;
             return Err(e);
         }
         // Synced: the tombstone is part of what the acknowledgement promises.

@@ -56,6 +56,8 @@ pub enum GateError {
     Backend(BackendError),
     #[error("{0}")]
     Store(#[from] StoreError),
+    #[error("{0}")]
+    Auth(#[from] crate::auth::AuthError),
 }
 
 impl From<BackendError> for GateError {
@@ -87,6 +89,8 @@ impl GateError {
             GateError::Body(BodyError::TooLarge { .. }) => 413,
             GateError::Body(BodyError::Idle { .. }) => 408,
             GateError::Body(BodyError::Broken(_)) => 400,
+            GateError::Body(BodyError::Unauthenticated { status, .. }) => *status,
+            GateError::Auth(a) => a.status(),
             GateError::Backend(BackendError::Timeout(_)) => 504,
             GateError::Backend(BackendError::Unreachable(_) | BackendError::Corrupt(_)) => 502,
             GateError::Backend(BackendError::Throttled(_)) => 503,
@@ -124,6 +128,8 @@ impl GateError {
             GateError::Body(BodyError::TooLarge { .. }) => "EntityTooLarge",
             GateError::Body(BodyError::Idle { .. }) => "RequestTimeout",
             GateError::Body(BodyError::Broken(_)) => "IncompleteBody",
+            GateError::Body(BodyError::Unauthenticated { code, .. }) => code,
+            GateError::Auth(a) => a.code(),
             GateError::Backend(BackendError::Invalid { code, .. }) => code,
             GateError::Backend(BackendError::NoSuchUpload(_)) => "NoSuchUpload",
             GateError::Backend(BackendError::Unsupported(_)) => "NotImplemented",

@@ -31,10 +31,13 @@ impl Gate {
         Span::current().record("token", token.0);
         let gate = Arc::clone(self);
         let locked_scope = scope.clone();
+        let (bucket_name, key_name) = (bucket.to_string(), key.to_string());
         run_to_end(async move {
             let _lock = gate.locks.lock(&locked_scope).await;
             let mut row = gate.row(&locked_scope)?;
             check_token(TokenOrder::NonDecreasing, token.0, &row, &locked_scope)?;
+            gate.settled(&entry, &bucket_name, &key_name, &locked_scope, &row)
+                .await?;
             if row.highest != Some(token.0) {
                 row.highest = Some(token.0);
                 row.fresh = true;
@@ -66,9 +69,12 @@ impl Gate {
         scope::validate_key(key)?;
         let scope = scope::resolve(&entry.policy, bucket, key, None)?;
         let gate = Arc::clone(self);
+        let (bucket_name, key_name) = (bucket.to_string(), key.to_string());
         run_to_end(async move {
             let _lock = gate.locks.lock(&scope).await;
             let mut row = gate.row(&scope)?;
+            gate.settled(&entry, &bucket_name, &key_name, &scope, &row)
+                .await?;
             let above = match row.highest {
                 None => 1,
                 Some(h) => h
@@ -95,6 +101,28 @@ impl Gate {
             Ok::<_, GateError>((Token(token), scope))
         })
         .await
+    }
+
+    /// A fence moved while a store request of the scope is unresolved would be acknowledged
+    /// before that request lands (review round 3): refuse until the store shows its outcome.
+    async fn settled(
+        &self,
+        entry: &super::BucketEntry,
+        bucket: &str,
+        key: &str,
+        scope: &str,
+        scope_row: &crate::fence::FenceRow,
+    ) -> Result<(), GateError> {
+        let object_key = scope::object_row(bucket, key);
+        let object_row = if object_key == scope {
+            scope_row.clone()
+        } else {
+            self.row(&object_key)?
+        };
+        self.still_unresolved(entry, bucket, key, &object_row)
+            .await?;
+        self.scope_resolved(entry, bucket, scope_row, Some(key))
+            .await
     }
 
     /// The scope a key maps to, its highest token and the object's recorded state.

@@ -246,6 +246,17 @@ impl Gate {
         Ok((entry, token, scope))
     }
 
+    /// The scope a write of `bucket/key` (with this `Fencing-Scope`) fences under.
+    pub fn scope_of(
+        &self,
+        bucket: &str,
+        key: &str,
+        scope_header: Option<&[u8]>,
+    ) -> Result<String, GateError> {
+        let entry = self.bucket(bucket)?;
+        scope::resolve(&entry.policy, bucket, key, scope_header)
+    }
+
     pub(super) fn row(&self, key: &str) -> Result<FenceRow, GateError> {
         Ok(self.store.get(key)?.unwrap_or_default())
     }

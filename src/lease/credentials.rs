@@ -15,9 +15,10 @@ use tokio::time::Instant;
 pub struct LeaseCredential {
     pub access_key_id: String,
     pub secret_access_key: String,
-    /// The bucket they may write (the lease's bound bucket), or every bucket when unbound.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bucket: Option<String>,
+    /// The bucket they reach: the lease's bound bucket. They change only objects in the
+    /// lease's scope.
+    pub bucket: String,
+    pub scope: String,
 }
 
 #[derive(Clone)]
@@ -25,7 +26,8 @@ struct Entry {
     secret: String,
     lease: String,
     token: u64,
-    bucket: Option<String>,
+    bucket: String,
+    scope: String,
     /// When the lease ends: its expiry, moved by renewals, or the moment it was released or
     /// replaced. The key works until `until + grace`.
     until: Instant,
@@ -36,7 +38,8 @@ struct Entry {
 pub struct LeaseIdentity {
     pub lease: String,
     pub token: u64,
-    pub bucket: Option<String>,
+    pub bucket: String,
+    pub scope: String,
 }
 
 pub struct LeaseCredentials {
@@ -62,7 +65,8 @@ impl LeaseCredentials {
         &self,
         lease: &str,
         token: u64,
-        bucket: Option<String>,
+        bucket: String,
+        scope: String,
         until: Instant,
     ) -> LeaseCredential {
         let id = format!(
@@ -84,6 +88,7 @@ impl LeaseCredentials {
                 lease: lease.to_string(),
                 token,
                 bucket: bucket.clone(),
+                scope: scope.clone(),
                 until,
             },
         );
@@ -91,6 +96,7 @@ impl LeaseCredentials {
             access_key_id: id,
             secret_access_key: secret,
             bucket,
+            scope,
         }
     }
 
@@ -127,6 +133,7 @@ impl LeaseCredentials {
             lease: e.lease.clone(),
             token: e.token,
             bucket: e.bucket.clone(),
+            scope: e.scope.clone(),
         })
     }
 }

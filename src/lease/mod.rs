@@ -46,8 +46,11 @@ pub struct AcquireRequest {
     /// How long to wait for a held lease to free up (zero: answer at once).
     pub wait: Duration,
     pub bind: Option<Binding>,
-    /// Also issue S3 credentials that carry the token implicitly.
+    /// Also issue S3 credentials that carry the token implicitly (bound leases only).
     pub s3_credentials: bool,
+    /// Who asks (the authenticated principal): a live lease is re-granted to the same holder
+    /// only when the same principal asks.
+    pub owner: String,
 }
 
 /// A lease as a client sees it.
@@ -65,11 +68,16 @@ pub struct Grant {
     pub scope: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub s3_credentials: Option<LeaseCredential>,
+    /// The proof renew and release ask for; shown once, in the acquire's answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_secret: Option<String>,
 }
 
 struct Held {
     grant: Grant,
     expires: Instant,
+    secret: String,
+    owner: String,
 }
 
 pub struct Leases {
@@ -135,6 +143,11 @@ impl Leases {
         if req.wait > MAX_WAIT {
             return Err(LeaseError::InvalidWait(req.wait.as_millis() as u64));
         }
+        if req.s3_credentials && req.bind.is_none() {
+            return Err(LeaseError::Invalid(
+                "S3 credentials are issued only for a lease bound to a scope, which they are confined to: add \"bucket\" and \"key\"".into(),
+            ));
+        }
         if let Some(b) = &req.bind {
             // Fails now (unknown bucket, bad key) rather than after the token is spent.
             self.gate.fence_info(&b.bucket, &b.key, None)?;
@@ -144,7 +157,10 @@ impl Leases {
             let freed = self.freed.notified();
             let granting = self.granting.lock(&req.name).await;
             let busy = match self.held.lock().get(&req.name) {
-                Some(h) if h.expires > Instant::now() && h.grant.holder != req.holder => {
+                Some(h)
+                    if h.expires > Instant::now()
+                        && (h.grant.holder != req.holder || h.owner != req.owner) =>
+                {
                     Some((h.grant.holder.clone(), h.expires - Instant::now()))
                 }
                 _ => None,
@@ -162,19 +178,23 @@ impl Leases {
                 let _ = tokio::time::timeout_at((now + remaining).min(deadline), freed).await;
                 continue;
             }
-            let grant = self.grant(&req).await?;
+            let mut grant = self.grant(&req).await?;
+            let secret = random_secret();
             let old = self.held.lock().insert(
                 req.name.clone(),
                 Held {
                     grant: grant.clone(),
                     expires: Instant::now() + req.ttl,
+                    secret: secret.clone(),
+                    owner: req.owner.clone(),
                 },
             );
+            grant.lease_secret = Some(secret);
             drop(granting);
             if let Some(old) = old {
                 self.credentials.end(&old.grant.name, old.grant.token);
             }
-            tracing::info!(target: "fencegate::audit", lease = %req.name, holder = %req.holder, token = grant.token, "lease granted");
+            tracing::info!(target: "fencegate::audit", lease = %req.name, holder = %req.holder, principal = %req.owner, token = grant.token, "lease granted");
             metrics::counter!("fencegate_leases_granted_total").increment(1);
             return Ok(grant);
         }
@@ -190,14 +210,16 @@ impl Leases {
             req.bind.clone(),
         ))
         .await?;
-        let credential = req.s3_credentials.then(|| {
-            self.credentials.issue(
+        let credential = match (&req.bind, &scope) {
+            (Some(b), Some(scope)) if req.s3_credentials => Some(self.credentials.issue(
                 &req.name,
                 token,
-                req.bind.as_ref().map(|b| b.bucket.clone()),
+                b.bucket.clone(),
+                scope.clone(),
                 Instant::now() + req.ttl,
-            )
-        });
+            )),
+            _ => None,
+        };
         Ok(Grant {
             name: req.name.clone(),
             holder: req.holder.clone(),
@@ -207,20 +229,25 @@ impl Leases {
             bound: req.bind.clone(),
             scope,
             s3_credentials: credential,
+            lease_secret: None,
         })
     }
 
-    /// The current holder's lease, checked: same holder, same token, not expired.
+    /// The current holder's lease, checked: same holder, same token, the lease's secret, not
+    /// expired.
     fn current<'a>(
         held: &'a mut HashMap<String, Held>,
         name: &str,
-        holder: &str,
-        token: u64,
+        proof: &Proof<'_>,
     ) -> Result<&'a mut Held, LeaseError> {
         match held.get_mut(name) {
             Some(h)
-                if h.grant.holder == holder
-                    && h.grant.token == token
+                if h.grant.holder == proof.holder
+                    && h.grant.token == proof.token
+                    && bool::from(subtle::ConstantTimeEq::ct_eq(
+                        h.secret.as_bytes(),
+                        proof.secret.as_bytes(),
+                    ))
                     && h.expires > Instant::now() =>
             {
                 Ok(h)
@@ -238,31 +265,30 @@ impl Leases {
     pub async fn renew(
         &self,
         name: &str,
-        holder: &str,
-        token: u64,
+        proof: &Proof<'_>,
         ttl: Duration,
     ) -> Result<Grant, LeaseError> {
         validate_name(name)?;
         validate_ttl(ttl)?;
         let mut held = self.held.lock();
-        let h = Self::current(&mut held, name, holder, token)?;
+        let h = Self::current(&mut held, name, proof)?;
         h.expires = Instant::now() + ttl;
-        self.credentials.set_until(name, token, h.expires);
+        self.credentials.set_until(name, proof.token, h.expires);
         h.grant.ttl_ms = ttl.as_millis() as u64;
         h.grant.expires_at_ms = now_ms() + h.grant.ttl_ms;
         Ok(h.grant.clone())
     }
 
     /// Ends a lease early, so the next acquire need not wait for the TTL.
-    pub async fn release(&self, name: &str, holder: &str, token: u64) -> Result<(), LeaseError> {
+    pub async fn release(&self, name: &str, proof: &Proof<'_>) -> Result<(), LeaseError> {
         validate_name(name)?;
         let mut held = self.held.lock();
-        Self::current(&mut held, name, holder, token)?;
+        Self::current(&mut held, name, proof)?;
         held.remove(name);
-        self.credentials.end(name, token);
+        self.credentials.end(name, proof.token);
         drop(held);
         self.freed.notify_waiters();
-        tracing::info!(lease = name, holder, token, "lease released");
+        tracing::info!(target: "fencegate::audit", lease = name, holder = proof.holder, token = proof.token, "lease released");
         Ok(())
     }
 
@@ -285,6 +311,19 @@ impl Leases {
             }),
         }
     }
+}
+
+/// What renew and release must show: the holder, its token and the lease's secret.
+#[derive(Debug, Clone, Copy)]
+pub struct Proof<'a> {
+    pub holder: &'a str,
+    pub token: u64,
+    pub secret: &'a str,
+}
+
+fn random_secret() -> String {
+    let bytes: [u8; 24] = rand::random();
+    hex::encode(bytes)
 }
 
 fn row_key(name: &str) -> String {

@@ -34,6 +34,19 @@ fn acquire(name: &str, holder: &str, ttl_ms: u64) -> AcquireRequest {
         wait: Duration::ZERO,
         bind: None,
         s3_credentials: false,
+        owner: "test".into(),
+    }
+}
+
+/// What renew and release show: `holder`, and the token and secret of grant `g`.
+fn proof<'a>(holder: &'a str, g: &'a Grant) -> Proof<'a> {
+    Proof {
+        holder,
+        token: g.token,
+        secret: g
+            .lease_secret
+            .as_deref()
+            .expect("an acquire shows the secret"),
     }
 }
 
@@ -45,23 +58,23 @@ async fn tokens_only_grow_and_a_held_lease_is_refused() {
     let err = l.acquire(acquire("job", "b", 60_000)).await.unwrap_err();
     assert_eq!(err.code(), "LeaseHeld");
     assert!(err.retry_after().unwrap() >= 59);
-    l.release("job", "a", a.token).await.unwrap();
+    l.release("job", &proof("a", &a)).await.unwrap();
     // Releasing twice, or as someone else, is refused.
     assert_eq!(
-        l.release("job", "a", a.token).await.unwrap_err().code(),
+        l.release("job", &proof("a", &a)).await.unwrap_err().code(),
         "NoSuchLease"
     );
     let b = l.acquire(acquire("job", "b", 60_000)).await.unwrap();
     assert_eq!(b.token, 2);
     assert_eq!(
-        l.renew("job", "a", a.token, Duration::from_secs(1))
+        l.renew("job", &proof("a", &a), Duration::from_secs(1))
             .await
             .unwrap_err()
             .code(),
         "NotLeaseHolder"
     );
     assert_eq!(
-        l.release("job", "b", a.token).await.unwrap_err().code(),
+        l.release("job", &proof("b", &a)).await.unwrap_err().code(),
         "NotLeaseHolder"
     );
     // Names are independent counters.
@@ -87,7 +100,7 @@ async fn expiry_frees_the_lease_and_a_waiter_gets_it() {
     let b = waiter.await.unwrap().unwrap();
     assert_eq!(b.token, a.token + 1);
     assert_eq!(
-        l.renew("job", "a", a.token, Duration::from_secs(1))
+        l.renew("job", &proof("a", &a), Duration::from_secs(1))
             .await
             .unwrap_err()
             .code(),
@@ -103,7 +116,7 @@ async fn expiry_frees_the_lease_and_a_waiter_gets_it() {
         })
     };
     tokio::task::yield_now().await;
-    l.release("job", "b", b.token).await.unwrap();
+    l.release("job", &proof("b", &b)).await.unwrap();
     assert_eq!(waiter.await.unwrap().unwrap().token, b.token + 1);
 }
 
@@ -119,7 +132,7 @@ async fn concurrent_acquires_get_distinct_increasing_tokens_that_survive_power_l
                 .acquire(acquire("hot", &format!("w{i}"), 60_000))
                 .await
                 .unwrap();
-            l.release("hot", &g.holder, g.token).await.unwrap();
+            l.release("hot", &proof(&g.holder, &g)).await.unwrap();
             g.token
         }));
     }
@@ -174,7 +187,7 @@ async fn a_bound_lease_fences_the_previous_holder_at_acquire() {
         put(500).await,
         Err(GateError::StaleFencingToken { highest: 501, .. })
     ));
-    l.release("report", "a", a.token).await.unwrap();
+    l.release("report", &proof("a", &a)).await.unwrap();
     req.holder = "b".into();
     let b = l.acquire(req.clone()).await.unwrap();
     assert_eq!(b.token, 502);
@@ -198,9 +211,22 @@ async fn credentials_live_for_the_lease_plus_grace() {
     let (l, _, _) = leases();
     let mut req = acquire("job", "a", 100);
     req.s3_credentials = true;
+    // Only a bound lease mints credentials: they are confined to its scope.
+    assert_eq!(
+        l.acquire(req.clone()).await.unwrap_err().code(),
+        "InvalidArgument"
+    );
+    req.bind = Some(Binding {
+        bucket: "b".into(),
+        key: "out.parquet".into(),
+    });
     let g = l.acquire(req).await.unwrap();
-    let cred = g.s3_credentials.unwrap();
+    let cred = g.s3_credentials.clone().unwrap();
     assert!(cred.access_key_id.starts_with("FGL"));
+    assert_eq!(
+        (cred.bucket.as_str(), cred.scope.as_str()),
+        ("b", "object:b/out.parquet")
+    );
     assert_eq!(
         l.credentials.secret(&cred.access_key_id).as_deref(),
         Some(cred.secret_access_key.as_str())
@@ -209,8 +235,20 @@ async fn credentials_live_for_the_lease_plus_grace() {
         l.credentials.identity(&cred.access_key_id).unwrap().token,
         g.token
     );
-    // Renewal extends them; expiry plus grace (300 ms) ends them.
-    l.renew("job", "a", g.token, Duration::from_millis(400))
+    // Renewal needs the lease's secret; it extends them; expiry plus grace (300 ms) ends them.
+    let forged = Proof {
+        holder: "a",
+        token: g.token,
+        secret: "0000",
+    };
+    assert_eq!(
+        l.renew("job", &forged, Duration::from_secs(60))
+            .await
+            .unwrap_err()
+            .code(),
+        "NotLeaseHolder"
+    );
+    l.renew("job", &proof("a", &g), Duration::from_millis(400))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -224,12 +262,17 @@ async fn credentials_live_for_the_lease_plus_grace() {
         "past grace"
     );
     assert!(l.credentials.secret("FGLUNKNOWN").is_none());
-    // `show` never repeats the secret.
+    // `show` never repeats the secrets.
     let mut req = acquire("job2", "a", 1000);
     req.s3_credentials = true;
+    req.bind = Some(Binding {
+        bucket: "b".into(),
+        key: "k2".into(),
+    });
     l.acquire(req).await.unwrap();
     let shown = l.show("job2").await.unwrap();
     assert_eq!(shown.s3_credentials.unwrap().secret_access_key, "<hidden>");
+    assert!(shown.lease_secret.is_none());
 }
 
 #[tokio::test]
@@ -270,7 +313,7 @@ async fn a_grant_that_cannot_grow_is_refused_and_tokens_never_go_back() {
     for want in 1..=3 {
         let g = l.acquire(acquire("L", "h", 60_000)).await.unwrap();
         assert_eq!(g.token, want);
-        l.release("L", "h", g.token).await.unwrap();
+        l.release("L", &proof("h", &g)).await.unwrap();
     }
     // Bound to a scope at u64::MAX: no token above it exists. Before the fix this wrapped
     // to 0 and synced 0 as the name's last token, so the next grant went back to 1.
@@ -283,7 +326,7 @@ async fn a_grant_that_cannot_grow_is_refused_and_tokens_never_go_back() {
     assert_eq!((e.status(), e.code()), (409, "TokenSpaceExhausted"));
     let g = l.acquire(acquire("L", "h", 60_000)).await.unwrap();
     assert_eq!(g.token, 4);
-    l.release("L", "h", g.token).await.unwrap();
+    l.release("L", &proof("h", &g)).await.unwrap();
     // A name whose own counter is at the top.
     store
         .put(
@@ -371,9 +414,22 @@ async fn a_renewal_does_not_wait_behind_another_grant() {
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     // ...and a renewal of "a" answers while that grant is still in the store.
-    l.renew("a", "h", a.token, Duration::from_secs(60))
+    l.renew("a", &proof("h", &a), Duration::from_secs(60))
         .await
         .unwrap();
     assert!(!granting.is_finished(), "the renewal waited for the grant");
     granting.await.unwrap().unwrap();
+}
+
+/// A live lease is re-granted to its holder only when the same principal asks: another key
+/// that knows the holder's name cannot take the lease over.
+#[tokio::test]
+async fn another_principal_cannot_reacquire_as_the_holder() {
+    let (l, _, _) = leases();
+    let first = l.acquire(acquire("job", "a", 60_000)).await.unwrap();
+    let mut thief = acquire("job", "a", 60_000);
+    thief.owner = "key:other".into();
+    assert_eq!(l.acquire(thief).await.unwrap_err().code(), "LeaseHeld");
+    let again = l.acquire(acquire("job", "a", 60_000)).await.unwrap();
+    assert!(again.token > first.token);
 }

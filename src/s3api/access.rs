@@ -1,85 +1,79 @@
-//! Who may do what on the S3 gateway: SigV4 secrets looked up in the configured keys (an
-//! unknown key is InvalidAccessKeyId, a bad signature SignatureDoesNotMatch, both from `s3s`),
-//! then per key the buckets it may use and whether it may write (AccessDenied otherwise).
-//! Lease-bound credentials (issued with a lease) are looked up too: they may write the lease's
-//! bound bucket, and every write signed with them carries the lease's token.
+//! The S3 gateway's side of the one key table (`crate::auth`): `s3s` checks SigV4 with the
+//! secrets looked up here (an unknown key is InvalidAccessKeyId, a bad signature
+//! SignatureDoesNotMatch), then each operation is mapped to the action it needs and
+//! authorized (AccessDenied otherwise). Lease-bound credentials carry their lease's token
+//! into every write they sign, and reach only their lease's scope.
 
-use crate::config::S3Key;
-use crate::lease::{LeaseIdentity, Leases};
+use crate::auth::{Action, AuthError, KeyTable, Principal};
+use crate::config::Permission;
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::path::S3Path;
-use s3s::{s3_error, S3Result};
-use std::collections::BTreeMap;
+use s3s::{S3Error, S3ErrorCode, S3Result};
 use std::sync::Arc;
 
-/// The configured keys, by access key id, and the lease service's short-lived ones.
-#[derive(Default)]
-pub struct KeyTable {
-    keys: BTreeMap<String, S3Key>,
-    leases: Option<Arc<Leases>>,
-}
-
 impl KeyTable {
-    pub fn new(keys: impl IntoIterator<Item = S3Key>) -> KeyTable {
-        KeyTable {
-            keys: keys
-                .into_iter()
-                .map(|k| (k.access_key_id.clone(), k))
-                .collect(),
-            leases: None,
-        }
-    }
-
-    /// Also accepts lease-bound credentials issued by `leases`.
-    pub fn with_leases(mut self, leases: Arc<Leases>) -> KeyTable {
-        self.leases = Some(leases);
-        self
-    }
-
-    fn lease_identity(&self, access_key: &str) -> Option<LeaseIdentity> {
-        self.leases
-            .as_ref()
-            .and_then(|l| l.credentials.identity(access_key))
-    }
-
     /// The token a request signed with lease credentials carries implicitly.
     pub fn lease_token(&self, credentials: Option<&s3s::auth::Credentials>) -> Option<u64> {
-        credentials
-            .and_then(|c| self.lease_identity(&c.access_key))
-            .map(|i| i.token)
-    }
-
-    /// May the holder of `access_key` (None: anonymous) read `bucket`?
-    pub fn may_read(&self, access_key: Option<&str>, bucket: &str) -> bool {
-        let Some(access_key) = access_key else {
-            return false;
-        };
-        if let Some(k) = self.keys.get(access_key) {
-            return k.allows_bucket(bucket);
+        match self.principal(credentials.map(|c| c.access_key.as_str())) {
+            Ok(Principal::Lease(l)) => Some(l.token),
+            _ => None,
         }
-        // Lease credentials reach their lease's bound bucket (every bucket when unbound).
-        self.lease_identity(access_key)
-            .is_some_and(|i| i.bucket.as_deref().is_none_or(|b| b == bucket))
     }
 
-    fn may_write(&self, access_key: Option<&str>, bucket: &str) -> bool {
-        self.may_read(access_key, bucket)
-            && access_key.is_some_and(|a| {
-                self.keys
-                    .get(a)
-                    .map_or_else(|| self.lease_identity(a).is_some(), |k| k.write)
-            })
+    /// The principal of an S3 request `s3s` authenticated.
+    pub fn s3_principal(
+        &self,
+        credentials: Option<&s3s::auth::Credentials>,
+    ) -> S3Result<Principal> {
+        self.principal(credentials.map(|c| c.access_key.as_str()))
+            .map_err(|e| s3_auth_error(&e))
+    }
+
+    /// Authorizes `action` for the request's principal, as an S3 error.
+    pub fn s3_authorize(
+        &self,
+        credentials: Option<&s3s::auth::Credentials>,
+        action: Action<'_>,
+    ) -> S3Result<()> {
+        let who = self.s3_principal(credentials)?;
+        self.authorize(&who, action).map_err(|e| s3_auth_error(&e))
     }
 }
 
-/// Operations that change something. Everything else reads.
-fn is_write(op: &str) -> bool {
-    [
-        "Put", "Delete", "Create", "Upload", "Complete", "Abort", "Copy", "Restore", "Post",
-    ]
-    .iter()
-    .any(|p| op.starts_with(p))
+/// An authentication refusal in S3's terms.
+pub fn s3_auth_error(e: &AuthError) -> S3Error {
+    let code = match e {
+        AuthError::Missing | AuthError::Denied(_) => S3ErrorCode::AccessDenied,
+        AuthError::UnknownKey(_) | AuthError::ExpiredLease => S3ErrorCode::InvalidAccessKeyId,
+        AuthError::BadSignature => S3ErrorCode::SignatureDoesNotMatch,
+        AuthError::Malformed(_) => S3ErrorCode::AuthorizationHeaderMalformed,
+        AuthError::Skewed(_) => S3ErrorCode::RequestTimeTooSkewed,
+    };
+    let mut err = S3Error::with_message(code, e.to_string());
+    err.set_status_code(
+        http::StatusCode::from_u16(match e {
+            AuthError::Missing => 403,
+            other => other.status(),
+        })
+        .unwrap_or(http::StatusCode::FORBIDDEN),
+    );
+    err
+}
+
+/// What an operation on an object needs: reads read; deletes and aborts delete; the rest
+/// (put, copy, multipart) write.
+fn object_permission(op: &str) -> Option<Permission> {
+    if op == "DeleteObject" || op == "AbortMultipartUpload" {
+        return Some(Permission::Delete);
+    }
+    let writes = [
+        "Put", "Copy", "Upload", "Create", "Complete", "Restore", "Post",
+    ];
+    writes
+        .iter()
+        .any(|p| op.starts_with(p))
+        .then_some(Permission::Write)
 }
 
 pub struct Auth(pub Arc<KeyTable>);
@@ -87,24 +81,13 @@ pub struct Auth(pub Arc<KeyTable>);
 #[async_trait::async_trait]
 impl S3Auth for Auth {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        if let Some(k) = self.0.keys.get(access_key) {
-            return Ok(SecretKey::from(k.secret_access_key.as_str()));
-        }
-        if let Some(leases) = &self.0.leases {
-            if let Some(secret) = leases.credentials.secret(access_key) {
-                return Ok(SecretKey::from(secret.as_str()));
-            }
-            if leases.credentials.identity(access_key).is_some() {
-                return Err(s3_error!(
-                    InvalidAccessKeyId,
-                    "these lease credentials expired with their lease (plus the grace period); acquire the lease again for new ones"
-                ));
+        match self.0.lookup(access_key) {
+            Ok((secret, _)) => Ok(SecretKey::from(secret.as_str())),
+            Err(e) => {
+                tracing::info!(target: "fencegate::audit", access_key, code = e.code(), "S3 authentication failed");
+                Err(s3_auth_error(&e))
             }
         }
-        Err(s3_error!(
-            InvalidAccessKeyId,
-            "the access key id is not configured in [s3.keys] and is not a live lease credential"
-        ))
     }
 }
 
@@ -113,32 +96,37 @@ pub struct Access(pub Arc<KeyTable>);
 #[async_trait::async_trait]
 impl S3Access for Access {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
-        let access_key = cx.credentials().map(|c| c.access_key.clone());
-        let Some(access_key) = access_key else {
-            return Err(s3_error!(
-                AccessDenied,
-                "anonymous requests are refused; sign requests with a key from [s3.keys]"
-            ));
-        };
-        let op = cx.s3_op().name().to_string();
-        let bucket = match cx.s3_path() {
+        let who = self.0.s3_principal(cx.credentials())?;
+        let op = cx.s3_op().name();
+        let scope_header = cx.headers().get("fencing-scope").map(|v| v.as_bytes());
+        let action = match cx.s3_path() {
+            // ListBuckets: every principal sees the buckets it reaches.
             S3Path::Root => return Ok(()),
-            S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => bucket.to_string(),
+            S3Path::Bucket { bucket } => match op {
+                "CreateBucket" => Action::CreateBucket { bucket },
+                "DeleteBucket" => Action::DeleteBucket { bucket },
+                // Each key of the batch is authorized on its own (objects::delete_objects).
+                "DeleteObjects" => Action::Read { bucket },
+                _ if object_permission(op).is_some() || op.starts_with("Delete") => {
+                    Action::Bucket {
+                        perm: Permission::Write,
+                        bucket,
+                    }
+                }
+                _ => Action::Read { bucket },
+            },
+            S3Path::Object { bucket, key } => match object_permission(op) {
+                Some(perm) => Action::Object {
+                    perm,
+                    bucket,
+                    key,
+                    scope_header,
+                },
+                None => Action::Read { bucket },
+            },
         };
-        let allowed = if is_write(&op) {
-            self.0.may_write(Some(&access_key), &bucket)
-        } else {
-            self.0.may_read(Some(&access_key), &bucket)
-        };
-        if allowed {
-            Ok(())
-        } else {
-            tracing::info!(access_key, op, bucket, "access denied");
-            Err(s3_error!(
-                AccessDenied,
-                "this access key may not {} bucket {bucket}",
-                if is_write(&op) { "write to" } else { "read" }
-            ))
-        }
+        self.0
+            .authorize(&who, action)
+            .map_err(|e| s3_auth_error(&e))
     }
 }

@@ -189,12 +189,16 @@ pub async fn list_buckets(
     gw: &S3Gateway,
     req: S3Request<ListBucketsInput>,
 ) -> S3Result<S3Response<ListBucketsOutput>> {
-    let access_key = req.credentials.as_ref().map(|c| c.access_key.as_str());
+    let who = gw.keys.s3_principal(req.credentials.as_ref())?;
     let buckets = gw
         .gate
         .bucket_names()
         .into_iter()
-        .filter(|b| gw.keys.may_read(access_key, b))
+        .filter(|b| {
+            gw.keys
+                .authorize(&who, crate::auth::Action::Read { bucket: b })
+                .is_ok()
+        })
         .map(|name| Bucket {
             name: Some(name),
             creation_date: Some(convert::timestamp(0)),

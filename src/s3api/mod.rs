@@ -8,7 +8,7 @@ mod convert;
 mod multipart;
 mod objects;
 
-pub use access::KeyTable;
+pub use crate::auth::KeyTable;
 
 use crate::config::S3GatewayConfig;
 use crate::gate::Gate;

@@ -220,8 +220,29 @@ pub async fn delete_objects(
     );
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
-    // Key by key: each is fenced on its own scope, and each failure is reported on its own.
+    let who = gw.keys.s3_principal(req.credentials.as_ref())?;
+    let scope_header = headers::scope(&req.headers).map_err(s3_error)?;
+    // Key by key: each is authorized and fenced on its own scope, and each failure is
+    // reported on its own.
     for object in input.delete.objects {
+        let allowed = gw.keys.authorize(
+            &who,
+            crate::auth::Action::Object {
+                perm: crate::config::Permission::Delete,
+                bucket: &input.bucket,
+                key: &object.key,
+                scope_header: scope_header.as_deref(),
+            },
+        );
+        if let Err(e) = allowed {
+            errors.push(s3s::dto::Error {
+                key: Some(object.key),
+                code: Some(e.code().to_string()),
+                message: Some(e.to_string()),
+                ..Default::default()
+            });
+            continue;
+        }
         let write = WriteRequest {
             bucket: input.bucket.clone(),
             key: object.key.clone(),
@@ -267,15 +288,8 @@ pub fn copy_source<'a>(
             key,
             version_id: None,
         } => {
-            if !gw
-                .keys
-                .may_read(credentials.map(|c| c.access_key.as_str()), bucket)
-            {
-                return Err(S3Error::with_message(
-                    S3ErrorCode::AccessDenied,
-                    format!("this access key may not read the copy source bucket {bucket}"),
-                ));
-            }
+            gw.keys
+                .s3_authorize(credentials, crate::auth::Action::Read { bucket })?;
             Ok((bucket, key))
         }
         _ => Err(S3Error::with_message(

@@ -4,6 +4,7 @@
 
 pub mod moto;
 pub mod s3proxy;
+pub mod sign;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -126,11 +127,22 @@ pub async fn put(
     token: Option<&str>,
     body: &'static [u8],
 ) -> (u16, serde_json::Value) {
+    put_as(c, url, token, body, None).await
+}
+
+/// PUT with a token, signed for `creds` when given.
+pub async fn put_as(
+    c: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    body: &'static [u8],
+    creds: Option<sign::Creds>,
+) -> (u16, serde_json::Value) {
     let mut req = c.put(url).body(body);
     if let Some(t) = token {
         req = req.header("Fencing-Token", t);
     }
-    let resp = req.send().await.unwrap();
+    let resp = sign::send(c, req, creds).await;
     let status = resp.status().as_u16();
     let text = resp.text().await.unwrap();
     (
@@ -141,13 +153,19 @@ pub async fn put(
 
 /// `GET /v1/fences/{bucket}/{key}`: the key's scope and highest token.
 pub async fn fence(c: &reqwest::Client, s: &Server, bucket: &str, key: &str) -> serde_json::Value {
-    c.get(s.url(&format!("/v1/fences/{bucket}/{key}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    fence_as(c, s, bucket, key, None).await
+}
+
+/// `GET /v1/fences/{bucket}/{key}`, signed for `creds` when given.
+pub async fn fence_as(
+    c: &reqwest::Client,
+    s: &Server,
+    bucket: &str,
+    key: &str,
+    creds: Option<sign::Creds>,
+) -> serde_json::Value {
+    let req = c.get(s.url(&format!("/v1/fences/{bucket}/{key}")));
+    sign::send(c, req, creds).await.json().await.unwrap()
 }
 
 pub async fn get_bytes(c: &reqwest::Client, url: &str) -> (u16, Vec<u8>) {

@@ -166,7 +166,8 @@ meta = s3.head_object(Bucket="default", Key="leased.txt")["Metadata"]
 check(meta.get("fencing-token") == str(grant_a["token"]), f"token from the lease: {meta}")
 
 step("once the next holder's lease is granted, the old credentials are fenced out")
-lease_call("DELETE", "leased", {"holder": "cli-a", "token": grant_a["token"]})
+lease_call("DELETE", "leased", {"holder": "cli-a", "token": grant_a["token"],
+                               "secret": grant_a["lease_secret"]})
 grant_b = lease_call("POST", "leased", dict(bound, holder="cli-b"))
 check(grant_b["token"] > grant_a["token"], "tokens grow")
 r = aws_as(grant_a["s3_credentials"], "s3", "cp", small, "s3://default/leased.txt")

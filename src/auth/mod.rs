@@ -1,0 +1,263 @@
+//! Who is calling, and may they: the one key table every surface authenticates against
+//! (`[keys.NAME]`), the principals a request can carry, and the permission each action needs
+//! (README, "Security"). Surfaces find the principal (SigV4 on the native API here in
+//! `native.rs`, `s3s` on the S3 API), then ask [`KeyTable::authorize`]; nothing else decides.
+//!
+//! Without keys fencegate is in development mode: anonymous requests and the well-known
+//! development key may do everything, and the server refuses to listen beyond loopback
+//! (`server.rs`, protected mode).
+
+pub mod native;
+pub mod sigv4;
+
+use crate::config::{Key, Permission};
+use crate::gate::Gate;
+use crate::lease::{LeaseIdentity, Leases};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The key that works in development mode (like MinIO's `minioadmin`).
+pub const DEV_KEY: (&str, &str) = ("fencegate", "fencegate-dev-secret");
+
+/// Who a request comes from.
+#[derive(Debug, Clone)]
+pub enum Principal {
+    /// Development mode: anyone, anonymous or with the development key.
+    Dev,
+    Key(Arc<Key>),
+    /// Lease-bound S3 credentials.
+    Lease(LeaseIdentity),
+}
+
+impl Principal {
+    /// The name audit lines carry.
+    pub fn name(&self) -> String {
+        match self {
+            Principal::Dev => "dev-mode".into(),
+            Principal::Key(k) => format!("key:{}", k.name),
+            Principal::Lease(l) => format!("lease:{}#{}", l.lease, l.token),
+        }
+    }
+}
+
+/// What a request wants to do.
+#[derive(Debug, Clone, Copy)]
+pub enum Action<'a> {
+    Read {
+        bucket: &'a str,
+    },
+    /// Write or delete one object (`perm` is Write or Delete). `scope_header` is the request's
+    /// `Fencing-Scope`, which lease credentials' scope is compared with.
+    Object {
+        perm: Permission,
+        bucket: &'a str,
+        key: &'a str,
+        scope_header: Option<&'a [u8]>,
+    },
+    /// A bucket-level change (DeleteObjects' batch, uploads listing aside): `perm` on it.
+    Bucket {
+        perm: Permission,
+        bucket: &'a str,
+    },
+    /// Acquire, renew, release or show the lease `name`, bound to `bucket` when set.
+    Lease {
+        name: &'a str,
+        bucket: Option<&'a str>,
+    },
+    CreateBucket {
+        bucket: &'a str,
+    },
+    DeleteBucket {
+        bucket: &'a str,
+    },
+    Admin,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("this server requires credentials: sign the request with SigV4 using a key from [keys] (curl --aws-sigv4 \"aws:amz:us-east-1:s3\" --user KEY:SECRET)")]
+    Missing,
+    #[error("the access key id {0:?} is not in [keys] and is not a live lease credential")]
+    UnknownKey(String),
+    #[error("these lease credentials expired with their lease (plus the grace period); acquire the lease again for new ones")]
+    ExpiredLease,
+    #[error("the signature does not match: check the secret, and that the request was not changed after signing")]
+    BadSignature,
+    #[error("{0}")]
+    Malformed(String),
+    #[error("{0}")]
+    Skewed(String),
+    #[error("{0}")]
+    Denied(String),
+}
+
+impl AuthError {
+    pub fn status(&self) -> u16 {
+        match self {
+            AuthError::Missing => 401,
+            AuthError::Malformed(_) => 400,
+            _ => 403,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            AuthError::Missing => "MissingCredentials",
+            AuthError::UnknownKey(_) | AuthError::ExpiredLease => "InvalidAccessKeyId",
+            AuthError::BadSignature => "SignatureDoesNotMatch",
+            AuthError::Malformed(_) => "AuthorizationHeaderMalformed",
+            AuthError::Skewed(_) => "RequestTimeTooSkewed",
+            AuthError::Denied(_) => "AccessDenied",
+        }
+    }
+}
+
+impl From<sigv4::SigError> for AuthError {
+    fn from(e: sigv4::SigError) -> Self {
+        match e {
+            sigv4::SigError::Malformed(m) => AuthError::Malformed(m),
+            s @ sigv4::SigError::Skewed(_) => AuthError::Skewed(s.to_string()),
+        }
+    }
+}
+
+/// The configured keys by access key id, plus the lease service's short-lived ones.
+pub struct KeyTable {
+    by_id: BTreeMap<String, Arc<Key>>,
+    dev: bool,
+    leases: Option<Arc<Leases>>,
+    gate: Option<Arc<Gate>>,
+}
+
+impl KeyTable {
+    /// No keys: development mode.
+    pub fn new(keys: impl IntoIterator<Item = Key>) -> KeyTable {
+        let by_id: BTreeMap<_, _> = keys
+            .into_iter()
+            .map(|k| (k.access_key_id.clone(), Arc::new(k)))
+            .collect();
+        KeyTable {
+            dev: by_id.is_empty(),
+            by_id,
+            leases: None,
+            gate: None,
+        }
+    }
+
+    /// Also accepts lease-bound credentials issued by `leases`, confined to their lease's
+    /// scope as `gate` resolves it.
+    pub fn with_leases(mut self, leases: Arc<Leases>, gate: Arc<Gate>) -> KeyTable {
+        self.leases = Some(leases);
+        self.gate = Some(gate);
+        self
+    }
+
+    pub fn dev_mode(&self) -> bool {
+        self.dev
+    }
+
+    /// The principal of a request that carries no credentials.
+    pub fn anonymous(&self) -> Result<Principal, AuthError> {
+        if self.dev {
+            Ok(Principal::Dev)
+        } else {
+            Err(AuthError::Missing)
+        }
+    }
+
+    /// The secret that signs for `access_key`, and who that is.
+    pub fn lookup(&self, access_key: &str) -> Result<(String, Principal), AuthError> {
+        if self.dev && access_key == DEV_KEY.0 {
+            return Ok((DEV_KEY.1.to_string(), Principal::Dev));
+        }
+        if let Some(k) = self.by_id.get(access_key) {
+            return Ok((k.secret_access_key.clone(), Principal::Key(k.clone())));
+        }
+        if let Some(leases) = &self.leases {
+            if let Some(secret) = leases.credentials.secret(access_key) {
+                if let Some(identity) = leases.credentials.identity(access_key) {
+                    return Ok((secret, Principal::Lease(identity)));
+                }
+            }
+            if leases.credentials.identity(access_key).is_some() {
+                return Err(AuthError::ExpiredLease);
+            }
+        }
+        Err(AuthError::UnknownKey(access_key.to_string()))
+    }
+
+    /// The principal behind a SigV4 access key, for `s3s` (which checked the signature).
+    pub fn principal(&self, access_key: Option<&str>) -> Result<Principal, AuthError> {
+        match access_key {
+            None => self.anonymous(),
+            Some(a) => self.lookup(a).map(|(_, p)| p),
+        }
+    }
+
+    /// May `who` do `action`? The refusal says what is missing.
+    pub fn authorize(&self, who: &Principal, action: Action<'_>) -> Result<(), AuthError> {
+        let allowed = match who {
+            Principal::Dev => true,
+            Principal::Key(k) => match action {
+                Action::Read { bucket } => k.allows(Permission::Read, bucket),
+                Action::Object { perm, bucket, .. } | Action::Bucket { perm, bucket } => {
+                    k.allows(perm, bucket)
+                }
+                Action::Lease { name, bucket } => {
+                    k.may_lease(name) && bucket.is_none_or(|b| k.allows(Permission::Lease, b))
+                }
+                Action::CreateBucket { bucket } => k.allows(Permission::Write, bucket),
+                Action::DeleteBucket { bucket } => k.allows(Permission::Delete, bucket),
+                Action::Admin => k.admin,
+            },
+            Principal::Lease(l) => self.lease_allows(l, action),
+        };
+        if allowed {
+            return Ok(());
+        }
+        let why = denial(who, action);
+        tracing::info!(target: "fencegate::audit", principal = %who.name(), action = ?action, "access denied");
+        Err(AuthError::Denied(why))
+    }
+
+    /// Lease credentials reach their lease's bucket, and change only objects in the lease's
+    /// scope; never bucket-level changes, leases or administration.
+    fn lease_allows(&self, l: &LeaseIdentity, action: Action<'_>) -> bool {
+        match action {
+            Action::Read { bucket } => bucket == l.bucket,
+            Action::Object {
+                perm: Permission::Write | Permission::Delete,
+                bucket,
+                key,
+                scope_header,
+            } => {
+                bucket == l.bucket
+                    && self.gate.as_ref().is_some_and(|g| {
+                        g.scope_of(bucket, key, scope_header)
+                            .is_ok_and(|s| s == l.scope)
+                    })
+            }
+            _ => false,
+        }
+    }
+}
+
+fn denial(who: &Principal, action: Action<'_>) -> String {
+    let who = who.name();
+    match action {
+        Action::Read { bucket } => format!("{who} may not read bucket {bucket}; grant it \"read\" on a pattern matching it"),
+        Action::Object { perm, bucket, key, .. } => format!(
+            "{who} may not {} {bucket}/{key}; grant it {perm:?} on a pattern matching {bucket} (lease credentials reach only their lease's scope)",
+            if perm == Permission::Delete { "delete" } else { "write" }
+        ),
+        Action::Bucket { perm, bucket } => format!("{who} needs {perm:?} on bucket {bucket}"),
+        Action::Lease { name, bucket } => format!(
+            "{who} may not hold lease {name:?}{}; add it to the key's lease_names{}",
+            bucket.map(|b| format!(" bound to bucket {b}")).unwrap_or_default(),
+            if bucket.is_some() { " and grant \"lease\" on the bucket" } else { "" }
+        ),
+        Action::CreateBucket { bucket } => format!("{who} needs \"write\" on {bucket} to create it (lease credentials never create buckets)"),
+        Action::DeleteBucket { bucket } => format!("{who} needs \"delete\" on {bucket} to delete it (lease credentials never delete buckets)"),
+        Action::Admin => format!("{who} is not an admin key"),
+    }
+}

@@ -1,0 +1,153 @@
+//! Authentication of the native API (`/v1/...`): finds the request's [`Principal`] from its
+//! SigV4 signature (or none, in development mode) and hands it to the handlers as a request
+//! extension. Handlers then ask [`KeyTable::authorize`] for the action they serve.
+//!
+//! A body is verified without being held whole: a declared `x-amz-content-sha256`, or, for a
+//! signature over the body's own hash (curl), the signature itself, is checked as the body's
+//! last bytes pass. A mismatch fails the body stream, so the write fails before its commit.
+
+use super::sigv4::{Payload, SignedRequest};
+use super::{AuthError, KeyTable, Principal};
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::{Stream, StreamExt};
+use sha2::{Digest, Sha256};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::SystemTime;
+
+/// Largest body buffered to check a signature over it: lease and fence requests are small
+/// JSON; only object PUTs stream.
+const MAX_BUFFERED: usize = 1024 * 1024;
+
+/// The error a body stream ends with when its bytes do not match what was signed.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BodyMismatch(pub AuthError);
+
+/// The native API's authentication layer.
+pub async fn authenticate(State(keys): State<Arc<KeyTable>>, req: Request, next: Next) -> Response {
+    match principal_of(&keys, req).await {
+        Ok(req) => next.run(req).await,
+        Err(e) => {
+            tracing::info!(target: "fencegate::audit", code = e.code(), error = %e, "authentication failed");
+            crate::api::auth_error_response(&e)
+        }
+    }
+}
+
+async fn principal_of(keys: &KeyTable, req: Request) -> Result<Request, AuthError> {
+    let signed = SignedRequest::parse(req.method(), req.uri(), req.headers(), SystemTime::now())?;
+    let Some(signed) = signed else {
+        let who = keys.anonymous()?;
+        return Ok(with_principal(req, who));
+    };
+    let (secret, who) = keys.lookup(&signed.access_key)?;
+    tracing::Span::current().record("principal", who.name().as_str());
+    if let Some(hash) = signed.payload_hash() {
+        if !signed.verify(&secret, hash) {
+            return Err(AuthError::BadSignature);
+        }
+    }
+    let streams = req.method() == http::Method::PUT && req.uri().path().starts_with("/v1/objects/");
+    let (parts, body) = req.into_parts();
+    let body = match (&signed.payload, streams) {
+        (Payload::Unsigned, _) => body,
+        (Payload::Declared(h), _) => verified(body, Check::Declared(h.clone())),
+        (Payload::Body, true) => verified(body, Check::Signature(Box::new(signed), secret)),
+        (Payload::Body, false) => {
+            let bytes = axum::body::to_bytes(body, MAX_BUFFERED)
+                .await
+                .map_err(|_| {
+                    AuthError::Malformed(format!(
+                        "a signed body here is at most {MAX_BUFFERED} bytes"
+                    ))
+                })?;
+            let hash = hex::encode(Sha256::digest(&bytes));
+            if !signed.verify(&secret, &hash) {
+                return Err(AuthError::BadSignature);
+            }
+            Body::from(bytes)
+        }
+    };
+    Ok(with_principal(Request::from_parts(parts, body), who))
+}
+
+fn with_principal(mut req: Request, who: Principal) -> Request {
+    req.extensions_mut().insert(who);
+    req
+}
+
+enum Check {
+    Declared(String),
+    Signature(Box<SignedRequest>, String),
+}
+
+fn verified(body: Body, check: Check) -> Body {
+    Body::from_stream(Verified {
+        inner: body.into_data_stream().boxed(),
+        hasher: Some(Sha256::new()),
+        check,
+    })
+}
+
+struct Verified {
+    inner: Pin<Box<dyn Stream<Item = Result<Bytes, axum::Error>> + Send>>,
+    hasher: Option<Sha256>,
+    check: Check,
+}
+
+impl Stream for Verified {
+    type Item = Result<Bytes, axum::BoxError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match self.inner.as_mut().poll_next(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(chunk))) => {
+                if let Some(h) = self.hasher.as_mut() {
+                    h.update(&chunk);
+                }
+                Poll::Ready(Some(Ok(chunk)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => {
+                let Some(hasher) = self.hasher.take() else {
+                    return Poll::Ready(None);
+                };
+                let hash = hex::encode(hasher.finalize());
+                let error = match &self.check {
+                    Check::Declared(d) if *d != hash => Some(AuthError::Malformed(
+                        "the body does not match its x-amz-content-sha256".into(),
+                    )),
+                    Check::Signature(signed, secret) if !signed.verify(secret, &hash) => {
+                        Some(AuthError::BadSignature)
+                    }
+                    _ => None,
+                };
+                Poll::Ready(error.map(|e| {
+                    tracing::info!(target: "fencegate::audit", code = e.code(), "a signed body did not match its signature");
+                    Err(BodyMismatch(e).into())
+                }))
+            }
+        }
+    }
+}
+
+/// Refuses requests that carry a principal but whose body stream failed verification: used
+/// by the body reader to turn the stream's error back into an authentication error.
+pub fn body_mismatch(e: axum::Error) -> Result<AuthError, axum::Error> {
+    let inner = e.into_inner();
+    match inner.downcast::<BodyMismatch>() {
+        Ok(m) => Ok(m.0),
+        Err(other) => Err(axum::Error::new(other)),
+    }
+}
+
+impl IntoResponse for AuthError {
+    fn into_response(self) -> Response {
+        crate::api::auth_error_response(&self)
+    }
+}
