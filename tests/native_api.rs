@@ -311,3 +311,33 @@ async fn a_huge_header_is_refused_and_changes_nothing() {
     assert_eq!(get_bytes(&c, &s.object_url("default", "k")).await.0, 404);
     assert!(common::fence(&c, &s, "default", "k").await["highest"].is_null());
 }
+
+/// Review round 3: a token sent as `x-amz-meta-fencing-token` (the S3 carrier) is honoured on
+/// the native API too, never silently dropped; one that disagrees with `Fencing-Token` is a 400.
+#[tokio::test]
+async fn a_token_in_metadata_is_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[buckets.loose]\nfencing = \"optional\"\n";
+    let s = Server::start(&dir.path().join("data"), Some(config));
+    let c = client();
+    let url = s.object_url("loose", "k");
+    assert_eq!(put(&c, &url, Some("10"), b"newer").await.0, 200);
+    let resp = c
+        .put(&url)
+        .header("x-amz-meta-fencing-token", "9")
+        .body("stale")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 409);
+    let resp = c
+        .put(&url)
+        .header("Fencing-Token", "11")
+        .header("x-amz-meta-fencing-token", "12")
+        .body("mixed")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    assert_eq!(get_bytes(&c, &url).await.1, b"newer");
+}

@@ -388,3 +388,43 @@ async fn a_1_gib_object_streams_both_ways_in_bounded_memory() {
     eprintln!("s3 backend: peak RSS after a 1 GiB PUT and GET: {peak} KiB");
     assert!(peak < 256 * 1024, "peak RSS {peak} KiB for a 1 GiB object");
 }
+
+/// Review round 3: a lost rewrite of the object's current bytes leaves the ETag unchanged, so
+/// the ETag cannot show that it landed. It stays unresolved (504, then 503 for later writes
+/// and fence advances), instead of being acknowledged and landing late over newer tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_rewrite_of_the_same_bytes_is_not_taken_for_landed() {
+    let Rig {
+        moto: _moto,
+        proxy,
+        _dir,
+        s,
+    } = behind_proxy(UNSAFE_FAST_TIMEOUT).await;
+    let c = client();
+    let url = s.object_url("default", "same");
+    assert_eq!(put(&c, &url, Some("1"), b"X").await.0, 200);
+    proxy.set(Mode::SwallowConditionalWrites);
+    let (status, body) = put(&c, &url, Some("2"), b"X").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (504, Some("BackendUnavailable")),
+        "{body}"
+    );
+    proxy.set(Mode::Pass);
+    let (status, body) = put(&c, &url, Some("3"), b"X").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("CommitUnresolved")),
+        "{body}"
+    );
+    let advance = c
+        .post(s.url("/v1/fences/default/same"))
+        .header("Fencing-Token", "4")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(advance.status().as_u16(), 503);
+    // Past the deadline (commit_deadline_secs = 2) the request can no longer land.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    assert_eq!(put(&c, &url, Some("3"), b"X").await.0, 200);
+}

@@ -573,3 +573,54 @@ async fn the_token_and_scope_in_metadata_are_the_gates_own() {
     assert_eq!(info.meta.token, Some(7));
     assert!(info.meta.user_meta.is_empty(), "{:?}", info.meta.user_meta);
 }
+
+/// Review round 3: a lost store request lands in its scope, so under a prefix scope every
+/// write of the scope, and every advance and bound grant, waits for it, not only its object's.
+#[tokio::test]
+async fn a_lost_request_holds_its_whole_scope() {
+    let inner = Arc::new(MemoryBackend::new());
+    let store = Arc::new(MemoryFenceStore::new());
+    let mut buckets = BTreeMap::new();
+    buckets.insert(
+        "b".to_string(),
+        BucketEntry::new(
+            BucketPolicy {
+                scope: ScopeKind::Prefix,
+                prefix_segments: 1,
+                ..BucketPolicy::default()
+            },
+            Arc::new(LateStore {
+                inner: inner.clone(),
+                late: Duration::from_millis(300),
+            }),
+        ),
+    );
+    let gate = Arc::new(Gate::new(store.clone(), buckets));
+    let e = gate
+        .put(req("p/a", Some(5)), body(b"zombie"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.status(), 504);
+    let e = gate.delete(req("p/b", Some(6))).await.unwrap_err();
+    assert_eq!(e.code(), "CommitUnresolved", "{e}");
+    let e = gate
+        .advance("b", "p/c", Ok(Some(Token(7))), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "CommitUnresolved", "{e}");
+    let e = gate.advance_past("b", "p/c", 1, None).await.unwrap_err();
+    assert_eq!(e.code(), "CommitUnresolved", "{e}");
+    // Another scope is not held.
+    gate.advance("b", "q/c", Ok(Some(Token(7))), None)
+        .await
+        .unwrap();
+    // Once the request's outcome shows, the scope is free again.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        inner.bytes("b", "p/a").unwrap(),
+        Bytes::from_static(b"zombie")
+    );
+    gate.advance("b", "p/c", Ok(Some(Token(7))), None)
+        .await
+        .unwrap();
+}
