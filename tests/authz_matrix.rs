@@ -162,7 +162,11 @@ fn leak(s: &str) -> &'static str {
 fn creds_of(grant: &Value) -> Creds {
     Creds {
         key: leak(grant["s3_credentials"]["access_key_id"].as_str().unwrap()),
-        secret: leak(grant["s3_credentials"]["secret_access_key"].as_str().unwrap()),
+        secret: leak(
+            grant["s3_credentials"]["secret_access_key"]
+                .as_str()
+                .unwrap(),
+        ),
     }
 }
 
@@ -174,7 +178,10 @@ async fn json_call(
     let resp = send(c, req, creds).await;
     let status = resp.status().as_u16();
     let text = resp.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 impl Fixture {
@@ -240,7 +247,11 @@ impl Fixture {
     async fn call(&self, caller: Caller, route: Route, n: usize, token: u64) -> (u16, String) {
         let (s, c) = (&self.s, &self.c);
         let lease = |suffix: &str| {
-            let prefix = if caller == Caller::OtherBucketKey { "other" } else { "jobs" };
+            let prefix = if caller == Caller::OtherBucketKey {
+                "other"
+            } else {
+                "jobs"
+            };
             s.url(&format!("/v1/leases/{prefix}-{suffix}-{n}"))
         };
         let token = token.to_string();
@@ -371,7 +382,10 @@ async fn every_route_times_every_caller() {
     let writer_token = |n: u64| 100 + 10 * n + 1;
     let get = fx.c.get(fx.s.object_url("data", "k"));
     let resp = send(&fx.c, get, Some(ADMIN)).await;
-    assert_eq!(resp.headers()["fencing-token"], writer_token(0).to_string().as_str());
+    assert_eq!(
+        resp.headers()["fencing-token"],
+        writer_token(0).to_string().as_str()
+    );
     let show = fx.c.get(fx.s.url("/v1/fences/data/advanced"));
     let (_, fence) = json_call(&fx.c, show, Some(ADMIN)).await;
     assert_eq!(fence["highest"], writer_token(6), "{fence}");

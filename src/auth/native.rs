@@ -139,10 +139,16 @@ impl Stream for Verified {
 /// Refuses requests that carry a principal but whose body stream failed verification: used
 /// by the body reader to turn the stream's error back into an authentication error.
 pub fn body_mismatch(e: axum::Error) -> Result<AuthError, axum::Error> {
-    let inner = e.into_inner();
-    match inner.downcast::<BodyMismatch>() {
-        Ok(m) => Ok(m.0),
-        Err(other) => Err(axum::Error::new(other)),
+    // The body layers wrap the stream's error once per layer.
+    let mut inner = e.into_inner();
+    loop {
+        inner = match inner.downcast::<BodyMismatch>() {
+            Ok(m) => return Ok(m.0),
+            Err(other) => match other.downcast::<axum::Error>() {
+                Ok(wrapped) => wrapped.into_inner(),
+                Err(other) => return Err(axum::Error::new(other)),
+            },
+        };
     }
 }
 

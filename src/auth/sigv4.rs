@@ -49,7 +49,7 @@ pub struct SignedRequest {
     service: String,
     amz_date: String,
     /// The canonical request without its payload hash line, for each way of writing the URI
-    /// that clients use (re-encoded as S3 does, and as sent).
+    /// that clients use (path and query re-encoded as S3 does, and as sent).
     prefixes: Vec<String>,
 }
 
@@ -148,6 +148,18 @@ impl SignedRequest {
         if signature.len() != 64 || !signature.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(malformed("Signature must be 64 hex digits"));
         }
+        let names: Vec<&str> = signed.split(';').collect();
+        if names.is_empty()
+            || !names.contains(&"host")
+            || names.windows(2).any(|w| w[0] >= w[1])
+            || names
+                .iter()
+                .any(|n| n.is_empty() || n.bytes().any(|b| b.is_ascii_uppercase()))
+        {
+            return Err(malformed(
+                "SignedHeaders must be lower-case, sorted, unique, and include host",
+            ));
+        }
         let amz_date = headers
             .get("x-amz-date")
             .and_then(|v| v.to_str().ok())
@@ -162,18 +174,6 @@ impl SignedRequest {
         let skew = now.duration_since(time).unwrap_or_else(|e| e.duration());
         if skew > MAX_SKEW {
             return Err(SigError::Skewed(amz_date.to_string()));
-        }
-        let names: Vec<&str> = signed.split(';').collect();
-        if names.is_empty()
-            || !names.contains(&"host")
-            || names.windows(2).any(|w| w[0] >= w[1])
-            || names
-                .iter()
-                .any(|n| n.is_empty() || n.bytes().any(|b| b.is_ascii_uppercase()))
-        {
-            return Err(malformed(
-                "SignedHeaders must be lower-case, sorted, unique, and include host",
-            ));
         }
         let mut canonical_headers = String::new();
         for name in &names {
@@ -212,10 +212,16 @@ impl SignedRequest {
         if paths[0] != raw_path {
             paths.push(raw_path.to_string());
         }
-        let query = canonical_query(uri.query().unwrap_or(""));
+        // Older curl (before 8.x) signs the query as sent, unsorted: accepted too.
+        let raw_query = uri.query().unwrap_or("");
+        let mut queries = vec![canonical_query(raw_query)];
+        if queries[0] != raw_query {
+            queries.push(raw_query.to_string());
+        }
         let prefixes = paths
             .iter()
-            .map(|p| format!("{method}\n{p}\n{query}\n{canonical_headers}\n{signed}\n"))
+            .flat_map(|p| queries.iter().map(move |q| (p, q)))
+            .map(|(p, q)| format!("{method}\n{p}\n{q}\n{canonical_headers}\n{signed}\n"))
             .collect();
         Ok(Some(SignedRequest {
             access_key: access_key.to_string(),

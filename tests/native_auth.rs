@@ -1,0 +1,247 @@
+//! Authentication on the native API: SigV4 from curl (`--aws-sigv4`, which signs the body's
+//! hash without sending it) and from aws-sigv4 (the AWS SDKs' signer), hostile
+//! authentication input (each a 4xx that writes nothing), and protected mode.
+
+mod common;
+use common::sign::{sign_at, BodyHash, Creds};
+use common::{get_bytes, Server};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
+
+const CONFIG: &str = r#"
+[keys.worker]
+access_key_id = "worker-key"
+secret_access_key = "worker-secret"
+buckets = { "default" = ["read", "write", "delete", "fence"] }
+"#;
+
+const WORKER: Creds = Creds {
+    key: "worker-key",
+    secret: "worker-secret",
+};
+
+fn curl(args: &[&str]) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/stderr", "-w", "%{http_code}"])
+        .args(args)
+        .output()
+        .expect("curl runs");
+    (
+        String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The highest token of default/`key`, read as the worker.
+async fn highest(c: &reqwest::Client, s: &Server, key: &str) -> serde_json::Value {
+    common::fence_as(c, s, "default", key, Some(WORKER)).await["highest"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_and_sdk_signatures_work_and_forgeries_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), Some(CONFIG));
+    let c = common::client();
+    let url = s.url("/v1/objects/default/a%20b%2Bc~d.txt");
+    let sig = [
+        "--aws-sigv4",
+        "aws:amz:us-east-1:s3",
+        "--user",
+        "worker-key:worker-secret",
+    ];
+
+    // curl signs the body's hash inside the signature only: checked as the body ends.
+    let mut args = sig.to_vec();
+    args.extend([
+        "-X",
+        "PUT",
+        "-H",
+        "Fencing-Token: 3",
+        "--data-binary",
+        "by curl",
+        &url,
+    ]);
+    let (status, body) = curl(&args);
+    assert_eq!(status, 200, "{body}");
+    let mut args = sig.to_vec();
+    args.push(&url);
+    let (status, body) = curl(&args);
+    assert_eq!((status, body.as_str()), (200, "by curl"));
+    let list = s.url("/v1/objects/default?prefix=a%20b&max_keys=5");
+    let mut args = sig.to_vec();
+    args.push(&list);
+    assert_eq!(curl(&args).0, 200);
+    // Without credentials, or with the wrong secret: refused, nothing written.
+    let (status, body) = curl(&[
+        "-X",
+        "PUT",
+        "-H",
+        "Fencing-Token: 4",
+        "--data-binary",
+        "anon",
+        &url,
+    ]);
+    assert_eq!(status, 401, "{body}");
+    assert!(
+        body.contains("MissingCredentials") && body.contains("--aws-sigv4"),
+        "{body}"
+    );
+    let (status, body) = curl(&[
+        "--aws-sigv4",
+        "aws:amz:us-east-1:s3",
+        "--user",
+        "worker-key:wrong",
+        "-X",
+        "PUT",
+        "-H",
+        "Fencing-Token: 4",
+        "--data-binary",
+        "forged",
+        &url,
+    ]);
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("SignatureDoesNotMatch"), "{body}");
+    assert_eq!(highest(&c, &s, "a b+c~d.txt").await, 3);
+
+    // The SDK signer, both ways of covering the body.
+    for (mode, token) in [(BodyHash::Header, "5"), (BodyHash::SignatureOnly, "6")] {
+        let mut req = c
+            .put(&url)
+            .header("Fencing-Token", token)
+            .body(format!("by sdk {token}"))
+            .build()
+            .unwrap();
+        sign_at(&mut req, WORKER, SystemTime::now(), mode);
+        let resp = c.execute(req).await.unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "{mode:?}");
+    }
+
+    // A body changed after signing (the signature covers its hash): refused at its end, and
+    // the write never commits.
+    for mode in [BodyHash::Header, BodyHash::SignatureOnly] {
+        let mut req = c
+            .put(&url)
+            .header("Fencing-Token", "9")
+            .body("original")
+            .build()
+            .unwrap();
+        sign_at(&mut req, WORKER, SystemTime::now(), mode);
+        *req.body_mut() = Some("tampered".into());
+        let resp = c.execute(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        assert!(matches!(status, 400 | 403), "{mode:?}: {status} {text}");
+        assert!(
+            text.contains("SignatureDoesNotMatch") || text.contains("x-amz-content-sha256"),
+            "{text}"
+        );
+    }
+    assert_eq!(highest(&c, &s, "a b+c~d.txt").await, 6);
+    // A signed header changed after signing.
+    let mut req = c
+        .put(&url)
+        .header("Fencing-Token", "7")
+        .body("x")
+        .build()
+        .unwrap();
+    sign_at(&mut req, WORKER, SystemTime::now(), BodyHash::Header);
+    req.headers_mut()
+        .insert("fencing-token", "8".parse().unwrap());
+    let resp = c.execute(req).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 403);
+    assert_eq!(highest(&c, &s, "a b+c~d.txt").await, 6);
+
+    // A signature from far in the past or the future (a replay, a bad clock).
+    for skew in [-1, 1] {
+        let when = if skew < 0 {
+            SystemTime::now() - Duration::from_secs(3600)
+        } else {
+            SystemTime::now() + Duration::from_secs(3600)
+        };
+        let mut req = c
+            .put(&url)
+            .header("Fencing-Token", "10")
+            .body("x")
+            .build()
+            .unwrap();
+        sign_at(&mut req, WORKER, when, BodyHash::Header);
+        let resp = c.execute(req).await.unwrap();
+        assert_eq!(resp.status().as_u16(), 403);
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["error"], "RequestTimeTooSkewed");
+    }
+    assert_eq!(highest(&c, &s, "a b+c~d.txt").await, 6);
+
+    // Malformed Authorization headers: 400, nothing written.
+    for auth in [
+        "Basic d29ya2VyLWtleTp3b3JrZXItc2VjcmV0",
+        "AWS4-HMAC-SHA256 Credential=worker-key",
+        "AWS4-HMAC-SHA256 Credential=worker-key/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=nothex",
+        "AWS4-HMAC-SHA256 Credential=worker-key/20260101/us-east-1/s3/aws4_request, SignedHeaders=Host;X, Signature=0000000000000000000000000000000000000000000000000000000000000000",
+    ] {
+        let head = format!(
+            "PUT /v1/objects/default/k HTTP/1.1\r\nAuthorization: {auth}\r\nX-Amz-Date: 20260101T000000Z\r\nFencing-Token: 11"
+        );
+        let (status, body) = common::raw_request(s.addr, &head, b"x");
+        assert_eq!(status, 400, "{auth}: {body}");
+        assert!(body.contains("AuthorizationHeaderMalformed"), "{body}");
+    }
+    // A huge header: 431 before any authentication.
+    let head = format!(
+        "PUT /v1/objects/default/k HTTP/1.1\r\nAuthorization: AWS4-HMAC-SHA256 {}",
+        "x".repeat(100_000)
+    );
+    let (status, _) = common::raw_request(s.addr, &head, b"x");
+    assert!(matches!(status, 400 | 431), "{status}");
+    assert!(highest(&c, &s, "k").await.is_null());
+    assert_eq!(get_bytes(&c, &s.object_url("default", "k")).await.0, 401);
+}
+
+#[test]
+fn protected_mode_refuses_a_public_address_without_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(common::binary())
+        .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("development mode")
+            && err.contains("[keys.NAME]")
+            && err.contains("protected_mode = false"),
+        "{err}"
+    );
+    // With keys, or with the explicit opt-out, it starts (and says so loudly in the latter).
+    for config in [CONFIG, "[server]\nprotected_mode = false\n"] {
+        let data = dir.path().join(format!("d{}", config.len()));
+        std::fs::create_dir_all(&data).unwrap();
+        let path = data.join("c.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut child = Command::new(common::binary())
+            .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
+            .arg(&data)
+            .arg("--config")
+            .arg(&path)
+            .env("RUST_LOG", "info")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let lines: Vec<String> = std::io::BufRead::lines(std::io::BufReader::new(stderr))
+            .map_while(Result::ok)
+            .take_while(|l| !l.contains("fencegate is listening"))
+            .collect();
+        let _ = child.kill();
+        let _ = child.wait();
+        let log = lines.join("\n");
+        assert!(
+            !log.contains("ERROR") || log.contains("UNPROTECTED"),
+            "{log}"
+        );
+        if config.contains("protected_mode") {
+            assert!(log.contains("UNPROTECTED"), "{log}");
+        }
+    }
+}
