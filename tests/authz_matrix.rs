@@ -141,9 +141,10 @@ fn expected(caller: Caller, route: Route) -> Expect {
         // Its key reaches bucket `other` and leases `other-*` only.
         Caller::OtherBucketKey if lease_route(route) => Allowed,
         Caller::OtherBucketKey => denied,
-        // Bound to data/leased.txt: reads of its bucket only; the matrix writes data/k,
-        // outside the lease's scope.
-        Caller::LeaseCredsOtherKey if reads(route) => Allowed,
+        // Bound to data/leased.txt: S3 reads of its bucket only; the matrix writes data/k,
+        // outside the lease's scope. On the native API, where they would carry no token, they
+        // are refused outright.
+        Caller::LeaseCredsOtherKey if reads(route) && !native(route) => Allowed,
         Caller::LeaseCredsOtherKey => denied,
     }
 }

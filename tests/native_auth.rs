@@ -245,3 +245,107 @@ fn protected_mode_refuses_a_public_address_without_keys() {
         }
     }
 }
+
+/// Review round 4: lease credentials carry their token only on S3, so the native API refuses
+/// them; the fencing headers must be signed; a body signed over its own hash is checked before
+/// anything runs; SigV2 and presigned URLs longer than 7 days are refused on S3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_4_holes_stay_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{CONFIG}\n[keys.holder]\naccess_key_id = \"holder-key\"\nsecret_access_key = \"holder-secret\"\nbuckets = {{ \"default\" = [\"read\", \"lease\"] }}\nlease_names = [\"job\"]\n"
+    );
+    let s = Server::start(&dir.path().join("data"), Some(&config));
+    let c = common::client();
+    let holder = Creds {
+        key: "holder-key",
+        secret: "holder-secret",
+    };
+    let acquire = c.post(s.url("/v1/leases/job")).json(&serde_json::json!({
+        "holder": "h", "ttl_ms": 60000, "bucket": "default", "key": "leased", "s3_credentials": true
+    }));
+    let grant: serde_json::Value = common::sign::send(&c, acquire, Some(holder))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let lease = Creds {
+        key: Box::leak(
+            grant["s3_credentials"]["access_key_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+                .into_boxed_str(),
+        ),
+        secret: Box::leak(
+            grant["s3_credentials"]["secret_access_key"]
+                .as_str()
+                .unwrap()
+                .to_string()
+                .into_boxed_str(),
+        ),
+    };
+    let url = s.object_url("default", "leased");
+    let (status, body) =
+        common::put_as(&c, &url, Some("18446744073709551615"), b"x", Some(lease)).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("AccessDenied")),
+        "{body}"
+    );
+    assert_eq!(highest(&c, &s, "leased").await, grant["token"]);
+
+    // A Fencing-Token added after signing (not in SignedHeaders) is refused.
+    let mut req = c.put(&url).body("x").build().unwrap();
+    sign_at(&mut req, WORKER, SystemTime::now(), BodyHash::Header);
+    req.headers_mut()
+        .insert("fencing-token", "99".parse().unwrap());
+    let resp = c.execute(req).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+
+    // A forged body signature is refused before the gate sees the request: no stale-token
+    // answer, no bucket check, only SignatureDoesNotMatch.
+    let forged = Creds {
+        key: "worker-key",
+        secret: "guess",
+    };
+    for (bucket, token) in [("default", "1"), ("nope", "1")] {
+        let mut req = c
+            .put(s.object_url(bucket, "leased"))
+            .header("Fencing-Token", token)
+            .body("x")
+            .build()
+            .unwrap();
+        sign_at(&mut req, forged, SystemTime::now(), BodyHash::SignatureOnly);
+        let resp = c.execute(req).await.unwrap();
+        assert_eq!(resp.status().as_u16(), 403);
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["error"], "SignatureDoesNotMatch");
+    }
+    // Such bodies are bounded; a larger one must declare its hash or UNSIGNED-PAYLOAD.
+    let mut req = c
+        .put(&url)
+        .header("Fencing-Token", "50")
+        .body(vec![b'x'; 2 << 20])
+        .build()
+        .unwrap();
+    sign_at(&mut req, WORKER, SystemTime::now(), BodyHash::SignatureOnly);
+    let resp = c.execute(req).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    assert!(resp.text().await.unwrap().contains("UNSIGNED-PAYLOAD"));
+
+    // S3: SigV2 and over-long presigned URLs.
+    let head = "GET /default/leased HTTP/1.1\r\nDate: Mon, 01 Jan 2001 00:00:00 GMT\r\nAuthorization: AWS worker-key:c2lnbmF0dXJl";
+    let (status, body) = common::raw_request(s.addr, head, b"");
+    assert_eq!(status, 403, "{body}");
+    let long = common::sign::presign(
+        &s.url("/default/leased"),
+        WORKER,
+        Duration::from_secs(8 * 24 * 3600),
+    );
+    let resp = c.get(&long).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 403);
+    assert!(resp.text().await.unwrap().contains("7 days"));
+    let short = common::sign::presign(&s.url("/default/leased"), WORKER, Duration::from_secs(60));
+    assert_eq!(c.get(&short).send().await.unwrap().status().as_u16(), 404);
+}

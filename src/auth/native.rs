@@ -2,9 +2,11 @@
 //! SigV4 signature (or none, in development mode) and hands it to the handlers as a request
 //! extension. Handlers then ask [`KeyTable::authorize`] for the action they serve.
 //!
-//! A body is verified without being held whole: a declared `x-amz-content-sha256`, or, for a
-//! signature over the body's own hash (curl), the signature itself, is checked as the body's
-//! last bytes pass. A mismatch fails the body stream, so the write fails before its commit.
+//! The signature is checked before anything runs as the key it claims. A declared
+//! `x-amz-content-sha256` (covered by the signature) is checked against the body as its last
+//! bytes pass, so a large body is never held whole; a mismatch fails the body stream, and the
+//! write fails before its commit. A signature over the body's own hash (curl without that
+//! header) needs the body first: such bodies are read whole, up to 1 MiB.
 
 use super::sigv4::{Payload, SignedRequest};
 use super::{AuthError, KeyTable, Principal};
@@ -46,26 +48,40 @@ async fn principal_of(keys: &KeyTable, req: Request) -> Result<Request, AuthErro
         return Ok(with_principal(req, who));
     };
     let (secret, who) = keys.lookup(&signed.access_key)?;
+    if matches!(who, Principal::Lease(_)) {
+        // They carry their lease's token only on the S3 API; here the token is a header the
+        // holder of stale credentials could set to anything (review round 4).
+        return Err(AuthError::Denied(
+            "lease credentials are for S3 clients; on the native API sign with a key from [keys] and send the lease's token in Fencing-Token".into(),
+        ));
+    }
+    for name in FENCING_HEADERS {
+        if req.headers().contains_key(name) && !signed.signs(name) {
+            return Err(AuthError::Malformed(format!(
+                "the {name} header must be signed (add it to SignedHeaders)"
+            )));
+        }
+    }
     tracing::Span::current().record("principal", who.name().as_str());
     if let Some(hash) = signed.payload_hash() {
         if !signed.verify(&secret, hash) {
             return Err(AuthError::BadSignature);
         }
     }
-    let streams = req.method() == http::Method::PUT && req.uri().path().starts_with("/v1/objects/");
     let (parts, body) = req.into_parts();
-    let body = match (&signed.payload, streams) {
-        (Payload::Unsigned, _) => body,
-        (Payload::Declared(h), _) => verified(body, Check::Declared(h.clone())),
-        (Payload::Body, true) => verified(body, Check::Signature(Box::new(signed), secret)),
-        (Payload::Body, false) => {
-            let bytes = axum::body::to_bytes(body, MAX_BUFFERED)
-                .await
-                .map_err(|_| {
-                    AuthError::Malformed(format!(
-                        "a signed body here is at most {MAX_BUFFERED} bytes"
-                    ))
-                })?;
+    let body = match &signed.payload {
+        Payload::Unsigned => body,
+        // The signature, checked above, covers the declared hash: the caller is known, and the
+        // body is checked against the hash as it streams.
+        Payload::Declared(h) => verified(body, Check::Declared(h.clone())),
+        // A signature over the body's own hash (curl): nothing may run as the claimed key until
+        // it is checked, so the body is read first, up to a small bound (review round 4).
+        Payload::Body => {
+            let bytes = axum::body::to_bytes(body, MAX_BUFFERED).await.map_err(|_| {
+                AuthError::Malformed(format!(
+                    "a body signed without x-amz-content-sha256 is at most {MAX_BUFFERED} bytes; for larger bodies send x-amz-content-sha256: UNSIGNED-PAYLOAD (curl: -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD') or the body's SHA-256, and sign it"
+                ))
+            })?;
             let hash = hex::encode(Sha256::digest(&bytes));
             if !signed.verify(&secret, &hash) {
                 return Err(AuthError::BadSignature);
@@ -81,9 +97,17 @@ fn with_principal(mut req: Request, who: Principal) -> Request {
     req
 }
 
+/// Headers that steer the fence: a signature that does not cover them would let whoever
+/// holds a signed request change them.
+const FENCING_HEADERS: [&str; 4] = [
+    "fencing-token",
+    "fencing-scope",
+    "fencing-scope-takeover",
+    "x-amz-meta-fencing-token",
+];
+
 enum Check {
     Declared(String),
-    Signature(Box<SignedRequest>, String),
 }
 
 fn verified(body: Body, check: Check) -> Body {
@@ -122,10 +146,7 @@ impl Stream for Verified {
                     Check::Declared(d) if *d != hash => Some(AuthError::Malformed(
                         "the body does not match its x-amz-content-sha256".into(),
                     )),
-                    Check::Signature(signed, secret) if !signed.verify(secret, &hash) => {
-                        Some(AuthError::BadSignature)
-                    }
-                    _ => None,
+                    Check::Declared(_) => None,
                 };
                 Poll::Ready(error.map(|e| {
                     tracing::info!(target: "fencegate::audit", code = e.code(), "a signed body did not match its signature");

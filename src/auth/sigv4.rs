@@ -48,6 +48,7 @@ pub struct SignedRequest {
     region: String,
     service: String,
     amz_date: String,
+    signed_headers: Vec<String>,
     /// The canonical request without its payload hash line, for each way of writing the URI
     /// that clients use (path and query re-encoded as S3 does, and as sent).
     prefixes: Vec<String>,
@@ -232,8 +233,14 @@ impl SignedRequest {
             region: region.to_string(),
             service: service.to_string(),
             amz_date: amz_date.to_string(),
+            signed_headers: names.iter().map(|n| n.to_string()).collect(),
             prefixes,
         }))
+    }
+
+    /// Does the signature cover header `name` (lower-case)?
+    pub fn signs(&self, name: &str) -> bool {
+        self.signed_headers.iter().any(|h| h == name)
     }
 
     /// The payload hash line to verify with, when it is known before the body is read.

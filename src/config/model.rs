@@ -268,6 +268,10 @@ pub struct BucketPolicy {
     /// s3 backends: a key prefix in the store's bucket, so one store bucket can hold several
     /// fencegate buckets (e.g. "team-a/").
     pub backend_prefix: String,
+    /// The largest step a write, delete or fence advance may take above the scope's highest
+    /// token (from 0 for a fresh scope); unset, any. Guards against one request fencing a
+    /// scope at the top of the token space by mistake or on purpose.
+    pub max_token_jump: Option<u64>,
 }
 
 impl Default for BucketPolicy {
@@ -282,6 +286,7 @@ impl Default for BucketPolicy {
             on_bypass: BypassPolicy::Reject,
             backend_bucket: None,
             backend_prefix: String::new(),
+            max_token_jump: None,
         }
     }
 }

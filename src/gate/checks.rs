@@ -44,7 +44,7 @@ impl Gate {
     ) -> Result<Locked, GateError> {
         let scope_row = self.row(scope)?;
         if let Some(t) = token {
-            check_token(entry.policy.tokens, t.0, &scope_row, scope)?;
+            check_token(&entry.policy, t.0, &scope_row, scope)?;
         }
         let object_row = if object_key == scope {
             scope_row.clone()

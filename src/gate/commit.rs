@@ -67,7 +67,7 @@ impl Gate {
         let (entry, token, scope) = self.admit_request(&req, false)?;
         if let Some(t) = token {
             // Early check: a stale writer is refused before a single body byte is read.
-            check_token(entry.policy.tokens, t.0, &self.row(&scope)?, &scope)?;
+            check_token(&entry.policy, t.0, &self.row(&scope)?, &scope)?;
         }
         req.meta.token = token.map(|t| t.0);
         reserve_meta(&mut req.meta);

@@ -28,6 +28,13 @@ pub enum GateError {
     CommitUnresolved { key: String, retry_after: u64 },
     #[error("internal error: {0}")]
     Internal(String),
+    #[error("token {token} is more than {limit} above the highest token {highest} of scope {scope} (the bucket's max_token_jump); a token this far ahead would fence the scope for every real holder. Send the token your lock service issued; an operator can raise max_token_jump if the lock service really skips this far")]
+    TokenJumpTooLarge {
+        token: u64,
+        highest: u64,
+        limit: u64,
+        scope: String,
+    },
     #[error("bucket {0} is being deleted; retry, and expect NoSuchBucket if the delete succeeds")]
     BucketClosing(String),
     #[error("bucket {0} has writes in flight; retry DeleteBucket once they have ended")]
@@ -79,6 +86,7 @@ impl GateError {
             GateError::CommitUnresolved { .. } => 503,
             GateError::FencingTokenRequired { .. } => 428,
             GateError::InvalidFencingToken(_)
+            | GateError::TokenJumpTooLarge { .. }
             | GateError::InvalidFencingScope(_)
             | GateError::InvalidKey(_)
             | GateError::InvalidArgument(_) => 400,
@@ -112,6 +120,7 @@ impl GateError {
             }
             GateError::FencingScopeMismatch { .. } => "FencingScopeMismatch",
             GateError::TokenSpaceExhausted { .. } => "TokenSpaceExhausted",
+            GateError::TokenJumpTooLarge { .. } => "TokenJumpTooLarge",
             GateError::Internal(_) => "InternalError",
             GateError::CommitUnresolved { .. } => "CommitUnresolved",
             GateError::FencingTokenRequired { .. } => "FencingTokenRequired",

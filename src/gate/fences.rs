@@ -35,7 +35,11 @@ impl Gate {
         run_to_end(async move {
             let _lock = gate.locks.lock(&locked_scope).await;
             let mut row = gate.row(&locked_scope)?;
-            check_token(TokenOrder::NonDecreasing, token.0, &row, &locked_scope)?;
+            let rules = super::TokenRules {
+                order: TokenOrder::NonDecreasing,
+                max_jump: entry.policy.max_token_jump,
+            };
+            check_token(rules, token.0, &row, &locked_scope)?;
             gate.settled(&entry, &bucket_name, &key_name, &locked_scope, &row)
                 .await?;
             if row.highest != Some(token.0) {

@@ -624,3 +624,31 @@ async fn a_lost_request_holds_its_whole_scope() {
         .await
         .unwrap();
 }
+
+/// `max_token_jump`: one request cannot fence a scope far ahead (at u64::MAX, say) of what its
+/// holders use; measured from 0 on a fresh scope, for writes, deletes and advances alike.
+#[tokio::test]
+async fn a_token_too_far_ahead_is_refused_when_the_bucket_limits_jumps() {
+    let (gate, _, _) = gate_with(BucketPolicy {
+        max_token_jump: Some(1000),
+        ..BucketPolicy::default()
+    });
+    let e = gate
+        .put(req("k", Some(1001)), body(b"x"))
+        .await
+        .unwrap_err();
+    assert_eq!((e.status(), e.code()), (400, "TokenJumpTooLarge"));
+    assert!(e.to_string().contains("max_token_jump"), "{e}");
+    gate.put(req("k", Some(5)), body(b"x")).await.unwrap();
+    let e = gate
+        .advance("b", "k", Ok(Some(Token(u64::MAX))), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "TokenJumpTooLarge");
+    let e = gate.delete(req("k", Some(1006))).await.unwrap_err();
+    assert_eq!(e.code(), "TokenJumpTooLarge");
+    gate.advance("b", "k", Ok(Some(Token(1005))), None)
+        .await
+        .unwrap();
+    assert_eq!(gate.fence_info("b", "k", None).unwrap().highest, Some(1005));
+}

@@ -116,12 +116,38 @@ pub struct Gate {
 /// Compares a token with a scope's highest (docs/threat-model.md, promise 1). Under
 /// strictly-increasing tokens an equal token is refused, except once after a fence advance or
 /// a lease grant recorded it (`fresh`): that is how its holder writes at all.
+/// How a bucket judges a token against its scope's highest.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TokenRules {
+    pub order: TokenOrder,
+    pub max_jump: Option<u64>,
+}
+
+impl From<&BucketPolicy> for TokenRules {
+    fn from(p: &BucketPolicy) -> TokenRules {
+        TokenRules {
+            order: p.tokens,
+            max_jump: p.max_token_jump,
+        }
+    }
+}
+
 fn check_token(
-    order: TokenOrder,
+    rules: impl Into<TokenRules>,
     token: u64,
     row: &FenceRow,
     scope: &str,
 ) -> Result<(), GateError> {
+    let TokenRules { order, max_jump } = rules.into();
+    let highest = row.highest.unwrap_or(0);
+    if let Some(limit) = max_jump.filter(|l| token > highest.saturating_add(*l)) {
+        return Err(GateError::TokenJumpTooLarge {
+            token,
+            highest,
+            limit,
+            scope: scope.to_string(),
+        });
+    }
     match row.highest {
         Some(h) if token < h => Err(GateError::StaleFencingToken {
             token,

@@ -26,7 +26,7 @@ impl Gate {
     async fn create_upload_inner(&self, mut req: WriteRequest) -> Result<Upload, GateError> {
         let (entry, token, scope) = self.admit_request(&req, false)?;
         if let Some(t) = token {
-            check_token(entry.policy.tokens, t.0, &self.row(&scope)?, &scope)?;
+            check_token(&entry.policy, t.0, &self.row(&scope)?, &scope)?;
         }
         req.meta.token = token.map(|t| t.0);
         super::commit::reserve_meta(&mut req.meta);
@@ -104,7 +104,7 @@ impl Gate {
         Span::current().record("scope", scope.as_str());
         if let Some(t) = upload.token() {
             Span::current().record("token", t);
-            check_token(entry.policy.tokens, t, &self.row(&scope)?, &scope)?;
+            check_token(&entry.policy, t, &self.row(&scope)?, &scope)?;
         }
         Ok(scope)
     }

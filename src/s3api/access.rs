@@ -91,11 +91,42 @@ impl S3Auth for Auth {
     }
 }
 
+/// AWS's longest presigned-URL lifetime.
+const MAX_PRESIGNED_SECS: u64 = 7 * 24 * 3600;
+
+/// Signatures fencegate does not accept although `s3s` verifies them: SigV2 (it covers neither
+/// the body nor the fencing headers, and its date is never checked, so a request signed once
+/// replays forever) and presigned URLs valid for longer than AWS allows (review round 4).
+fn refused_signature(headers: &http::HeaderMap, uri: &http::Uri) -> Option<String> {
+    let auth = headers
+        .get(http::header::AUTHORIZATION)
+        .map(|v| v.as_bytes())
+        .unwrap_or_default();
+    let query = uri.query().unwrap_or("");
+    let params = || query.split('&').filter_map(|p| p.split_once('='));
+    if auth.starts_with(b"AWS ") || params().any(|(k, _)| k == "AWSAccessKeyId") {
+        return Some("Signature Version 2 is not accepted: sign requests with SigV4 (every current SDK and CLI does)".into());
+    }
+    let expires = params()
+        .find(|(k, _)| k.eq_ignore_ascii_case("X-Amz-Expires"))
+        .map(|(_, v)| v.parse::<u64>().unwrap_or(u64::MAX));
+    if expires.is_some_and(|e| e > MAX_PRESIGNED_SECS) {
+        return Some(format!(
+            "a presigned URL may be valid for at most {MAX_PRESIGNED_SECS} seconds (7 days), as on AWS"
+        ));
+    }
+    None
+}
+
 pub struct Access(pub Arc<KeyTable>);
 
 #[async_trait::async_trait]
 impl S3Access for Access {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        if let Some(why) = refused_signature(cx.headers(), cx.uri()) {
+            tracing::info!(target: "fencegate::audit", reason = %why, "S3 request refused");
+            return Err(S3Error::with_message(S3ErrorCode::AccessDenied, why));
+        }
         let who = self.0.s3_principal(cx.credentials())?;
         let op = cx.s3_op().name();
         let scope_header = cx.headers().get("fencing-scope").map(|v| v.as_bytes());

@@ -75,6 +75,39 @@ pub fn sign_at(req: &mut reqwest::Request, creds: Creds, time: SystemTime, mode:
     }
 }
 
+/// A presigned GET URL for `url`, valid for `expires`.
+pub fn presign(url: &str, creds: Creds, expires: std::time::Duration) -> String {
+    let identity =
+        aws_credential_types::Credentials::new(creds.key, creds.secret, None, None, "test").into();
+    let mut settings = SigningSettings::default();
+    settings.percent_encoding_mode = PercentEncodingMode::Single;
+    settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+    settings.signature_location = aws_sigv4::http_request::SignatureLocation::QueryParams;
+    settings.expires_in = Some(expires);
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region("us-east-1")
+        .name("s3")
+        .time(SystemTime::now())
+        .settings(settings)
+        .build()
+        .unwrap()
+        .into();
+    let signable = SignableRequest::new(
+        "GET",
+        url,
+        std::iter::empty(),
+        SignableBody::UnsignedPayload,
+    )
+    .unwrap();
+    let (instructions, _) = sign(signable, &params).unwrap().into_parts();
+    let mut out = reqwest::Url::parse(url).unwrap();
+    for (k, v) in instructions.params() {
+        out.query_pairs_mut().append_pair(k, v);
+    }
+    out.to_string()
+}
+
 /// Builds `req`, signed for `creds` when given, and sends it.
 pub async fn send(
     c: &reqwest::Client,
