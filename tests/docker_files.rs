@@ -31,12 +31,24 @@ fn dockerfile_copies_paths_that_exist() {
 
 #[test]
 fn container_config_is_valid_and_matches_the_dockerfile() {
-    let config = fencegate::config::Config::load(&Path::new(ROOT).join("docker/fencegate.toml"))
-        .unwrap_or_else(|e| panic!("{e}"));
+    // Without the secret the container config does not load (compose refuses to start too).
+    let path = Path::new(ROOT).join("docker/fencegate.toml");
+    std::env::remove_var("FENCEGATE_APP_SECRET");
+    let err = fencegate::config::Config::load(&path)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("FENCEGATE_APP_SECRET"), "{err}");
+    std::env::set_var("FENCEGATE_APP_SECRET", "test-secret");
+    let config = fencegate::config::Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    // Not development mode: the port it exposes needs a key.
+    assert_eq!(config.keys.len(), 1);
+    assert!(!config.listen.ip().is_loopback());
+    fencegate::server::check_protected(&config).unwrap();
     assert_eq!(config.listen.port(), 8080);
     let dockerfile = std::fs::read_to_string(Path::new(ROOT).join("docker/Dockerfile")).unwrap();
     assert!(dockerfile.contains(&config.server.data_dir.display().to_string()));
     let compose = std::fs::read_to_string(Path::new(ROOT).join("docker/compose.yaml")).unwrap();
     assert!(compose.contains("dockerfile: docker/Dockerfile"));
     assert!(compose.contains(&config.server.data_dir.display().to_string()));
+    assert!(compose.contains("FENCEGATE_APP_SECRET: ${FENCEGATE_APP_SECRET:?"));
 }
