@@ -348,4 +348,24 @@ async fn round_4_holes_stay_closed() {
     assert!(resp.text().await.unwrap().contains("7 days"));
     let short = common::sign::presign(&s.url("/default/leased"), WORKER, Duration::from_secs(60));
     assert_eq!(c.get(&short).send().await.unwrap().status().as_u16(), 404);
+    // Round 5: on S3 too, a Fencing-Token the signature does not cover is refused (a presigned
+    // URL's bearer, or whoever captured a signed request, would otherwise pick the token).
+    let resp = c
+        .get(&short)
+        .header("Fencing-Token", "18446744073709551615")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 403);
+    let mut req = c
+        .put(s.url("/default/s3-unsigned"))
+        .body("x")
+        .build()
+        .unwrap();
+    sign_at(&mut req, WORKER, SystemTime::now(), BodyHash::Header);
+    req.headers_mut()
+        .insert("fencing-token", "18446744073709551615".parse().unwrap());
+    let resp = c.execute(req).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 403);
+    assert!(highest(&c, &s, "s3-unsigned").await.is_null());
 }

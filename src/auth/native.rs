@@ -99,7 +99,7 @@ fn with_principal(mut req: Request, who: Principal) -> Request {
 
 /// Headers that steer the fence: a signature that does not cover them would let whoever
 /// holds a signed request change them.
-const FENCING_HEADERS: [&str; 4] = [
+pub const FENCING_HEADERS: [&str; 4] = [
     "fencing-token",
     "fencing-scope",
     "fencing-scope-takeover",

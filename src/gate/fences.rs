@@ -88,6 +88,19 @@ impl Gate {
                     })?,
             };
             let token = floor.max(above);
+            // A lease name's counter can be far above this scope's highest (the same name bound
+            // elsewhere before): the bucket's jump limit holds for grants too (review round 5).
+            if let Some(limit) = entry.policy.max_token_jump {
+                let highest = row.highest.unwrap_or(0);
+                if token > highest.saturating_add(limit) {
+                    return Err(GateError::TokenJumpTooLarge {
+                        token,
+                        highest,
+                        limit,
+                        scope: scope.clone(),
+                    });
+                }
+            }
             row.highest = Some(token);
             row.fresh = true;
             let mut rows = vec![(scope.clone(), row)];

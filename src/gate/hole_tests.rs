@@ -652,3 +652,21 @@ async fn a_token_too_far_ahead_is_refused_when_the_bucket_limits_jumps() {
         .unwrap();
     assert_eq!(gate.fence_info("b", "k", None).unwrap().highest, Some(1005));
 }
+
+/// Review round 5: a lease name's counter can be far ahead of a scope (the same name bound
+/// elsewhere before); a bound grant obeys the bucket's jump limit too.
+#[tokio::test]
+async fn a_bound_grant_obeys_the_jump_limit() {
+    let (gate, _, _) = gate_with(BucketPolicy {
+        max_token_jump: Some(10),
+        ..BucketPolicy::default()
+    });
+    let e = gate
+        .advance_past("b", "v", 1 << 63, None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "TokenJumpTooLarge");
+    assert_eq!(gate.fence_info("b", "v", None).unwrap().highest, None);
+    let (t, _) = gate.advance_past("b", "v", 3, None).await.unwrap();
+    assert_eq!(t.0, 3);
+}

@@ -40,7 +40,7 @@ pub async fn create(
         token: convert::token(
             &req.headers,
             input.metadata.as_ref(),
-            gw.keys.lease_token(req.credentials.as_ref()),
+            super::access::lease_token(&req.extensions),
         ),
         scope_header: headers::scope(&req.headers).map_err(s3_error)?,
         scope_takeover: headers::scope_takeover(&req.headers).map_err(s3_error)?,
@@ -82,7 +82,7 @@ pub async fn upload_part(
             convert::token(
                 &req.headers,
                 None,
-                gw.keys.lease_token(req.credentials.as_ref()),
+                super::access::lease_token(&req.extensions),
             ),
             body,
             Some(size.max(0) as u64),
@@ -157,7 +157,7 @@ pub async fn upload_part_copy(
             convert::token(
                 &req.headers,
                 None,
-                gw.keys.lease_token(req.credentials.as_ref()),
+                super::access::lease_token(&req.extensions),
             ),
             body,
             Some(size),
@@ -212,7 +212,7 @@ pub async fn complete(
         token: convert::token(
             &req.headers,
             None,
-            gw.keys.lease_token(req.credentials.as_ref()),
+            super::access::lease_token(&req.extensions),
         ),
         scope_header: None,
         scope_takeover: headers::scope_takeover(&req.headers).map_err(s3_error)?,
@@ -247,7 +247,7 @@ pub async fn abort(
             convert::token(
                 &req.headers,
                 None,
-                gw.keys.lease_token(req.credentials.as_ref()),
+                super::access::lease_token(&req.extensions),
             ),
         )
         .await

@@ -50,7 +50,7 @@ pub async fn put_object(
     let token = convert::token(
         &req.headers,
         input.metadata.as_ref(),
-        gw.keys.lease_token(req.credentials.as_ref()),
+        super::access::lease_token(&req.extensions),
     );
     let meta = convert::object_meta(input.content_type.clone(), input.metadata.as_ref())?;
     let write = write_request(&req.headers, &input.bucket, &input.key, token, meta)?;
@@ -183,7 +183,7 @@ pub async fn delete_object(
     let token = convert::token(
         &req.headers,
         None,
-        gw.keys.lease_token(req.credentials.as_ref()),
+        super::access::lease_token(&req.extensions),
     );
     let write = write_request(
         &req.headers,
@@ -216,11 +216,14 @@ pub async fn delete_objects(
     let token = convert::token(
         &req.headers,
         None,
-        gw.keys.lease_token(req.credentials.as_ref()),
+        super::access::lease_token(&req.extensions),
     );
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
-    let who = gw.keys.s3_principal(req.credentials.as_ref())?;
+    let who = match req.extensions.get::<crate::auth::Principal>() {
+        Some(p) => p.clone(),
+        None => gw.keys.s3_principal(req.credentials.as_ref())?,
+    };
     let scope_header = headers::scope(&req.headers).map_err(s3_error)?;
     // Key by key: each is authorized and fenced on its own scope, and each failure is
     // reported on its own.
@@ -322,7 +325,7 @@ pub async fn copy_object(
     let token = convert::token(
         &req.headers,
         input.metadata.as_ref(),
-        gw.keys.lease_token(req.credentials.as_ref()),
+        super::access::lease_token(&req.extensions),
     );
     let meta = if replace {
         convert::object_meta(input.content_type.clone(), input.metadata.as_ref())?
