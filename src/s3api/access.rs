@@ -134,12 +134,12 @@ fn refused_signature(headers: &http::HeaderMap, uri: &http::Uri) -> Option<Strin
     }
     // A signed request must sign the headers that steer the fence; otherwise whoever holds
     // it (a presigned URL, a captured request) can add or change them (review round 5).
-    let signed = signed_headers(&auth, &params().collect::<Vec<_>>());
+    let signed = signed_headers(auth, &params().collect::<Vec<_>>());
     if let Some(signed) = signed {
         for name in crate::auth::native::FENCING_HEADERS {
             if headers.contains_key(name) && !signed.iter().any(|h| h.eq_ignore_ascii_case(name)) {
                 return Some(format!(
-                    "the {name} header must be signed: add it to the signed headers (a presigned URL cannot carry it; send the token as x-amz-meta-fencing-token in the signed query instead)"
+                    "the {name} header must be signed: add it to the signed headers (a presigned URL cannot carry it; write with a signed request or lease-bound credentials)"
                 ));
             }
         }
