@@ -3,7 +3,7 @@
 
 use crate::backend::{BodyError, ByteStream, ObjectMeta};
 use crate::gate::{Conditions, EtagMatch, GateError, TokenInput};
-use crate::token::{parse_token, TokenError};
+use crate::token::{parse_token, Token, TokenError};
 use axum::body::Body;
 use axum::http::HeaderMap;
 use futures::StreamExt;
@@ -38,6 +38,12 @@ pub fn write_token(headers: &HeaderMap) -> TokenInput {
         Some(_) if metas.next().is_some() => return Err(TokenError::Repeated),
         Some(v) => Some(parse_token(v.as_bytes())?),
     };
+    either_token(header, meta)
+}
+
+/// The token from `Fencing-Token` and from `x-amz-meta-fencing-token`, both surfaces' rule:
+/// either may carry it, and two that disagree are an error, not a choice.
+pub fn either_token(header: Option<Token>, meta: Option<Token>) -> TokenInput {
     match (header, meta) {
         (Some(h), Some(m)) if h != m => Err(TokenError::Disagree {
             first: h.0,

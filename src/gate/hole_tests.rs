@@ -495,22 +495,23 @@ impl Backend for LateStore {
     }
 }
 
-#[tokio::test]
-async fn a_write_whose_answer_was_lost_holds_the_object_until_it_shows() {
+/// A gate over bucket `b` whose store applies every commit 300 ms after answering with a
+/// timeout; also the store behind it and the fence table.
+fn late_gate(policy: BucketPolicy) -> (Arc<Gate>, Arc<MemoryBackend>, Arc<MemoryFenceStore>) {
     let inner = Arc::new(MemoryBackend::new());
     let store = Arc::new(MemoryFenceStore::new());
     let mut buckets = BTreeMap::new();
-    buckets.insert(
-        "b".to_string(),
-        BucketEntry::new(
-            BucketPolicy::default(),
-            Arc::new(LateStore {
-                inner: inner.clone(),
-                late: Duration::from_millis(300),
-            }),
-        ),
-    );
-    let gate = Arc::new(Gate::new(store.clone(), buckets));
+    let late = LateStore {
+        inner: inner.clone(),
+        late: Duration::from_millis(300),
+    };
+    buckets.insert("b".to_string(), BucketEntry::new(policy, Arc::new(late)));
+    (Arc::new(Gate::new(store.clone(), buckets)), inner, store)
+}
+
+#[tokio::test]
+async fn a_write_whose_answer_was_lost_holds_the_object_until_it_shows() {
+    let (gate, inner, store) = late_gate(BucketPolicy::default());
     let e = gate
         .put(req("k", Some(5)), body(b"zombie"))
         .await
@@ -578,24 +579,11 @@ async fn the_token_and_scope_in_metadata_are_the_gates_own() {
 /// write of the scope, and every advance and bound grant, waits for it, not only its object's.
 #[tokio::test]
 async fn a_lost_request_holds_its_whole_scope() {
-    let inner = Arc::new(MemoryBackend::new());
-    let store = Arc::new(MemoryFenceStore::new());
-    let mut buckets = BTreeMap::new();
-    buckets.insert(
-        "b".to_string(),
-        BucketEntry::new(
-            BucketPolicy {
-                scope: ScopeKind::Prefix,
-                prefix_segments: 1,
-                ..BucketPolicy::default()
-            },
-            Arc::new(LateStore {
-                inner: inner.clone(),
-                late: Duration::from_millis(300),
-            }),
-        ),
-    );
-    let gate = Arc::new(Gate::new(store.clone(), buckets));
+    let (gate, inner, _) = late_gate(BucketPolicy {
+        scope: ScopeKind::Prefix,
+        prefix_segments: 1,
+        ..BucketPolicy::default()
+    });
     let e = gate
         .put(req("p/a", Some(5)), body(b"zombie"))
         .await

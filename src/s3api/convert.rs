@@ -58,22 +58,14 @@ pub fn token(headers: &HeaderMap, metadata: Option<&Metadata>, lease: Option<u64
         .and_then(|m| m.get(TOKEN_META))
         .map(|v| parse_token(v.as_bytes()))
         .transpose()?;
-    match (header, meta) {
-        (Some(h), Some(m)) if h != m => Err(TokenError::Disagree {
-            first: h.0,
-            other: m.0,
-            by: "in the Fencing-Token header",
-            what: "x-amz-meta-fencing-token",
+    match (headers::either_token(header, meta)?, lease) {
+        (Some(t), Some(l)) if t.0 != l => Err(TokenError::Disagree {
+            first: l,
+            other: t.0,
+            by: "by the lease these credentials belong to",
+            what: "the request",
         }),
-        (h, m) => match (h.or(m), lease) {
-            (Some(t), Some(l)) if t.0 != l => Err(TokenError::Disagree {
-                first: l,
-                other: t.0,
-                by: "by the lease these credentials belong to",
-                what: "the request",
-            }),
-            (t, l) => Ok(t.or(l.map(Token))),
-        },
+        (t, l) => Ok(t.or(l.map(Token))),
     }
 }
 
