@@ -102,6 +102,31 @@ fn check_config_refuses_overlapping_store_namespaces() {
         "{out}"
     );
 
+    // Review round 3: two spellings of one store, or of one directory, are one place.
+    let (ok, out) = check_config(
+        dir.path(),
+        &format!("{S3_BACKEND}\n[backends.alias]\nkind = \"s3\"\nendpoint = \"http://localhost:9/\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n\n[buckets.one]\nbackend = \"store\"\nbackend_bucket = \"shared\"\n\n[buckets.two]\nbackend = \"alias\"\nbackend_bucket = \"shared\"\n"),
+    );
+    assert!(!ok, "{out}");
+    assert!(out.contains("bucket one and bucket two overlap"), "{out}");
+    let real = dir.path().join("real");
+    std::fs::create_dir_all(real.join("bbb")).unwrap();
+    std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+    let (ok, out) = check_config(
+        dir.path(),
+        &format!(
+            "[backends.local]\nkind = \"fs\"\nroot = \"{}\"\n\n[backends.via_link]\nkind = \"fs\"\nroot = \"{}\"\n\n[buckets.bbb]\nbackend = \"local\"\n\n[buckets.ccc]\nbackend = \"via_link\"\n",
+            real.display(),
+            dir.path().join("link/bbb").display()
+        ),
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("bucket ccc and bucket bbb overlap")
+            || out.contains("bucket bbb and bucket ccc overlap"),
+        "{out}"
+    );
+
     // Disjoint prefixes, and a different store bucket, are fine.
     let (ok, out) = check_config(
         dir.path(),

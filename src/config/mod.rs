@@ -274,6 +274,55 @@ impl std::fmt::Display for Namespace {
 }
 
 /// `path` made absolute and free of `.` and `..`, without touching the disk (it may not exist).
+/// A path as the file system resolves it: the longest existing ancestor canonicalized
+/// (symlinks followed), the rest appended lexically. Two spellings of one directory (a
+/// symlink) then compare equal (review round 3).
+fn resolved_path(path: &Path) -> PathBuf {
+    let lexical = lexical_absolute(path);
+    let mut base = lexical.clone();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(&base) {
+            return rest.iter().rev().fold(real, |p, c| p.join(c));
+        }
+        match (base.file_name().map(|n| n.to_os_string()), base.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                base = parent.to_path_buf();
+            }
+            _ => return lexical,
+        }
+    }
+}
+
+/// An endpoint as the network resolves it: `scheme://ip:port` of its host's lowest address,
+/// so that two spellings of one store (`localhost`, `127.0.0.1`) compare equal (review round
+/// 3). A host that does not resolve (no DNS where the config is checked) stays as written.
+fn resolved_endpoint(endpoint: &str) -> String {
+    let text = endpoint.trim_end_matches('/').to_ascii_lowercase();
+    let Ok(uri) = text.parse::<http::Uri>() else {
+        return text;
+    };
+    let (Some(scheme), Some(host)) = (uri.scheme_str(), uri.host()) else {
+        return text;
+    };
+    let port = uri
+        .port_u16()
+        .unwrap_or(if scheme == "https" { 443 } else { 80 });
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match std::net::ToSocketAddrs::to_socket_addrs(&(host, port)) {
+        Ok(addrs) => match addrs.map(|a| a.ip()).min() {
+            Some(ip) => format!(
+                "{scheme}://{}{}",
+                SocketAddr::new(ip, port),
+                uri.path().trim_end_matches('/')
+            ),
+            None => text,
+        },
+        Err(_) => text,
+    }
+}
+
 fn lexical_absolute(path: &Path) -> PathBuf {
     use std::path::Component;
     let joined = if path.is_absolute() {
@@ -299,12 +348,13 @@ impl Config {
     pub fn namespace(&self, bucket: &str, policy: &BucketPolicy) -> Namespace {
         match &self.backends[&policy.backend] {
             BackendConfig::Fs { root } => Namespace::Fs {
-                dir: lexical_absolute(&self.fs_root(root).join(bucket)),
+                dir: resolved_path(&self.fs_root(root).join(bucket)),
             },
             BackendConfig::S3(s3) => Namespace::S3 {
-                store: s3.endpoint.as_deref().map_or("AWS".to_string(), |e| {
-                    e.trim_end_matches('/').to_ascii_lowercase()
-                }),
+                store: s3
+                    .endpoint
+                    .as_deref()
+                    .map_or("AWS".to_string(), resolved_endpoint),
                 bucket: policy
                     .backend_bucket
                     .clone()
