@@ -103,8 +103,12 @@ impl Backends {
             }
             BackendConfig::S3(s3cfg) => {
                 if !self.s3.contains_key(name) {
-                    self.s3
-                        .insert(name.to_string(), s3::build_clients(s3cfg).await);
+                    self.s3.insert(
+                        name.to_string(),
+                        s3::build_clients(s3cfg)
+                            .await
+                            .map_err(|e| format!("backend {name}: {e}"))?,
+                    );
                 }
                 let store_bucket = policy.backend_bucket.as_deref().unwrap_or(bucket);
                 let backend = S3Backend::new(

@@ -1,6 +1,7 @@
 //! The native HTTP API (README: "The native API"): routes, shared state and the per-request
 //! span. Handlers only translate HTTP to gate calls and back; every decision is the gate's.
 
+pub mod admin;
 mod error;
 mod fences;
 pub(crate) mod headers;
@@ -12,7 +13,7 @@ pub use error::ApiError;
 use crate::gate::Gate;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use std::sync::Arc;
@@ -33,6 +34,16 @@ pub struct AppState {
     pub leases: Arc<crate::lease::Leases>,
     /// The key table every `/v1` request authenticates against.
     pub keys: Arc<crate::auth::KeyTable>,
+    /// The listeners' TLS, for `POST /admin/reload`.
+    pub tls: Option<crate::server::tls::Tls>,
+}
+
+/// Where the admin surface is served.
+pub enum AdminPlace {
+    /// Beside the native API: these routes join its router.
+    Here(Router),
+    /// On a listener of its own: the native listener points there.
+    At(std::net::SocketAddr),
 }
 
 impl AppState {
@@ -61,7 +72,7 @@ pub fn auth_error_response(e: &crate::auth::AuthError) -> Response {
     resp
 }
 
-pub fn router(state: AppState) -> Router {
+pub fn router(state: AppState, admin: AdminPlace) -> Router {
     let v1 = Router::new()
         .route("/v1/objects/{bucket}", get(objects::list))
         .route(
@@ -93,23 +104,52 @@ pub fn router(state: AppState) -> Router {
         ));
     let routes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/metrics", get(metrics))
         .merge(v1)
         .fallback(s3_or_no_route)
         .method_not_allowed_fallback(wrong_method);
-    with_layers(routes, &state).with_state(state)
+    let routes = match admin {
+        AdminPlace::Here(admin) => routes.with_state(state.clone()).merge(admin),
+        AdminPlace::At(addr) => {
+            let elsewhere = move || async move {
+                error::plain(
+                    StatusCode::NOT_FOUND,
+                    "NoSuchRoute",
+                    format!("/metrics and /admin are served on the admin listener, {addr} ([admin] listen)"),
+                )
+            };
+            routes
+                .route("/metrics", axum::routing::any(elsewhere))
+                .route("/admin/{*rest}", axum::routing::any(elsewhere))
+                .with_state(state.clone())
+        }
+    };
+    with_layers(routes, state.max_header_bytes)
+}
+
+/// The router of `[admin] listen`: the admin routes and `/healthz`.
+pub fn admin_only_router(state: &AppState, admin: Router) -> Router {
+    let routes = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .merge(admin)
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method);
+    with_layers(routes, state.max_header_bytes)
 }
 
 /// A router that serves only the S3 API, for `[s3] listen`.
 pub fn s3_only_router(state: AppState) -> Router {
-    with_layers(Router::new().fallback(s3_or_no_route), &state).with_state(state)
+    let max = state.max_header_bytes;
+    with_layers(
+        Router::new().fallback(s3_or_no_route).with_state(state),
+        max,
+    )
 }
 
 /// The header-size guard and the per-request span with its closing log line.
-fn with_layers(routes: Router<AppState>, state: &AppState) -> Router<AppState> {
+fn with_layers(routes: Router, max_header_bytes: usize) -> Router {
     routes
         .layer(axum::middleware::from_fn_with_state(
-            state.max_header_bytes,
+            max_header_bytes,
             limit_headers,
         ))
         .layer(
@@ -182,13 +222,6 @@ async fn s3_or_no_route(State(state): State<AppState>, req: Request) -> Response
                 "the S3 layer failed; see the server log".into(),
             )
         }
-    }
-}
-
-async fn metrics(State(state): State<AppState>) -> Response {
-    match &state.metrics {
-        Some(handle) => handle.render().into_response(),
-        None => (StatusCode::NOT_FOUND, "metrics are not enabled\n").into_response(),
     }
 }
 

@@ -7,6 +7,7 @@
 //! development key may do everything, and the server refuses to listen beyond loopback
 //! (`server.rs`, protected mode).
 
+pub mod admin;
 pub mod native;
 pub mod sigv4;
 
@@ -27,6 +28,8 @@ pub enum Principal {
     Key(Arc<Key>),
     /// Lease-bound S3 credentials.
     Lease(LeaseIdentity),
+    /// The admin surface's bearer token (`[admin] bearer_token_file`): administration only.
+    AdminToken,
 }
 
 impl Principal {
@@ -36,6 +39,7 @@ impl Principal {
             Principal::Dev => "dev-mode".into(),
             Principal::Key(k) => format!("key:{}", k.name),
             Principal::Lease(l) => format!("lease:{}#{}", l.lease, l.token),
+            Principal::AdminToken => "admin-token".into(),
         }
     }
 }
@@ -211,6 +215,7 @@ impl KeyTable {
                 Action::Admin => k.admin,
             },
             Principal::Lease(l) => self.lease_allows(l, action),
+            Principal::AdminToken => matches!(action, Action::Admin),
         };
         if allowed {
             return Ok(());

@@ -41,7 +41,7 @@ pub async fn authenticate(State(keys): State<Arc<KeyTable>>, req: Request, next:
     }
 }
 
-async fn principal_of(keys: &KeyTable, req: Request) -> Result<Request, AuthError> {
+pub(crate) async fn principal_of(keys: &KeyTable, req: Request) -> Result<Request, AuthError> {
     let signed = SignedRequest::parse(req.method(), req.uri(), req.headers(), SystemTime::now())?;
     let Some(signed) = signed else {
         let who = keys.anonymous()?;

@@ -44,7 +44,24 @@ pub struct Config {
     pub keys: BTreeMap<String, Key>,
     /// Problems worth a warning at start-up (deprecated settings).
     pub warnings: Vec<String>,
+    /// The admin surface's own listener, when it has one.
+    pub admin_listen: Option<SocketAddr>,
+    /// The admin surface's bearer token, when one is configured.
+    pub admin_token: Option<AdminToken>,
 }
+
+/// The admin bearer token; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken(pub String);
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminToken(<redacted>)")
+    }
+}
+
+/// Shortest admin bearer token accepted: it is a password that never expires.
+pub const MIN_ADMIN_TOKEN_LEN: usize = 24;
 
 /// A configuration problem, with where it is and what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -208,6 +225,24 @@ impl Config {
         out += &format!(
             "leases: lease-bound S3 credentials last {} s past their lease\n",
             self.leases.credential_grace_secs
+        );
+        out += &match &self.server.tls {
+            Some(t) => format!(
+                "tls: on every listener, certificate {} (reloaded on SIGHUP)\n",
+                t.cert_file.display()
+            ),
+            None => "tls: off (plain HTTP)\n".to_string(),
+        };
+        out += &format!(
+            "admin: /metrics and /admin on {}; opened by {}\n",
+            self.admin_listen
+                .map_or("the native listener".to_string(), |a| a.to_string()),
+            match (self.keys.is_empty(), self.admin_token.is_some()) {
+                (true, false) => "anyone (development mode)",
+                (true, true) => "the bearer token",
+                (false, false) => "keys with admin = true",
+                (false, true) => "the bearer token or keys with admin = true",
+            }
         );
         out
     }
@@ -640,6 +675,29 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
     }
     let (keys, warnings) = keys::table(&raw.keys, &s3, &|v| std::env::var(v).ok())
         .map_err(|(message, fix)| err(None, message, fix))?;
+    let admin_listen = match &raw.admin.listen {
+        None => None,
+        Some(l) => Some(l.parse::<SocketAddr>().map_err(|_| {
+            err(
+                None,
+                format!("[admin] listen = {l:?} is not an IP address and port"),
+                "write it as \"127.0.0.1:9091\", or remove it to serve /metrics and /admin on the native listener".into(),
+            )
+        })?),
+    };
+    let admin_token = admin_token(&raw.admin, &|v| std::env::var(v).ok())
+        .map_err(|message| err(None, format!("[admin] {message}"), format!("generate one with `openssl rand -hex 32` into a file readable by fencegate only, and name it in bearer_token_file (or bearer_token_env); at least {MIN_ADMIN_TOKEN_LEN} characters")))?;
+    if let Some(tls) = &raw.server.tls {
+        for (what, path) in [("cert_file", &tls.cert_file), ("key_file", &tls.key_file)] {
+            if let Err(e) = std::fs::metadata(path) {
+                return Err(err(
+                    None,
+                    format!("[server.tls] {what} {} cannot be read: {e}", path.display()),
+                    "name PEM files that exist and that fencegate may read".into(),
+                ));
+            }
+        }
+    }
 
     let config = Config {
         source: name.to_string(),
@@ -655,9 +713,36 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
         accept_scope_change: Default::default(),
         keys,
         warnings,
+        admin_listen,
+        admin_token,
     };
     config.check_namespaces(&BTreeMap::new())?;
     Ok(config)
+}
+
+/// The admin bearer token from its file or variable (at most one of them).
+fn admin_token(
+    admin: &model::AdminConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<AdminToken>, String> {
+    let token = match (&admin.bearer_token_file, &admin.bearer_token_env) {
+        (None, None) => return Ok(None),
+        (Some(_), Some(_)) => {
+            return Err("sets both bearer_token_file and bearer_token_env; keep one".into())
+        }
+        (Some(path), None) => std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read bearer_token_file {}: {e}", path.display()))?,
+        (None, Some(var)) => {
+            env(var).ok_or_else(|| format!("names bearer_token_env {var:?}, which is not set"))?
+        }
+    };
+    let token = token.trim().to_string();
+    if token.len() < MIN_ADMIN_TOKEN_LEN || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "the bearer token must be at least {MIN_ADMIN_TOKEN_LEN} printable characters without spaces"
+        ));
+    }
+    Ok(Some(AdminToken(token)))
 }
 
 fn valid_backend_name(name: &str) -> bool {

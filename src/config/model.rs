@@ -28,6 +28,31 @@ pub struct RawConfig {
     /// The key table of every surface (`[keys.NAME]`).
     #[serde(default)]
     pub keys: BTreeMap<String, super::keys::RawKey>,
+    #[serde(default)]
+    pub admin: AdminConfig,
+}
+
+/// The admin surface (`[admin]`): `/metrics` and `/admin/...`.
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// A listener of its own for the admin surface; unset, it shares the native listener.
+    pub listen: Option<String>,
+    /// A bearer token that also opens the admin surface (Prometheus scrapes with it), read from
+    /// this file...
+    pub bearer_token_file: Option<PathBuf>,
+    /// ... or from this environment variable. Never from the command line.
+    pub bearer_token_env: Option<String>,
+}
+
+/// `[server.tls]`: PEM files, reloaded on SIGHUP.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// The private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
 }
 
 /// fencegate's own lease service (`[leases]`).
@@ -64,6 +89,8 @@ pub struct ServerConfig {
     /// to listen on anything but loopback. `false` lifts that refusal: anyone who reaches the
     /// port may then do anything. Logged loudly at every start.
     pub protected_mode: bool,
+    /// TLS on every listener (native, S3, admin). Unset: plain HTTP.
+    pub tls: Option<TlsFiles>,
 }
 
 impl Default for ServerConfig {
@@ -75,6 +102,7 @@ impl Default for ServerConfig {
             body_idle_timeout_secs: 30,
             max_header_bytes: 64 * 1024,
             protected_mode: true,
+            tls: None,
         }
     }
 }
@@ -142,6 +170,8 @@ pub struct S3BackendConfig {
     /// unconditional DELETE: a DELETE that times out and lands late can remove an object a
     /// newer token wrote in between.
     pub unsafe_unconditional_deletes: bool,
+    /// A PEM file of CA certificates trusted for an https endpoint, besides the system roots.
+    pub ca_file: Option<PathBuf>,
     /// At start-up, multipart uploads under a bucket's prefix that fencegate's upload registry
     /// does not know and that began more than this many seconds ago are aborted (left by a
     /// crash or a cancelled request). 0 aborts every unknown upload.
@@ -167,6 +197,7 @@ impl Default for S3BackendConfig {
             multipart_threshold_bytes: 8 * 1024 * 1024,
             unsafe_no_conditional_writes: false,
             unsafe_unconditional_deletes: false,
+            ca_file: None,
             abandoned_upload_secs: 3600,
             commit_deadline_secs: 900,
         }

@@ -1,7 +1,8 @@
 //! Fences moved without a write: `advance` (a new holder fencing out the old one) and
 //! `advance_past` (a lease grant bound to a scope, which must be strictly above everything the
 //! scope recorded, decided under the scope's lock). Both run to their end in a task of their
-//! own (see `commit.rs`). Also `fence_info`, the read side.
+//! own (see `commit.rs`). Also `reset_fence`, an admin lowering a fence, and `fence_info`,
+//! the read side.
 
 use super::commit::run_to_end;
 use super::{check_token, scope, FenceInfo, Gate, GateError, TokenInput};
@@ -118,6 +119,49 @@ impl Gate {
             Ok::<_, GateError>((Token(token), scope))
         })
         .await
+    }
+
+    /// Lowers a scope's highest token to `to`: the operator's way back from a scope fenced at
+    /// the top of the token space by mistake (docs/design.md, "Recovering a scope"). It undoes
+    /// fencing on purpose, so only an admin may ask, the audit log names who, and `to` must be
+    /// below the highest. Tokens from `to + 1` on are accepted again, so a holder paused with
+    /// such a token could write: the operator first makes sure its lock service hands out
+    /// tokens above every token still alive. Returns the highest it replaced.
+    pub async fn reset_fence(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        scope_header: Option<&[u8]>,
+        to: u64,
+        by: String,
+    ) -> Result<(Option<u64>, FenceInfo), GateError> {
+        let entry = self.bucket(bucket)?;
+        scope::validate_key(key)?;
+        let scope = scope::resolve(&entry.policy, bucket, key, scope_header)?;
+        let gate = Arc::clone(self);
+        let (bucket_name, key_name) = (bucket.to_string(), key.to_string());
+        let was = run_to_end(async move {
+            let _lock = gate.locks.lock(&scope).await;
+            let mut row = gate.row(&scope)?;
+            gate.settled(&entry, &bucket_name, &key_name, &scope, &row)
+                .await?;
+            let was = row.highest;
+            if was.is_none_or(|h| to >= h) {
+                return Err(GateError::InvalidArgument(format!(
+                    "reset_to={to} is not below scope {scope}'s highest token ({}); a reset only lowers a fence, and advancing one is POST /v1/fences",
+                    was.map_or("none".to_string(), |h| h.to_string())
+                )));
+            }
+            row.highest = Some(to);
+            row.fresh = false;
+            gate.store
+                .put(vec![(scope.clone(), row)], Durability::Synced)
+                .await?;
+            tracing::warn!(target: "fencegate::audit", scope = %scope, was, to, principal = %by, "fence reset by an admin");
+            Ok::<_, GateError>(was)
+        })
+        .await?;
+        Ok((was, self.fence_info(bucket, key, scope_header)?))
     }
 
     /// A fence moved while a store request of the scope is unresolved would be acknowledged

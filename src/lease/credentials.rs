@@ -120,6 +120,14 @@ impl LeaseCredentials {
     }
 
     /// The secret of a live key, for SigV4; None once its grace is over.
+    /// Forgets the credentials of `lease`'s grant `token` at once, grace included: an admin
+    /// revoked the lease.
+    pub fn revoke(&self, lease: &str, token: u64) {
+        self.by_key
+            .write()
+            .retain(|_, e| !(e.lease == lease && e.token == token));
+    }
+
     pub fn secret(&self, access_key: &str) -> Option<String> {
         let map = self.by_key.read();
         let e = map.get(access_key)?;

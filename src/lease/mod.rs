@@ -297,20 +297,55 @@ impl Leases {
         validate_name(name)?;
         let held = self.held.lock();
         match held.get(name) {
-            Some(h) if h.expires > Instant::now() => {
-                let mut g = h.grant.clone();
-                // The secret was shown once, to the holder; never again.
-                g.s3_credentials = g.s3_credentials.map(|c| LeaseCredential {
-                    secret_access_key: "<hidden>".into(),
-                    ..c
-                });
-                Ok(g)
-            }
+            Some(h) if h.expires > Instant::now() => Ok(public(&h.grant)),
             _ => Err(LeaseError::NotHeld {
                 name: name.to_string(),
             }),
         }
     }
+
+    /// Every live lease, by name (the admin surface), with the principal that holds it.
+    pub fn list(&self) -> Vec<(Grant, String)> {
+        let now = Instant::now();
+        let held = self.held.lock();
+        let mut all: Vec<_> = held
+            .values()
+            .filter(|h| h.expires > now)
+            .map(|h| (public(&h.grant), h.owner.clone()))
+            .collect();
+        all.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        all
+    }
+
+    /// Ends the lease `name` whoever holds it (an admin's decision, named in the audit log),
+    /// and its S3 credentials at once, without the grace period. The holder's token is not
+    /// fenced out by this: the next grant does that, as after an expiry.
+    pub fn revoke(&self, name: &str, by: &str) -> Result<Grant, LeaseError> {
+        validate_name(name)?;
+        let mut held = self.held.lock();
+        let live = held.get(name).is_some_and(|h| h.expires > Instant::now());
+        let Some(h) = held.remove(name).filter(|_| live) else {
+            return Err(LeaseError::NotHeld {
+                name: name.to_string(),
+            });
+        };
+        self.credentials.revoke(name, h.grant.token);
+        drop(held);
+        self.freed.notify_waiters();
+        tracing::warn!(target: "fencegate::audit", lease = name, holder = %h.grant.holder, token = h.grant.token, principal = by, "lease revoked");
+        Ok(public(&h.grant))
+    }
+}
+
+/// A grant as shown to anyone but its holder at acquire: the secrets were shown once.
+fn public(grant: &Grant) -> Grant {
+    let mut g = grant.clone();
+    g.lease_secret = None;
+    g.s3_credentials = g.s3_credentials.map(|c| LeaseCredential {
+        secret_access_key: "<hidden>".into(),
+        ..c
+    });
+    g
 }
 
 /// What renew and release must show: the holder, its token and the lease's secret.

@@ -98,15 +98,21 @@ const MAX_PRESIGNED_SECS: u64 = 7 * 24 * 3600;
 /// Signatures fencegate does not accept although `s3s` verifies them: SigV2 (it covers neither
 /// the body nor the fencing headers, and its date is never checked, so a request signed once
 /// replays forever) and presigned URLs valid for longer than AWS allows (review round 4).
-fn refused_signature(headers: &http::HeaderMap, uri: &http::Uri) -> Option<String> {
+/// Also a signed request that does not sign the fencing headers it carries. `authenticated`:
+/// s3s verified a signature on this request.
+fn refused_signature(
+    headers: &http::HeaderMap,
+    uri: &http::Uri,
+    authenticated: bool,
+) -> Option<String> {
     let auth = headers
         .get(http::header::AUTHORIZATION)
-        .map(|v| v.as_bytes())
-        .unwrap_or_default();
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     // Names compared as s3s reads them: percent-decoded (review round 5).
     let query = uri.query().unwrap_or("");
-    let params = || {
-        query.split('&').map(|p| {
+    let params: Vec<(String, String)> = query
+        .split('&')
+        .map(|p| {
             let (k, v) = p.split_once('=').unwrap_or((p, ""));
             let decode = |s: &str| {
                 percent_encoding::percent_decode_str(&s.replace('+', " "))
@@ -115,12 +121,15 @@ fn refused_signature(headers: &http::HeaderMap, uri: &http::Uri) -> Option<Strin
             };
             (decode(k), decode(v))
         })
-    };
-    if auth.starts_with(b"AWS ") || params().any(|(k, _)| k.eq_ignore_ascii_case("AWSAccessKeyId"))
-    {
+        .collect();
+    let v2_query = params
+        .iter()
+        .any(|(k, _)| k == "Signature" || k.eq_ignore_ascii_case("AWSAccessKeyId"));
+    if auth.as_deref().is_some_and(|a| a.starts_with("AWS ")) || v2_query {
         return Some("Signature Version 2 is not accepted: sign requests with SigV4 (every current SDK and CLI does)".into());
     }
-    let too_long = params()
+    let too_long = params
+        .iter()
         .filter(|(k, _)| k.eq_ignore_ascii_case("X-Amz-Expires"))
         .any(|(_, v)| {
             v.trim()
@@ -134,35 +143,48 @@ fn refused_signature(headers: &http::HeaderMap, uri: &http::Uri) -> Option<Strin
     }
     // A signed request must sign the headers that steer the fence; otherwise whoever holds
     // it (a presigned URL, a captured request) can add or change them (review round 5).
-    let signed = signed_headers(auth, &params().collect::<Vec<_>>());
-    if let Some(signed) = signed {
-        for name in crate::auth::native::FENCING_HEADERS {
-            if headers.contains_key(name) && !signed.iter().any(|h| h.eq_ignore_ascii_case(name)) {
-                return Some(format!(
-                    "the {name} header must be signed: add it to the signed headers (a presigned URL cannot carry it; write with a signed request or lease-bound credentials)"
-                ));
-            }
+    let signed = match signed_headers(auth.as_deref(), &params) {
+        Some(list) => list,
+        // Signed, but fencegate cannot tell what the signature covers: assume nothing, never
+        // "anonymous" (review round 6).
+        None if authenticated => Vec::new(),
+        None => return None,
+    };
+    for name in crate::auth::native::FENCING_HEADERS {
+        if headers.contains_key(name) && !signed.iter().any(|h| h.eq_ignore_ascii_case(name)) {
+            return Some(format!(
+                "the {name} header must be signed: add it to the signed headers (a presigned URL cannot carry it; write with a signed request or lease-bound credentials)"
+            ));
         }
     }
     None
 }
 
-/// The headers a SigV4 request signs: `SignedHeaders` of the Authorization header, or
-/// `X-Amz-SignedHeaders` of a presigned URL. `None`: not signed with SigV4 (anonymous).
-fn signed_headers(auth: &[u8], params: &[(String, String)]) -> Option<Vec<String>> {
-    if let Some(rest) = auth.strip_prefix(b"AWS4-HMAC-SHA256 ") {
-        let rest = String::from_utf8_lossy(rest);
-        let list = rest
-            .split(',')
-            .filter_map(|p| p.trim().strip_prefix("SignedHeaders=").map(str::to_string))
-            .next()
-            .unwrap_or_default();
-        return Some(list.split(';').map(str::to_string).collect());
+/// The headers a SigV4 request signs, decided as s3s decides which signature to verify
+/// (s3s 0.14.1, ops/signature.rs `v4_check`): a decoded query parameter named exactly
+/// `X-Amz-Signature` makes it a presigned URL, whose `X-Amz-SignedHeaders` count, whatever
+/// Authorization header comes with it (review round 6: a decoy header). Otherwise the
+/// Authorization header, whose first word s3s never compares, so any word followed by any
+/// whitespace. `None`: no SigV4 signature (anonymous).
+fn signed_headers(auth: Option<&str>, params: &[(String, String)]) -> Option<Vec<String>> {
+    let split = |list: &str| list.split(';').map(str::to_string).collect();
+    if params.iter().any(|(k, _)| k == "X-Amz-Signature") {
+        return Some(
+            params
+                .iter()
+                .find(|(k, _)| k == "X-Amz-SignedHeaders")
+                .map_or_else(Vec::new, |(_, v)| split(v)),
+        );
     }
-    params
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("X-Amz-SignedHeaders"))
-        .map(|(_, v)| v.split(';').map(str::to_string).collect())
+    let auth = auth?;
+    let Some((_, rest)) = auth.split_once(|c: char| c.is_ascii_whitespace()) else {
+        return Some(Vec::new());
+    };
+    let list = rest
+        .split(',')
+        .find_map(|p| p.trim().strip_prefix("SignedHeaders="))
+        .map_or_else(Vec::new, split);
+    Some(list)
 }
 
 pub struct Access(pub Arc<KeyTable>);
@@ -170,7 +192,7 @@ pub struct Access(pub Arc<KeyTable>);
 #[async_trait::async_trait]
 impl S3Access for Access {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
-        if let Some(why) = refused_signature(cx.headers(), cx.uri()) {
+        if let Some(why) = refused_signature(cx.headers(), cx.uri(), cx.credentials().is_some()) {
             tracing::info!(target: "fencegate::audit", reason = %why, "S3 request refused");
             return Err(S3Error::with_message(S3ErrorCode::AccessDenied, why));
         }
@@ -217,6 +239,15 @@ mod tests {
     use super::*;
 
     fn refused(auth: &str, query: &str, fencing: bool) -> bool {
+        refused_as(
+            auth,
+            query,
+            fencing,
+            !auth.is_empty() || query.contains("X-Amz-Signature"),
+        )
+    }
+
+    fn refused_as(auth: &str, query: &str, fencing: bool, authenticated: bool) -> bool {
         let mut headers = http::HeaderMap::new();
         if !auth.is_empty() {
             headers.insert(http::header::AUTHORIZATION, auth.parse().unwrap());
@@ -225,7 +256,7 @@ mod tests {
             headers.insert("fencing-token", "18446744073709551615".parse().unwrap());
         }
         let uri: http::Uri = format!("/b/k?{query}").parse().unwrap();
-        refused_signature(&headers, &uri).is_some()
+        refused_signature(&headers, &uri, authenticated).is_some()
     }
 
     /// Review rounds 4 and 5: SigV2 in every spelling, presigned URLs over 7 days however the
@@ -268,5 +299,19 @@ mod tests {
         assert!(!refused(&v4("fencing-token;host;x-amz-date"), "", true));
         // Anonymous requests (development mode) carry no signature to cover anything.
         assert!(!refused("", "", true));
+        // Review round 6. A presigned URL is judged by its query, as s3s verifies it: a decoy
+        // Authorization header claiming to sign the token changes nothing.
+        let url = "X-Amz-Signature=00&X-Amz-Expires=60&X-Amz-SignedHeaders=host";
+        assert!(refused(&v4("fencing-token;host"), url, true));
+        assert!(refused("", url, true));
+        // s3s accepts any first word and any whitespace after it: a rewritten algorithm word
+        // still verifies, so it is read the same way.
+        for algorithm in ["AWS4-HMAC-SHA256\t", "X ", "AWS4-HMAC-SHA256  "] {
+            let auth = format!("{algorithm}Credential=AK/20260101/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-date, Signature=00");
+            assert!(refused(&auth, "", true), "{auth:?}");
+        }
+        // Authenticated, but no signed-header list to be found: nothing is covered.
+        assert!(refused_as("garbage", "", true, true));
+        assert!(refused_as("", "", true, true));
     }
 }

@@ -109,25 +109,41 @@ pub async fn get_object(
             (info, body, None)
         }
         Some(_) => {
-            let head = gw
-                .gate
-                .head(&input.bucket, &input.key)
-                .await
-                .map_err(s3_error)?;
-            conditions.check(&head, false)?;
-            let (first, last) =
-                byte_range(input.range.as_ref(), head.size)?.expect("a range was given");
-            let (info, body) = gw
-                .gate
-                .get_range(&input.bucket, &input.key, first, last)
-                .await
-                .map_err(s3_error)?;
-            let last = last.min(info.size.saturating_sub(1));
-            (info, body, Some((first, last)))
+            // The range is judged on the version the HEAD saw; a write landing before the read
+            // opens the object changes its size, so the read must be of that same version
+            // (review round 6: a shrunk object made `last + 1 - first` underflow).
+            let mut attempt = 0;
+            loop {
+                let head = gw
+                    .gate
+                    .head(&input.bucket, &input.key)
+                    .await
+                    .map_err(s3_error)?;
+                conditions.check(&head, false)?;
+                let (first, last) =
+                    byte_range(input.range.as_ref(), head.size)?.expect("a range was given");
+                let (info, body) = gw
+                    .gate
+                    .get_range(&input.bucket, &input.key, first, last)
+                    .await
+                    .map_err(s3_error)?;
+                if info.etag == head.etag && info.size == head.size {
+                    break (info, body, Some((first, last)));
+                }
+                attempt += 1;
+                if attempt == 3 {
+                    let mut err = S3Error::with_message(
+                        S3ErrorCode::SlowDown,
+                        "the object changed three times while its range was read; retry",
+                    );
+                    err.set_status_code(http::StatusCode::SERVICE_UNAVAILABLE);
+                    return Err(err);
+                }
+            }
         }
     };
     conditions.check(&info, false)?;
-    let length = range.map_or(info.size, |(f, l)| l + 1 - f);
+    let length = range.map_or(info.size, |(f, l)| (l - f).saturating_add(1));
     let mut resp = S3Response::new(GetObjectOutput {
         body: Some(convert::blob(body)),
         content_length: Some(length as i64),

@@ -1,5 +1,6 @@
 //! Building aws-sdk-s3 clients from an `[backends.NAME]` table of kind `s3`: endpoint, region,
-//! credentials (static, or the SDK's environment/profile chain), path style and timeouts.
+//! credentials (static, or the SDK's environment/profile chain), path style, timeouts, and
+//! for an https endpoint the system roots plus an optional CA file.
 //!
 //! Two clients share one configuration: `reads` retries with backoff; `writes` never retries,
 //! because a conditional commit whose outcome is unknown must be read back, not re-sent.
@@ -18,7 +19,7 @@ pub struct S3Clients {
     pub writes: Client,
 }
 
-pub async fn build(cfg: &S3BackendConfig) -> S3Clients {
+pub async fn build(cfg: &S3BackendConfig) -> Result<S3Clients, String> {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .region(Region::new(cfg.region.clone()))
         .timeout_config(
@@ -39,6 +40,9 @@ pub async fn build(cfg: &S3BackendConfig) -> S3Clients {
     if let Some(endpoint) = &cfg.endpoint {
         loader = loader.endpoint_url(endpoint.clone());
     }
+    if let Some(path) = &cfg.ca_file {
+        loader = loader.http_client(https_trusting(path)?);
+    }
     let shared = loader.load().await;
     let path_style = cfg.path_style.unwrap_or(cfg.endpoint.is_some());
     let client = |retry: RetryConfig| {
@@ -52,12 +56,37 @@ pub async fn build(cfg: &S3BackendConfig) -> S3Clients {
             .build();
         Client::from_conf(conf)
     };
-    S3Clients {
+    Ok(S3Clients {
         reads: client(
             RetryConfig::standard()
                 .with_max_attempts(cfg.read_attempts)
                 .with_initial_backoff(Duration::from_millis(100)),
         ),
         writes: client(RetryConfig::disabled()),
-    }
+    })
+}
+
+/// An HTTPS client that trusts the system roots and the certificates in the PEM file `path`
+/// (a private CA in front of MinIO or Ceph, say).
+fn https_trusting(
+    path: &std::path::Path,
+) -> Result<aws_smithy_runtime_api::client::http::SharedHttpClient, String> {
+    use aws_smithy_http_client::tls;
+    let pem =
+        std::fs::read(path).map_err(|e| format!("cannot read ca_file {}: {e}", path.display()))?;
+    let context = tls::TlsContext::builder()
+        .with_trust_store(tls::TrustStore::default().with_pem_certificate(pem))
+        .build()
+        .map_err(|e| {
+            format!(
+                "ca_file {} is not a usable PEM certificate: {e}",
+                path.display()
+            )
+        })?;
+    Ok(aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::AwsLc,
+        ))
+        .tls_context(context)
+        .build_https())
 }

@@ -1,5 +1,9 @@
 //! Wiring: turns a validated [`Config`] into a running fencegate (fence store, backends, gate,
-//! native API) and serves it until SIGINT or SIGTERM.
+//! native API, S3 gateway, admin surface) and serves it until SIGINT or SIGTERM. `listen.rs`
+//! holds the accept loop every listener runs, `tls.rs` the certificates it offers.
+
+mod listen;
+pub mod tls;
 
 use crate::api::{self, AppState};
 use crate::auth::KeyTable;
@@ -38,6 +42,8 @@ pub enum StartError {
     Unprotected { addr: std::net::SocketAddr },
     #[error("{0}")]
     Config(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Tls(#[from] tls::TlsError),
     #[error("bucket {bucket}: its scope is {configured} in the configuration, but the fence table recorded its tokens and tombstones under scope {recorded}; under the new scope they would be forgotten and a stale writer accepted. Set scope (and prefix_segments) back to {recorded}, or, to change it, stop every writer of bucket {bucket}, make sure the tokens they use next are above every token they used before, and start once with --accept-scope-change {bucket}, which records the new scope")]
     ScopeChanged {
         bucket: String,
@@ -198,7 +204,12 @@ pub fn check_protected(config: &Config) -> Result<(), StartError> {
     if !config.keys.is_empty() {
         return Ok(());
     }
-    let exposed = [Some(config.listen), config.s3_listen]
+    let mut listeners = vec![Some(config.listen), config.s3_listen];
+    // A bearer token closes the admin surface by itself.
+    if config.admin_token.is_none() {
+        listeners.push(config.admin_listen);
+    }
+    let exposed = listeners
         .into_iter()
         .flatten()
         .find(|a| !a.ip().is_loopback());
@@ -266,6 +277,13 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     let keys = Arc::new(
         KeyTable::new(config.keys.values().cloned()).with_leases(leases.clone(), gate.clone()),
     );
+    let tls = match &config.server.tls {
+        Some(files) => Some(tls::Tls::load(&files.cert_file, &files.key_file)?),
+        None => None,
+    };
+    if let Some(tls) = tls.clone() {
+        tokio::spawn(reload_on_sighup(tls));
+    }
     let s3 = if config.s3.enabled {
         Some(s3_service(&config, gate.clone(), catalog, keys.clone())?)
     } else {
@@ -283,32 +301,76 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         },
         max_header_bytes: config.server.max_header_bytes,
         leases,
-        keys,
+        keys: keys.clone(),
+        tls: tls.clone(),
     };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let admin_auth = Arc::new(crate::auth::admin::AdminAuth {
+        keys,
+        token: config.admin_token.clone(),
+    });
+    let admin_routes = api::admin::routes(state.clone(), admin_auth);
+    // Every listener is bound before any is served, so a taken port fails the start.
     let listener = bind(config.listen).await?;
     let addr = listener.local_addr().map_err(StartError::Serve)?;
-    tracing::info!(%addr, "fencegate is listening; try: curl http://{addr}/healthz");
-    let native =
-        axum::serve(listener, api::router(state.clone())).with_graceful_shutdown(shutdown_signal());
-    match config.s3_listen {
-        Some(s3_addr) if s3.is_some() => {
-            let s3_listener = bind(s3_addr).await?;
-            let s3_addr = s3_listener.local_addr().map_err(StartError::Serve)?;
-            tracing::info!(%s3_addr, "the S3 gateway is listening; try: aws --endpoint-url http://{s3_addr} s3 ls");
-            let s3_state = AppState { s3, ..state };
-            let s3_serve = axum::serve(s3_listener, api::s3_only_router(s3_state))
-                .with_graceful_shutdown(shutdown_signal());
-            tokio::try_join!(native, s3_serve).map_err(StartError::Serve)?;
+    let admin_listener = match config.admin_listen {
+        Some(a) => Some(bind(a).await?),
+        None => None,
+    };
+    let s3_listener = match config.s3_listen {
+        Some(a) if s3.is_some() => Some(bind(a).await?),
+        _ => None,
+    };
+    let mut servers = tokio::task::JoinSet::new();
+    let native_router = match admin_listener {
+        Some(l) => {
+            let admin_addr = l.local_addr().map_err(StartError::Serve)?;
+            tracing::info!(%admin_addr, "the admin surface is listening; try: curl {scheme}://{admin_addr}/metrics");
+            let router = api::admin_only_router(&state, admin_routes);
+            servers.spawn(listen::serve(l, router, tls.clone(), shutdown_signal()));
+            api::router(state.clone(), api::AdminPlace::At(admin_addr))
         }
-        _ => {
-            if s3.is_some() {
-                tracing::info!("the S3 gateway shares this listener; try: aws --endpoint-url http://{addr} s3 ls");
-            }
-            native.await.map_err(StartError::Serve)?;
-        }
+        None => api::router(state.clone(), api::AdminPlace::Here(admin_routes)),
+    };
+    if let Some(l) = s3_listener {
+        let s3_addr = l.local_addr().map_err(StartError::Serve)?;
+        tracing::info!(%s3_addr, "the S3 gateway is listening; try: aws --endpoint-url {scheme}://{s3_addr} s3 ls");
+        let router = api::s3_only_router(AppState { s3, ..state });
+        servers.spawn(listen::serve(l, router, tls.clone(), shutdown_signal()));
+    } else if s3.is_some() {
+        tracing::info!(
+            "the S3 gateway shares this listener; try: aws --endpoint-url {scheme}://{addr} s3 ls"
+        );
     }
+    tracing::info!(%addr, "fencegate is listening; try: curl {scheme}://{addr}/healthz");
+    servers.spawn(listen::serve(
+        listener,
+        native_router,
+        tls,
+        shutdown_signal(),
+    ));
+    while servers.join_next().await.is_some() {}
     tracing::info!("fencegate stopped");
     Ok(())
+}
+
+/// SIGHUP reloads the TLS certificate (a renewal copied into place); a bad file is logged and
+/// the certificate in use stays.
+async fn reload_on_sighup(tls: tls::Tls) {
+    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+        tracing::warn!("SIGHUP cannot be watched; reload the certificate with POST /admin/reload");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match tls.reload() {
+            Ok(()) => {
+                tracing::info!(target: "fencegate::audit", cert = %tls.cert_file().display(), "TLS certificate reloaded on SIGHUP")
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the TLS reload on SIGHUP failed; the certificate in use stays")
+            }
+        }
+    }
 }
 
 /// The backend handles (store upload ids) of every upload in the registry at `dir`, whatever

@@ -1,0 +1,73 @@
+//! Who may use the admin surface (`/metrics`, `/admin/...`): a key with `admin = true`, signing
+//! with SigV4 as on the native API, or the bearer token of `[admin]` (what Prometheus sends).
+//! In development mode without a bearer token, anyone on loopback.
+
+use super::{Action, AuthError, KeyTable, Principal};
+use crate::config::AdminToken;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+/// What the admin layer checks against.
+pub struct AdminAuth {
+    pub keys: Arc<KeyTable>,
+    pub token: Option<AdminToken>,
+}
+
+impl AdminAuth {
+    /// The admin principal of `req` (with the request, its body checked if signed).
+    async fn admit(&self, req: Request) -> Result<Request, AuthError> {
+        let auth = req
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        if let Some(offered) = auth.and_then(|a| a.strip_prefix("Bearer ")) {
+            let Some(token) = &self.token else {
+                return Err(AuthError::Denied(
+                    "no bearer token is configured ([admin] bearer_token_file); sign the request with SigV4 using a key with admin = true".into(),
+                ));
+            };
+            if !bool::from(offered.trim().as_bytes().ct_eq(token.0.as_bytes())) {
+                return Err(AuthError::Denied(
+                    "the bearer token does not match [admin]'s".into(),
+                ));
+            }
+            tracing::Span::current().record("principal", "admin-token");
+            let mut req = req;
+            req.extensions_mut().insert(Principal::AdminToken);
+            return Ok(req);
+        }
+        if auth.is_none() && self.token.is_some() && self.keys.dev_mode() {
+            // A bearer token closes the admin surface even in development mode.
+            return Err(AuthError::Missing);
+        }
+        let req = super::native::principal_of(&self.keys, req).await?;
+        let who = req
+            .extensions()
+            .get::<Principal>()
+            .cloned()
+            .ok_or(AuthError::Missing)?;
+        if matches!(who, Principal::Dev) && self.token.is_some() {
+            return Err(AuthError::Missing);
+        }
+        self.keys.authorize(&who, Action::Admin)?;
+        Ok(req)
+    }
+}
+
+/// The admin surface's authentication layer.
+pub async fn authenticate(
+    State(auth): State<Arc<AdminAuth>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    match auth.admit(req).await {
+        Ok(req) => next.run(req).await,
+        Err(e) => {
+            tracing::info!(target: "fencegate::audit", code = e.code(), error = %e, "admin authentication failed");
+            crate::api::auth_error_response(&e)
+        }
+    }
+}

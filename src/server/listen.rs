@@ -1,0 +1,103 @@
+//! The accept loop every listener runs: TCP, then TLS when `[server.tls]` is set, then HTTP/1.1
+//! with hyper, serving an axum router. On shutdown it stops accepting and lets the connections
+//! in flight finish their requests.
+
+use super::tls::Tls;
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use hyper_util::service::TowerToHyperService;
+use std::future::Future;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+/// A client that opens a connection and never finishes its TLS handshake is cut off.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for a request's head, and between requests on a kept-alive connection.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(60);
+/// The first byte of every TLS connection (a handshake record).
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// Serves `router` on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<Tls>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // Out of descriptors, say: back off rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let watcher = graceful.watcher();
+        let tls = tls.as_ref().map(Tls::acceptor);
+        tokio::spawn(async move {
+            match tls {
+                None => serve_connection(TokioIo::new(stream), router, watcher).await,
+                Some(acceptor) => {
+                    if !speaks_tls(&stream).await {
+                        refuse_plain_http(stream).await;
+                        return;
+                    }
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => serve_connection(TokioIo::new(tls), router, watcher).await,
+                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
+                }
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}
+
+async fn serve_connection<I>(io: TokioIo<I>, router: Router, watcher: Watcher)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
+    let conn = builder.serve_connection(io, TowerToHyperService::new(router));
+    if let Err(e) = watcher.watch(conn).await {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+/// Does the client start a TLS handshake? (Waits for its first byte, within the timeout.)
+async fn speaks_tls(stream: &TcpStream) -> bool {
+    let mut first = [0u8; 1];
+    matches!(
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await,
+        Ok(Ok(1)) if first[0] == TLS_HANDSHAKE
+    )
+}
+
+/// A plain-HTTP request on a TLS port gets an answer that says what to do, then the
+/// connection is closed; nothing of it reaches a handler.
+async fn refuse_plain_http(mut stream: TcpStream) {
+    let body =
+        "{\"code\":\"TlsRequired\",\"message\":\"this port speaks TLS only; use https://\"}\n";
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.write_all(answer.as_bytes())).await;
+    let _ = stream.shutdown().await;
+}
