@@ -1,5 +1,5 @@
-//! The authorization matrix (README, "Security"): every route of the native, lease and S3
-//! surfaces, times every kind of caller, each cell asserted. The table is printed, so a
+//! The authorization matrix (README, "Security"): every route of the native, lease, S3 and
+//! admin surfaces, times every kind of caller, each cell asserted. The table is printed, so a
 //! failing run shows the whole picture, not only the first wrong cell.
 //!
 //! Allowed means authentication and authorization passed: the answer is then whatever the
@@ -12,7 +12,13 @@ use common::Server;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
+/// The admin surface's bearer token (written to a file the configuration names).
+const BEARER: &str = "matrix-admin-bearer-token-0123456789";
+
 const CONFIG: &str = r#"
+[admin]
+bearer_token_file = "TOKEN_FILE"
+
 [buckets.data]
 [buckets.other]
 
@@ -64,6 +70,8 @@ enum Caller {
     LeaseCredsAfterGrace,
     Writer,
     Admin,
+    /// `Authorization: Bearer` with `[admin]`'s token.
+    AdminToken,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -85,6 +93,10 @@ enum Route {
     S3List,
     S3CreateBucket,
     S3DeleteBucket,
+    AdminMetrics,
+    AdminLeases,
+    AdminRevoke,
+    AdminReset,
 }
 
 /// What a cell must answer: allowed, or refused with this status and code.
@@ -92,6 +104,13 @@ enum Route {
 enum Expect {
     Allowed,
     Refused(u16, &'static str),
+}
+
+fn admin_route(route: Route) -> bool {
+    matches!(
+        route,
+        Route::AdminMetrics | Route::AdminLeases | Route::AdminRevoke | Route::AdminReset
+    )
 }
 
 fn native(route: Route) -> bool {
@@ -133,9 +152,18 @@ fn expected(caller: Caller, route: Route) -> Expect {
         Caller::None => Refused(403, "AccessDenied"),
         Caller::BadSignature => Refused(403, "SignatureDoesNotMatch"),
         Caller::UnknownKey | Caller::LeaseCredsAfterGrace => Refused(403, "InvalidAccessKeyId"),
+        // The bearer token opens the admin surface and nothing else: elsewhere it is not a
+        // signature at all.
+        Caller::AdminToken if admin_route(route) => Allowed,
+        Caller::AdminToken if native(route) => Refused(400, "AuthorizationHeaderMalformed"),
+        // s3s's own answer to an Authorization header that is not SigV4.
+        Caller::AdminToken => Refused(400, "InvalidRequest"),
+        Caller::Admin => Allowed,
+        // Administration needs admin = true (or the bearer token).
+        _ if admin_route(route) => denied,
         // The writer's patterns reach bucket `data`, leases `jobs-*`, and creating and
         // deleting `new-*` buckets, which is what the matrix's bucket routes target.
-        Caller::Admin | Caller::Writer => Allowed,
+        Caller::Writer => Allowed,
         Caller::Reader if reads(route) => Allowed,
         Caller::Reader => denied,
         // Its key reaches bucket `other` and leases `other-*` only.
@@ -187,7 +215,10 @@ async fn json_call(
 
 impl Fixture {
     async fn start(dir: &std::path::Path) -> Fixture {
-        let s = Server::start(&dir.join("data"), Some(CONFIG));
+        let token_file = dir.join("admin-token");
+        std::fs::write(&token_file, format!("{BEARER}\n")).unwrap();
+        let config = CONFIG.replace("TOKEN_FILE", token_file.to_str().unwrap());
+        let s = Server::start(&dir.join("data"), Some(&config));
         let c = common::client();
         // An object to read, and two leases with credentials: one live, one past its grace.
         let put = c
@@ -195,6 +226,15 @@ impl Fixture {
             .header("Fencing-Token", "1")
             .body("v");
         assert_eq!(json_call(&c, put, Some(WRITER)).await.0, 200);
+        // A fence for the admin reset to lower, and a lease for it to revoke.
+        let advance = c
+            .post(s.url("/v1/fences/data/reset-me"))
+            .header("Fencing-Token", "50");
+        assert_eq!(json_call(&c, advance, Some(WRITER)).await.0, 200);
+        let victim = c
+            .post(s.url("/v1/leases/jobs-victim"))
+            .json(&json!({"holder": "v", "ttl_ms": 60000}));
+        assert_eq!(json_call(&c, victim, Some(WRITER)).await.0, 200);
         let mut grants = Vec::new();
         for (name, key) in [("jobs-live", "leased.txt"), ("jobs-gone", "gone.txt")] {
             let acquire = c.post(s.url(&format!("/v1/leases/{name}"))).json(&json!({
@@ -241,6 +281,7 @@ impl Fixture {
             Caller::LeaseCredsAfterGrace => Some(self.expired_creds),
             Caller::Writer => Some(WRITER),
             Caller::Admin => Some(ADMIN),
+            Caller::AdminToken => None,
         }
     }
 
@@ -292,6 +333,24 @@ impl Fixture {
             Route::S3List => c.get(s.url("/data?list-type=2")),
             Route::S3CreateBucket => c.put(s.url("/new-b")),
             Route::S3DeleteBucket => c.delete(s.url("/new-b")),
+            Route::AdminMetrics => c.get(s.url("/metrics")),
+            Route::AdminLeases => c.get(s.url("/admin/leases")),
+            Route::AdminRevoke => c.delete(s.url("/admin/leases/jobs-victim")),
+            // Refused callers ask for 1; the admin key for 40, then the bearer for 30. Had a
+            // refused reset landed first, both allowed ones would fail (not below 1).
+            Route::AdminReset => c.post(s.url(&format!(
+                "/admin/fences/data/reset-me?reset_to={}",
+                match caller {
+                    Caller::Admin => 40,
+                    Caller::AdminToken => 30,
+                    _ => 1,
+                }
+            ))),
+        };
+        let req = if caller == Caller::AdminToken {
+            req.bearer_auth(BEARER)
+        } else {
+            req
         };
         let resp = send(c, req, self.creds(caller)).await;
         let status = resp.status().as_u16();
@@ -324,6 +383,7 @@ async fn every_route_times_every_caller() {
         Caller::LeaseCredsAfterGrace,
         Caller::Writer,
         Caller::Admin,
+        Caller::AdminToken,
     ];
     let routes = [
         Route::NativePut,
@@ -343,9 +403,14 @@ async fn every_route_times_every_caller() {
         Route::S3List,
         Route::S3CreateBucket,
         Route::S3DeleteBucket,
+        Route::AdminMetrics,
+        Route::AdminLeases,
+        Route::AdminRevoke,
+        Route::AdminReset,
     ];
     let mut table = String::new();
     let mut wrong = Vec::new();
+    let mut revoked_by_admin = false;
     let _ = write!(table, "{:<16}", "route");
     for c in &callers {
         let _ = write!(table, " {:<22}", format!("{c:?}"));
@@ -358,6 +423,10 @@ async fn every_route_times_every_caller() {
             // one): had a refused write or advance been applied, the writer's would be stale.
             let token = 100 + 10 * n as u64 + (callers.len() - 1 - i) as u64;
             let (status, code) = fx.call(*caller, *route, n, token).await;
+            if (*caller, *route) == (Caller::Admin, Route::AdminRevoke) {
+                // The first allowed revoke finds the lease still held: no refused one ended it.
+                revoked_by_admin = status == 200;
+            }
             let ok = match expected(*caller, *route) {
                 Expect::Allowed => status != 401 && status != 403,
                 // A HEAD answer has no body to carry the code.
@@ -379,8 +448,9 @@ async fn every_route_times_every_caller() {
     println!("{table}");
     assert!(wrong.is_empty(), "{table}\n{}", wrong.join("\n"));
     // Nothing a refused caller sent changed anything: the object and the advanced fence carry
-    // the writer's token (route 0 and route 6, caller 7), which would be stale otherwise.
-    let writer_token = |n: u64| 100 + 10 * n + 1;
+    // the writer's token (route 0 and route 6), which would be stale otherwise.
+    let writer_at = callers.iter().position(|c| *c == Caller::Writer).unwrap();
+    let writer_token = |n: u64| 100 + 10 * n + (callers.len() - 1 - writer_at) as u64;
     let get = fx.c.get(fx.s.object_url("data", "k"));
     let resp = send(&fx.c, get, Some(ADMIN)).await;
     assert_eq!(
@@ -390,4 +460,14 @@ async fn every_route_times_every_caller() {
     let show = fx.c.get(fx.s.url("/v1/fences/data/advanced"));
     let (_, fence) = json_call(&fx.c, show, Some(ADMIN)).await;
     assert_eq!(fence["highest"], writer_token(6), "{fence}");
+    assert!(
+        revoked_by_admin,
+        "the admin key's revoke found the lease held"
+    );
+    let show = fx.c.get(fx.s.url("/v1/fences/data/reset-me"));
+    let (_, fence) = json_call(&fx.c, show, Some(ADMIN)).await;
+    assert_eq!(
+        fence["highest"], 30,
+        "only the admin resets applied: {fence}"
+    );
 }

@@ -24,7 +24,7 @@ async fn backend(moto: &Moto, prefix: &str) -> S3Backend {
         multipart_threshold_bytes: PART,
         ..S3BackendConfig::default()
     };
-    S3Backend::new(build_clients(&cfg).await, BUCKET, prefix, PART)
+    S3Backend::new(build_clients(&cfg).await.unwrap(), BUCKET, prefix, PART)
 }
 
 /// The store keys of the multipart uploads in progress.

@@ -26,6 +26,8 @@ pub struct Server {
     child: Child,
     pub addr: SocketAddr,
     pub data_dir: PathBuf,
+    /// Every log line so far (audit lines are asserted on).
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -53,6 +55,8 @@ impl Server {
         let mut child = cmd.spawn().expect("the fencegate binary starts");
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = log.clone();
         // Drain the log (so the pipe never fills) and pick the bound address out of it.
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -68,6 +72,7 @@ impl Server {
                 if std::env::var_os("FENCEGATE_TEST_LOG").is_some() {
                     eprintln!("[fencegate] {line}");
                 }
+                kept.lock().unwrap().push(line);
             }
         });
         let addr = rx
@@ -77,6 +82,7 @@ impl Server {
             child,
             addr,
             data_dir: data_dir.to_path_buf(),
+            log,
         }
     }
 
@@ -92,6 +98,17 @@ impl Server {
     pub fn kill9(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
+    }
+
+    /// The log lines so far that contain every one of `parts`.
+    pub fn log_lines(&self, parts: &[&str]) -> Vec<String> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| parts.iter().all(|p| l.contains(p)))
+            .cloned()
+            .collect()
     }
 
     pub fn pid(&self) -> u32 {
