@@ -120,6 +120,8 @@ async fn clients_connect_over_tls_and_plain_http_is_refused() {
         Some(&tls_config(dir.path(), KEYS)),
     );
     let endpoint = format!("https://localhost:{}", s.addr.port());
+    let mut conn = open(&s, std::slice::from_ref(&der)).await;
+    assert!(healthz(&mut conn).await.starts_with("HTTP/1.1 200"));
 
     // aws-sdk-s3 over https: a fenced write and its read.
     let pem = std::fs::read(dir.path().join("live.pem")).unwrap();
