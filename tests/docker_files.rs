@@ -39,6 +39,15 @@ fn container_config_is_valid_and_matches_the_dockerfile() {
         .to_string();
     assert!(err.contains("FENCEGATE_APP_SECRET"), "{err}");
     std::env::set_var("FENCEGATE_APP_SECRET", "test-secret");
+    std::env::remove_var("FENCEGATE_ADMIN_TOKEN");
+    let err = fencegate::config::Config::load(&path)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("FENCEGATE_ADMIN_TOKEN"), "{err}");
+    std::env::set_var(
+        "FENCEGATE_ADMIN_TOKEN",
+        "a-test-admin-token-of-enough-length",
+    );
     let config = fencegate::config::Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
     // Not development mode: the port it exposes needs a key.
     assert_eq!(config.keys.len(), 1);
@@ -51,4 +60,9 @@ fn container_config_is_valid_and_matches_the_dockerfile() {
     assert!(compose.contains("dockerfile: docker/Dockerfile"));
     assert!(compose.contains(&config.server.data_dir.display().to_string()));
     assert!(compose.contains("FENCEGATE_APP_SECRET: ${FENCEGATE_APP_SECRET:?"));
+    // The admin port is closed by its token, and published on the host's loopback only.
+    assert!(config.admin_token.is_some());
+    let admin = config.admin_listen.expect("an admin listener");
+    assert!(compose.contains(&format!("\"127.0.0.1:{0}:{0}\"", admin.port())));
+    assert!(compose.contains("FENCEGATE_ADMIN_TOKEN: ${FENCEGATE_ADMIN_TOKEN:?"));
 }

@@ -368,4 +368,50 @@ async fn round_4_holes_stay_closed() {
     let resp = c.execute(req).await.unwrap();
     assert_eq!(resp.status().as_u16(), 403);
     assert!(highest(&c, &s, "s3-unsigned").await.is_null());
+
+    // Round 6: what a signature covers is decided as s3s verifies it. A presigned PUT with a
+    // decoy Authorization header claiming to sign the token, and a signed request whose
+    // algorithm word was rewritten (s3s accepts any word), are refused with the added token.
+    let url = common::sign::presign_method(
+        "PUT",
+        &s.url("/default/s3-decoy"),
+        WORKER,
+        Duration::from_secs(60),
+    );
+    let decoy = "AWS4-HMAC-SHA256 Credential=x/20260101/us-east-1/s3/aws4_request, SignedHeaders=fencing-token;host, Signature=00";
+    let resp = c
+        .put(&url)
+        .header("Authorization", decoy)
+        .header("Fencing-Token", "18446744073709551615")
+        .body("bearer's bytes")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        403,
+        "{}",
+        resp.text().await.unwrap()
+    );
+    // The URL itself still works, without a token of its bearer's choosing.
+    let resp = c.put(&url).body("x").send().await.unwrap();
+    assert_ne!(resp.status().as_u16(), 403);
+    for word in ["AWS4-HMAC-SHA256\t", "X "] {
+        let mut req = c
+            .put(s.url("/default/s3-rewritten"))
+            .body("x")
+            .build()
+            .unwrap();
+        sign_at(&mut req, WORKER, SystemTime::now(), BodyHash::Header);
+        let auth = req.headers()["authorization"].to_str().unwrap().to_string();
+        let rewritten = auth.replacen("AWS4-HMAC-SHA256 ", word, 1);
+        req.headers_mut()
+            .insert("authorization", rewritten.parse().unwrap());
+        req.headers_mut()
+            .insert("fencing-token", "18446744073709551615".parse().unwrap());
+        let resp = c.execute(req).await.unwrap();
+        assert_eq!(resp.status().as_u16(), 403, "{word:?}");
+    }
+    assert!(highest(&c, &s, "s3-decoy").await.as_u64() != Some(u64::MAX));
+    assert!(highest(&c, &s, "s3-rewritten").await.is_null());
 }

@@ -77,6 +77,16 @@ pub fn sign_at(req: &mut reqwest::Request, creds: Creds, time: SystemTime, mode:
 
 /// A presigned GET URL for `url`, valid for `expires`.
 pub fn presign(url: &str, creds: Creds, expires: std::time::Duration) -> String {
+    presign_method("GET", url, creds, expires)
+}
+
+/// A presigned URL for `method` on `url`, valid for `expires`.
+pub fn presign_method(
+    method: &str,
+    url: &str,
+    creds: Creds,
+    expires: std::time::Duration,
+) -> String {
     let identity =
         aws_credential_types::Credentials::new(creds.key, creds.secret, None, None, "test").into();
     let mut settings = SigningSettings::default();
@@ -94,7 +104,7 @@ pub fn presign(url: &str, creds: Creds, expires: std::time::Duration) -> String 
         .unwrap()
         .into();
     let signable = SignableRequest::new(
-        "GET",
+        method,
         url,
         std::iter::empty(),
         SignableBody::UnsignedPayload,
