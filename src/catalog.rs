@@ -265,7 +265,7 @@ impl Catalog {
         self.save(&created)?;
         self.gate
             .add_bucket(name, BucketEntry::new(policy, backend));
-        tracing::info!(bucket = name, "bucket created through the S3 API");
+        tracing::info!(target: "fencegate::audit", bucket = name, "bucket created through the S3 API");
         Ok(())
     }
 
@@ -297,7 +297,7 @@ impl Catalog {
         created.remove(name);
         self.save(&created)?;
         self.gate.remove_bucket(name, closing);
-        tracing::info!(bucket = name, "bucket deleted through the S3 API; its fence rows stay, so old tokens stay fenced if it is created again");
+        tracing::info!(target: "fencegate::audit", bucket = name, "bucket deleted through the S3 API; its fence rows stay, so old tokens stay fenced if it is created again");
         Ok(())
     }
 }

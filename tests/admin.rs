@@ -40,8 +40,14 @@ admin = true
 [keys.app]
 access_key_id = "app-key"
 secret_access_key = "app-secret"
-buckets = {{ "default" = ["read", "write", "delete", "fence", "lease"] }}
+buckets = {{ "default" = ["read", "write", "delete", "fence", "lease"], "lenient" = ["read", "write"], "made-*" = ["read", "write", "delete"] }}
 lease_names = ["*"]
+
+[buckets.default]
+[buckets.lenient]
+on_bypass = "adopt"
+
+[bucket_defaults]
 "#,
         token_file.display()
     )
@@ -272,4 +278,61 @@ fn an_exposed_admin_listener_needs_credentials() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("openssl rand"), "{err}");
+}
+
+/// Every change an operator may have to account for is an audit line (tracing target
+/// `fencegate::audit`) naming the key that made it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_lines_name_the_key() {
+    let fx = Fixture::start();
+    let (c, s) = (&fx.c, &fx.s);
+    let audit = |what: &str| s.log_lines(&["fencegate::audit", what, "key:app"]).len();
+    // S3: a bucket created and deleted.
+    assert_eq!(
+        call(c, c.put(s.url("/made-here")), Some(WRITER)).await.0,
+        200
+    );
+    assert_eq!(
+        call(c, c.delete(s.url("/made-here")), Some(WRITER)).await.0,
+        204
+    );
+    // Native: a fence advance and a lease grant.
+    let advance = c
+        .post(s.url("/v1/fences/default/a"))
+        .header("Fencing-Token", "4");
+    assert_eq!(call(c, advance, Some(WRITER)).await.0, 200);
+    let lease = c
+        .post(s.url("/v1/leases/audited"))
+        .json(&json!({"holder": "h", "ttl_ms": 1000}));
+    assert_eq!(call(c, lease, Some(WRITER)).await.0, 200);
+    // A file changed behind fencegate's back, adopted by the next write.
+    let put = |token: &str| {
+        c.put(s.object_url("lenient", "doc"))
+            .header("Fencing-Token", token)
+            .body("through fencegate")
+    };
+    assert_eq!(call(c, put("1"), Some(WRITER)).await.0, 200);
+    std::fs::write(s.data_dir.join("objects/lenient/doc.o"), "edited by hand").unwrap();
+    assert_eq!(call(c, put("2"), Some(WRITER)).await.0, 200);
+    for what in [
+        "bucket created",
+        "bucket deleted",
+        "fence advanced",
+        "lease granted",
+        "adopting the backend's version",
+    ] {
+        assert_eq!(audit(what), 1, "{what}: {:?}", s.log_lines(&[what]));
+    }
+    // A failed authentication names the key it claimed.
+    let bad = Creds {
+        key: "app-key",
+        secret: "wrong",
+    };
+    assert_eq!(
+        call(c, c.get(s.url("/v1/objects/default")), Some(bad))
+            .await
+            .0,
+        403
+    );
+    assert_eq!(audit("authentication failed"), 1);
 }

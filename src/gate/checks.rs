@@ -272,7 +272,7 @@ impl Gate {
                 Err(GateError::BypassDetected { expected, found })
             }
             BypassPolicy::Adopt => {
-                tracing::warn!(bucket = %req.bucket, key = %req.key, %expected, %found,
+                tracing::warn!(target: "fencegate::audit", bucket = %req.bucket, key = %req.key, %expected, %found,
                     "write behind fencegate's back detected; adopting the backend's version (on_bypass = adopt)");
                 Ok(())
             }

@@ -197,6 +197,9 @@ impl S3Access for Access {
             return Err(S3Error::with_message(S3ErrorCode::AccessDenied, why));
         }
         let who = self.0.s3_principal(cx.credentials())?;
+        // Audit lines name the principal through the request's span (s3s's own spans are at
+        // debug, which main.rs keeps off, so this is the request's span).
+        tracing::Span::current().record("principal", who.name().as_str());
         // Handed to the operation, so that it never looks the credentials up again (they can
         // expire in between, and a lease's token would silently be lost; review round 5).
         cx.extensions_mut().insert(who.clone());
