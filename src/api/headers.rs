@@ -11,6 +11,29 @@ use std::time::Duration;
 
 pub const FENCING_TOKEN: &str = "fencing-token";
 pub const FENCING_SCOPE: &str = "fencing-scope";
+pub const FENCING_SCOPE_TAKEOVER: &str = "fencing-scope-takeover";
+/// The token as S3 metadata, which both surfaces honour.
+pub const META_FENCING_TOKEN: &str = "x-amz-meta-fencing-token";
+
+/// Headers that steer the fence: a signature that does not cover them would let whoever
+/// holds a signed request (a presigned URL, a captured request) change them.
+pub const FENCING_HEADERS: [&str; 4] = [
+    FENCING_TOKEN,
+    FENCING_SCOPE,
+    FENCING_SCOPE_TAKEOVER,
+    META_FENCING_TOKEN,
+];
+
+/// The first fencing header in `headers` that `signed` (is this header name signed?) does not
+/// cover: the one rule of both surfaces.
+pub fn unsigned_fencing_header(
+    headers: &HeaderMap,
+    signed: impl Fn(&str) -> bool,
+) -> Option<&'static str> {
+    FENCING_HEADERS
+        .into_iter()
+        .find(|name| headers.contains_key(*name) && !signed(name))
+}
 const USER_META_PREFIX: &str = "x-amz-meta-";
 /// S3's limit on user metadata, names and values together.
 const MAX_USER_META: usize = 2048;
@@ -32,7 +55,7 @@ pub fn token(headers: &HeaderMap) -> TokenInput {
 /// round 3). Two that disagree are an error, as on the S3 API.
 pub fn write_token(headers: &HeaderMap) -> TokenInput {
     let header = token(headers)?;
-    let mut metas = headers.get_all("x-amz-meta-fencing-token").iter();
+    let mut metas = headers.get_all(META_FENCING_TOKEN).iter();
     let meta = match metas.next() {
         None => None,
         Some(_) if metas.next().is_some() => return Err(TokenError::Repeated),
@@ -49,7 +72,7 @@ pub fn either_token(header: Option<Token>, meta: Option<Token>) -> TokenInput {
             first: h.0,
             other: m.0,
             by: "in the Fencing-Token header",
-            what: "x-amz-meta-fencing-token",
+            what: META_FENCING_TOKEN,
         }),
         (h, m) => Ok(h.or(m)),
     }
@@ -61,7 +84,7 @@ pub fn scope(headers: &HeaderMap) -> Result<Option<Vec<u8>>, GateError> {
 
 /// `Fencing-Scope-Takeover`: the scope a header-scoped write takes an object over from.
 pub fn scope_takeover(headers: &HeaderMap) -> Result<Option<Vec<u8>>, GateError> {
-    single(headers, "fencing-scope-takeover")
+    single(headers, FENCING_SCOPE_TAKEOVER)
 }
 
 fn single(headers: &HeaderMap, name: &str) -> Result<Option<Vec<u8>>, GateError> {

@@ -10,6 +10,7 @@
 
 use super::sigv4::{Payload, SignedRequest};
 use super::{AuthError, KeyTable, Principal};
+use crate::api::headers::unsigned_fencing_header;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
@@ -55,12 +56,10 @@ pub(crate) async fn principal_of(keys: &KeyTable, req: Request) -> Result<Reques
             "lease credentials are for S3 clients; on the native API sign with a key from [keys] and send the lease's token in Fencing-Token".into(),
         ));
     }
-    for name in FENCING_HEADERS {
-        if req.headers().contains_key(name) && !signed.signs(name) {
-            return Err(AuthError::Malformed(format!(
-                "the {name} header must be signed (add it to SignedHeaders)"
-            )));
-        }
+    if let Some(name) = unsigned_fencing_header(req.headers(), |h| signed.signs(h)) {
+        return Err(AuthError::Malformed(format!(
+            "the {name} header must be signed (add it to SignedHeaders)"
+        )));
     }
     tracing::Span::current().record("principal", who.name().as_str());
     if let Some(hash) = signed.payload_hash() {
@@ -96,15 +95,6 @@ fn with_principal(mut req: Request, who: Principal) -> Request {
     req.extensions_mut().insert(who);
     req
 }
-
-/// Headers that steer the fence: a signature that does not cover them would let whoever
-/// holds a signed request change them.
-pub const FENCING_HEADERS: [&str; 4] = [
-    "fencing-token",
-    "fencing-scope",
-    "fencing-scope-takeover",
-    "x-amz-meta-fencing-token",
-];
 
 enum Check {
     Declared(String),

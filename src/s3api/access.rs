@@ -150,14 +150,10 @@ fn refused_signature(
         None if authenticated => Vec::new(),
         None => return None,
     };
-    for name in crate::auth::native::FENCING_HEADERS {
-        if headers.contains_key(name) && !signed.iter().any(|h| h.eq_ignore_ascii_case(name)) {
-            return Some(format!(
-                "the {name} header must be signed: add it to the signed headers (a presigned URL cannot carry it; write with a signed request or lease-bound credentials)"
-            ));
-        }
-    }
-    None
+    let covered = |name: &str| signed.iter().any(|h| h.eq_ignore_ascii_case(name));
+    crate::api::headers::unsigned_fencing_header(headers, covered).map(|name| format!(
+        "the {name} header must be signed: add it to the signed headers (a presigned URL cannot carry it; write with a signed request or lease-bound credentials)"
+    ))
 }
 
 /// The headers a SigV4 request signs, decided as s3s decides which signature to verify
