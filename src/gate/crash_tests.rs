@@ -8,7 +8,8 @@
 
 use super::*;
 use crate::backend::memory::MemoryBackend;
-use crate::backend::{BackendError, BodyError, ByteStream, ListPage, ObjectInfo, Staged};
+use crate::backend::{Backend, BackendError, BodyError, ByteStream, ListPage, ObjectInfo, Staged};
+use crate::config::BucketPolicy;
 use crate::fence::memory::MemoryFenceStore;
 use crate::fence::Durability;
 use crate::fence::StoreError;

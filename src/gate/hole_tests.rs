@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::backend::memory::MemoryBackend;
-use crate::backend::{BackendError, BodyError, ByteStream, ListPage, ObjectInfo, Staged};
+use crate::backend::{Backend, BackendError, BodyError, ByteStream, ListPage, ObjectInfo, Staged};
 use crate::config::{BucketPolicy, ScopeKind};
 use crate::fence::memory::MemoryFenceStore;
 use bytes::Bytes;

@@ -9,11 +9,13 @@
 //! (`commit::run_to_end`), never in the request's future, so a client that hangs up cannot
 //! release the lock while its commit is still changing the backend.
 //!
-//! Files: `commit.rs` (put), `delete.rs`, `fences.rs` (advances, fence info), `checks.rs` (what
-//! is checked under the lock), `multipart.rs`, `read.rs`, `scope.rs`, `locks.rs`,
+//! Files: `commit.rs` (put), `delete.rs`, `fences.rs` (advances, resets, fence info),
+//! `checks.rs` (what is checked under the lock), `tokens.rs` (fencing mode, token rules),
+//! `buckets.rs` (the bucket registry), `multipart.rs`, `read.rs`, `scope.rs`, `locks.rs`,
 //! `conditions.rs`, `uploads.rs`, `rebuild.rs`, `inflight.rs` (writes in flight per bucket),
 //! `error.rs`.
 
+mod buckets;
 mod checks;
 mod commit;
 mod conditions;
@@ -26,41 +28,27 @@ mod multipart;
 mod read;
 mod rebuild;
 pub mod scope;
+mod tokens;
 mod uploads;
 
+pub use buckets::BucketEntry;
 pub use commit::run_to_end;
 pub use conditions::{Conditions, EtagMatch};
 pub use error::GateError;
 pub use inflight::{Closing, WriteTicket};
 pub use locks::ScopeLocks;
 pub use rebuild::RebuildReport;
+pub(crate) use tokens::{check_token, TokenRules};
 pub use uploads::{Upload, UploadRegistry};
 
-use crate::backend::{Backend, ObjectMeta};
-use crate::config::{BucketPolicy, FencingMode, ScopeKind, TokenOrder};
+use crate::backend::ObjectMeta;
+use crate::config::ScopeKind;
 use crate::fence::{FenceRow, FenceStore};
 use crate::token::{Token, TokenError};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tracing::Span;
-
-/// A bucket as the gate sees it: its policy and the backend behind it.
-pub struct BucketEntry {
-    pub policy: BucketPolicy,
-    pub backend: Arc<dyn Backend>,
-    in_flight: inflight::InFlight,
-}
-
-impl BucketEntry {
-    pub fn new(policy: BucketPolicy, backend: Arc<dyn Backend>) -> BucketEntry {
-        BucketEntry {
-            policy,
-            backend,
-            in_flight: Default::default(),
-        }
-    }
-}
 
 /// The token as a surface found it: absent, malformed, or a value.
 pub type TokenInput = Result<Option<Token>, TokenError>;
@@ -113,57 +101,6 @@ pub struct Gate {
     uploads: UploadRegistry,
 }
 
-/// Compares a token with a scope's highest (docs/threat-model.md, promise 1). Under
-/// strictly-increasing tokens an equal token is refused, except once after a fence advance or
-/// a lease grant recorded it (`fresh`): that is how its holder writes at all.
-/// How a bucket judges a token against its scope's highest.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct TokenRules {
-    pub order: TokenOrder,
-    pub max_jump: Option<u64>,
-}
-
-impl From<&BucketPolicy> for TokenRules {
-    fn from(p: &BucketPolicy) -> TokenRules {
-        TokenRules {
-            order: p.tokens,
-            max_jump: p.max_token_jump,
-        }
-    }
-}
-
-fn check_token(
-    rules: impl Into<TokenRules>,
-    token: u64,
-    row: &FenceRow,
-    scope: &str,
-) -> Result<(), GateError> {
-    let TokenRules { order, max_jump } = rules.into();
-    let highest = row.highest.unwrap_or(0);
-    if let Some(limit) = max_jump.filter(|l| token > highest.saturating_add(*l)) {
-        return Err(GateError::TokenJumpTooLarge {
-            token,
-            highest,
-            limit,
-            scope: scope.to_string(),
-        });
-    }
-    match row.highest {
-        Some(h) if token < h => Err(GateError::StaleFencingToken {
-            token,
-            highest: h,
-            scope: scope.to_string(),
-        }),
-        Some(h) if token == h && order == TokenOrder::StrictlyIncreasing && !row.fresh => {
-            Err(GateError::TokenNotIncreasing {
-                token,
-                scope: scope.to_string(),
-            })
-        }
-        _ => Ok(()),
-    }
-}
-
 impl Gate {
     pub fn new(store: Arc<dyn FenceStore>, buckets: BTreeMap<String, BucketEntry>) -> Gate {
         Gate {
@@ -183,63 +120,6 @@ impl Gate {
     pub fn with_uploads(mut self, registry: UploadRegistry) -> Gate {
         self.uploads = registry;
         self
-    }
-
-    pub fn bucket(&self, name: &str) -> Result<Arc<BucketEntry>, GateError> {
-        self.buckets
-            .read()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| GateError::NoSuchBucket(name.to_string()))
-    }
-
-    /// Serves a new bucket; false if one by that name exists. Its fence rows, if a bucket by
-    /// that name existed before, still apply: a zombie of the old bucket stays fenced.
-    pub fn add_bucket(&self, name: &str, entry: BucketEntry) -> bool {
-        let mut buckets = self.buckets.write();
-        if buckets.contains_key(name) {
-            return false;
-        }
-        buckets.insert(name.to_string(), Arc::new(entry));
-        true
-    }
-
-    /// Closes a bucket to new writes, refused while one is in flight (DeleteBucket's first
-    /// step: the caller then checks that the bucket is empty, and removes it).
-    pub fn close_bucket(&self, name: &str) -> Result<Closing, GateError> {
-        Closing::close(self.bucket(name)?, name)
-    }
-
-    /// Stops serving a bucket closed by `close_bucket` (the caller checked it is empty).
-    pub fn remove_bucket(&self, name: &str, closing: Closing) {
-        self.buckets.write().remove(name);
-        closing.finish();
-    }
-
-    /// The bucket, for a request that changes it: held until the change has ended.
-    fn bucket_for_write(&self, name: &str) -> Result<WriteTicket, GateError> {
-        WriteTicket::take(self.bucket(name)?, name)
-    }
-
-    /// Applies the bucket's fencing mode to the token the client sent.
-    fn admit(
-        bucket: &str,
-        policy: &BucketPolicy,
-        token: TokenInput,
-        is_delete: bool,
-    ) -> Result<Option<Token>, GateError> {
-        let mode = match policy.fencing {
-            FencingMode::Required if is_delete && !policy.fenced_deletes => FencingMode::Optional,
-            mode => mode,
-        };
-        match (mode, token) {
-            (FencingMode::Off, _) => Ok(None),
-            (_, Err(e)) => Err(e.into()),
-            (FencingMode::Required, Ok(None)) => Err(GateError::FencingTokenRequired {
-                bucket: bucket.to_string(),
-            }),
-            (_, Ok(t)) => Ok(t),
-        }
     }
 
     /// The first steps of every fenced request: the bucket, a valid key, the token under the

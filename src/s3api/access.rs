@@ -283,12 +283,12 @@ mod tests {
         // A presigned URL signs only host: a Fencing-Token added by its bearer is refused.
         assert!(refused(
             "",
-            "X-Amz-Expires=60&X-Amz-SignedHeaders=host",
+            "X-Amz-Signature=00&X-Amz-Expires=60&X-Amz-SignedHeaders=host",
             true
         ));
         assert!(!refused(
             "",
-            "X-Amz-Expires=60&X-Amz-SignedHeaders=fencing-token%3Bhost",
+            "X-Amz-Signature=00&X-Amz-Expires=60&X-Amz-SignedHeaders=fencing-token%3Bhost",
             true
         ));
         let v4 = |signed: &str| {

@@ -1,0 +1,64 @@
+//! The buckets the gate serves: each one's policy and backend, and the registry that S3's
+//! CreateBucket and DeleteBucket change while requests run (with the writes in flight that
+//! DeleteBucket waits for, `inflight.rs`).
+
+use super::inflight::{self, Closing, WriteTicket};
+use super::{Gate, GateError};
+use crate::backend::Backend;
+use crate::config::BucketPolicy;
+use std::sync::Arc;
+
+/// A bucket as the gate sees it: its policy and the backend behind it.
+pub struct BucketEntry {
+    pub policy: BucketPolicy,
+    pub backend: Arc<dyn Backend>,
+    pub(super) in_flight: inflight::InFlight,
+}
+
+impl BucketEntry {
+    pub fn new(policy: BucketPolicy, backend: Arc<dyn Backend>) -> BucketEntry {
+        BucketEntry {
+            policy,
+            backend,
+            in_flight: Default::default(),
+        }
+    }
+}
+
+impl Gate {
+    pub fn bucket(&self, name: &str) -> Result<Arc<BucketEntry>, GateError> {
+        self.buckets
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| GateError::NoSuchBucket(name.to_string()))
+    }
+
+    /// Serves a new bucket; false if one by that name exists. Its fence rows, if a bucket by
+    /// that name existed before, still apply: a zombie of the old bucket stays fenced.
+    pub fn add_bucket(&self, name: &str, entry: BucketEntry) -> bool {
+        let mut buckets = self.buckets.write();
+        if buckets.contains_key(name) {
+            return false;
+        }
+        buckets.insert(name.to_string(), Arc::new(entry));
+        true
+    }
+
+    /// Closes a bucket to new writes, refused while one is in flight (DeleteBucket's first
+    /// step: the caller then checks that the bucket is empty, and removes it).
+    pub fn close_bucket(&self, name: &str) -> Result<Closing, GateError> {
+        Closing::close(self.bucket(name)?, name)
+    }
+
+    /// Stops serving a bucket closed by `close_bucket` (the caller checked it is empty).
+    pub fn remove_bucket(&self, name: &str, closing: Closing) {
+        self.buckets.write().remove(name);
+        closing.finish();
+    }
+
+    /// The bucket, for a request that changes it: held until the change has ended.
+    pub(super) fn bucket_for_write(&self, name: &str) -> Result<WriteTicket, GateError> {
+        WriteTicket::take(self.bucket(name)?, name)
+    }
+}
