@@ -231,7 +231,8 @@ async fn an_admin_lists_and_revokes_leases() {
     assert_eq!(call(c, c.delete(&revoke), Some(WRITER)).await.0, 403);
     let (status, body) = call(c, c.delete(&revoke), Some(ADMIN)).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["revoked"]["holder"], "stuck-worker");
+    assert_eq!(body["lease"]["holder"], "stuck-worker");
+    assert_eq!(body["credentials"], 1);
     assert_eq!(call(c, c.delete(&revoke), Some(ADMIN)).await.0, 404);
     let (status, _) = call(c, s3_put(), Some(lease_creds)).await;
     assert_eq!(status, 403);
@@ -335,4 +336,73 @@ async fn audit_lines_name_the_key() {
         403
     );
     assert_eq!(audit("authentication failed"), 1);
+}
+
+/// Review round 7: credentials outlive their lease by the grace period, and a revoke ends them
+/// too, after an expiry or a release; the admin's list shows the lease names they belong to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_ends_credentials_still_in_their_grace() {
+    let fx = Fixture::start();
+    let (c, s) = (&fx.c, &fx.s);
+    let (status, grant) = call(
+        c,
+        c.post(s.url("/v1/leases/short")).json(&json!({
+            "holder": "w", "ttl_ms": 300, "bucket": "default", "key": "grace.bin",
+            "s3_credentials": true
+        })),
+        Some(WRITER),
+    )
+    .await;
+    assert_eq!(status, 200, "{grant}");
+    let creds = Creds {
+        key: Box::leak(
+            grant["s3_credentials"]["access_key_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+                .into_boxed_str(),
+        ),
+        secret: Box::leak(
+            grant["s3_credentials"]["secret_access_key"]
+                .as_str()
+                .unwrap()
+                .to_string()
+                .into_boxed_str(),
+        ),
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let s3_put = || c.put(s.url("/default/grace.bin")).body("x");
+    // Expired, but within the 30 s grace: still writing.
+    assert_eq!(call(c, s3_put(), Some(creds)).await.0, 200);
+    let (_, list) = call(
+        c,
+        c.get(format!("{}/admin/leases", fx.admin))
+            .bearer_auth(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(list["leases"].as_array().unwrap().len(), 0, "{list}");
+    assert_eq!(list["credentials_in_grace"], json!(["short"]), "{list}");
+    let revoke = format!("{}/admin/leases/short", fx.admin);
+    let (status, body) = call(c, c.delete(&revoke).bearer_auth(TOKEN), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!((body.get("lease"), &body["credentials"]), (None, &json!(1)));
+    assert_eq!(call(c, s3_put(), Some(creds)).await.0, 403);
+    assert_eq!(
+        call(c, c.delete(&revoke).bearer_auth(TOKEN), None).await.0,
+        404
+    );
+}
+
+/// Review round 7: SIGHUP without TLS is a no-op, not the signal's default (the end of the
+/// process): `systemctl reload` and logrotate hooks send it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_without_tls_leaves_the_server_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    unsafe { libc::kill(s.pid() as i32, libc::SIGHUP) };
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let c = common::client();
+    assert_eq!(call(&c, c.get(s.url("/healthz")), None).await.0, 200);
+    assert_eq!(s.log_lines(&["SIGHUP", "nothing to reload"]).len(), 1);
 }

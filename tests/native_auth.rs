@@ -491,3 +491,102 @@ async fn the_rust_client_signs_its_requests() {
     ));
     lease.release().await.unwrap();
 }
+
+/// Review round 7: bodies read before any signature is checked. A browser-form POST (which s3s
+/// would buffer whole, up to 5 GiB, before the access check) is refused before it is read; a
+/// body trickled into the native API's signature check is cut off; and a shutdown waits for a
+/// trickling client only `shutdown_grace_secs`.
+#[test]
+fn bodies_read_before_authentication_are_bounded() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let config =
+        format!("{CONFIG}\n[server]\nbody_idle_timeout_secs = 1\nshutdown_grace_secs = 2\n");
+    let mut s = Server::start(&dir.path().join("data"), Some(&config));
+    let rss_before = s.peak_rss_kib();
+
+    // 1. A form upload claiming 1 GiB: 501 at once, nothing buffered.
+    let mut conn = std::net::TcpStream::connect(s.addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let head = format!(
+        "POST /default HTTP/1.1\r\nHost: {}\r\nContent-Type: multipart/form-data; boundary=xyz\r\nContent-Length: {}\r\n\r\n",
+        s.addr,
+        1u64 << 30
+    );
+    conn.write_all(head.as_bytes()).unwrap();
+    let chunk = vec![b'a'; 1 << 20];
+    for _ in 0..32 {
+        if conn.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    let mut answer = Vec::new();
+    let _ = conn.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 501"), "{answer}");
+    assert!(answer.contains("NotImplemented"), "{answer}");
+    assert!(
+        s.peak_rss_kib() < rss_before + 64 * 1024,
+        "the form's body was not buffered"
+    );
+
+    // 2. A native PUT signed over its body's hash, which must be read before the signature is
+    // checked, trickled and then stalled: cut off (408) after the idle timeout plus the
+    // listener's margin, without the secret ever being needed.
+    let now = time::OffsetDateTime::now_utc();
+    let date = format!(
+        "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
+        now.year(),
+        now.month() as u8,
+        now.day(),
+        now.hour(),
+        now.minute(),
+        now.second()
+    );
+    let auth = format!(
+        "AWS4-HMAC-SHA256 Credential=worker-key/{}/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-date, Signature={}",
+        &date[..8],
+        "0".repeat(64)
+    );
+    let mut conn = std::net::TcpStream::connect(s.addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let head = format!(
+        "PUT /v1/objects/default/trickled HTTP/1.1\r\nHost: {}\r\nx-amz-date: {date}\r\nAuthorization: {auth}\r\nContent-Length: 100\r\n\r\n0123456789",
+        s.addr
+    );
+    let started = std::time::Instant::now();
+    conn.write_all(head.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let _ = conn.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+
+    // 3. A client trickling a byte every 500 ms keeps its body alive; SIGTERM still ends the
+    // process within the grace (2 s), not when the client gives up.
+    let mut conn = std::net::TcpStream::connect(s.addr).unwrap();
+    let head = format!(
+        "PUT /v1/objects/default/slow HTTP/1.1\r\nHost: {}\r\nx-amz-date: {date}\r\nAuthorization: {auth}\r\nContent-Length: 100000\r\n\r\n",
+        s.addr
+    );
+    conn.write_all(head.as_bytes()).unwrap();
+    let trickler = std::thread::spawn(move || {
+        for _ in 0..40 {
+            if conn.write_all(b"x").is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(s.pid() as i32, libc::SIGTERM) };
+    let exited = s.wait_exit(Duration::from_secs(10));
+    assert!(
+        exited.is_some(),
+        "fencegate exited within the shutdown grace"
+    );
+    assert!(!s.log_lines(&["shutdown grace"]).is_empty());
+    trickler.join().unwrap();
+}

@@ -47,7 +47,11 @@ async fn list_leases(State(state): State<AppState>) -> Response {
             v
         })
         .collect();
-    Json(serde_json::json!({ "leases": leases })).into_response()
+    Json(serde_json::json!({
+        "leases": leases,
+        "credentials_in_grace": state.leases.credentials_in_grace(),
+    }))
+    .into_response()
 }
 
 async fn revoke_lease(
@@ -63,7 +67,7 @@ async fn revoke_lease(
         );
     };
     match state.leases.revoke(&name, &who.name()) {
-        Ok(grant) => Json(serde_json::json!({ "revoked": grant })).into_response(),
+        Ok(revoked) => Json(revoked).into_response(),
         Err(e) => super::leases::LeaseApiError::from(e).into_response(),
     }
 }

@@ -123,7 +123,7 @@ pub fn router(state: AppState, admin: AdminPlace) -> Router {
                 .with_state(state.clone())
         }
     };
-    with_layers(routes, state.max_header_bytes)
+    with_layers(routes, &state)
 }
 
 /// The router of `[admin] listen`: the admin routes and `/healthz`.
@@ -133,23 +133,31 @@ pub fn admin_only_router(state: &AppState, admin: Router) -> Router {
         .merge(admin)
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method);
-    with_layers(routes, state.max_header_bytes)
+    with_layers(routes, state)
 }
 
 /// A router that serves only the S3 API, for `[s3] listen`.
 pub fn s3_only_router(state: AppState) -> Router {
-    let max = state.max_header_bytes;
-    with_layers(
-        Router::new().fallback(s3_or_no_route).with_state(state),
-        max,
-    )
+    let routes = Router::new()
+        .fallback(s3_or_no_route)
+        .with_state(state.clone());
+    with_layers(routes, &state)
 }
 
-/// The header-size guard and the per-request span with its closing log line.
-fn with_layers(routes: Router, max_header_bytes: usize) -> Router {
+/// Past this much longer than `body_idle_timeout`, any stalled body is cut off at the
+/// listener, read by a handler or not (`server::stall`).
+const BODY_BACKSTOP_MARGIN: Duration = Duration::from_secs(5);
+
+/// The header-size guard, the stalled-body backstop and the per-request span with its
+/// closing log line.
+fn with_layers(routes: Router, state: &AppState) -> Router {
     routes
         .layer(axum::middleware::from_fn_with_state(
-            max_header_bytes,
+            state.body_idle_timeout + BODY_BACKSTOP_MARGIN,
+            crate::server::bound_bodies,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.max_header_bytes,
             limit_headers,
         ))
         .layer(
@@ -211,6 +219,9 @@ async fn s3_or_no_route(State(state): State<AppState>, req: Request) -> Response
     let Some(s3) = state.s3.clone().filter(|_| !native) else {
         return no_route(req).await;
     };
+    if let Some(refusal) = crate::s3api::refused_before_s3s(&req) {
+        return refusal;
+    }
     let req = req.map(s3s::Body::http_body_unsync);
     match s3.call(req).await {
         Ok(resp) => resp.map(axum::body::Body::new),

@@ -93,6 +93,8 @@ pub enum AuthError {
     Skewed(String),
     #[error("{0}")]
     Denied(String),
+    #[error("the request body stalled: no bytes for {0} s")]
+    Stalled(u64),
 }
 
 impl AuthError {
@@ -100,6 +102,7 @@ impl AuthError {
         match self {
             AuthError::Missing => 401,
             AuthError::Malformed(_) => 400,
+            AuthError::Stalled(_) => 408,
             _ => 403,
         }
     }
@@ -109,6 +112,7 @@ impl AuthError {
             AuthError::Missing => "MissingCredentials",
             AuthError::UnknownKey(_) | AuthError::ExpiredLease => "InvalidAccessKeyId",
             AuthError::BadSignature => "SignatureDoesNotMatch",
+            AuthError::Stalled(_) => "RequestTimeout",
             AuthError::Malformed(_) => "AuthorizationHeaderMalformed",
             AuthError::Skewed(_) => "RequestTimeTooSkewed",
             AuthError::Denied(_) => "AccessDenied",

@@ -76,10 +76,14 @@ pub(crate) async fn principal_of(keys: &KeyTable, req: Request) -> Result<Reques
         // A signature over the body's own hash (curl): nothing may run as the claimed key until
         // it is checked, so the body is read first, up to a small bound (review round 4).
         Payload::Body => {
-            let bytes = axum::body::to_bytes(body, MAX_BUFFERED).await.map_err(|_| {
-                AuthError::Malformed(format!(
-                    "a body signed without x-amz-content-sha256 is at most {MAX_BUFFERED} bytes; for larger bodies send x-amz-content-sha256: UNSIGNED-PAYLOAD (curl: -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD') or the body's SHA-256, and sign it"
-                ))
+            let bytes = axum::body::to_bytes(body, MAX_BUFFERED).await.map_err(|e| {
+                let inner = e.into_inner();
+                match crate::server::StalledBody::in_chain(inner.as_ref()) {
+                    Some(stalled) => AuthError::Stalled(stalled.secs),
+                    None => AuthError::Malformed(format!(
+                        "a body signed without x-amz-content-sha256 is at most {MAX_BUFFERED} bytes; for larger bodies send x-amz-content-sha256: UNSIGNED-PAYLOAD (curl: -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD') or the body's SHA-256, and sign it"
+                    )),
+                }
             })?;
             let hash = hex::encode(Sha256::digest(&bytes));
             if !signed.verify(&secret, &hash) {

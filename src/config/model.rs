@@ -91,6 +91,9 @@ pub struct ServerConfig {
     pub protected_mode: bool,
     /// TLS on every listener (native, S3, admin). Unset: plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// On SIGTERM or SIGINT, how long requests in flight may still take before the process
+    /// exits anyway (a commit cut short is a crash, which the commit protocol survives).
+    pub shutdown_grace_secs: u64,
 }
 
 impl Default for ServerConfig {
@@ -103,6 +106,7 @@ impl Default for ServerConfig {
             max_header_bytes: 64 * 1024,
             protected_mode: true,
             tls: None,
+            shutdown_grace_secs: 30,
         }
     }
 }

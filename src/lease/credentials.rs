@@ -120,12 +120,24 @@ impl LeaseCredentials {
     }
 
     /// The secret of a live key, for SigV4; None once its grace is over.
-    /// Forgets the credentials of `lease`'s grant `token` at once, grace included: an admin
-    /// revoked the lease.
-    pub fn revoke(&self, lease: &str, token: u64) {
+    /// Forgets every credential of `lease`, whichever grant issued it and grace included: an
+    /// admin revoked the lease. Returns how many there were.
+    pub fn revoke(&self, lease: &str) -> usize {
+        let mut map = self.by_key.write();
+        let before = map.len();
+        map.retain(|_, e| e.lease != lease);
+        before - map.len()
+    }
+
+    /// The leases with at least one credential that still works (grace included).
+    pub fn working_leases(&self) -> Vec<String> {
+        let now = Instant::now();
         self.by_key
-            .write()
-            .retain(|_, e| !(e.lease == lease && e.token == token));
+            .read()
+            .values()
+            .filter(|e| now <= e.until + self.grace)
+            .map(|e| e.lease.clone())
+            .collect()
     }
 
     pub fn secret(&self, access_key: &str) -> Option<String> {

@@ -318,23 +318,53 @@ impl Leases {
     }
 
     /// Ends the lease `name` whoever holds it (an admin's decision, named in the audit log),
-    /// and its S3 credentials at once, without the grace period. The holder's token is not
-    /// fenced out by this: the next grant does that, as after an expiry.
-    pub fn revoke(&self, name: &str, by: &str) -> Result<Grant, LeaseError> {
+    /// and every S3 credential it issued at once, also those of an expired or released grant
+    /// still in their grace period (review round 7). The holder's token is not fenced out by
+    /// this: the next grant does that, as after an expiry. `NotHeld` when there was neither a
+    /// live lease nor a working credential.
+    pub fn revoke(&self, name: &str, by: &str) -> Result<Revoked, LeaseError> {
         validate_name(name)?;
         let mut held = self.held.lock();
-        let live = held.get(name).is_some_and(|h| h.expires > Instant::now());
-        let Some(h) = held.remove(name).filter(|_| live) else {
+        let now = Instant::now();
+        let lease = held
+            .remove(name)
+            .filter(|h| h.expires > now)
+            .map(|h| public(&h.grant));
+        let credentials = self.credentials.revoke(name);
+        drop(held);
+        if lease.is_none() && credentials == 0 {
             return Err(LeaseError::NotHeld {
                 name: name.to_string(),
             });
-        };
-        self.credentials.revoke(name, h.grant.token);
-        drop(held);
+        }
         self.freed.notify_waiters();
-        tracing::warn!(target: "fencegate::audit", lease = name, holder = %h.grant.holder, token = h.grant.token, principal = by, "lease revoked");
-        Ok(public(&h.grant))
+        tracing::warn!(target: "fencegate::audit", lease = name, holder = lease.as_ref().map(|g| g.holder.as_str()), token = lease.as_ref().map(|g| g.token), credentials, principal = by, "lease revoked");
+        Ok(Revoked { lease, credentials })
     }
+
+    /// Lease names whose S3 credentials still work although no lease is live (the grace after
+    /// an expiry or a release), for the admin's list.
+    pub fn credentials_in_grace(&self) -> Vec<String> {
+        let now = Instant::now();
+        let held = self.held.lock();
+        let mut names: Vec<String> = self
+            .credentials
+            .working_leases()
+            .into_iter()
+            .filter(|name| held.get(name).is_none_or(|h| h.expires <= now))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+/// What an admin's revoke ended: the live lease, if any, and how many credentials.
+#[derive(Debug, Clone, Serialize)]
+pub struct Revoked {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Grant>,
+    pub credentials: usize,
 }
 
 /// A grant as shown to anyone but its holder at acquire: the secrets were shown once.

@@ -48,6 +48,7 @@ pub fn s3_auth_error(e: &AuthError) -> S3Error {
         AuthError::Missing | AuthError::Denied(_) => S3ErrorCode::AccessDenied,
         AuthError::UnknownKey(_) | AuthError::ExpiredLease => S3ErrorCode::InvalidAccessKeyId,
         AuthError::BadSignature => S3ErrorCode::SignatureDoesNotMatch,
+        AuthError::Stalled(_) => S3ErrorCode::RequestTimeout,
         AuthError::Malformed(_) => S3ErrorCode::AuthorizationHeaderMalformed,
         AuthError::Skewed(_) => S3ErrorCode::RequestTimeTooSkewed,
     };

@@ -36,6 +36,9 @@ pub fn service(gateway: S3Gateway, cfg: &S3GatewayConfig) -> Result<S3Service, S
     let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(access::Auth(keys.clone()));
     builder.set_access(access::Access(keys));
+    builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
+        s3s_limits(),
+    ))));
     if let Some(domain) = &cfg.domain {
         if domain.is_empty() || domain.contains([':', '/', ' ']) {
             return Err(format!(
@@ -47,6 +50,51 @@ pub fn service(gateway: S3Gateway, cfg: &S3GatewayConfig) -> Result<S3Service, S
         });
     }
     Ok(builder.build())
+}
+
+/// What s3s may buffer before fencegate's access check runs. Its defaults allow a 5 GiB
+/// browser-form upload and 20 MB XML bodies, all in memory (review round 7). fencegate serves
+/// no POST object (refused before s3s, [`refused_before_s3s`]); the largest XML it takes is a
+/// CompleteMultipartUpload of 10000 parts or a DeleteObjects of 1000 keys, about 1 MiB.
+fn s3s_limits() -> s3s::config::S3Config {
+    let mut config = s3s::config::S3Config::default();
+    config.xml_max_body_size = 4 * 1024 * 1024;
+    config.post_object_max_file_size = 0;
+    config.form_max_field_size = 64 * 1024;
+    config.form_max_fields_size = 256 * 1024;
+    config.form_max_parts = 64;
+    config
+}
+
+/// Requests refused before s3s sees them, because s3s would read their bodies into memory
+/// before any signature or access check: browser-form uploads (POST object), which fencegate
+/// does not implement.
+pub fn refused_before_s3s(req: &axum::extract::Request) -> Option<axum::response::Response> {
+    let form = req.method() == http::Method::POST
+        && req
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("multipart/form-data")
+            });
+    if !form {
+        return None;
+    }
+    let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NotImplemented</Code><Message>POST object (browser form uploads) is not supported; upload with PutObject or a multipart upload</Message></Error>";
+    let mut resp = axum::response::Response::new(axum::body::Body::from(body));
+    *resp.status_mut() = http::StatusCode::NOT_IMPLEMENTED;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/xml"),
+    );
+    resp.headers_mut().insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    Some(resp)
 }
 
 /// Virtual-host-style addressing: `bucket.domain[:port]` names the bucket; any other host

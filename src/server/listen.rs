@@ -19,22 +19,34 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(60);
 /// The first byte of every TLS connection (a handshake record).
 const TLS_HANDSHAKE: u8 = 0x16;
 
-/// Serves `router` on `listener` until `shutdown` completes.
+/// Serves `router` on `listener` until `shutdown` completes, then waits up to `grace` for the
+/// requests in flight. Past it the process exits anyway: a commit cut short is a crash, which
+/// the commit protocol survives (review round 7: a client trickling its body held a shutdown
+/// for as long as it liked).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     tls: Option<Tls>,
     shutdown: impl Future<Output = ()>,
+    grace: Duration,
 ) {
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
+    // Accept failures (out of descriptors, say) are logged at most every 10 s, with a count.
+    let mut failed_since_log = 0u64;
+    let mut last_log: Option<std::time::Instant> = None;
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
-                    // Out of descriptors, say: back off rather than spin.
-                    tracing::warn!(error = %e, "accept failed");
+                    failed_since_log += 1;
+                    if last_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                        tracing::warn!(error = %e, failures = failed_since_log, "accept failed; if the error is \"Too many open files\", raise the descriptor limit (ulimit -n, LimitNOFILE)");
+                        failed_since_log = 0;
+                        last_log = Some(std::time::Instant::now());
+                    }
+                    // Back off rather than spin.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -63,7 +75,15 @@ pub async fn serve(
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace_secs = grace.as_secs(),
+            "requests still in flight after the shutdown grace ([server] shutdown_grace_secs); stopping anyway"
+        );
+    }
 }
 
 async fn serve_connection<I>(io: TokioIo<I>, router: Router, watcher: Watcher)

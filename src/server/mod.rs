@@ -3,7 +3,10 @@
 //! holds the accept loop every listener runs, `tls.rs` the certificates it offers.
 
 mod listen;
+mod stall;
 pub mod tls;
+
+pub use stall::{bound_bodies, StalledBody};
 
 use crate::api::{self, AppState};
 use crate::auth::KeyTable;
@@ -281,9 +284,9 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         Some(files) => Some(tls::Tls::load(&files.cert_file, &files.key_file)?),
         None => None,
     };
-    if let Some(tls) = tls.clone() {
-        tokio::spawn(reload_on_sighup(tls));
-    }
+    // Always watched: SIGHUP's default action ends the process, and `systemctl reload` or a
+    // logrotate hook sends it (review round 7).
+    tokio::spawn(reload_on_sighup(tls.clone()));
     let s3 = if config.s3.enabled {
         Some(s3_service(&config, gate.clone(), catalog, keys.clone())?)
     } else {
@@ -321,13 +324,20 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         Some(a) if s3.is_some() => Some(bind(a).await?),
         _ => None,
     };
+    let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     let mut servers = tokio::task::JoinSet::new();
     let native_router = match admin_listener {
         Some(l) => {
             let admin_addr = l.local_addr().map_err(StartError::Serve)?;
             tracing::info!(%admin_addr, "the admin surface is listening; try: curl {scheme}://{admin_addr}/metrics");
             let router = api::admin_only_router(&state, admin_routes);
-            servers.spawn(listen::serve(l, router, tls.clone(), shutdown_signal()));
+            servers.spawn(listen::serve(
+                l,
+                router,
+                tls.clone(),
+                shutdown_signal(),
+                grace,
+            ));
             api::router(state.clone(), api::AdminPlace::At(admin_addr))
         }
         None => api::router(state.clone(), api::AdminPlace::Here(admin_routes)),
@@ -336,7 +346,13 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         let s3_addr = l.local_addr().map_err(StartError::Serve)?;
         tracing::info!(%s3_addr, "the S3 gateway is listening; try: aws --endpoint-url {scheme}://{s3_addr} s3 ls");
         let router = api::s3_only_router(AppState { s3, ..state });
-        servers.spawn(listen::serve(l, router, tls.clone(), shutdown_signal()));
+        servers.spawn(listen::serve(
+            l,
+            router,
+            tls.clone(),
+            shutdown_signal(),
+            grace,
+        ));
     } else if s3.is_some() {
         tracing::info!(
             "the S3 gateway shares this listener; try: aws --endpoint-url {scheme}://{addr} s3 ls"
@@ -348,6 +364,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         native_router,
         tls,
         shutdown_signal(),
+        grace,
     ));
     while servers.join_next().await.is_some() {}
     tracing::info!("fencegate stopped");
@@ -356,12 +373,16 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
 
 /// SIGHUP reloads the TLS certificate (a renewal copied into place); a bad file is logged and
 /// the certificate in use stays.
-async fn reload_on_sighup(tls: tls::Tls) {
+async fn reload_on_sighup(tls: Option<tls::Tls>) {
     let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
         tracing::warn!("SIGHUP cannot be watched; reload the certificate with POST /admin/reload");
         return;
     };
     while hup.recv().await.is_some() {
+        let Some(tls) = &tls else {
+            tracing::info!("SIGHUP: nothing to reload ([server.tls] is not set)");
+            continue;
+        };
         match tls.reload() {
             Ok(()) => {
                 tracing::info!(target: "fencegate::audit", cert = %tls.cert_file().display(), "TLS certificate reloaded on SIGHUP")

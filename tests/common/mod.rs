@@ -111,6 +111,18 @@ impl Server {
             .collect()
     }
 
+    /// Waits up to `limit` for the process to exit on its own.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
