@@ -294,6 +294,10 @@ impl Catalog {
         if !page.objects.is_empty() || uploads > 0 {
             return Err(CatalogError::NotEmpty(name.to_string()));
         }
+        self.gate
+            .bucket_settled(name)
+            .await
+            .map_err(|e| CatalogError::Busy(e.to_string()))?;
         created.remove(name);
         self.save(&created)?;
         self.gate.remove_bucket(name, closing);

@@ -428,3 +428,36 @@ async fn a_lost_rewrite_of_the_same_bytes_is_not_taken_for_landed() {
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     assert_eq!(put(&c, &url, Some("3"), b"X").await.0, 200);
 }
+
+/// Review round 3 (low), closed: DeleteBucket on a created bucket waits for a store request of
+/// the bucket whose answer was lost, which could still land in the bucket answered deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_bucket_waits_for_a_lost_store_request() {
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET).await;
+    moto.create_bucket("fencegate-made").await;
+    let proxy = S3Proxy::start(moto.endpoint()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "{UNSAFE_FAST_TIMEOUT}\n\n[bucket_defaults]\nbackend = \"store\"\nbackend_bucket = \"fencegate-made\""
+    );
+    let s = Server::start(
+        &dir.path().join("data"),
+        Some(&config(&proxy.endpoint(), &extra)),
+    );
+    let c = client();
+    let bucket = s.url("/made-here");
+    assert_eq!(c.put(&bucket).send().await.unwrap().status(), 200);
+    proxy.set(Mode::SwallowConditionalWrites);
+    let (status, body) = put(&c, &s.object_url("made-here", "k"), Some("5"), b"lost").await;
+    assert_eq!(status, 504, "{body}");
+    proxy.set(Mode::Pass);
+    // The lost PUT may still land: the bucket is not answered deleted meanwhile.
+    let resp = c.delete(&bucket).send().await.unwrap();
+    assert_eq!(resp.status(), 409);
+    let text = resp.text().await.unwrap();
+    assert!(text.contains("OperationAborted"), "{text}");
+    // Refused, the bucket is open again, and after the deadline (2 s) the delete goes through.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    assert_eq!(c.delete(&bucket).send().await.unwrap().status(), 204);
+}

@@ -36,6 +36,27 @@ impl FenceStore for MemoryFenceStore {
         Ok(self.inner.lock().live.get(key).cloned())
     }
 
+    fn scan_prefix(
+        &self,
+        prefix: &str,
+        visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
+    ) -> Result<(), StoreError> {
+        let rows: std::collections::BTreeMap<String, FenceRow> = self
+            .inner
+            .lock()
+            .live
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (k, v) in &rows {
+            if !visit(k, v) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     async fn put(
         &self,
         rows: Vec<(String, FenceRow)>,

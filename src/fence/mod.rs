@@ -115,6 +115,13 @@ pub enum StoreError {
 #[async_trait]
 pub trait FenceStore: Send + Sync + 'static {
     fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError>;
+    /// Calls `visit` with every row whose key starts with `prefix`, in key order, until it
+    /// returns false. Blocking: call it off the async workers.
+    fn scan_prefix(
+        &self,
+        prefix: &str,
+        visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
+    ) -> Result<(), StoreError>;
     async fn put(
         &self,
         rows: Vec<(String, FenceRow)>,

@@ -140,6 +140,25 @@ impl FenceStore for RocksFenceStore {
         }
     }
 
+    fn scan_prefix(
+        &self,
+        prefix: &str,
+        visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
+    ) -> Result<(), StoreError> {
+        let mode = rocksdb::IteratorMode::From(prefix.as_bytes(), rocksdb::Direction::Forward);
+        for item in self.db.iterator(mode) {
+            let (key, value) = item.map_err(|e| StoreError::Io(e.to_string()))?;
+            if !key.starts_with(prefix.as_bytes()) {
+                break;
+            }
+            let key = String::from_utf8_lossy(&key);
+            if !visit(&key, &FenceRow::decode(&value)?) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     async fn put(
         &self,
         rows: Vec<(String, FenceRow)>,

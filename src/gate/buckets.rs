@@ -57,6 +57,33 @@ impl Gate {
         closing.finish();
     }
 
+    /// DeleteBucket's last check, on a closed bucket: refuses (`CommitUnresolved`) while a
+    /// store request for one of its objects got no answer and may still land, which would
+    /// put an object in a bucket answered deleted (review round 3). Finds them by scanning
+    /// the bucket's object rows; the store is asked whether each one's request landed.
+    pub async fn bucket_settled(&self, name: &str) -> Result<(), GateError> {
+        let entry = self.bucket(name)?;
+        let store = self.store.clone();
+        let prefix = super::scope::object_row(name, "");
+        let now = crate::wall_clock::now_ms();
+        let pending = tokio::task::spawn_blocking(move || {
+            let mut found = Vec::new();
+            store.scan_prefix(&prefix, &mut |key, row| {
+                if row.unresolved_until_ms.is_some_and(|until| until > now) {
+                    found.push((key[prefix.len()..].to_string(), row.clone()));
+                }
+                true
+            })?;
+            Ok::<_, GateError>(found)
+        })
+        .await
+        .map_err(|e| GateError::Internal(format!("the fence-table scan failed: {e}")))??;
+        for (key, row) in pending {
+            self.still_unresolved(&entry, name, &key, &row).await?;
+        }
+        Ok(())
+    }
+
     /// The bucket, for a request that changes it: held until the change has ended.
     pub(super) fn bucket_for_write(&self, name: &str) -> Result<WriteTicket, GateError> {
         WriteTicket::take(self.bucket(name)?, name)

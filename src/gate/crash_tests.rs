@@ -52,6 +52,13 @@ impl FenceStore for CrashStore {
     fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError> {
         self.inner.get(key)
     }
+    fn scan_prefix(
+        &self,
+        prefix: &str,
+        visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
+    ) -> Result<(), crate::fence::StoreError> {
+        self.inner.scan_prefix(prefix, visit)
+    }
     async fn put(&self, rows: Vec<(String, FenceRow)>, d: Durability) -> Result<(), StoreError> {
         match self.power.step() {
             Err(()) => Err(StoreError::Io("power lost".into())),

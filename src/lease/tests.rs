@@ -375,6 +375,13 @@ impl FenceStore for SlowStore {
     fn get(&self, key: &str) -> Result<Option<FenceRow>, crate::fence::StoreError> {
         self.inner.get(key)
     }
+    fn scan_prefix(
+        &self,
+        prefix: &str,
+        visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
+    ) -> Result<(), crate::fence::StoreError> {
+        self.inner.scan_prefix(prefix, visit)
+    }
     async fn put(
         &self,
         rows: Vec<(String, FenceRow)>,
