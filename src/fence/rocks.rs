@@ -212,6 +212,36 @@ mod tests {
         }
     }
 
+    /// A bucket's rows and nothing else: `object:b/` is not `object:bb/` nor `object:a/`.
+    #[tokio::test]
+    async fn a_prefix_scan_visits_only_its_rows_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = RocksFenceStore::open(dir.path()).unwrap();
+        let rows = [
+            "object:a/x",
+            "object:b/k2",
+            "object:b/k1",
+            "object:bb/k",
+            "policy:b",
+        ];
+        let put: Vec<_> = rows.iter().map(|k| (k.to_string(), row(1))).collect();
+        s.put(put, Durability::Synced).await.unwrap();
+        let mut seen = Vec::new();
+        s.scan_prefix("object:b/", &mut |k, _| {
+            seen.push(k.to_string());
+            true
+        })
+        .unwrap();
+        assert_eq!(seen, ["object:b/k1", "object:b/k2"]);
+        let mut first = Vec::new();
+        s.scan_prefix("object:", &mut |k, _| {
+            first.push(k.to_string());
+            false
+        })
+        .unwrap();
+        assert_eq!(first, ["object:a/x"], "the visitor stops the scan");
+    }
+
     #[tokio::test]
     async fn rows_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
