@@ -71,3 +71,38 @@ async fn ten_thousand_connections_are_served_in_bounded_memory() {
         "nothing was written"
     );
 }
+
+/// `[server] max_connections`: past it, new clients wait in the backlog (nothing refused, no
+/// descriptor spent), and are served as soon as a connection closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_connections_new_clients_wait_their_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        &dir.path().join("data"),
+        Some("[server]\nmax_connections = 2\n"),
+    );
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut conn = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        conn.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n", s.addr).as_bytes())
+            .await
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        held.push(conn);
+    }
+    let c = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(800))
+        .build()
+        .unwrap();
+    assert!(
+        c.get(s.url("/healthz")).send().await.is_err(),
+        "a third client waits"
+    );
+    assert_eq!(s.log_lines(&["connection limit is reached"]).len(), 1);
+    held.pop();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let resp = client().get(s.url("/healthz")).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+}

@@ -94,6 +94,9 @@ pub struct ServerConfig {
     /// On SIGTERM or SIGINT, how long requests in flight may still take before the process
     /// exits anyway (a commit cut short is a crash, which the commit protocol survives).
     pub shutdown_grace_secs: u64,
+    /// Most connections open at once, over every listener; more wait in the kernel's backlog.
+    /// Lowered at start-up to fit the open-file limit.
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -107,6 +110,7 @@ impl Default for ServerConfig {
             protected_mode: true,
             tls: None,
             shutdown_grace_secs: 30,
+            max_connections: 50_000,
         }
     }
 }

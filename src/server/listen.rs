@@ -8,9 +8,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 
 /// A client that opens a connection and never finishes its TLS handshake is cut off.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -19,23 +21,49 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(60);
 /// The first byte of every TLS connection (a handshake record).
 const TLS_HANDSHAKE: u8 = 0x16;
 
-/// Serves `router` on `listener` until `shutdown` completes, then waits up to `grace` for the
-/// requests in flight. Past it the process exits anyway: a commit cut short is a crash, which
-/// the commit protocol survives (review round 7: a client trickling its body held a shutdown
-/// for as long as it liked).
+/// What every listener shares: the connection budget and the shutdown grace.
+#[derive(Clone)]
+pub struct Limits {
+    /// One permit per open connection, over every listener.
+    pub connections: Arc<Semaphore>,
+    /// How long a shutdown waits for the requests in flight. Past it the process exits
+    /// anyway: a commit cut short is a crash, which the commit protocol survives (review round
+    /// 7: a client trickling its body held a shutdown for as long as it liked).
+    pub grace: Duration,
+}
+
+/// Serves `router` on `listener` until `shutdown` completes, then waits up to the grace for
+/// the requests in flight.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     tls: Option<Tls>,
     shutdown: impl Future<Output = ()>,
-    grace: Duration,
+    limits: Limits,
 ) {
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
-    // Accept failures (out of descriptors, say) are logged at most every 10 s, with a count.
+    // Accept failures (out of descriptors, say) and a full connection budget are logged at
+    // most every 10 s, with a count.
     let mut failed_since_log = 0u64;
     let mut last_log: Option<std::time::Instant> = None;
+    let mut last_full_log: Option<std::time::Instant> = None;
     loop {
+        // A connection budget spent: stop accepting (clients wait in the backlog) rather than
+        // run out of descriptors, which would also stop the commits' own files.
+        let permit = match limits.connections.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                if last_full_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                    tracing::warn!("the connection limit is reached ([server] max_connections); new clients wait until a connection closes");
+                    last_full_log = Some(std::time::Instant::now());
+                }
+                tokio::select! {
+                    p = limits.connections.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+                    _ = &mut shutdown => break,
+                }
+            }
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
@@ -58,6 +86,7 @@ pub async fn serve(
         let watcher = graceful.watcher();
         let tls = tls.as_ref().map(Tls::acceptor);
         tokio::spawn(async move {
+            let _permit = permit;
             match tls {
                 None => serve_connection(TokioIo::new(stream), router, watcher).await,
                 Some(acceptor) => {
@@ -75,12 +104,12 @@ pub async fn serve(
         });
     }
     drop(listener);
-    if tokio::time::timeout(grace, graceful.shutdown())
+    if tokio::time::timeout(limits.grace, graceful.shutdown())
         .await
         .is_err()
     {
         tracing::warn!(
-            grace_secs = grace.as_secs(),
+            grace_secs = limits.grace.as_secs(),
             "requests still in flight after the shutdown grace ([server] shutdown_grace_secs); stopping anyway"
         );
     }

@@ -21,6 +21,7 @@ use crate::s3api::{self, S3Gateway};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -324,7 +325,12 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         Some(a) if s3.is_some() => Some(bind(a).await?),
         _ => None,
     };
-    let grace = Duration::from_secs(config.server.shutdown_grace_secs);
+    let limits = listen::Limits {
+        connections: Arc::new(Semaphore::new(connection_budget(
+            config.server.max_connections,
+        ))),
+        grace: Duration::from_secs(config.server.shutdown_grace_secs),
+    };
     let mut servers = tokio::task::JoinSet::new();
     let native_router = match admin_listener {
         Some(l) => {
@@ -336,7 +342,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
                 router,
                 tls.clone(),
                 shutdown_signal(),
-                grace,
+                limits.clone(),
             ));
             api::router(state.clone(), api::AdminPlace::At(admin_addr))
         }
@@ -351,7 +357,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             router,
             tls.clone(),
             shutdown_signal(),
-            grace,
+            limits.clone(),
         ));
     } else if s3.is_some() {
         tracing::info!(
@@ -364,11 +370,35 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         native_router,
         tls,
         shutdown_signal(),
-        grace,
+        limits,
     ));
     while servers.join_next().await.is_some() {}
     tracing::info!("fencegate stopped");
     Ok(())
+}
+
+/// `max_connections`, lowered to leave room under the open-file limit for what each
+/// connection's request opens (staging files, the fence table, store connections).
+fn connection_budget(max_connections: usize) -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct passed to it.
+    let files = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur as usize
+    } else {
+        usize::MAX
+    };
+    // A quarter of the descriptors stays for what requests open: staging files, directories
+    // fsynced, the fence table's files, connections to an s3 store.
+    let fits = (files - files / 4).max(16);
+    if max_connections > fits {
+        tracing::warn!(max_connections, open_file_limit = files, lowered_to = fits,
+            "[server] max_connections does not fit the open-file limit; raise the limit (ulimit -n, LimitNOFILE) to allow more");
+        return fits;
+    }
+    max_connections.max(1)
 }
 
 /// SIGHUP reloads the TLS certificate (a renewal copied into place); a bad file is logged and
