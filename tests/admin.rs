@@ -3,9 +3,9 @@
 //! the top by mistake reset, each change an audit line naming who did it.
 
 mod common;
-use common::sign::{send, Creds};
+use common::sign::{send_json as call, Creds};
 use common::Server;
-use serde_json::{json, Value};
+use serde_json::json;
 
 const TOKEN: &str = "admin-bearer-token-for-the-tests-0001";
 const ADMIN: Creds = Creds {
@@ -50,20 +50,6 @@ on_bypass = "adopt"
 [bucket_defaults]
 "#,
         token_file.display()
-    )
-}
-
-async fn call(
-    c: &reqwest::Client,
-    req: reqwest::RequestBuilder,
-    creds: Option<Creds>,
-) -> (u16, Value) {
-    let resp = send(c, req, creds).await;
-    let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
     )
 }
 
@@ -189,22 +175,7 @@ async fn an_admin_lists_and_revokes_leases() {
     };
     let (status, grant) = call(c, acquire("stuck-worker"), Some(WRITER)).await;
     assert_eq!(status, 200, "{grant}");
-    let lease_creds = Creds {
-        key: Box::leak(
-            grant["s3_credentials"]["access_key_id"]
-                .as_str()
-                .unwrap()
-                .to_string()
-                .into_boxed_str(),
-        ),
-        secret: Box::leak(
-            grant["s3_credentials"]["secret_access_key"]
-                .as_str()
-                .unwrap()
-                .to_string()
-                .into_boxed_str(),
-        ),
-    };
+    let lease_creds = common::sign::lease_creds(&grant);
     let s3_put = || c.put(s.url("/default/out.bin")).body("x");
     assert_eq!(call(c, s3_put(), Some(lease_creds)).await.0, 200);
 
@@ -354,22 +325,7 @@ async fn a_revoke_ends_credentials_still_in_their_grace() {
     )
     .await;
     assert_eq!(status, 200, "{grant}");
-    let creds = Creds {
-        key: Box::leak(
-            grant["s3_credentials"]["access_key_id"]
-                .as_str()
-                .unwrap()
-                .to_string()
-                .into_boxed_str(),
-        ),
-        secret: Box::leak(
-            grant["s3_credentials"]["secret_access_key"]
-                .as_str()
-                .unwrap()
-                .to_string()
-                .into_boxed_str(),
-        ),
-    };
+    let creds = common::sign::lease_creds(&grant);
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let s3_put = || c.put(s.url("/default/grace.bin")).body("x");
     // Expired, but within the 30 s grace: still writing.

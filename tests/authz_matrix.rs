@@ -7,7 +7,7 @@
 //! never 401 or 403.
 
 mod common;
-use common::sign::{send, Creds};
+use common::sign::{send, send_json as json_call, Creds};
 use common::Server;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -184,35 +184,6 @@ struct Fixture {
     expired_creds: Creds,
 }
 
-fn leak(s: &str) -> &'static str {
-    Box::leak(s.to_string().into_boxed_str())
-}
-
-fn creds_of(grant: &Value) -> Creds {
-    Creds {
-        key: leak(grant["s3_credentials"]["access_key_id"].as_str().unwrap()),
-        secret: leak(
-            grant["s3_credentials"]["secret_access_key"]
-                .as_str()
-                .unwrap(),
-        ),
-    }
-}
-
-async fn json_call(
-    c: &reqwest::Client,
-    req: reqwest::RequestBuilder,
-    creds: Option<Creds>,
-) -> (u16, Value) {
-    let resp = send(c, req, creds).await;
-    let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
 impl Fixture {
     async fn start(dir: &std::path::Path) -> Fixture {
         let token_file = dir.join("admin-token");
@@ -251,8 +222,8 @@ impl Fixture {
         assert_eq!(json_call(&c, release, Some(WRITER)).await.0, 204);
         tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
         Fixture {
-            lease_creds: creds_of(&grants[0]),
-            expired_creds: creds_of(gone),
+            lease_creds: common::sign::lease_creds(&grants[0]),
+            expired_creds: common::sign::lease_creds(gone),
             s,
             c,
         }

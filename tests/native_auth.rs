@@ -269,22 +269,7 @@ async fn round_4_holes_stay_closed() {
         .json()
         .await
         .unwrap();
-    let lease = Creds {
-        key: Box::leak(
-            grant["s3_credentials"]["access_key_id"]
-                .as_str()
-                .unwrap()
-                .to_string()
-                .into_boxed_str(),
-        ),
-        secret: Box::leak(
-            grant["s3_credentials"]["secret_access_key"]
-                .as_str()
-                .unwrap()
-                .to_string()
-                .into_boxed_str(),
-        ),
-    };
+    let lease = common::sign::lease_creds(&grant);
     let url = s.object_url("default", "leased");
     let (status, body) =
         common::put_as(&c, &url, Some("18446744073709551615"), b"x", Some(lease)).await;

@@ -130,3 +130,37 @@ pub async fn send(
     }
     c.execute(req).await.unwrap()
 }
+
+/// Sends `req` (signed for `creds` when given); the status and the body as JSON (or as a
+/// JSON string when it is not JSON).
+pub async fn send_json(
+    c: &reqwest::Client,
+    req: reqwest::RequestBuilder,
+    creds: Option<Creds>,
+) -> (u16, serde_json::Value) {
+    let resp = send(c, req, creds).await;
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+/// The lease-bound S3 credentials of a grant (the acquire's answer). Leaked, as tests keep
+/// their credentials for the whole run.
+pub fn lease_creds(grant: &serde_json::Value) -> Creds {
+    let leak = |field: &str| -> &'static str {
+        Box::leak(
+            grant["s3_credentials"][field]
+                .as_str()
+                .unwrap_or_else(|| panic!("no s3_credentials.{field} in {grant}"))
+                .to_string()
+                .into_boxed_str(),
+        )
+    };
+    Creds {
+        key: leak("access_key_id"),
+        secret: leak("secret_access_key"),
+    }
+}
