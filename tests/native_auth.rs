@@ -515,6 +515,18 @@ fn bodies_read_before_authentication_are_bounded() {
         s.peak_rss_kib() < rss_before + 64 * 1024,
         "the form's body was not buffered"
     );
+    // Review round 8: a form whose Content-Type has a non-ASCII byte, and any POST that names
+    // no operation fencegate serves, are refused the same way, whatever their body.
+    for head in [
+        "POST /default/obj HTTP/1.1\r\nContent-Type: multipart/form-data; boundary=B; x=\"\u{e9}\"",
+        "POST /default/obj HTTP/1.1\r\nContent-Type: text/plain",
+        "POST /default HTTP/1.1\r\nContent-Type: MULTIPART/FORM-DATA; boundary=B",
+        "POST /default?uploads HTTP/1.1\r\nContent-Type: multipart/form-data; boundary=B",
+    ] {
+        let (status, body) = common::raw_request(s.addr, head, b"--B\r\n");
+        assert_eq!(status, 501, "{head}: {body}");
+        assert!(body.contains("NotImplemented"), "{body}");
+    }
 
     // 2. A native PUT signed over its body's hash, which must be read before the signature is
     // checked, trickled and then stalled: cut off (408) after the idle timeout plus the

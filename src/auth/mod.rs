@@ -93,7 +93,7 @@ pub enum AuthError {
     Skewed(String),
     #[error("{0}")]
     Denied(String),
-    #[error("the request body stalled: no bytes for {0} s")]
+    #[error("the request body came too slowly (cut off at {0} s); send it at once, or sign x-amz-content-sha256 (UNSIGNED-PAYLOAD or its SHA-256) so that it can stream")]
     Stalled(u64),
 }
 

@@ -25,6 +25,8 @@ use std::time::SystemTime;
 /// Largest body buffered to check a signature over it: lease and fence requests are small
 /// JSON; only object PUTs stream.
 const MAX_BUFFERED: usize = 1024 * 1024;
+/// The longest that reading such a body may take (at least 17 KiB/s for the largest).
+const BUFFERED_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The error a body stream ends with when its bytes do not match what was signed.
 #[derive(Debug, thiserror::Error)]
@@ -76,7 +78,14 @@ pub(crate) async fn principal_of(keys: &KeyTable, req: Request) -> Result<Reques
         // A signature over the body's own hash (curl): nothing may run as the claimed key until
         // it is checked, so the body is read first, up to a small bound (review round 4).
         Payload::Body => {
-            let bytes = axum::body::to_bytes(body, MAX_BUFFERED).await.map_err(|e| {
+            // An overall deadline too: the listener's cut-off restarts on every byte, and a
+            // byte every half minute would otherwise hold this read, which needs no secret,
+            // for a year (review round 8).
+            let read =
+                tokio::time::timeout(BUFFERED_DEADLINE, axum::body::to_bytes(body, MAX_BUFFERED))
+                    .await
+                    .map_err(|_| AuthError::Stalled(BUFFERED_DEADLINE.as_secs()))?;
+            let bytes = read.map_err(|e| {
                 let inner = e.into_inner();
                 match crate::server::StalledBody::in_chain(inner.as_ref()) {
                     Some(stalled) => AuthError::Stalled(stalled.secs),
