@@ -522,11 +522,25 @@ fn bodies_read_before_authentication_are_bounded() {
         "POST /default/obj HTTP/1.1\r\nContent-Type: text/plain",
         "POST /default HTTP/1.1\r\nContent-Type: MULTIPART/FORM-DATA; boundary=B",
         "POST /default?uploads HTTP/1.1\r\nContent-Type: multipart/form-data; boundary=B",
+        // Round 9: a served operation named beside an unserved one.
+        "POST /default/obj?restore&uploadId=1 HTTP/1.1\r\nContent-Type: application/xml",
     ] {
         let (status, body) = common::raw_request(s.addr, head, b"--B\r\n");
         assert_eq!(status, 501, "{head}: {body}");
         assert!(body.contains("NotImplemented"), "{body}");
     }
+    // Round 9: a credential scoped to another service (s3s would read its body before the
+    // signature) is refused before s3s, with no secret needed to be refused.
+    let (status, body) = common::raw_request(
+        s.addr,
+        "PUT /default/obj HTTP/1.1\r\nAuthorization: AWS4-HMAC-SHA256 Credential=worker-key/20260101/us-east-1/sts/aws4_request, SignedHeaders=host, Signature=00",
+        b"x",
+    );
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("sts") && body.contains("AccessDenied"),
+        "{body}"
+    );
 
     // 2. A native PUT signed over its body's hash, which must be read before the signature is
     // checked, trickled and then stalled: cut off (408) after the idle timeout plus the

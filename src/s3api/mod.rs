@@ -70,12 +70,23 @@ fn s3s_limits() -> s3s::config::S3Config {
 /// (`?delete`), CreateMultipartUpload (`?uploads`), CompleteMultipartUpload (`?uploadId=`).
 const SERVED_POSTS: [&str; 3] = ["delete", "uploads", "uploadId"];
 
-/// Requests refused before s3s sees them, because s3s would read their bodies into memory
-/// before any signature or access check: browser-form uploads (POST object), which fencegate
-/// does not implement. Decided on raw bytes and by what is served rather than by what is
-/// not (review round 8: a Content-Type with a non-ASCII byte was no form to `to_str`, and
-/// still one to s3s): any POST that names none of the served operations, and any form.
+/// Requests refused before s3s sees them, because s3s would read their bodies before any
+/// signature or access check:
+/// - browser-form uploads (POST object), which fencegate does not implement. Decided on raw
+///   bytes and by what is served rather than by what is not (review round 8: a Content-Type
+///   with a non-ASCII byte was no form to `to_str`, and still one to s3s): a POST must name
+///   served operations only (besides `x-id`, which AWS SDKs add, and a presigned URL's
+///   `X-Amz-*`), and never be a form (review round 9: `?restore&uploadId=1` reached s3s);
+/// - a SigV4 credential scoped to another service than `s3` (review round 9: s3s reads up to
+///   8 KiB of such a request's body, with no deadline, before checking its signature).
 pub fn refused_before_s3s(req: &axum::extract::Request) -> Option<axum::response::Response> {
+    if let Some(service) = foreign_service(req) {
+        return Some(refusal(
+            http::StatusCode::FORBIDDEN,
+            "AccessDenied",
+            &format!("the credential is scoped to service {service:?}; fencegate is an S3 endpoint: sign for service \"s3\""),
+        ));
+    }
     if req.method() != http::Method::POST {
         return None;
     }
@@ -87,17 +98,73 @@ pub fn refused_before_s3s(req: &axum::extract::Request) -> Option<axum::response
             let trimmed = v.as_bytes().trim_ascii_start();
             trimmed.len() >= 19 && trimmed[..19].eq_ignore_ascii_case(b"multipart/form-data")
         });
-    let served = req.uri().query().is_some_and(|q| {
-        q.split('&')
-            .map(|p| p.split_once('=').map_or(p, |(k, _)| k))
-            .any(|k| SERVED_POSTS.contains(&k))
-    });
+    let names: Vec<&str> = req
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| p.split_once('=').map_or(p, |(k, _)| k))
+        .collect();
+    let served = names.iter().any(|k| SERVED_POSTS.contains(k))
+        && names
+            .iter()
+            .all(|k| SERVED_POSTS.contains(k) || *k == "x-id" || k.starts_with("X-Amz-"));
     if served && !form {
         return None;
     }
-    let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NotImplemented</Code><Message>this POST is not supported: fencegate serves DeleteObjects (?delete), CreateMultipartUpload (?uploads) and CompleteMultipartUpload (?uploadId=); POST object (browser form uploads) is not supported, so upload with PutObject or a multipart upload</Message></Error>";
+    Some(refusal(
+        http::StatusCode::NOT_IMPLEMENTED,
+        "NotImplemented",
+        "this POST is not supported: fencegate serves DeleteObjects (?delete), CreateMultipartUpload (?uploads) and CompleteMultipartUpload (?uploadId=); POST object (browser form uploads) is not supported, so upload with PutObject or a multipart upload",
+    ))
+}
+
+/// The service a SigV4 credential (Authorization header or `X-Amz-Credential`) is scoped to,
+/// when it is not `s3`. Unparseable credentials are left to s3s, which refuses them.
+fn foreign_service(req: &axum::extract::Request) -> Option<String> {
+    let from_header = req
+        .headers()
+        .get_all(http::header::AUTHORIZATION)
+        .iter()
+        .filter_map(|v| {
+            let text = String::from_utf8_lossy(v.as_bytes()).into_owned();
+            let start = text.find("Credential=")? + "Credential=".len();
+            let rest = &text[start..];
+            Some(rest[..rest.find([',', ' ']).unwrap_or(rest.len())].to_string())
+        });
+    let from_query = req.uri().query().into_iter().flat_map(|q| {
+        q.split('&').filter_map(|p| {
+            let (k, v) = p.split_once('=')?;
+            let k = percent_encoding::percent_decode_str(k).decode_utf8_lossy();
+            (k == "X-Amz-Credential").then(|| {
+                percent_encoding::percent_decode_str(v)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            })
+        })
+    });
+    from_header.chain(from_query).find_map(|credential| {
+        // access-key/date/region/service/aws4_request
+        let parts: Vec<&str> = credential.rsplitn(3, '/').collect();
+        let service = parts.get(1)?;
+        // Shown in the refusal: letters, digits and '-' only.
+        (*service != "s3").then(|| {
+            service
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .take(32)
+                .collect()
+        })
+    })
+}
+
+fn refusal(status: http::StatusCode, code: &str, message: &str) -> axum::response::Response {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{message}</Message></Error>"
+    );
     let mut resp = axum::response::Response::new(axum::body::Body::from(body));
-    *resp.status_mut() = http::StatusCode::NOT_IMPLEMENTED;
+    *resp.status_mut() = status;
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/xml"),
@@ -106,7 +173,7 @@ pub fn refused_before_s3s(req: &axum::extract::Request) -> Option<axum::response
         http::header::CONNECTION,
         http::HeaderValue::from_static("close"),
     );
-    Some(resp)
+    resp
 }
 
 /// Virtual-host-style addressing: `bucket.domain[:port]` names the bucket; any other host
