@@ -156,8 +156,8 @@ fn expected(caller: Caller, route: Route) -> Expect {
         // signature at all.
         Caller::AdminToken if admin_route(route) => Allowed,
         Caller::AdminToken if native(route) => Refused(400, "AuthorizationHeaderMalformed"),
-        // s3s's own answer to an Authorization header that is not SigV4.
-        Caller::AdminToken => Refused(400, "InvalidRequest"),
+        // An Authorization header that is not SigV4 is refused before s3s (review round 10).
+        Caller::AdminToken => Refused(403, "AccessDenied"),
         Caller::Admin => Allowed,
         // Administration needs admin = true (or the bearer token).
         _ if admin_route(route) => denied,

@@ -541,6 +541,22 @@ fn bodies_read_before_authentication_are_bounded() {
         body.contains("sts") && body.contains("AccessDenied"),
         "{body}"
     );
+    // Round 10: a decoy `Credential=` inside the first word (s3s takes the whole word for the
+    // algorithm and reads the second), and WriteGetObjectResponse's routing headers on a
+    // served POST.
+    let (status, body) = common::raw_request(
+        s.addr,
+        "PUT /default/obj HTTP/1.1\r\nAuthorization: XCredential=worker-key/20260101/us-east-1/s3/aws4_request Credential=worker-key/20260101/us-east-1/sts/aws4_request, SignedHeaders=host, Signature=00",
+        b"x",
+    );
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("sts"), "{body}");
+    let (status, body) = common::raw_request(
+        s.addr,
+        "POST /default?uploads HTTP/1.1\r\nx-amz-request-route: r\r\nx-amz-request-token: t",
+        b"",
+    );
+    assert_eq!(status, 501, "{body}");
 
     // 2. A native PUT signed over its body's hash, which must be read before the signature is
     // checked, trickled and then stalled: cut off (408) after the idle timeout plus the
