@@ -557,6 +557,14 @@ fn bodies_read_before_authentication_are_bounded() {
         b"",
     );
     assert_eq!(status, 501, "{body}");
+    // Round 11: a credential of any other shape than KEY/DATE/REGION/SERVICE/aws4_request is
+    // refused, never taken for "not foreign" (a ',' in a key id cut it short).
+    let (status, body) = common::raw_request(
+        s.addr,
+        "PUT /default/obj HTTP/1.1\r\nAuthorization: AWS4-HMAC-SHA256 Credential=AK,X/20260101/us-east-1/sts/aws4_request, SignedHeaders=host, Signature=00",
+        b"x",
+    );
+    assert_eq!(status, 403, "{body}");
 
     // 2. A native PUT signed over its body's hash, which must be read before the signature is
     // checked, trickled and then stalled: cut off (408) after the idle timeout plus the

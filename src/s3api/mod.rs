@@ -149,7 +149,7 @@ fn foreign_service(req: &axum::extract::Request) -> Option<String> {
                 .map(|rest| rest[..rest.find([',', ' ']).unwrap_or(rest.len())].to_string());
             match credential {
                 Some(c) => c,
-                None if text.starts_with("AWS ") => "SigV2/-/-/s3/-".to_string(),
+                None if text.starts_with("AWS ") => "SigV2/-/-/s3/aws4_request".to_string(),
                 None => "unparsed/-/-/unparsed/-".to_string(),
             }
         });
@@ -165,11 +165,16 @@ fn foreign_service(req: &axum::extract::Request) -> Option<String> {
         })
     });
     from_header.chain(from_query).find_map(|credential| {
-        // access-key/date/region/service/aws4_request
+        // access-key/date/region/service/aws4_request. Anything else is refused as unparsed,
+        // never let through (review round 11: a credential cut short at a ',' in the key id
+        // read as "not foreign").
         let parts: Vec<&str> = credential.rsplitn(3, '/').collect();
-        let service = parts.get(1)?;
+        let service = match parts.as_slice() {
+            ["aws4_request", service, rest] if rest.split('/').count() == 3 => *service,
+            _ => "unparsed",
+        };
         // Shown in the refusal: letters, digits and '-' only.
-        (*service != "s3").then(|| {
+        (service != "s3").then(|| {
             service
                 .chars()
                 .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
