@@ -179,6 +179,89 @@ backend_prefix = "fenced/"
     return median_run(direct), median_run(proxied), median_run(fenced)
 
 
+def load_parallel(targets, mode, secs):
+    """bench_load on several URLs at once [(url, concurrency)]; req/s summed, latencies the
+    worst of the parts."""
+    procs = [subprocess.Popen([LOAD, "--url", url, "--mode", mode, "--secs", str(secs), "--concurrency", str(n)],
+                              stdout=subprocess.PIPE, text=True) for url, n in targets]
+    parts = []
+    for p in procs:
+        out, _ = p.communicate()
+        parts.append(json.loads(out.strip().splitlines()[-1]))
+    if any(r["errors"] or r["rejected"] for r in parts):
+        raise SystemExit(f"{mode}: failed or refused requests in {parts}")
+    r = dict(parts[0])
+    r["rps"] = sum(x["rps"] for x in parts)
+    for k in ("p50_ms", "p99_ms", "p999_ms"):
+        r[k] = max(x[k] for x in parts)
+    return r
+
+
+def s8(work, secs, rounds):
+    """Several instances (README, "Run several instances"): fenced 4 KiB PUTs into ministack
+    with the fence table on RocksDB (one instance), on a 3-member etcd through one instance,
+    and through two instances sharing it. 32 clients in every setup."""
+    cdir = os.path.join(work, "cluster")
+    out = subprocess.run([os.path.join(ROOT, "scripts", "cluster"), "up", cdir, "--instances", "2", "--bin", FENCEGATE],
+                         check=True, capture_output=True, text=True).stdout
+    env = dict(l.split("=", 1) for l in out.splitlines() if "=" in l)
+    try:
+        g = Fencegate(work, "s8", f"""[backends.store]
+kind = "s3"
+endpoint = "http://127.0.0.1:{env['STORE_PORT']}"
+access_key_id = "test"
+secret_access_key = "test"
+
+[buckets.default]
+backend = "store"
+backend_bucket = "fencegate-cluster"
+backend_prefix = "rocks/"
+""")
+        inst = lambda n: f"http://127.0.0.1:{env[f'FG{n}_PORT']}/v1/objects/default"
+        rocks, one, two = [], [], []
+        for r in range(rounds):
+            log(f"S8 round {r + 1}/{rounds}")
+            rocks.append(load(g.objects("default") + f"/r{r}", "distinct", secs, concurrency=32))
+            one.append(load(inst(1) + f"/o{r}", "distinct", secs, concurrency=32))
+            two.append(load_parallel([(inst(1) + f"/a{r}", 16), (inst(2) + f"/b{r}", 16)], "distinct", secs))
+        g.stop()
+    finally:
+        subprocess.run([os.path.join(ROOT, "scripts", "cluster"), "down", cdir])
+    return median_run(rocks), median_run(one), median_run(two)
+
+
+def cluster_table(args, work):
+    rocks, one, two = s8(work, args.secs, args.rounds)
+    ratio = lambda a, b: a["rps"] / b["rps"]
+    return "\n".join([
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores; command: `scripts/bench --cluster --secs {args.secs:g} --rounds {args.rounds}`. "
+        "Store: ministack; etcd: 3 members (Debian etcd-server) on the same machine; 32 clients in every setup, the median of the alternated rounds shown.",
+        "",
+        "| S8 fenced 4 KiB PUT into ministack | req/s | p50 ms | p99 ms | p99.9 ms |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        f"| fence table on RocksDB, one instance | {fmt(rocks)} |",
+        f"| fence table on etcd, one instance | {fmt(one)} |",
+        f"| fence table on etcd, two instances | {fmt(two)} |",
+        "",
+        f"Ratios from this run: etcd / RocksDB (one instance) = {ratio(one, rocks):.2f}; two instances / one (etcd) = {ratio(two, one):.2f}; "
+        f"etcd adds {one['p50_ms'] - rocks['p50_ms']:.2f} ms at p50 and {one['p99_ms'] - rocks['p99_ms']:.2f} ms at p99. "
+        "Every setup shares the 2 cores with the store and etcd, so these compare setups, not hardware.",
+    ]) + "\n"
+
+
+def write_block(name, text):
+    path = os.path.join(ROOT, "BENCHMARKS.md")
+    doc = open(path).read()
+    begin, end = f"<!-- scripts/bench{name}:begin -->", f"<!-- scripts/bench{name}:end -->"
+    block = f"{begin}\n{text}{end}"
+    if begin in doc:
+        doc = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, doc, flags=re.S)
+    else:
+        doc += f"\n## scripts/bench{name}\n\n" + block + "\n"
+    open(path, "w").write(doc)
+    log("wrote the table into BENCHMARKS.md")
+
+
 def s6(work):
     log("S6: 1 GiB PUT and GET")
     g = Fencegate(work, "s6", FS_CONFIG)
@@ -225,8 +308,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="alternations of compared setups (default 3)")
     ap.add_argument("--growth", default="10000,1000000,10000000", help="scope counts for S7")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    ap.add_argument("--cluster", action="store_true", help="run only S8 (several instances, etcd; needs etcd-server and ministack)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="fencegate-bench-", dir=os.path.join(ROOT, "target") if os.path.isdir(os.path.join(ROOT, "target")) else None)
+    if args.cluster:
+        try:
+            text = cluster_table(args, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(text)
+        if not args.no_write:
+            write_block(" --cluster", text)
+        return
     try:
         s1, s2, s3, s4 = s1_to_s4(work, args.secs, args.rounds)
         direct, proxied, fenced = s5(work, args.secs, args.rounds)

@@ -121,7 +121,13 @@ impl Backends {
                 crate::server::prepare_s3(bucket, name, s3cfg, &backend)
                     .await
                     .map_err(|e| e.to_string())?;
-                if let Some(registered) = &self.sweep_uploads {
+                // Several instances: another one's uploads in progress are not in this
+                // instance's registry, and must not be taken for abandoned ones.
+                let shared = config.etcd.is_some();
+                if shared && self.sweep_uploads.is_some() {
+                    tracing::info!(bucket, "not sweeping abandoned multipart uploads: the fence table is shared, and other instances' uploads are not in this one's registry; let the store's lifecycle rules (AbortIncompleteMultipartUpload) collect them");
+                }
+                if let Some(registered) = self.sweep_uploads.as_ref().filter(|_| !shared) {
                     let min_age = Duration::from_secs(s3cfg.abandoned_upload_secs);
                     match backend.sweep_uploads(registered, min_age).await {
                         Ok(0) => {}

@@ -155,6 +155,6 @@ async fn random_tokens_commit_in_non_decreasing_order() {
         text.ends_with(&format!("token {last}\n")),
         "seed {seed}: final object {text:?}, last commit {last}"
     );
-    let info = gate.fence_info("b", "hot", None).unwrap();
+    let info = gate.fence_info("b", "hot", None).await.unwrap();
     assert_eq!(info.highest, Some(last));
 }

@@ -18,9 +18,15 @@
 //! synthetic bad history in CI (`checker_self_test_*`) and must flag it. FENCEGATE_BIN runs
 //! everything against another fencegate binary; FENCEGATE_TORTURE_HISTORY=DIR keeps the
 //! histories of the new classes.
+//!
+//! `cluster` runs several instances over one store with the fence table on a 3-member etcd
+//! (scripts/cluster), with instances paused and killed, the etcd leader killed and quorum lost
+//! (tests/torture/cluster.rs).
 
 #[path = "torture/bound_race.rs"]
 mod bound_race;
+#[path = "torture/cluster.rs"]
+mod cluster;
 mod common;
 #[path = "torture/deletes.rs"]
 mod deletes;
@@ -608,6 +614,37 @@ async fn scope_switch_s3_histories_have_no_violations() {
 
 // ---- Negative controls that need no old binary ----------------------------------------------
 
+/// Several instances, the fence table on etcd, the store ministack (a few seconds in CI;
+/// `scripts/torture --class cluster --minutes 10` for a campaign).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_histories_have_no_violations() {
+    for seed in seeds().into_iter().take(1) {
+        let (report, _) = class(seed, Store::S3, "required", move || {
+            cluster::run(seed, rig::class_secs(10.0), "required")
+        })
+        .await;
+        assert!(report.acked > 0, "the run exercised nothing: {report:?}");
+        assert!(
+            report.violations.is_empty(),
+            "class cluster seed {seed}: {} violations, first: {:#?}",
+            report.violations.len(),
+            &report.violations[..report.violations.len().min(5)]
+        );
+    }
+}
+
+/// The cluster class's negative control: with fencing off, its zombies land and the checker
+/// sees them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_with_fencing_off_is_caught() {
+    let seed = seeds()[0];
+    let (r, _) = class(seed, Store::S3, "off", || cluster::run(seed, 6.0, "off")).await;
+    assert!(
+        !r.violations.is_empty(),
+        "class cluster with fencing off: the checker found nothing: {r:?}"
+    );
+}
+
 /// With fencing off the same loads must be caught: the checkers see the zombies land.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hole_classes_with_fencing_off_are_caught() {
@@ -732,4 +769,37 @@ fn checker_self_test_scope_switch() {
     let mut t = z;
     (t.token, t.takeover) = (Some(11), true);
     assert!(scope_switch::check(&[a, t]).is_empty());
+}
+
+#[test]
+fn checker_self_test_cluster() {
+    let put = |who: &str, token: u64, t0: f64, t1: f64, body: &str| rig::Ev {
+        note: body.into(),
+        ..ev(who, "put", "k0", token, t0, t1)
+    };
+    let get = |token: u64, t0: f64, t1: f64, body: &str| rig::Ev {
+        note: body.into(),
+        ..ev("reader", "get", "k0", token, t0, t1)
+    };
+    let a = put("holder", 1, 0.0, 1.0, "one");
+    let b = put("holder", 3, 2.0, 3.0, "three");
+    let z = put("zombie", 2, 0.5, 4.0, "two");
+    // A read after token 3's acknowledgement that shows the zombie's token 2: caught.
+    let (v, aba) = cluster::check(
+        &[a.clone(), b.clone(), z.clone(), get(2, 5.0, 5.1, "two")],
+        &[],
+    );
+    assert_eq!((v.len(), aba.len()), (1, 0), "{v:?}");
+    // The same when token 3 rewrote token 1's bytes: the known limit, counted apart.
+    let b_same = put("holder", 3, 2.0, 3.0, "one");
+    let (v, aba) = cluster::check(
+        &[a.clone(), b_same, z.clone(), get(2, 5.0, 5.1, "two")],
+        &[],
+    );
+    assert_eq!((v.len(), aba.len()), (0, 1));
+    // A read of token 3: fine. An acknowledgement inside a quorum loss: caught.
+    let (v, _) = cluster::check(&[a.clone(), b.clone(), get(3, 5.0, 5.1, "three")], &[]);
+    assert!(v.is_empty(), "{v:?}");
+    let (v, _) = cluster::check(&[a, b], &[(1.5, 3.5)]);
+    assert_eq!(v.len(), 1, "{v:?}");
 }

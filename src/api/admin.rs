@@ -37,9 +37,11 @@ async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 async fn list_leases(State(state): State<AppState>) -> Response {
-    let leases: Vec<_> = state
-        .leases
-        .list()
+    let listed = match state.leases.list().await {
+        Ok(l) => l,
+        Err(e) => return super::leases::LeaseApiError::from(e).into_response(),
+    };
+    let leases: Vec<_> = listed
         .into_iter()
         .map(|(grant, owner)| {
             let mut v = serde_json::to_value(grant).unwrap_or_default();
@@ -66,7 +68,7 @@ async fn revoke_lease(
             "the lease name in the path is not valid UTF-8".into(),
         );
     };
-    match state.leases.revoke(&name, &who.name()) {
+    match state.leases.revoke(&name, &who.name()).await {
         Ok(revoked) => Json(revoked).into_response(),
         Err(e) => super::leases::LeaseApiError::from(e).into_response(),
     }

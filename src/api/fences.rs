@@ -21,7 +21,10 @@ pub async fn show(
     let (bucket, key) = target(path)?;
     state.authorize(&who, Action::Read { bucket: &bucket })?;
     let scope = headers::scope(&h)?;
-    let info = state.gate.fence_info(&bucket, &key, scope.as_deref())?;
+    let info = state
+        .gate
+        .fence_info(&bucket, &key, scope.as_deref())
+        .await?;
     Ok(Json(info).into_response())
 }
 

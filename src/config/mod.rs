@@ -1,8 +1,11 @@
 //! Configuration: reads the TOML file (or the embedded default), validates it, and hands the
 //! rest of fencegate a typed, checked [`Config`]. Errors name the file, the line and the fix.
 
+mod fence_store;
 pub mod keys;
 mod model;
+
+pub use fence_store::EtcdConfig;
 
 pub use keys::{Key, Permission};
 pub use model::{
@@ -28,6 +31,8 @@ pub struct Config {
     pub server: ServerConfig,
     pub listen: SocketAddr,
     pub fence_store: FenceStoreConfig,
+    /// `Some` when the fence table is shared on etcd (`[fence_store] kind = "etcd"`).
+    pub etcd: Option<EtcdConfig>,
     pub backends: BTreeMap<String, BackendConfig>,
     pub buckets: BTreeMap<String, BucketPolicy>,
     pub s3: S3GatewayConfig,
@@ -143,11 +148,18 @@ impl Config {
     /// A human-readable summary of the effective policies (for `check-config` and start-up).
     pub fn describe(&self) -> String {
         let mut out = format!(
-            "source: {}\nlisten: {}\ndata_dir: {}\nfence store: rocksdb at {}\nmax body: {} bytes\n",
+            "source: {}\nlisten: {}\ndata_dir: {}\nfence store: {}\nmax body: {} bytes\n",
             self.source,
             self.listen,
             self.server.data_dir.display(),
-            self.fence_store_path().display(),
+            match &self.etcd {
+                None => format!("rocksdb at {}", self.fence_store_path().display()),
+                Some(e) => format!(
+                    "etcd at {} under prefix {:?} (shared by every instance)",
+                    e.endpoints.join(", "),
+                    e.prefix
+                ),
+            },
             self.server.max_body_bytes
         );
         for (name, b) in &self.backends {
@@ -654,6 +666,14 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
             Some(policy)
         }
     };
+    let etcd = fence_store::check(
+        &raw.fence_store,
+        &backends,
+        &buckets,
+        bucket_defaults.as_ref(),
+        &|v| std::env::var(v).ok(),
+    )
+    .map_err(|(message, fix)| err(None, message, fix))?;
     let s3 = raw.s3;
     let s3_listen = match &s3.listen {
         None => None,
@@ -704,6 +724,7 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
         server: raw.server,
         listen,
         fence_store: raw.fence_store,
+        etcd,
         backends,
         buckets,
         s3,

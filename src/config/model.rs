@@ -118,10 +118,26 @@ impl Default for ServerConfig {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FenceStoreConfig {
-    /// Only `rocksdb` for now.
+    /// `rocksdb` (one instance, the default) or `etcd` (several instances share the table).
     pub kind: FenceStoreKind,
-    /// Defaults to `<data_dir>/fences`.
+    /// rocksdb: the table's directory. Defaults to `<data_dir>/fences`.
     pub path: Option<PathBuf>,
+    /// etcd: client URLs of the cluster's members (`http://` or `https://`).
+    pub endpoints: Vec<String>,
+    /// etcd: prepended to every row key, so several deployments can share one etcd.
+    pub prefix: String,
+    /// etcd: a user of etcd's auth, with its password from a file or an environment variable.
+    pub username: Option<String>,
+    pub password_file: Option<PathBuf>,
+    pub password_env: Option<String>,
+    /// etcd over TLS: the CA that signed the members' certificates (PEM).
+    pub ca_file: Option<PathBuf>,
+    /// etcd over TLS with client certificates (`--client-cert-auth`): fencegate's own.
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    /// etcd: the deadline of each call. A cluster without quorum answers nothing, and a
+    /// write then gets 503 FenceStoreUnavailable after this long.
+    pub timeout_ms: u64,
 }
 
 impl Default for FenceStoreConfig {
@@ -129,6 +145,15 @@ impl Default for FenceStoreConfig {
         FenceStoreConfig {
             kind: FenceStoreKind::Rocksdb,
             path: None,
+            endpoints: Vec::new(),
+            prefix: "fencegate/".into(),
+            username: None,
+            password_file: None,
+            password_env: None,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            timeout_ms: 3000,
         }
     }
 }
@@ -137,6 +162,7 @@ impl Default for FenceStoreConfig {
 #[serde(rename_all = "kebab-case")]
 pub enum FenceStoreKind {
     Rocksdb,
+    Etcd,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

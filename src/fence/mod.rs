@@ -2,10 +2,17 @@
 //! committed (plus a tombstone flag). The trait hides where it lives: RocksDB on disk
 //! ([`rocks::RocksFenceStore`]) or memory for tests ([`memory::MemoryFenceStore`]).
 //!
+//! Several instances share one table on etcd ([`etcd::EtcdFenceStore`]): each row then carries
+//! the revision it was read at, and a put is a compare-and-swap on those revisions, refused
+//! with [`StoreError::Conflict`] when another instance changed a row in between (the cluster
+//! commit protocol, docs/design.md). A local table has one writer, ordered by the gate's
+//! scope locks, and ignores revisions.
+//!
 //! Rows are keyed by the scope string (`object:bucket/key`, `prefix:bucket/p`, ...). With the
 //! default `object` scope the scope row and the object row are the same row; with wider scopes
 //! the highest token lives on the scope row and each object's version on its own row.
 
+pub mod etcd;
 pub mod memory;
 pub mod rocks;
 
@@ -56,6 +63,37 @@ pub struct FenceRow {
     /// (`object`, `bucket`, `header`, `prefix/<segments>`), checked at start-up.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "k")]
     pub scope_kind: Option<String>,
+    /// On a `lease:<name>` row of a shared table: who holds the lease now. Its token is the
+    /// row's `highest`, written in the same put.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "L")]
+    pub held: Option<HeldLease>,
+    /// Shared tables only: the revision this row was read at (0: absent when read). A put of
+    /// the row succeeds only if the row is still at that revision. Not stored.
+    #[serde(skip)]
+    pub rev: i64,
+}
+
+/// A lease held, as every instance sharing the table sees it (`lease::shared`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldLease {
+    #[serde(rename = "h")]
+    pub holder: String,
+    /// The principal that acquired it.
+    #[serde(rename = "o")]
+    pub owner: String,
+    /// SHA-256 (hex) of the lease's secret: the secret itself is shown once, to the holder.
+    #[serde(rename = "s")]
+    pub secret_sha256: String,
+    /// Wall-clock expiry (Unix ms): instances share no monotonic clock.
+    #[serde(rename = "x")]
+    pub expires_at_ms: u64,
+    #[serde(rename = "t")]
+    pub ttl_ms: u64,
+    /// The bound object (bucket, key) and its scope, for a bound lease.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "b")]
+    pub bound: Option<(String, String)>,
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "c")]
+    pub scope: Option<String>,
 }
 
 /// The version a commit in progress will leave behind (`None`: a delete).
@@ -109,12 +147,18 @@ pub enum StoreError {
     Io(String),
     #[error("a fence-table row is corrupt: {0}")]
     Corrupt(String),
+    /// Shared tables: another instance changed `0` since it was read. Nothing was written;
+    /// the caller reads again and decides again.
+    #[error("fence-table row {0} was changed by another instance")]
+    Conflict(String),
 }
 
 /// Storage for fence rows. Implementations must apply one `put` atomically.
 #[async_trait]
 pub trait FenceStore: Send + Sync + 'static {
-    fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError>;
+    /// The row, with [`FenceRow::rev`] set on a shared table. Linearizable on a shared table:
+    /// it sees every put acknowledged before it began, by any instance.
+    async fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError>;
     /// Calls `visit` with every row whose key starts with `prefix`, in key order, until it
     /// returns false. Blocking: call it off the async workers.
     fn scan_prefix(
@@ -122,9 +166,17 @@ pub trait FenceStore: Send + Sync + 'static {
         prefix: &str,
         visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
     ) -> Result<(), StoreError>;
+    /// Writes `rows` atomically. On a shared table, only if every row is still at the
+    /// revision it carries (else [`StoreError::Conflict`], nothing written); returns the
+    /// revision the rows now have (0 on a local table), for a later put of the same rows.
     async fn put(
         &self,
         rows: Vec<(String, FenceRow)>,
         durability: Durability,
-    ) -> Result<(), StoreError>;
+    ) -> Result<i64, StoreError>;
+    /// Whether other instances write this table too (etcd): rows then carry revisions and a
+    /// put can meet [`StoreError::Conflict`].
+    fn shared(&self) -> bool {
+        false
+    }
 }

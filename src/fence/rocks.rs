@@ -132,7 +132,7 @@ fn committer(db: Arc<DB>, rx: mpsc::Receiver<Job>, stats: Arc<GroupStats>) {
 
 #[async_trait]
 impl FenceStore for RocksFenceStore {
-    fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError> {
+    async fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError> {
         match self.db.get_pinned(key.as_bytes()) {
             Ok(Some(bytes)) => FenceRow::decode(&bytes).map(Some),
             Ok(None) => Ok(None),
@@ -163,7 +163,7 @@ impl FenceStore for RocksFenceStore {
         &self,
         rows: Vec<(String, FenceRow)>,
         durability: Durability,
-    ) -> Result<(), StoreError> {
+    ) -> Result<i64, StoreError> {
         match durability {
             Durability::Lazy => {
                 let mut batch = WriteBatch::default();
@@ -173,7 +173,8 @@ impl FenceStore for RocksFenceStore {
                 // Not synced: the next synced write (or a clean shutdown) makes it durable.
                 self.db
                     .write(batch)
-                    .map_err(|e| StoreError::Io(e.to_string()))
+                    .map_err(|e| StoreError::Io(e.to_string()))?;
+                Ok(0)
             }
             Durability::Synced => {
                 let (done, wait) = oneshot::channel();
@@ -183,7 +184,8 @@ impl FenceStore for RocksFenceStore {
                     .send(Job { rows, done })
                     .map_err(|_| StoreError::Io("the committer thread has stopped".into()))?;
                 wait.await
-                    .map_err(|_| StoreError::Io("the committer thread has stopped".into()))?
+                    .map_err(|_| StoreError::Io("the committer thread has stopped".into()))??;
+                Ok(0)
             }
         }
     }
@@ -250,11 +252,11 @@ mod tests {
             s.put(vec![("object:b/k".into(), row(34))], Durability::Synced)
                 .await
                 .unwrap();
-            assert_eq!(s.get("object:b/k").unwrap(), Some(row(34)));
+            assert_eq!(s.get("object:b/k").await.unwrap(), Some(row(34)));
         }
         let s = RocksFenceStore::open(dir.path()).unwrap();
-        assert_eq!(s.get("object:b/k").unwrap(), Some(row(34)));
-        assert_eq!(s.get("object:b/other").unwrap(), None);
+        assert_eq!(s.get("object:b/k").await.unwrap(), Some(row(34)));
+        assert_eq!(s.get("object:b/other").await.unwrap(), None);
     }
 
     #[tokio::test]
@@ -282,7 +284,7 @@ mod tests {
             syncs < puts / 2,
             "group commit should merge puts: {syncs} syncs for {puts} puts"
         );
-        assert_eq!(s.get("object:b/63").unwrap(), Some(row(19)));
+        assert_eq!(s.get("object:b/63").await.unwrap(), Some(row(19)));
     }
 
     #[test]

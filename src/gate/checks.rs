@@ -42,16 +42,17 @@ impl Gate {
         token: Option<Token>,
         trust_row: bool,
     ) -> Result<Locked, GateError> {
-        let scope_row = self.row(scope)?;
+        let scope_row = self.row(scope).await?;
         if let Some(t) = token {
             check_token(&entry.policy, t.0, &scope_row, scope)?;
         }
         let object_row = if object_key == scope {
             scope_row.clone()
         } else {
-            self.row(object_key)?
+            self.row(object_key).await?
         };
-        self.check_binding(req, entry, scope, &object_row, token)?;
+        self.check_binding(req, entry, scope, &object_row, token)
+            .await?;
         self.check_resolved(req, entry, &object_row).await?;
         self.scope_resolved(entry, &req.bucket, &scope_row, Some(&req.key))
             .await?;
@@ -148,7 +149,7 @@ impl Gate {
             if *until <= now || Some(key.as_str()) == skip {
                 continue;
             }
-            let row = self.row(&super::scope::object_row(bucket, key))?;
+            let row = self.row(&super::scope::object_row(bucket, key)).await?;
             self.still_unresolved(entry, bucket, key, &row).await?;
         }
         Ok(())
@@ -189,10 +190,17 @@ impl Gate {
             scope_row.unresolved.retain(|_, u| *u > now);
             scope_row.unresolved.insert(key.to_string(), until);
         }
-        if let Err(e) = self
+        let saved = self
             .save(scope, scope_row, object_key, object_row, Durability::Synced)
-            .await
-        {
+            .await;
+        if let Err(GateError::Store(crate::fence::StoreError::Conflict(_))) = saved {
+            // Another instance has taken the object over since: its commit is conditional on
+            // the store's version, which this request's late landing changes.
+            tracing::debug!(
+                key = object_key,
+                "the object changed on another instance; not marking it unresolved"
+            );
+        } else if let Err(e) = saved {
             tracing::error!(error = %e, key = object_key, "could not record an unresolved store request");
         } else {
             tracing::warn!(key = object_key, until_ms = until, "the store did not answer; the object is refused until its outcome shows or the deadline passes");
@@ -204,7 +212,7 @@ impl Gate {
     /// locks are not comparable, so a write under another scope is refused, unless it takes the
     /// object over explicitly: `Fencing-Scope-Takeover` names the bound scope and the token is
     /// strictly above everything that scope recorded (docs/threat-model.md).
-    fn check_binding(
+    async fn check_binding(
         &self,
         req: &WriteRequest,
         entry: &BucketEntry,
@@ -233,7 +241,7 @@ impl Gate {
         let Some(t) = token else {
             return Err(mismatch());
         };
-        match self.row(bound)?.highest {
+        match self.row(bound).await?.highest {
             Some(h) if t.0 <= h => Err(GateError::StaleFencingToken {
                 token: t.0,
                 highest: h,
@@ -279,7 +287,37 @@ impl Gate {
         }
     }
 
+    /// Records a commit's or a delete's outcome, after the store answered. The scope row is as
+    /// the intent left it, so only the object's row is written (with the scope row when they
+    /// are one row). On a shared table another instance may have taken the object over since
+    /// (its own commit was conditional on this one's outcome): the row is then its, and this
+    /// outcome is not written over it. Returns whether that happened.
+    pub(super) async fn finish(
+        &self,
+        scope: &str,
+        scope_row: FenceRow,
+        object_key: &str,
+        object_row: FenceRow,
+        durability: Durability,
+    ) -> Result<bool, GateError> {
+        let finished = if object_key == scope {
+            self.save(scope, scope_row, object_key, object_row, durability)
+                .await
+        } else {
+            self.store
+                .put(vec![(object_key.to_string(), object_row)], durability)
+                .await
+                .map_err(GateError::from)
+        };
+        match finished {
+            Err(GateError::Store(crate::fence::StoreError::Conflict(_))) => Ok(true),
+            Ok(_) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Writes the scope row and the object row (one row when they are the same) in one put.
+    /// Returns the revision both rows have now (shared tables; 0 on a local one).
     pub(super) async fn save(
         &self,
         scope: &str,
@@ -287,7 +325,7 @@ impl Gate {
         object_key: &str,
         object_row: FenceRow,
         durability: Durability,
-    ) -> Result<(), GateError> {
+    ) -> Result<i64, GateError> {
         let rows = if object_key == scope {
             vec![(
                 scope.to_string(),
@@ -303,7 +341,6 @@ impl Gate {
                 (object_key.to_string(), object_row),
             ]
         };
-        self.store.put(rows, durability).await?;
-        Ok(())
+        Ok(self.store.put(rows, durability).await?)
     }
 }

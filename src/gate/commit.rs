@@ -67,7 +67,7 @@ impl Gate {
         let (entry, token, scope) = self.admit_request(&req, false)?;
         if let Some(t) = token {
             // Early check: a stale writer is refused before a single body byte is read.
-            check_token(&entry.policy, t.0, &self.row(&scope)?, &scope)?;
+            check_token(&entry.policy, t.0, &self.row(&scope).await?, &scope)?;
         }
         req.meta.token = token.map(|t| t.0);
         reserve_meta(&mut req.meta);
@@ -104,7 +104,8 @@ impl Gate {
         .await
     }
 
-    /// Only ever called inside [`run_to_end`].
+    /// Only ever called inside [`run_to_end`]. On a shared fence table, the decision is taken
+    /// again while another instance changes the same rows in between (see [`super::again`]).
     pub(super) async fn locked_commit(
         &self,
         req: &WriteRequest,
@@ -119,18 +120,27 @@ impl Gate {
         // conditions are judged against the object the write will replace.
         let trust_row = entry.backend.conditional_commit(&staged)
             && entry.policy.on_bypass == crate::config::BypassPolicy::Reject;
-        let locked = match self
-            .lock_checks(req, entry, scope, &object_key, token, trust_row)
-            .await
-        {
-            Ok(l) => l,
-            Err(e) => {
-                entry.backend.discard(staged).await;
-                return Err(e);
+        let mut attempt = 0;
+        loop {
+            let result = match self
+                .lock_checks(req, entry, scope, &object_key, token, trust_row)
+                .await
+            {
+                Ok(locked) => {
+                    self.commit_staged(req, entry, scope, &object_key, token, locked, &staged)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            match result {
+                Err(e) if super::again(&e, &mut attempt).await => continue,
+                Err(e) => {
+                    entry.backend.discard(staged).await;
+                    return Err(e);
+                }
+                Ok(written) => return Ok(written),
             }
-        };
-        self.commit_staged(req, entry, scope, &object_key, token, locked, staged)
-            .await
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -142,7 +152,7 @@ impl Gate {
         object_key: &str,
         token: Option<Token>,
         locked: Locked,
-        staged: Staged,
+        staged: &Staged,
     ) -> Result<Written, GateError> {
         let Locked {
             mut scope_row,
@@ -153,7 +163,7 @@ impl Gate {
         // The checks passed, so any earlier unresolved request has shown its outcome or can
         // no longer land.
         object_row.unresolved_until_ms = None;
-        let before = (scope_row.clone(), object_row.clone());
+        let mut before = (scope_row.clone(), object_row.clone());
         if let Some(t) = token {
             scope_row.highest = Some(scope_row.highest.map_or(t.0, |h| h.max(t.0)));
             scope_row.fresh = false;
@@ -162,14 +172,16 @@ impl Gate {
             object_row.scope = Some(scope.to_string());
         }
         // The intent is made durable before the backend changes: after a crash between the two,
-        // the token is still recorded and either version is recognised as ours.
+        // the token is still recorded and either version is recognised as ours. On a shared
+        // table it is also the compare-and-swap that orders this commit against every other
+        // instance's: it succeeds only if no one changed these rows since they were checked.
         object_row.version = expected.clone();
         object_row.etag = current_etag;
         object_row.pending = Some(Pending {
             version: staged.version.clone(),
             etag: Some(staged.etag.clone()),
         });
-        if let Err(e) = self
+        let rev = self
             .save(
                 scope,
                 scope_row.clone(),
@@ -177,14 +189,18 @@ impl Gate {
                 object_row.clone(),
                 Durability::Synced,
             )
-            .await
-        {
-            entry.backend.discard(staged).await;
-            return Err(e);
+            .await?;
+        for row in [
+            &mut scope_row,
+            &mut object_row,
+            &mut before.0,
+            &mut before.1,
+        ] {
+            row.rev = rev;
         }
         let size = staged.size;
         let info = match self
-            .commit_or_adopt(req, entry, (scope, object_key), before, &staged, expected)
+            .commit_or_adopt(req, entry, (scope, object_key), before, staged, expected)
             .await
         {
             Ok(info) => info,
@@ -196,18 +212,23 @@ impl Gate {
                     &e,
                 )
                 .await;
-                entry.backend.discard(staged).await;
                 return Err(e);
             }
         };
         object_row.unresolved_until_ms = None;
+        let landed = info.version.clone();
         object_row.version = Some(info.version);
         object_row.etag = Some(info.etag.clone());
         object_row.pending = None;
         object_row.tombstone = false;
         // Lazy: losing this in a crash is safe, the pending entry above still recognises it.
-        self.save(scope, scope_row, object_key, object_row, Durability::Lazy)
+        let overtaken = self
+            .finish(scope, scope_row, object_key, object_row, Durability::Lazy)
             .await?;
+        if overtaken {
+            self.landed_after_newer(req, entry, (scope, object_key), token, &landed)
+                .await;
+        }
         Ok(Written {
             bucket: req.bucket.clone(),
             key: req.key.clone(),
@@ -235,6 +256,7 @@ impl Gate {
     ) -> Result<ObjectInfo, GateError> {
         match entry.backend.commit(staged, expected.as_deref()).await {
             Err(BackendError::Conflict { found, .. }) => {
+                self.still_ours(object_key, before.1.rev).await?;
                 let (scope_row, object_row) = before;
                 if !object_row.owns_version(found.as_deref()) {
                     let refused = match self.bypassed(req, entry, &object_row, found.as_deref()) {
@@ -270,5 +292,60 @@ impl Gate {
             }
             other => Ok(other?),
         }
+    }
+
+    /// Shared tables: this commit landed, but another instance changed the object's row since
+    /// this one's intent. Normally that instance's commit comes after this one's: it saw this
+    /// version (its row owns `landed`), or its commit is still going (a pending version: its
+    /// condition fails on `landed` and it takes this version over), or it has landed (the
+    /// store holds its version). If instead a newer token's commit has finished, its row does
+    /// not know `landed`, and the store holds `landed`, then the store's condition matched a
+    /// version that came back: the newer holder rewrote the exact bytes this commit expected
+    /// (the ETag ABA, docs/design.md, "Known limit").
+    /// Nothing undoes that now; it is said loudly, for an alert, and the next write of the
+    /// object is refused as a bypass until an operator looks.
+    async fn landed_after_newer(
+        &self,
+        req: &WriteRequest,
+        entry: &BucketEntry,
+        (scope, object_key): (&str, &str),
+        token: Option<Token>,
+        landed: &str,
+    ) {
+        let Some(t) = token else { return };
+        let (Ok(scope_row), Ok(object_row)) = (self.row(scope).await, self.row(object_key).await)
+        else {
+            return;
+        };
+        let newer = scope_row.highest.is_some_and(|h| h > t.0);
+        if !newer || object_row.pending.is_some() || object_row.owns_version(Some(landed)) {
+            return;
+        }
+        let Ok(found) = entry.backend.version(&req.bucket, &req.key).await else {
+            return;
+        };
+        if crate::backend::same_version(found.as_deref(), Some(landed)) {
+            metrics::counter!("fencegate_stale_landings_total", "bucket" => req.bucket.clone())
+                .increment(1);
+            tracing::error!(bucket = %req.bucket, key = %req.key, token = t.0, highest = scope_row.highest,
+                "a stale write landed after a newer token's: the newer holder rewrote the exact bytes this commit's condition expected (the ETag ABA of docs/design.md); the next write of this object is refused as a bypass until an operator checks it");
+        }
+    }
+
+    /// Shared tables, after the store refused a conditional commit or delete: if another
+    /// instance changed the object's row since this one recorded its intent (at `rev`), the
+    /// store's new version is most likely that instance's commit, not a write around
+    /// fencegate. Nothing of this attempt landed, so it is taken again from the checks
+    /// ([`StoreError::Conflict`](crate::fence::StoreError::Conflict)), where a newer token
+    /// refuses it as stale.
+    pub(super) async fn still_ours(&self, object_key: &str, rev: i64) -> Result<(), GateError> {
+        if !self.store.shared() {
+            return Ok(());
+        }
+        let now = self.row(object_key).await?;
+        if now.rev != rev {
+            return Err(crate::fence::StoreError::Conflict(object_key.to_string()).into());
+        }
+        Ok(())
     }
 }

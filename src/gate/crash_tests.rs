@@ -49,8 +49,8 @@ struct CrashStore {
 
 #[async_trait::async_trait]
 impl FenceStore for CrashStore {
-    fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError> {
-        self.inner.get(key)
+    async fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError> {
+        self.inner.get(key).await
     }
     fn scan_prefix(
         &self,
@@ -59,14 +59,14 @@ impl FenceStore for CrashStore {
     ) -> Result<(), crate::fence::StoreError> {
         self.inner.scan_prefix(prefix, visit)
     }
-    async fn put(&self, rows: Vec<(String, FenceRow)>, d: Durability) -> Result<(), StoreError> {
+    async fn put(&self, rows: Vec<(String, FenceRow)>, d: Durability) -> Result<i64, StoreError> {
         match self.power.step() {
             Err(()) => Err(StoreError::Io("power lost".into())),
             Ok(alive) => {
                 self.inner.put(rows, d).await?;
                 // Applied, but the power went right after: the caller never hears back.
                 if alive {
-                    Ok(())
+                    Ok(0)
                 } else {
                     Err(StoreError::Io("power lost".into()))
                 }

@@ -35,13 +35,34 @@ impl Gate {
     ) -> Result<Written, GateError> {
         let object_key = scope::object_row(&req.bucket, &req.key);
         let _locks = self.locks.lock_object(scope, &object_key).await;
+        // On a shared fence table, taken again while other instances change the same rows.
+        let mut attempt = 0;
+        loop {
+            match self
+                .delete_attempt(req, entry, scope, &object_key, token)
+                .await
+            {
+                Err(e) if super::again(&e, &mut attempt).await => continue,
+                result => return result,
+            }
+        }
+    }
+
+    async fn delete_attempt(
+        &self,
+        req: &WriteRequest,
+        entry: &BucketEntry,
+        scope: &str,
+        object_key: &str,
+        token: Option<Token>,
+    ) -> Result<Written, GateError> {
         let Locked {
             mut scope_row,
             mut object_row,
             expected,
             ..
         } = self
-            .lock_checks(req, entry, scope, &object_key, token, false)
+            .lock_checks(req, entry, scope, object_key, token, false)
             .await?;
         if let Some(t) = token {
             scope_row.highest = Some(scope_row.highest.map_or(t.0, |h| h.max(t.0)));
@@ -49,9 +70,10 @@ impl Gate {
         }
         // A header-scoped object stays bound to its lock through the delete.
         let binding = (entry.policy.scope == ScopeKind::Header).then(|| scope.to_string());
-        let tombstone = FenceRow {
+        let mut tombstone = FenceRow {
             tombstone: true,
             scope: binding.clone(),
+            rev: object_row.rev,
             ..FenceRow::default()
         };
         let written = |existed| Written {
@@ -68,7 +90,7 @@ impl Gate {
             // before the answer; without one there is nothing to fence, and no row is written
             // for a key nobody fences.
             if token.is_some() {
-                self.save(scope, scope_row, &object_key, tombstone, Durability::Synced)
+                self.save(scope, scope_row, object_key, tombstone, Durability::Synced)
                     .await?;
             }
             return Ok(written(false));
@@ -80,27 +102,38 @@ impl Gate {
         // The intent (the raised highest among it) is synced before the backend changes. If the
         // backend then refuses or fails, the raised highest stays: a token that was sent is
         // never forgotten, and the holder retries with the same token (docs/threat-model.md).
-        self.save(
-            scope,
-            scope_row.clone(),
-            &object_key,
-            object_row.clone(),
-            Durability::Synced,
-        )
-        .await?;
+        // On a shared table it is the compare-and-swap that orders this delete against other
+        // instances' commits.
+        let rev = self
+            .save(
+                scope,
+                scope_row.clone(),
+                object_key,
+                object_row.clone(),
+                Durability::Synced,
+            )
+            .await?;
+        for row in [&mut scope_row, &mut object_row, &mut tombstone] {
+            row.rev = rev;
+        }
         if let Err(e) = entry.backend.delete(&req.bucket, &req.key, &expected).await {
+            if matches!(e, crate::backend::BackendError::Conflict { .. }) {
+                // Another instance's commit, most likely: taken again from the checks.
+                self.still_ours(object_key, rev).await?;
+            }
             let e = GateError::from(e);
             self.mark_unresolved(
                 entry,
                 &req.key,
-                (scope, &scope_row, &object_key, &object_row),
+                (scope, &scope_row, object_key, &object_row),
                 &e,
             )
             .await;
             return Err(e);
         }
-        // Synced: the tombstone is part of what the acknowledgement promises.
-        self.save(scope, scope_row, &object_key, tombstone, Durability::Synced)
+        // Synced: the tombstone is part of what the acknowledgement promises (the raised
+        // highest is already durable, on the scope row the intent wrote).
+        self.finish(scope, scope_row, object_key, tombstone, Durability::Synced)
             .await?;
         Ok(written(true))
     }

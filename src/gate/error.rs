@@ -161,6 +161,8 @@ impl GateError {
         match self {
             GateError::Backend(BackendError::Throttled(_)) => Some(1),
             GateError::CommitUnresolved { retry_after, .. } => Some((*retry_after).max(1)),
+            // Unreachable or contended (other instances kept changing the scope): soon.
+            GateError::Store(StoreError::Io(_) | StoreError::Conflict(_)) => Some(1),
             _ => None,
         }
     }

@@ -35,40 +35,52 @@ impl Gate {
         let (bucket_name, key_name) = (bucket.to_string(), key.to_string());
         run_to_end(async move {
             let _lock = gate.locks.lock(&locked_scope).await;
-            let mut row = gate.row(&locked_scope)?;
-            let rules = super::TokenRules {
-                order: TokenOrder::NonDecreasing,
-                max_jump: entry.policy.max_token_jump,
-            };
-            check_token(rules, token.0, &row, &locked_scope)?;
-            gate.settled(&entry, &bucket_name, &key_name, &locked_scope, &row)
-                .await?;
-            if row.highest != Some(token.0) {
-                row.highest = Some(token.0);
-                row.fresh = true;
-                gate.store
-                    .put(vec![(locked_scope.clone(), row)], Durability::Synced)
-                    .await?;
-                tracing::info!(target: "fencegate::audit", scope = %locked_scope, token = token.0, "fence advanced");
+            let mut attempt = 0;
+            loop {
+                let result = async {
+                    let mut row = gate.row(&locked_scope).await?;
+                    let rules = super::TokenRules {
+                        order: TokenOrder::NonDecreasing,
+                        max_jump: entry.policy.max_token_jump,
+                    };
+                    check_token(rules, token.0, &row, &locked_scope)?;
+                    gate.settled(&entry, &bucket_name, &key_name, &locked_scope, &row)
+                        .await?;
+                    if row.highest != Some(token.0) {
+                        row.highest = Some(token.0);
+                        row.fresh = true;
+                        gate.store
+                            .put(vec![(locked_scope.clone(), row)], Durability::Synced)
+                            .await?;
+                        tracing::info!(target: "fencegate::audit", scope = %locked_scope, token = token.0, "fence advanced");
+                    }
+                    Ok::<(), GateError>(())
+                }
+                .await;
+                match result {
+                    Err(e) if super::again(&e, &mut attempt).await => continue,
+                    other => return other,
+                }
             }
-            Ok::<(), GateError>(())
         })
         .await?;
-        self.fence_info(bucket, key, scope_header)
+        self.fence_info(bucket, key, scope_header).await
     }
 
     /// Records a token for `bucket`/`key`'s scope that is at least `floor` and strictly above
     /// the scope's highest, decided and synced under the scope's lock, so no writer's token
     /// recorded before it can equal it. Returns the token and the scope. A scope already at
-    /// u64::MAX cannot grow: `TokenSpaceExhausted`. `also` names a row (a lease name's) that
-    /// records the same token in the same atomic, synced put: the grant is durable the moment
-    /// the scope's lock is released, before any writer waiting on the lock can answer.
+    /// u64::MAX cannot grow: `TokenSpaceExhausted`. `also` is a row (a lease name's, as read)
+    /// that records the same token in the same atomic, synced put: the grant is durable the
+    /// moment the scope's lock is released, before any writer waiting on the lock can answer.
+    /// On a shared table a `Conflict` comes back to the caller, which read `also` and `floor`
+    /// and must read them again.
     pub async fn advance_past(
         self: &Arc<Self>,
         bucket: &str,
         key: &str,
         floor: u64,
-        also: Option<String>,
+        also: Option<(String, crate::fence::FenceRow)>,
     ) -> Result<(Token, String), GateError> {
         let entry = self.bucket(bucket)?;
         scope::validate_key(key)?;
@@ -77,7 +89,7 @@ impl Gate {
         let (bucket_name, key_name) = (bucket.to_string(), key.to_string());
         run_to_end(async move {
             let _lock = gate.locks.lock(&scope).await;
-            let mut row = gate.row(&scope)?;
+            let mut row = gate.row(&scope).await?;
             gate.settled(&entry, &bucket_name, &key_name, &scope, &row)
                 .await?;
             let above = match row.highest {
@@ -105,14 +117,9 @@ impl Gate {
             row.highest = Some(token);
             row.fresh = true;
             let mut rows = vec![(scope.clone(), row)];
-            if let Some(also) = also {
-                rows.push((
-                    also,
-                    crate::fence::FenceRow {
-                        highest: Some(token),
-                        ..Default::default()
-                    },
-                ));
+            if let Some((also, mut also_row)) = also {
+                also_row.highest = Some(token);
+                rows.push((also, also_row));
             }
             gate.store.put(rows, Durability::Synced).await?;
             tracing::info!(target: "fencegate::audit", scope = %scope, token, "fence advanced by a lease grant");
@@ -142,7 +149,9 @@ impl Gate {
         let (bucket_name, key_name) = (bucket.to_string(), key.to_string());
         let was = run_to_end(async move {
             let _lock = gate.locks.lock(&scope).await;
-            let mut row = gate.row(&scope)?;
+            // One attempt: on a shared table another instance's change refuses the reset
+            // (503, retry), rather than lowering a fence that just moved.
+            let mut row = gate.row(&scope).await?;
             gate.settled(&entry, &bucket_name, &key_name, &scope, &row)
                 .await?;
             let was = row.highest;
@@ -161,7 +170,7 @@ impl Gate {
             Ok::<_, GateError>(was)
         })
         .await?;
-        Ok((was, self.fence_info(bucket, key, scope_header)?))
+        Ok((was, self.fence_info(bucket, key, scope_header).await?))
     }
 
     /// A fence moved while a store request of the scope is unresolved would be acknowledged
@@ -178,7 +187,7 @@ impl Gate {
         let object_row = if object_key == scope {
             scope_row.clone()
         } else {
-            self.row(&object_key)?
+            self.row(&object_key).await?
         };
         self.still_unresolved(entry, bucket, key, &object_row)
             .await?;
@@ -187,7 +196,7 @@ impl Gate {
     }
 
     /// The scope a key maps to, its highest token and the object's recorded state.
-    pub fn fence_info(
+    pub async fn fence_info(
         &self,
         bucket: &str,
         key: &str,
@@ -196,12 +205,12 @@ impl Gate {
         let entry = self.bucket(bucket)?;
         scope::validate_key(key)?;
         let scope = scope::resolve(&entry.policy, bucket, key, scope_header)?;
-        let scope_row = self.row(&scope)?;
+        let scope_row = self.row(&scope).await?;
         let object_key = scope::object_row(bucket, key);
         let object_row = if object_key == scope {
             scope_row.clone()
         } else {
-            self.row(&object_key)?
+            self.row(&object_key).await?
         };
         Ok(FenceInfo {
             bucket: bucket.to_string(),

@@ -179,12 +179,15 @@ async fn a_delete_of_an_absent_key_records_its_token_and_a_tombstone() {
     let (gate, _, store) = gate_with(BucketPolicy::default());
     let d = gate.delete(req("gone", Some(7))).await.unwrap();
     assert_eq!(d.existed, Some(false));
-    let info = gate.fence_info("b", "gone", None).unwrap();
+    let info = gate.fence_info("b", "gone", None).await.unwrap();
     assert_eq!(info.highest, Some(7));
     assert!(info.tombstone);
     // Synced, not lazy: it survives power loss.
     store.lose_unsynced();
-    assert_eq!(gate.fence_info("b", "gone", None).unwrap().highest, Some(7));
+    assert_eq!(
+        gate.fence_info("b", "gone", None).await.unwrap().highest,
+        Some(7)
+    );
     // The zombie that was slow to create it is refused.
     let e = gate
         .put(req("gone", Some(6)), body(b"z"))
@@ -306,7 +309,12 @@ async fn a_bound_advance_is_strictly_above_every_recorded_token() {
         let g = gate.clone();
         tasks.push(tokio::spawn(async move {
             if i % 2 == 0 {
-                let h = g.fence_info("b", "r", None).unwrap().highest.unwrap_or(0);
+                let h = g
+                    .fence_info("b", "r", None)
+                    .await
+                    .unwrap()
+                    .highest
+                    .unwrap_or(0);
                 g.put(req("r", Some(h + 1)), body(b"w"))
                     .await
                     .ok()
@@ -638,7 +646,10 @@ async fn a_token_too_far_ahead_is_refused_when_the_bucket_limits_jumps() {
     gate.advance("b", "k", Ok(Some(Token(1005))), None)
         .await
         .unwrap();
-    assert_eq!(gate.fence_info("b", "k", None).unwrap().highest, Some(1005));
+    assert_eq!(
+        gate.fence_info("b", "k", None).await.unwrap().highest,
+        Some(1005)
+    );
 }
 
 /// Review round 5: a lease name's counter can be far ahead of a scope (the same name bound
@@ -654,7 +665,7 @@ async fn a_bound_grant_obeys_the_jump_limit() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), "TokenJumpTooLarge");
-    assert_eq!(gate.fence_info("b", "v", None).unwrap().highest, None);
+    assert_eq!(gate.fence_info("b", "v", None).await.unwrap().highest, None);
     let (t, _) = gate.advance_past("b", "v", 3, None).await.unwrap();
     assert_eq!(t.0, 3);
 }

@@ -43,7 +43,7 @@ pub use uploads::{Upload, UploadRegistry};
 
 use crate::backend::ObjectMeta;
 use crate::config::ScopeKind;
-use crate::fence::{FenceRow, FenceStore};
+use crate::fence::{FenceRow, FenceStore, StoreError};
 use crate::token::{Token, TokenError};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -163,9 +163,33 @@ impl Gate {
         scope::resolve(&entry.policy, bucket, key, scope_header)
     }
 
-    pub(super) fn row(&self, key: &str) -> Result<FenceRow, GateError> {
-        Ok(self.store.get(key)?.unwrap_or_default())
+    pub(super) async fn row(&self, key: &str) -> Result<FenceRow, GateError> {
+        Ok(self.store.get(key).await?.unwrap_or_default())
     }
+}
+
+/// How many times a decision is taken again after another instance changed its rows.
+const CONFLICT_ATTEMPTS: u32 = 16;
+
+/// After an error from one attempt at a decision: whether to take it again. Only a
+/// [`StoreError::Conflict`] from a shared fence table qualifies (another instance changed a row
+/// this decision read, so nothing was written and the rows must be read again); it waits a
+/// little, longer each time and jittered, so that instances contending for one scope spread
+/// out. `attempt` counts the attempts taken.
+pub(crate) async fn again(e: &GateError, attempt: &mut u32) -> bool {
+    if !matches!(e, GateError::Store(StoreError::Conflict(_))) {
+        return false;
+    }
+    metrics::counter!("fencegate_fence_conflicts_total").increment(1);
+    *attempt += 1;
+    if *attempt >= CONFLICT_ATTEMPTS {
+        tracing::warn!(error = %e, attempts = *attempt, "giving up on a scope other instances keep changing");
+        return false;
+    }
+    let ceiling = 2u64 << (*attempt).min(6);
+    let pause = rand::random_range(0..=ceiling);
+    tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+    true
 }
 
 fn no_such_key(bucket: &str, key: &str) -> GateError {
@@ -184,6 +208,8 @@ fn record_outcome<T>(op: &'static str, result: &Result<T, GateError>) {
     metrics::counter!("fencegate_requests_total", "op" => op, "outcome" => outcome).increment(1);
 }
 
+#[cfg(test)]
+mod cluster_tests;
 #[cfg(test)]
 mod crash_tests;
 #[cfg(test)]

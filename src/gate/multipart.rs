@@ -26,7 +26,7 @@ impl Gate {
     async fn create_upload_inner(&self, mut req: WriteRequest) -> Result<Upload, GateError> {
         let (entry, token, scope) = self.admit_request(&req, false)?;
         if let Some(t) = token {
-            check_token(&entry.policy, t.0, &self.row(&scope)?, &scope)?;
+            check_token(&entry.policy, t.0, &self.row(&scope).await?, &scope)?;
         }
         req.meta.token = token.map(|t| t.0);
         super::commit::reserve_meta(&mut req.meta);
@@ -93,7 +93,7 @@ impl Gate {
     }
 
     /// Early check of an upload's token against its scope's highest.
-    fn upload_current(&self, upload: &Upload) -> Result<String, GateError> {
+    async fn upload_current(&self, upload: &Upload) -> Result<String, GateError> {
         let entry = self.bucket(&upload.bucket)?;
         let scope = scope::resolve(
             &entry.policy,
@@ -104,7 +104,7 @@ impl Gate {
         Span::current().record("scope", scope.as_str());
         if let Some(t) = upload.token() {
             Span::current().record("token", t);
-            check_token(&entry.policy, t, &self.row(&scope)?, &scope)?;
+            check_token(&entry.policy, t, &self.row(&scope).await?, &scope)?;
         }
         Ok(scope)
     }
@@ -124,7 +124,7 @@ impl Gate {
         let result = async {
             let upload = self.upload(bucket, key, id)?;
             Self::same_token(&upload, token)?;
-            self.upload_current(&upload)?;
+            self.upload_current(&upload).await?;
             let entry = self.bucket(bucket)?;
             let part = entry
                 .backend
@@ -179,7 +179,7 @@ impl Gate {
         let upload = self.upload(&req.bucket, &req.key, id)?;
         Self::same_token(&upload, req.token.clone())?;
         let entry = self.bucket_for_write(&upload.bucket)?;
-        let scope = match self.upload_current(&upload) {
+        let scope = match self.upload_current(&upload).await {
             Ok(s) => s,
             Err(e) => return Err(self.drop_if_final(&upload, e).await),
         };

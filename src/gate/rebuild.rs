@@ -59,7 +59,7 @@ impl Gate {
                     None => report.untokened += 1,
                 }
                 let object_key = scope::object_row(bucket, &info.key);
-                let mut row = self.row(&object_key)?;
+                let mut row = self.row(&object_key).await?;
                 row.version = Some(info.version.clone());
                 row.etag = Some(info.etag.clone());
                 row.pending = None;
@@ -77,7 +77,7 @@ impl Gate {
         report.scopes = highest.len() as u64;
         let mut rows = Vec::new();
         for (scope, token) in highest {
-            let mut row: FenceRow = self.row(&scope)?;
+            let mut row: FenceRow = self.row(&scope).await?;
             if row.highest.is_none_or(|h| h < token) {
                 row.highest = Some(token);
                 report.raised += 1;

@@ -67,8 +67,8 @@ impl Fixture {
     ) -> Result<Written, GateError> {
         self.gate.put(req(key, token), body(bytes)).await
     }
-    fn highest(&self, key: &str) -> Option<u64> {
-        self.gate.fence_info("b", key, None).unwrap().highest
+    async fn highest(&self, key: &str) -> Option<u64> {
+        self.gate.fence_info("b", key, None).await.unwrap().highest
     }
 }
 
@@ -86,7 +86,7 @@ async fn stale_token_is_409_with_the_highest_and_changes_nothing() {
         (409, "StaleFencingToken", Some(34))
     );
     assert_eq!(f.backend.bytes("b", "k").unwrap(), &b"B"[..]);
-    assert_eq!(f.highest("k"), Some(34));
+    assert_eq!(f.highest("k").await, Some(34));
 }
 
 #[tokio::test]
@@ -128,7 +128,7 @@ async fn error_table_rows() {
     assert_eq!((e.status(), e.code()), (502, "BackendUnavailable"));
     // Contract line 7: a backend failure leaves the fence at the recorded token, and the
     // holder may retry with the same token.
-    assert_eq!(f.highest("k"), Some(5));
+    assert_eq!(f.highest("k").await, Some(5));
     f.put("k", Some(5), b"retry").await.unwrap();
     assert_eq!(f.backend.bytes("b", "k").unwrap(), &b"retry"[..]);
     // None of the refusals above left anything behind.
@@ -146,7 +146,7 @@ async fn if_none_match_star_creates_only() {
     let e = f.gate.put(again, body(b"second")).await.unwrap_err();
     assert_eq!(e.code(), "PreconditionFailed");
     // A refused precondition records nothing, not even the higher token.
-    assert_eq!(f.highest("k"), Some(1));
+    assert_eq!(f.highest("k").await, Some(1));
 }
 
 #[tokio::test]
@@ -191,7 +191,7 @@ async fn optional_and_off_modes() {
     off.put("k", Some(3), b"b").await.unwrap();
     off.put("k", None, b"c").await.unwrap();
     assert_eq!(off.backend.bytes("b", "k").unwrap(), &b"c"[..]);
-    assert_eq!(off.highest("k"), None);
+    assert_eq!(off.highest("k").await, None);
 }
 
 #[tokio::test]
@@ -200,7 +200,7 @@ async fn tombstones_keep_the_token() {
     f.put("k", Some(30), b"v").await.unwrap();
     f.gate.delete(req("k", Some(34))).await.unwrap();
     assert!(f.backend.bytes("b", "k").is_none());
-    let info = f.gate.fence_info("b", "k", None).unwrap();
+    let info = f.gate.fence_info("b", "k", None).await.unwrap();
     assert!(info.tombstone);
     assert_eq!(info.highest, Some(34));
     assert_eq!(
@@ -208,12 +208,18 @@ async fn tombstones_keep_the_token() {
         "StaleFencingToken"
     );
     f.put("k", Some(34), b"again").await.unwrap();
-    assert!(!f.gate.fence_info("b", "k", None).unwrap().tombstone);
+    assert!(!f.gate.fence_info("b", "k", None).await.unwrap().tombstone);
     // Deleting an absent object is acknowledged, and its token and tombstone are recorded.
     let d = f.gate.delete(req("never", Some(99))).await.unwrap();
     assert_eq!(d.existed, Some(false));
-    assert_eq!(f.highest("never"), Some(99));
-    assert!(f.gate.fence_info("b", "never", None).unwrap().tombstone);
+    assert_eq!(f.highest("never").await, Some(99));
+    assert!(
+        f.gate
+            .fence_info("b", "never", None)
+            .await
+            .unwrap()
+            .tombstone
+    );
     // A stale delete is refused like a stale write.
     let e = f.gate.delete(req("k", Some(1))).await.unwrap_err();
     assert_eq!(e.code(), "StaleFencingToken");
@@ -228,7 +234,11 @@ async fn writes_behind_the_gate_are_not_overwritten() {
     let e = f.put("k", Some(2), b"new").await.unwrap_err();
     assert_eq!((e.status(), e.code()), (409, "BypassDetected"));
     assert_eq!(f.backend.bytes("b", "k").unwrap(), &b"theirs"[..]);
-    assert_eq!(f.highest("k"), Some(1), "a rejected write records nothing");
+    assert_eq!(
+        f.highest("k").await,
+        Some(1),
+        "a rejected write records nothing"
+    );
     // An object created behind the gate for a key it never saw is caught too.
     f.backend.write_behind("b", "fresh", b"theirs");
     assert_eq!(
@@ -260,7 +270,11 @@ async fn prefix_bucket_and_header_scopes() {
     );
     f.put("other/b", Some(1), b"x").await.unwrap();
     assert_eq!(
-        f.gate.fence_info("b", "acme/zzz", None).unwrap().scope,
+        f.gate
+            .fence_info("b", "acme/zzz", None)
+            .await
+            .unwrap()
+            .scope,
         "prefix:b/acme"
     );
 
@@ -326,8 +340,8 @@ async fn acknowledged_tokens_survive_power_loss() {
         .unwrap();
     f.gate.delete(req("k", Some(41))).await.unwrap();
     f.store.lose_unsynced();
-    assert_eq!(f.highest("k"), Some(41));
-    assert_eq!(f.highest("j"), Some(50));
+    assert_eq!(f.highest("k").await, Some(41));
+    assert_eq!(f.highest("j").await, Some(50));
     assert_eq!(
         f.put("k", Some(40), b"z").await.unwrap_err().code(),
         "StaleFencingToken"
@@ -391,5 +405,5 @@ async fn concurrent_random_tokens_commit_in_order() {
     );
     let last = history.last().unwrap().to_string();
     assert_eq!(f.backend.bytes("b", "k").unwrap(), last.as_bytes());
-    assert_eq!(f.highest("k"), history.last().copied());
+    assert_eq!(f.highest("k").await, history.last().copied());
 }

@@ -6,10 +6,12 @@
 //! a holder paused past its TTL keeps its old token, which the gate refuses once the next
 //! holder's token is recorded. A lease bound to a scope advances that fence at acquire, so the
 //! previous holder is fenced out before the new one writes at all. Holders and expiries live in
-//! memory: a restart ends every lease, and tokens still never go back.
+//! memory: a restart ends every lease, and tokens still never go back. When the fence table is
+//! shared by several instances, they live on the lease's row instead (`shared.rs`).
 
 mod credentials;
 mod error;
+mod shared;
 
 pub use credentials::{LeaseCredential, LeaseCredentials, LeaseIdentity};
 pub use error::LeaseError;
@@ -150,7 +152,10 @@ impl Leases {
         }
         if let Some(b) = &req.bind {
             // Fails now (unknown bucket, bad key) rather than after the token is spent.
-            self.gate.fence_info(&b.bucket, &b.key, None)?;
+            self.gate.fence_info(&b.bucket, &b.key, None).await?;
+        }
+        if self.store.shared() {
+            return self.acquire_shared(req).await;
         }
         let deadline = Instant::now() + req.wait;
         loop {
@@ -270,6 +275,9 @@ impl Leases {
     ) -> Result<Grant, LeaseError> {
         validate_name(name)?;
         validate_ttl(ttl)?;
+        if self.store.shared() {
+            return self.renew_shared(name, proof, ttl).await;
+        }
         let mut held = self.held.lock();
         let h = Self::current(&mut held, name, proof)?;
         h.expires = Instant::now() + ttl;
@@ -282,6 +290,9 @@ impl Leases {
     /// Ends a lease early, so the next acquire need not wait for the TTL.
     pub async fn release(&self, name: &str, proof: &Proof<'_>) -> Result<(), LeaseError> {
         validate_name(name)?;
+        if self.store.shared() {
+            return self.release_shared(name, proof).await;
+        }
         let mut held = self.held.lock();
         Self::current(&mut held, name, proof)?;
         held.remove(name);
@@ -295,6 +306,9 @@ impl Leases {
     /// The live lease on `name`, if any.
     pub async fn show(&self, name: &str) -> Result<Grant, LeaseError> {
         validate_name(name)?;
+        if self.store.shared() {
+            return self.show_shared(name).await;
+        }
         let held = self.held.lock();
         match held.get(name) {
             Some(h) if h.expires > Instant::now() => Ok(public(&h.grant)),
@@ -305,7 +319,10 @@ impl Leases {
     }
 
     /// Every live lease, by name (the admin surface), with the principal that holds it.
-    pub fn list(&self) -> Vec<(Grant, String)> {
+    pub async fn list(&self) -> Result<Vec<(Grant, String)>, LeaseError> {
+        if self.store.shared() {
+            return self.list_shared().await;
+        }
         let now = Instant::now();
         let held = self.held.lock();
         let mut all: Vec<_> = held
@@ -314,7 +331,7 @@ impl Leases {
             .map(|h| (public(&h.grant), h.owner.clone()))
             .collect();
         all.sort_by(|a, b| a.0.name.cmp(&b.0.name));
-        all
+        Ok(all)
     }
 
     /// Ends the lease `name` whoever holds it (an admin's decision, named in the audit log),
@@ -322,16 +339,19 @@ impl Leases {
     /// still in their grace period (review round 7). The holder's token is not fenced out by
     /// this: the next grant does that, as after an expiry. `NotHeld` when there was neither a
     /// live lease nor a working credential.
-    pub fn revoke(&self, name: &str, by: &str) -> Result<Revoked, LeaseError> {
+    pub async fn revoke(&self, name: &str, by: &str) -> Result<Revoked, LeaseError> {
         validate_name(name)?;
-        let mut held = self.held.lock();
-        let now = Instant::now();
-        let lease = held
-            .remove(name)
-            .filter(|h| h.expires > now)
-            .map(|h| public(&h.grant));
+        let lease = if self.store.shared() {
+            self.revoke_shared(name).await?
+        } else {
+            let now = Instant::now();
+            self.held
+                .lock()
+                .remove(name)
+                .filter(|h| h.expires > now)
+                .map(|h| public(&h.grant))
+        };
         let credentials = self.credentials.revoke(name);
-        drop(held);
         if lease.is_none() && credentials == 0 {
             return Err(LeaseError::NotHeld {
                 name: name.to_string(),
@@ -397,28 +417,48 @@ fn row_key(name: &str) -> String {
 
 /// The next token for `name`: one above the last granted (checked: a name at u64::MAX cannot
 /// grow), and for a bound lease strictly above everything its scope recorded, decided under
-/// the scope's lock, where the name's row is saved in the same atomic, synced put.
+/// the scope's lock, where the name's row is saved in the same atomic, synced put. On a shared
+/// fence table every instance mints from the same row: a put that meets another instance's
+/// grant is taken again from the read, so the sequence stays strictly increasing.
 async fn mint(
     gate: Arc<Gate>,
     store: Arc<dyn FenceStore>,
     name: String,
     bind: Option<Binding>,
 ) -> Result<(u64, Option<String>), GateError> {
-    let key = row_key(&name);
-    let last = store.get(&key)?.and_then(|r| r.highest).unwrap_or(0);
-    let floor = last
+    let mut attempt = 0;
+    loop {
+        let result = mint_once(&gate, store.as_ref(), &name, bind.as_ref()).await;
+        match result {
+            Err(e) if crate::gate::again(&e, &mut attempt).await => continue,
+            other => return other,
+        }
+    }
+}
+
+async fn mint_once(
+    gate: &Arc<Gate>,
+    store: &dyn FenceStore,
+    name: &str,
+    bind: Option<&Binding>,
+) -> Result<(u64, Option<String>), GateError> {
+    let key = row_key(name);
+    let row = store.get(&key).await?.unwrap_or_default();
+    let floor = row
+        .highest
+        .unwrap_or(0)
         .checked_add(1)
         .ok_or_else(|| GateError::TokenSpaceExhausted { scope: key.clone() })?;
-    if let Some(b) = &bind {
+    if let Some(b) = bind {
         // The name's row goes in the scope's own synced put, under the scope's lock.
         let (token, scope) = gate
-            .advance_past(&b.bucket, &b.key, floor, Some(key))
+            .advance_past(&b.bucket, &b.key, floor, Some((key, row)))
             .await?;
         return Ok((token.0, Some(scope)));
     }
     let row = FenceRow {
         highest: Some(floor),
-        ..FenceRow::default()
+        ..row
     };
     store.put(vec![(key, row)], Durability::Synced).await?;
     Ok((floor, None))

@@ -372,8 +372,8 @@ struct SlowStore {
 
 #[async_trait::async_trait]
 impl FenceStore for SlowStore {
-    fn get(&self, key: &str) -> Result<Option<FenceRow>, crate::fence::StoreError> {
-        self.inner.get(key)
+    async fn get(&self, key: &str) -> Result<Option<FenceRow>, crate::fence::StoreError> {
+        self.inner.get(key).await
     }
     fn scan_prefix(
         &self,
@@ -386,7 +386,7 @@ impl FenceStore for SlowStore {
         &self,
         rows: Vec<(String, FenceRow)>,
         d: Durability,
-    ) -> Result<(), crate::fence::StoreError> {
+    ) -> Result<i64, crate::fence::StoreError> {
         tokio::time::sleep(self.delay).await;
         self.inner.put(rows, d).await
     }

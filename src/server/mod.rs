@@ -13,6 +13,7 @@ use crate::auth::KeyTable;
 use crate::backend::s3::S3Backend;
 use crate::catalog::{Backends, Catalog};
 use crate::config::{BucketPolicy, Config, S3BackendConfig};
+use crate::fence::etcd::{EtcdFenceStore, EtcdSettings};
 use crate::fence::rocks::RocksFenceStore;
 use crate::fence::{Durability, FenceRow, FenceStore, StoreError};
 use crate::gate::{BucketEntry, Gate, Upload, UploadRegistry};
@@ -63,7 +64,7 @@ pub enum StartError {
 }
 
 /// Opens the fence table and the backends (probing each s3 store) and builds the gate.
-pub async fn build_gate(config: &Config) -> Result<(Gate, Arc<RocksFenceStore>), StartError> {
+pub async fn build_gate(config: &Config) -> Result<(Gate, Arc<dyn FenceStore>), StartError> {
     let (gate, store, _) = build(config, Backends::default()).await?;
     Ok((gate, store))
 }
@@ -72,7 +73,7 @@ pub async fn build_gate(config: &Config) -> Result<(Gate, Arc<RocksFenceStore>),
 async fn build(
     config: &Config,
     mut backends: Backends,
-) -> Result<(Gate, Arc<RocksFenceStore>, Backends), StartError> {
+) -> Result<(Gate, Arc<dyn FenceStore>, Backends), StartError> {
     let started = Instant::now();
     let path = config.fence_store_path();
     std::fs::create_dir_all(&config.server.data_dir).map_err(|error| StartError::Backend {
@@ -85,8 +86,11 @@ async fn build(
     let created =
         crate::catalog::created_buckets(config).map_err(|e| StartError::Gateway(e.to_string()))?;
     config.check_namespaces(&created)?;
-    let store = Arc::new(RocksFenceStore::open(&path)?);
-    tracing::info!(path = %path.display(), rows = store.estimated_rows(), took_ms = started.elapsed().as_millis() as u64, "fence table open");
+    let store = open_store(config, &path).await?;
+    tracing::info!(
+        took_ms = started.elapsed().as_millis() as u64,
+        "fence table open"
+    );
     for (bucket, policy) in &config.buckets {
         record_scope(store.as_ref(), config, bucket, policy).await?;
     }
@@ -102,6 +106,34 @@ async fn build(
     Ok((Gate::new(store.clone(), buckets), store, backends))
 }
 
+/// The fence table: RocksDB at `path`, or the etcd cluster `[fence_store]` names.
+async fn open_store(
+    config: &Config,
+    path: &std::path::Path,
+) -> Result<Arc<dyn FenceStore>, StartError> {
+    let Some(etcd) = &config.etcd else {
+        let store = RocksFenceStore::open(path)?;
+        tracing::info!(path = %path.display(), rows = store.estimated_rows(), "fence table on rocksdb");
+        return Ok(Arc::new(store));
+    };
+    let settings = EtcdSettings {
+        endpoints: etcd.endpoints.clone(),
+        prefix: etcd.prefix.clone(),
+        user: etcd.user.clone(),
+        ca_file: etcd.ca_file.clone(),
+        identity: etcd.identity.clone(),
+        timeout: Duration::from_millis(etcd.timeout_ms),
+    };
+    let store = EtcdFenceStore::connect(&settings).await.map_err(|e| {
+        StartError::Gateway(format!(
+            "cannot reach the fence table on etcd ({}): {e}; check [fence_store] endpoints and that a majority of the members is up (etcdctl --endpoints ... endpoint health)",
+            etcd.endpoints.join(", ")
+        ))
+    })?;
+    tracing::info!(endpoints = %etcd.endpoints.join(","), prefix = %etcd.prefix, "fence table on etcd, shared with every instance that names it");
+    Ok(Arc::new(store))
+}
+
 /// Checks a bucket's scope against the one recorded in the fence table (`policy:<bucket>`),
 /// recording it the first time, or when `--accept-scope-change` names the bucket. Scope rows
 /// are keyed by the scope kind, so under another kind the recorded tokens and tombstones would
@@ -114,27 +146,36 @@ pub async fn record_scope(
 ) -> Result<(), StartError> {
     let key = format!("policy:{bucket}");
     let configured = Config::scope_kind(policy);
-    let row = store.get(&key)?.unwrap_or_default();
-    match &row.scope_kind {
-        Some(recorded) if *recorded == configured => return Ok(()),
-        Some(recorded) if !config.accept_scope_change.contains(bucket) => {
-            return Err(StartError::ScopeChanged {
-                bucket: bucket.to_string(),
-                recorded: recorded.clone(),
-                configured,
-            })
+    // Instances sharing a table may start together: one records, the others read it again.
+    let mut attempts = 0;
+    loop {
+        let row = store.get(&key).await?.unwrap_or_default();
+        match &row.scope_kind {
+            Some(recorded) if *recorded == configured => return Ok(()),
+            Some(recorded) if !config.accept_scope_change.contains(bucket) => {
+                return Err(StartError::ScopeChanged {
+                    bucket: bucket.to_string(),
+                    recorded: recorded.clone(),
+                    configured,
+                })
+            }
+            Some(recorded) => {
+                tracing::warn!(bucket, %recorded, %configured, "the bucket's scope changes as --accept-scope-change allows: tokens recorded under the old scope no longer apply");
+            }
+            None => {}
         }
-        Some(recorded) => {
-            tracing::warn!(bucket, %recorded, %configured, "the bucket's scope changes as --accept-scope-change allows: tokens recorded under the old scope no longer apply");
+        let row = FenceRow {
+            scope_kind: Some(configured.clone()),
+            ..row
+        };
+        match store
+            .put(vec![(key.clone(), row)], Durability::Synced)
+            .await
+        {
+            Err(StoreError::Conflict(_)) if attempts < 5 => attempts += 1,
+            other => return Ok(other.map(|_| ())?),
         }
-        None => {}
     }
-    let row = FenceRow {
-        scope_kind: Some(configured),
-        ..row
-    };
-    store.put(vec![(key, row)], Durability::Synced).await?;
-    Ok(())
 }
 
 /// Checks the store bucket exists and runs the conditional-write probe on it.

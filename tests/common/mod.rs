@@ -2,6 +2,8 @@
 //! directory, and talks to it over HTTP.
 #![allow(dead_code)]
 
+pub mod cluster;
+pub mod etcd;
 pub mod moto;
 pub mod s3proxy;
 pub mod sign;

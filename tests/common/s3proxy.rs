@@ -20,11 +20,19 @@ pub enum Mode {
     StallConditionalWrites = 3,
     /// Hold conditional writes forever without forwarding them.
     SwallowConditionalWrites = 4,
+    /// Hold conditional writes (not forwarded yet) until [`S3Proxy::release`]: a commit
+    /// paused between its intent and the store, as a paused instance's would be.
+    HoldConditionalWrites = 5,
+    /// As `HoldConditionalWrites`, then forwarded without their conditions (a negative
+    /// control: a store that ignores them).
+    HoldAndDropConditions = 6,
 }
 
 pub struct S3Proxy {
     pub port: u16,
     mode: Arc<AtomicU8>,
+    held: Arc<std::sync::atomic::AtomicUsize>,
+    release: tokio::sync::watch::Sender<bool>,
 }
 
 impl S3Proxy {
@@ -32,10 +40,34 @@ impl S3Proxy {
         let mode = Arc::new(AtomicU8::new(Mode::Pass as u8));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let state = (upstream, mode.clone(), reqwest::Client::new());
+        let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (release, released) = tokio::sync::watch::channel(false);
+        let state = ProxyState {
+            upstream,
+            mode: mode.clone(),
+            client: reqwest::Client::new(),
+            held: held.clone(),
+            released,
+        };
         let app = axum::Router::new().fallback(forward).with_state(state);
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        S3Proxy { port, mode }
+        S3Proxy {
+            port,
+            mode,
+            held,
+            release,
+        }
+    }
+
+    /// How many conditional writes [`Mode::HoldConditionalWrites`] holds now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// Forwards every held write (and stops holding).
+    pub fn release(&self) {
+        self.set(Mode::Pass);
+        let _ = self.release.send(true);
     }
 
     pub fn endpoint(&self) -> String {
@@ -47,12 +79,33 @@ impl S3Proxy {
     }
 }
 
-type ProxyState = (String, Arc<AtomicU8>, reqwest::Client);
+#[derive(Clone)]
+struct ProxyState {
+    upstream: String,
+    mode: Arc<AtomicU8>,
+    client: reqwest::Client,
+    held: Arc<std::sync::atomic::AtomicUsize>,
+    released: tokio::sync::watch::Receiver<bool>,
+}
 
-async fn forward(State((upstream, mode, client)): State<ProxyState>, req: Request) -> Response {
+async fn forward(State(state): State<ProxyState>, req: Request) -> Response {
+    let ProxyState {
+        upstream,
+        mode,
+        client,
+        held,
+        mut released,
+    } = state;
     let mode = mode.load(Ordering::SeqCst);
     let conditional =
         req.headers().contains_key("if-match") || req.headers().contains_key("if-none-match");
+    let hold =
+        mode == Mode::HoldConditionalWrites as u8 || mode == Mode::HoldAndDropConditions as u8;
+    if hold && conditional && req.method() != "GET" && req.method() != "HEAD" {
+        held.fetch_add(1, Ordering::SeqCst);
+        let _ = released.wait_for(|r| *r).await;
+        held.fetch_sub(1, Ordering::SeqCst);
+    }
     if mode == Mode::ThrottleWrites as u8 && req.method() == "PUT" {
         return Response::builder()
             .status(503)
@@ -69,7 +122,7 @@ async fn forward(State((upstream, mode, client)): State<ProxyState>, req: Reques
     let mut out = client.request(req.method().clone(), url);
     for (name, value) in req.headers() {
         let drop = name == "host"
-            || (mode == Mode::DropConditions as u8
+            || ((mode == Mode::DropConditions as u8 || mode == Mode::HoldAndDropConditions as u8)
                 && (name == "if-match" || name == "if-none-match"));
         if !drop {
             out = out.header(name, value);

@@ -1,0 +1,200 @@
+//! `[fence_store]`: which table holds the fences, checked. RocksDB (the default) serves one
+//! instance; etcd lets several instances share one table, which only holds when the store
+//! itself orders their commits, so every bucket must then live on an s3 backend with
+//! conditional writes (docs/design.md, "The cluster commit protocol").
+
+use super::model::{BackendConfig, BucketPolicy, FenceStoreConfig, FenceStoreKind};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// A checked etcd connection (`kind = "etcd"`).
+#[derive(Clone)]
+pub struct EtcdConfig {
+    pub endpoints: Vec<String>,
+    pub prefix: String,
+    /// User and password; the password is never printed.
+    pub user: Option<(String, String)>,
+    pub ca_file: Option<PathBuf>,
+    pub identity: Option<(PathBuf, PathBuf)>,
+    pub timeout_ms: u64,
+}
+
+impl std::fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdConfig")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.prefix)
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .field("ca_file", &self.ca_file)
+            .field("identity", &self.identity)
+            .field("timeout_ms", &self.timeout_ms)
+            .finish()
+    }
+}
+
+/// A problem and its fix.
+type Problem = (String, String);
+
+/// Checks `[fence_store]` against the backends and buckets it must serve.
+pub fn check(
+    raw: &FenceStoreConfig,
+    backends: &BTreeMap<String, BackendConfig>,
+    buckets: &BTreeMap<String, BucketPolicy>,
+    bucket_defaults: Option<&BucketPolicy>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<EtcdConfig>, Problem> {
+    let etcd_only = [
+        ("endpoints", !raw.endpoints.is_empty()),
+        ("username", raw.username.is_some()),
+        ("password_file", raw.password_file.is_some()),
+        ("password_env", raw.password_env.is_some()),
+        ("ca_file", raw.ca_file.is_some()),
+        ("cert_file", raw.cert_file.is_some()),
+        ("key_file", raw.key_file.is_some()),
+    ];
+    if raw.kind == FenceStoreKind::Rocksdb {
+        if let Some((name, _)) = etcd_only.iter().find(|(_, set)| *set) {
+            return Err((
+                format!("[fence_store] sets {name}, an etcd setting, but kind is \"rocksdb\""),
+                "set kind = \"etcd\" to share the table between instances, or remove the etcd settings".into(),
+            ));
+        }
+        return Ok(None);
+    }
+    if raw.path.is_some() {
+        return Err((
+            "[fence_store] sets path, a rocksdb setting, but kind is \"etcd\"".into(),
+            "remove path: the table lives in etcd, under prefix".into(),
+        ));
+    }
+    if raw.endpoints.is_empty() {
+        return Err((
+            "[fence_store] kind = \"etcd\" names no endpoints".into(),
+            "list the members' client URLs: endpoints = [\"http://10.0.0.1:2379\", \"http://10.0.0.2:2379\", \"http://10.0.0.3:2379\"]".into(),
+        ));
+    }
+    if let Some(bad) = raw
+        .endpoints
+        .iter()
+        .find(|e| !(e.starts_with("http://") || e.starts_with("https://")) || e.len() > 512)
+    {
+        return Err((
+            format!("[fence_store] endpoint {bad:?} is not an http:// or https:// URL"),
+            "write each endpoint as a URL, e.g. \"http://127.0.0.1:2379\"".into(),
+        ));
+    }
+    if raw.prefix.is_empty() || raw.prefix.len() > 128 || raw.prefix.chars().any(char::is_control) {
+        return Err((
+            format!(
+                "[fence_store] prefix {:?} is empty, too long or has control characters",
+                raw.prefix
+            ),
+            "use a short printable prefix ending in `/`, e.g. \"fencegate/\" (the default)".into(),
+        ));
+    }
+    if !(100..=60_000).contains(&raw.timeout_ms) {
+        return Err((
+            format!(
+                "[fence_store] timeout_ms = {} is outside 100..=60000",
+                raw.timeout_ms
+            ),
+            "use a few seconds (the default is 3000)".into(),
+        ));
+    }
+    let password = match (&raw.password_file, &raw.password_env) {
+        (Some(_), Some(_)) => {
+            return Err((
+                "[fence_store] sets both password_file and password_env".into(),
+                "keep one".into(),
+            ))
+        }
+        (Some(path), None) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| {
+                    (
+                        format!(
+                            "[fence_store] cannot read password_file {}: {e}",
+                            path.display()
+                        ),
+                        "name a file fencegate may read, holding the etcd user's password".into(),
+                    )
+                })?
+                .trim_end_matches(['\r', '\n'])
+                .to_string(),
+        ),
+        (None, Some(var)) => Some(env(var).ok_or_else(|| {
+            (
+                format!("[fence_store] names password_env {var:?}, which is not set"),
+                format!("export {var} with the etcd user's password, or use password_file"),
+            )
+        })?),
+        (None, None) => None,
+    };
+    let user = match (&raw.username, password) {
+        (Some(u), Some(p)) => Some((u.clone(), p)),
+        (None, None) => None,
+        _ => return Err((
+            "[fence_store] sets a username without a password, or a password without a username"
+                .into(),
+            "set username and one of password_file / password_env together".into(),
+        )),
+    };
+    let identity = match (&raw.cert_file, &raw.key_file) {
+        (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+        (None, None) => None,
+        _ => {
+            return Err((
+                "[fence_store] sets only one of cert_file and key_file".into(),
+                "set both (fencegate's client certificate and its key), or neither".into(),
+            ))
+        }
+    };
+    for (what, path) in [
+        ("ca_file", raw.ca_file.as_ref()),
+        ("cert_file", raw.cert_file.as_ref()),
+        ("key_file", raw.key_file.as_ref()),
+    ] {
+        if let Some(path) = path {
+            if let Err(e) = std::fs::metadata(path) {
+                return Err((
+                    format!(
+                        "[fence_store] {what} {} cannot be read: {e}",
+                        path.display()
+                    ),
+                    "name PEM files that exist and that fencegate may read".into(),
+                ));
+            }
+        }
+    }
+    let served = buckets
+        .iter()
+        .map(|(name, p)| (format!("bucket {name:?}"), p))
+        .chain(bucket_defaults.map(|p| ("[bucket_defaults]".to_string(), p)));
+    for (what, policy) in served {
+        match backends.get(&policy.backend) {
+            Some(BackendConfig::S3(s3))
+                if s3.unsafe_no_conditional_writes || s3.unsafe_unconditional_deletes =>
+            {
+                return Err((
+                    format!("{what} uses backend {:?}, which sets unsafe_no_conditional_writes or unsafe_unconditional_deletes, and the fence table is shared (kind = \"etcd\")", policy.backend),
+                    "several instances are ordered only by the store's conditional writes: use a store that honours If-Match and If-None-Match, or run one instance on rocksdb".into(),
+                ));
+            }
+            Some(BackendConfig::S3(_)) | None => {}
+            Some(BackendConfig::Fs { .. }) => {
+                return Err((
+                    format!("{what} uses backend {:?}, a local directory, and the fence table is shared (kind = \"etcd\")", policy.backend),
+                    "several instances cannot order their commits on a local directory: put the bucket on an s3 backend, or run one instance on rocksdb".into(),
+                ));
+            }
+        }
+    }
+    Ok(Some(EtcdConfig {
+        endpoints: raw.endpoints.clone(),
+        prefix: raw.prefix.clone(),
+        user,
+        ca_file: raw.ca_file.clone(),
+        identity,
+        timeout_ms: raw.timeout_ms,
+    }))
+}

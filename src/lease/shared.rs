@@ -1,0 +1,289 @@
+//! Leases when the fence table is shared (`[fence_store] kind = "etcd"`): the holder lives on
+//! the lease name's row (`lease:<name>`, [`HeldLease`]) beside the last token granted, so any
+//! instance grants, renews, releases, shows and revokes any lease, and every grant is one
+//! compare-and-swap on that row (with the bound scope's row, for a bound lease). A grant that
+//! meets another instance's is taken again from a fresh read (`gate::again`), so one holder at
+//! a time gets the lease and the tokens stay one strictly increasing sequence.
+//!
+//! Expiry is judged on the wall clock, since instances share no monotonic one: it decides only
+//! liveness (when the next holder may acquire), never the fence, which is the token's.
+
+use super::{random_secret, row_key, AcquireRequest, Binding, Grant, LeaseError, Leases, Proof};
+use crate::fence::{Durability, FenceRow, HeldLease};
+use crate::gate::{again, run_to_end, GateError};
+use crate::wall_clock::now_ms;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How often a blocked acquire looks again: no instance can wake another's waiters.
+const POLL: Duration = Duration::from_millis(100);
+
+fn digest(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+/// The live holder on `row`, if any.
+fn live(row: &FenceRow, now: u64) -> Option<&HeldLease> {
+    row.held.as_ref().filter(|h| h.expires_at_ms > now)
+}
+
+fn grant_of(name: &str, row: &FenceRow, h: &HeldLease) -> Grant {
+    Grant {
+        name: name.to_string(),
+        holder: h.holder.clone(),
+        token: row.highest.unwrap_or(0),
+        ttl_ms: h.ttl_ms,
+        expires_at_ms: h.expires_at_ms,
+        bound: h.bound.as_ref().map(|(bucket, key)| Binding {
+            bucket: bucket.clone(),
+            key: key.clone(),
+        }),
+        scope: h.scope.clone(),
+        s3_credentials: None,
+        lease_secret: None,
+    }
+}
+
+impl Leases {
+    async fn lease_row(&self, name: &str) -> Result<FenceRow, LeaseError> {
+        Ok(self
+            .store
+            .get(&row_key(name))
+            .await
+            .map_err(GateError::from)?
+            .unwrap_or_default())
+    }
+
+    pub(super) async fn acquire_shared(&self, req: AcquireRequest) -> Result<Grant, LeaseError> {
+        if req.s3_credentials {
+            return Err(LeaseError::Invalid(
+                "S3 credentials with a lease are not issued when the fence table is shared ([fence_store] kind = \"etcd\"): other instances could not check them. Sign with a key and send the lease's token in Fencing-Token (or x-amz-meta-fencing-token)".into(),
+            ));
+        }
+        let deadline = Instant::now() + req.wait;
+        let scope = match &req.bind {
+            Some(b) => Some(self.gate.scope_of(&b.bucket, &b.key, None)?),
+            None => None,
+        };
+        let mut attempt = 0;
+        loop {
+            let row = self.lease_row(&req.name).await?;
+            let now = now_ms();
+            if let Some(h) =
+                live(&row, now).filter(|h| h.holder != req.holder || h.owner != req.owner)
+            {
+                let remaining = Duration::from_millis(h.expires_at_ms - now);
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(LeaseError::Held {
+                        holder: h.holder.clone(),
+                        retry_after: remaining,
+                    });
+                }
+                tokio::time::sleep(remaining.min(left).min(POLL)).await;
+                continue;
+            }
+            let secret = random_secret();
+            let held = HeldLease {
+                holder: req.holder.clone(),
+                owner: req.owner.clone(),
+                secret_sha256: digest(&secret),
+                expires_at_ms: now + req.ttl.as_millis() as u64,
+                ttl_ms: req.ttl.as_millis() as u64,
+                bound: req.bind.as_ref().map(|b| (b.bucket.clone(), b.key.clone())),
+                scope: scope.clone(),
+            };
+            let minted = run_to_end(mint_held(
+                Arc::clone(&self.gate),
+                Arc::clone(&self.store),
+                req.name.clone(),
+                row,
+                held.clone(),
+            ))
+            .await;
+            match minted {
+                Err(e) if again(&e, &mut attempt).await => continue,
+                Err(e) => return Err(e.into()),
+                Ok(token) => {
+                    let row = FenceRow {
+                        highest: Some(token),
+                        ..FenceRow::default()
+                    };
+                    let mut grant = grant_of(&req.name, &row, &held);
+                    grant.lease_secret = Some(secret);
+                    tracing::info!(target: "fencegate::audit", lease = %req.name, holder = %req.holder, principal = %req.owner, token, "lease granted");
+                    metrics::counter!("fencegate_leases_granted_total").increment(1);
+                    return Ok(grant);
+                }
+            }
+        }
+    }
+
+    /// Reads the lease's row, checks `proof` against its live holder, and writes back what
+    /// `change` makes of it, in one compare-and-swap, taken again if another instance wrote
+    /// the row in between. Returns the row as written.
+    async fn change_held(
+        &self,
+        name: &str,
+        proof: &Proof<'_>,
+        change: impl Fn(&mut FenceRow),
+    ) -> Result<FenceRow, LeaseError> {
+        let mut attempt = 0;
+        loop {
+            let mut row = self.lease_row(name).await?;
+            let now = now_ms();
+            let Some(h) = live(&row, now) else {
+                return Err(LeaseError::NotHeld {
+                    name: name.to_string(),
+                });
+            };
+            let proven = h.holder == proof.holder
+                && row.highest == Some(proof.token)
+                && bool::from(subtle::ConstantTimeEq::ct_eq(
+                    h.secret_sha256.as_bytes(),
+                    digest(proof.secret).as_bytes(),
+                ));
+            if !proven {
+                return Err(LeaseError::NotHolder {
+                    name: name.to_string(),
+                });
+            }
+            change(&mut row);
+            let put = self
+                .store
+                .put(vec![(row_key(name), row.clone())], Durability::Synced)
+                .await
+                .map_err(GateError::from);
+            match put {
+                Err(e) if again(&e, &mut attempt).await => continue,
+                Err(e) => return Err(e.into()),
+                Ok(_) => return Ok(row),
+            }
+        }
+    }
+
+    pub(super) async fn renew_shared(
+        &self,
+        name: &str,
+        proof: &Proof<'_>,
+        ttl: Duration,
+    ) -> Result<Grant, LeaseError> {
+        let ttl_ms = ttl.as_millis() as u64;
+        let row = self
+            .change_held(name, proof, |row| {
+                if let Some(h) = row.held.as_mut() {
+                    h.ttl_ms = ttl_ms;
+                    h.expires_at_ms = now_ms() + ttl_ms;
+                }
+            })
+            .await?;
+        let held = row.held.as_ref().expect("a renewed lease is held");
+        Ok(grant_of(name, &row, held))
+    }
+
+    pub(super) async fn release_shared(
+        &self,
+        name: &str,
+        proof: &Proof<'_>,
+    ) -> Result<(), LeaseError> {
+        self.change_held(name, proof, |row| row.held = None).await?;
+        tracing::info!(target: "fencegate::audit", lease = name, holder = proof.holder, token = proof.token, "lease released");
+        Ok(())
+    }
+
+    pub(super) async fn show_shared(&self, name: &str) -> Result<Grant, LeaseError> {
+        let row = self.lease_row(name).await?;
+        match live(&row, now_ms()) {
+            Some(h) => Ok(grant_of(name, &row, h)),
+            None => Err(LeaseError::NotHeld {
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    /// Every live lease of every instance, with its principal.
+    pub(super) async fn list_shared(&self) -> Result<Vec<(Grant, String)>, LeaseError> {
+        let store = Arc::clone(&self.store);
+        let rows = tokio::task::spawn_blocking(move || {
+            let mut rows = Vec::new();
+            store
+                .scan_prefix("lease:", &mut |key, row| {
+                    rows.push((key.to_string(), row.clone()));
+                    true
+                })
+                .map(|()| rows)
+        })
+        .await
+        .map_err(|e| GateError::Internal(e.to_string()))?
+        .map_err(GateError::from)?;
+        let now = now_ms();
+        Ok(rows
+            .iter()
+            .filter_map(|(key, row)| {
+                let name = key.strip_prefix("lease:")?;
+                live(row, now).map(|h| (grant_of(name, row, h), h.owner.clone()))
+            })
+            .collect())
+    }
+
+    /// Ends the live lease on `name` whoever holds it (an admin). Returns it, if there was one.
+    pub(super) async fn revoke_shared(&self, name: &str) -> Result<Option<Grant>, LeaseError> {
+        let mut attempt = 0;
+        loop {
+            let mut row = self.lease_row(name).await?;
+            let Some(h) = live(&row, now_ms()).cloned() else {
+                return Ok(None);
+            };
+            let grant = grant_of(name, &row, &h);
+            row.held = None;
+            let put = self
+                .store
+                .put(vec![(row_key(name), row)], Durability::Synced)
+                .await
+                .map_err(GateError::from);
+            match put {
+                Err(e) if again(&e, &mut attempt).await => continue,
+                Err(e) => return Err(e.into()),
+                Ok(_) => return Ok(Some(grant)),
+            }
+        }
+    }
+}
+
+/// The next token for the lease, with `held` recorded on its row in the same put: for a bound
+/// lease, strictly above everything its scope recorded, in the scope's own put (see
+/// [`super::mint`]). `row` is the lease row as read; a `Conflict` means another instance wrote
+/// it (or the scope's row) since.
+async fn mint_held(
+    gate: Arc<crate::gate::Gate>,
+    store: Arc<dyn crate::fence::FenceStore>,
+    name: String,
+    row: FenceRow,
+    held: HeldLease,
+) -> Result<u64, GateError> {
+    let key = row_key(&name);
+    let floor = row
+        .highest
+        .unwrap_or(0)
+        .checked_add(1)
+        .ok_or_else(|| GateError::TokenSpaceExhausted { scope: key.clone() })?;
+    let bound = held.bound.clone();
+    let row = FenceRow {
+        held: Some(held),
+        ..row
+    };
+    if let Some((bucket, object)) = bound {
+        let (token, _) = gate
+            .advance_past(&bucket, &object, floor, Some((key, row)))
+            .await?;
+        return Ok(token.0);
+    }
+    let row = FenceRow {
+        highest: Some(floor),
+        ..row
+    };
+    store.put(vec![(key, row)], Durability::Synced).await?;
+    Ok(floor)
+}

@@ -1,0 +1,418 @@
+//! Several fencegate instances over one store, the fence table shared on a real 3-member etcd
+//! cluster (Debian's etcd-server 3.4), the store a real ministack (which honours every
+//! condition fencegate needs), all started by `scripts/cluster` on loopback ports. Each test
+//! stands for a line of docs/design.md, "The cluster commit protocol".
+
+mod common;
+use common::cluster::Cluster;
+use common::s3proxy::{Mode, S3Proxy};
+use common::{client, get_bytes, put, Server};
+use std::time::{Duration, Instant};
+
+/// One cluster at a time: each is 3 etcd members, a store and the instances, on 2 cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn token_of(c: &reqwest::Client, url: &str) -> Option<u64> {
+    let resp = c.get(url).send().await.unwrap();
+    resp.headers()
+        .get("fencing-token")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+async fn delete(c: &reqwest::Client, url: &str, token: &str) -> u16 {
+    c.delete(url)
+        .header("Fencing-Token", token)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+async fn acquire(c: &reqwest::Client, url: &str, holder: &str) -> serde_json::Value {
+    let resp = c
+        .post(url)
+        .json(&serde_json::json!({"holder": holder, "ttl_ms": 10000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.json().await.unwrap()
+}
+
+/// Contract lines 1 and 2 across instances: a token recorded through one instance fences
+/// every other; an acknowledged delete of an absent key, too; lease tokens come from one
+/// strictly increasing sequence whichever instance grants them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_share_one_fence() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::up(2, "ministack");
+    let c = client();
+    let (s, _) = put(&c, &cluster.object(1, "shared"), Some("5"), b"five").await;
+    assert_eq!(s, 200, "{}", cluster.logs());
+    let (s, body) = put(&c, &cluster.object(2, "shared"), Some("4"), b"four").await;
+    assert_eq!(
+        s, 409,
+        "instance 2 refuses a token below the one instance 1 recorded: {body}"
+    );
+    assert_eq!(body["error"], "StaleFencingToken");
+    let (s, _) = put(&c, &cluster.object(2, "shared"), Some("6"), b"six").await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        get_bytes(&c, &cluster.object(1, "shared")).await,
+        (200, b"six".to_vec())
+    );
+    assert_eq!(token_of(&c, &cluster.object(1, "shared")).await, Some(6));
+    let (s, _) = put(&c, &cluster.object(1, "shared"), Some("5"), b"late").await;
+    assert_eq!(s, 409);
+
+    // A delete of an absent key through instance 1 fences instance 2's zombie.
+    assert_eq!(delete(&c, &cluster.object(1, "gone"), "7").await, 200);
+    let (s, _) = put(&c, &cluster.object(2, "gone"), Some("6"), b"zombie").await;
+    assert_eq!(s, 409, "the tombstone's token holds on every instance");
+    let fence: serde_json::Value = c
+        .get(cluster.url(2, "/v1/fences/default/gone"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(fence["highest"], 7);
+    assert_eq!(fence["tombstone"], true);
+
+    // Leases: one holder and one token sequence for a name, whichever instance is asked. A
+    // lease held through instance 1 is refused through instance 2, renewed and released there.
+    let mut last = 0;
+    for n in [1, 2, 1, 2] {
+        let g = acquire(&c, &cluster.url(n, "/v1/leases/nightly"), &format!("w{n}")).await;
+        let t = g["token"].as_u64().unwrap();
+        assert!(
+            t > last,
+            "lease token {t} from instance {n} is not above {last}"
+        );
+        last = t;
+        let other = 3 - n;
+        let r = c
+            .post(cluster.url(other, "/v1/leases/nightly"))
+            .json(&serde_json::json!({"holder": "intruder", "ttl_ms": 10000}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            409,
+            "instance {other} grants a lease instance {n} granted"
+        );
+        let shown: serde_json::Value = c
+            .get(cluster.url(other, "/v1/leases/nightly"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            (shown["holder"].clone(), shown["token"].as_u64()),
+            (g["holder"].clone(), Some(t))
+        );
+        let proof =
+            serde_json::json!({"holder": g["holder"], "token": t, "secret": g["lease_secret"]});
+        let mut renew = proof.clone();
+        renew["ttl_ms"] = 20000.into();
+        let r = c
+            .put(cluster.url(other, "/v1/leases/nightly"))
+            .json(&renew)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "renewed through the other instance");
+        let mut forged = proof.clone();
+        forged["secret"] = "0".repeat(48).into();
+        let r = c
+            .delete(cluster.url(other, "/v1/leases/nightly"))
+            .json(&forged)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 409, "a wrong secret releases nothing");
+        let r = c
+            .delete(cluster.url(other, "/v1/leases/nightly"))
+            .json(&proof)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 204, "released through the other instance");
+    }
+    // A bound grant advances the shared fence: instance 1's grant fences instance 2's writer.
+    let r = c
+        .post(cluster.url(1, "/v1/leases/bound"))
+        .json(&serde_json::json!({"holder": "a", "ttl_ms": 10000, "bucket": "default", "key": "shared"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let g: serde_json::Value = r.json().await.unwrap();
+    assert!(g["token"].as_u64().unwrap() > 6, "{g}");
+    let (s, _) = put(&c, &cluster.object(2, "shared"), Some("6"), b"old holder").await;
+    assert_eq!(
+        s, 409,
+        "the bound grant through instance 1 fenced token 6 everywhere"
+    );
+}
+
+/// Contract line 1 under contention: writers with tokens 1..=40 race on one key through both
+/// instances. Whatever interleaving the instances and etcd chose, the object ends at a token
+/// no lower than the highest acknowledged one, and no write is acknowledged after a higher
+/// token's write was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_writers_through_both_instances_keep_the_order() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::up(2, "ministack");
+    let c = client();
+    let cluster = std::sync::Arc::new(cluster);
+    let mut tasks = Vec::new();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    for t in 1..=40u64 {
+        let (c, cluster, order) = (c.clone(), cluster.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(rand_delay(t))).await;
+            let n = 1 + (t as usize % 2);
+            let url = cluster.object(n, "contended");
+            let body: &'static [u8] =
+                Box::leak(format!("token {t}").into_bytes().into_boxed_slice());
+            let started = Instant::now();
+            let (s, body) = put(&c, &url, Some(&t.to_string()), body).await;
+            assert!(
+                s == 200 || (s == 409 && body["error"] == "StaleFencingToken") || s == 503,
+                "token {t}: {s} {body}"
+            );
+            order.lock().unwrap().push((t, s, started, Instant::now()));
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    let acked: Vec<_> = order.iter().filter(|o| o.1 == 200).collect();
+    assert!(!acked.is_empty());
+    let max_acked = acked.iter().map(|o| o.0).max().unwrap();
+    let (s, bytes) = get_bytes(&c, &cluster.object(1, "contended")).await;
+    assert_eq!(s, 200);
+    let final_token = token_of(&c, &cluster.object(2, "contended")).await.unwrap();
+    assert!(
+        final_token >= max_acked,
+        "the object holds token {final_token} ({}), below the acknowledged {max_acked}",
+        String::from_utf8_lossy(&bytes)
+    );
+    assert_eq!(bytes, format!("token {final_token}").into_bytes());
+    // A write that started after a higher token's write was acknowledged is never acknowledged.
+    for a in &acked {
+        for b in &acked {
+            assert!(
+                !(b.0 < a.0 && b.2 > a.3),
+                "token {} was acknowledged after token {} had been",
+                b.0,
+                a.0
+            );
+        }
+    }
+}
+
+fn rand_delay(t: u64) -> u64 {
+    (t * 7919) % 50
+}
+
+/// Failure behaviour (issue: etcd loses quorum, the leader dies). The leader killed: writes
+/// go on after the election. Two of three members down: writes get 503 FenceStoreUnavailable
+/// and nothing is acknowledged, reads keep working; with the members back, writes resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_leader_loss_and_quorum_loss() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::up(2, "ministack");
+    let c = client();
+    let (s, _) = put(&c, &cluster.object(1, "q"), Some("1"), b"one").await;
+    assert_eq!(s, 200, "{}", cluster.logs());
+
+    let leader = cluster.leader();
+    cluster.signal(&leader, "KILL");
+    let started = Instant::now();
+    let mut token = 2u64;
+    loop {
+        let (s, body) = put(
+            &c,
+            &cluster.object(2, "q"),
+            Some(&token.to_string()),
+            b"after election",
+        )
+        .await;
+        if s == 200 {
+            break;
+        }
+        assert_eq!(s, 503, "{body}");
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "no write succeeded within 15 s of the leader's death: {body}"
+        );
+        token += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    cluster.start(&leader);
+
+    // Two members down: no quorum.
+    let members: Vec<String> = ["etcd1", "etcd2", "etcd3"]
+        .iter()
+        .filter(|m| **m != cluster.leader())
+        .map(|m| m.to_string())
+        .collect();
+    for m in &members {
+        cluster.signal(m, "KILL");
+    }
+    let before = token_of(&c, &cluster.object(1, "q")).await;
+    let started = Instant::now();
+    let (s, body) = put(&c, &cluster.object(1, "q"), Some("100"), b"no quorum").await;
+    assert_eq!(s, 503, "{body}");
+    assert_eq!(body["error"], "FenceStoreUnavailable", "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the refusal took {:?}",
+        started.elapsed()
+    );
+    let (s, bytes) = get_bytes(&c, &cluster.object(2, "q")).await;
+    assert_eq!(
+        (s, bytes),
+        (200, b"after election".to_vec()),
+        "reads keep working"
+    );
+    assert_eq!(
+        token_of(&c, &cluster.object(2, "q")).await,
+        before,
+        "nothing was acknowledged"
+    );
+    for m in &members {
+        cluster.start(m);
+    }
+    let started = Instant::now();
+    loop {
+        let (s, body) = put(&c, &cluster.object(1, "q"), Some("101"), b"quorum back").await;
+        if s == 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "writes did not resume: {s} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(
+        get_bytes(&c, &cluster.object(2, "q")).await.1,
+        b"quorum back".to_vec()
+    );
+}
+
+/// An instance whose commit is paused between its intent and the store (here: its store
+/// request held by a proxy, and the instance itself SIGSTOPped past every timeout) wakes after
+/// a newer token's write was acknowledged through another instance. Returns what the object
+/// holds then (bytes, token) and the paused instance's answer. `mode` is how the proxy holds
+/// the request: with its conditions, or (the negative control) stripping them, as a store
+/// that ignores conditions would. `newer` is the newer holder's body.
+async fn paused_commit(mode: Mode, newer: &'static [u8]) -> (Vec<u8>, Option<u64>, u16, Cluster) {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::up(1, "ministack");
+    let c = client();
+    let (s, _) = put(&c, &cluster.object(1, "p"), Some("1"), b"first").await;
+    assert_eq!(s, 200, "{}", cluster.logs());
+    // A second instance whose store requests go through a proxy that can hold them.
+    let proxy = S3Proxy::start(cluster.store_endpoint()).await;
+    let dir = cluster.dir.path().join("paused");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = format!(
+        "{}\n[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nread_timeout_secs = 2\n\n[buckets.default]\nbackend = \"store\"\nbackend_bucket = \"fencegate-cluster\"\n",
+        cluster.fence_store_toml(),
+        proxy.endpoint()
+    );
+    let paused = Server::start(&dir, Some(&config));
+    proxy.set(mode);
+    let zombie = {
+        let (c, url) = (c.clone(), paused.object_url("default", "p"));
+        tokio::spawn(async move { put(&c, &url, Some("2"), b"zombie").await })
+    };
+    let started = Instant::now();
+    while proxy.held() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the paused instance never reached the store"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Past every timeout: etcd's (2 s) and the store's (2 s).
+    unsafe { libc::kill(paused.pid() as i32, libc::SIGSTOP) };
+    let (s, body) = put(&c, &cluster.object(1, "p"), Some("3"), newer).await;
+    assert_eq!(s, 200, "the newer holder's write: {body}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    unsafe { libc::kill(paused.pid() as i32, libc::SIGCONT) };
+    proxy.release();
+    let (zombie_status, _) = zombie.await.unwrap();
+    let (_, bytes) = get_bytes(&c, &cluster.object(1, "p")).await;
+    let token = token_of(&c, &cluster.object(1, "p")).await;
+    (bytes, token, zombie_status, cluster)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_instance_does_not_land_over_a_newer_acknowledged_write() {
+    let (bytes, token, zombie, cluster) =
+        paused_commit(Mode::HoldConditionalWrites, b"newer").await;
+    assert_eq!(
+        (String::from_utf8_lossy(&bytes).as_ref(), token),
+        ("newer", Some(3)),
+        "{}",
+        cluster.logs()
+    );
+    // Held past the store's read timeout, the paused instance cannot know the outcome and
+    // answers 504 (or, if the store's refusal arrives first, 409); never 200.
+    assert!(
+        zombie == 409 || zombie == 504,
+        "the paused instance's write is refused when it wakes: {zombie}"
+    );
+}
+
+/// The negative control: with a store that ignores the condition, the same scenario lets the
+/// zombie's write land after the newer acknowledged one, and the same check sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_a_store_without_conditions_lets_the_paused_write_land() {
+    let (bytes, token, _, _cluster) = paused_commit(Mode::HoldAndDropConditions, b"newer").await;
+    assert_eq!(
+        (String::from_utf8_lossy(&bytes).as_ref(), token),
+        ("zombie", Some(2)),
+        "without the store's condition the stale write lands: the check above would catch it"
+    );
+}
+
+/// The known limit, pinned (docs/design.md, "Known limit"): S3 ETags are content hashes, so
+/// when the newer holder writes exactly the bytes the paused commit's condition expects, the
+/// condition matches again and the stale write lands (an ABA). fencegate cannot prevent it at
+/// the store; it sees it: the paused instance counts it in `fencegate_stale_landings_total`
+/// and logs it, and the next write through fencegate finds a version the fence table never
+/// recorded and is refused as a bypass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_bytes_under_a_newer_token_is_the_known_limit_and_is_detected() {
+    let (bytes, token, zombie, cluster) =
+        paused_commit(Mode::HoldConditionalWrites, b"first").await;
+    assert_eq!(
+        (String::from_utf8_lossy(&bytes).as_ref(), token),
+        ("zombie", Some(2)),
+        "the ABA outcome changed; if fencegate now prevents it, update docs/design.md and this test\n{}",
+        cluster.logs()
+    );
+    // Its answer: 200 when the store's answer beats the instance's own read timeout after it
+    // wakes (logged and counted as a stale landing), 504 when the timeout fires first.
+    assert!(zombie == 200 || zombie == 504, "{zombie}");
+    let c = client();
+    let (s, body) = put(&c, &cluster.object(1, "p"), Some("4"), b"after").await;
+    assert_eq!(
+        (s, body["error"].as_str()),
+        (409, Some("BypassDetected")),
+        "{body}"
+    );
+}
