@@ -102,6 +102,12 @@ fn rebuild(bucket: &str, args: ServeArgs) -> ExitCode {
         (Ok(c), Ok(r)) => (c, r),
         (Err(code), _) | (_, Err(code)) => return code,
     };
+    if config.etcd.is_some() {
+        // Other instances write the shared table while this runs: a rebuild would take their
+        // commits in flight for its own and clear tombstones (review round 12).
+        eprintln!("error: fences rebuild works on one instance's own RocksDB table; [fence_store] kind = \"etcd\" is shared with running instances, so it is refused there");
+        return ExitCode::FAILURE;
+    }
     let result = runtime.block_on(async {
         let (gate, _store) = fencegate::server::build_gate(&config)
             .await

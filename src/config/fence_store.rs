@@ -3,7 +3,7 @@
 //! itself orders their commits, so every bucket must then live on an s3 backend with
 //! conditional writes (docs/design.md, "The cluster commit protocol").
 
-use super::model::{BackendConfig, BucketPolicy, FenceStoreConfig, FenceStoreKind};
+use super::model::{BackendConfig, BucketPolicy, FenceStoreConfig, FenceStoreKind, ScopeKind};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -51,6 +51,10 @@ pub fn check(
         ("ca_file", raw.ca_file.is_some()),
         ("cert_file", raw.cert_file.is_some()),
         ("key_file", raw.key_file.is_some()),
+        (
+            "unsafe_experimental_cluster",
+            raw.unsafe_experimental_cluster,
+        ),
     ];
     if raw.kind == FenceStoreKind::Rocksdb {
         if let Some((name, _)) = etcd_only.iter().find(|(_, set)| *set) {
@@ -60,6 +64,12 @@ pub fn check(
             ));
         }
         return Ok(None);
+    }
+    if !raw.unsafe_experimental_cluster {
+        return Err((
+            "[fence_store] kind = \"etcd\" (several instances) is experimental: review round 12 found ways for an older write still in flight on one instance to land after a newer fence, lease grant or delete was acknowledged on another (docs/design.md, \"Open holes\")".into(),
+            "run one instance on rocksdb (the default) for production; to try the cluster mode anyway, set unsafe_experimental_cluster = true in [fence_store]".into(),
+        ));
     }
     if raw.path.is_some() {
         return Err((
@@ -171,6 +181,12 @@ pub fn check(
         .map(|(name, p)| (format!("bucket {name:?}"), p))
         .chain(bucket_defaults.map(|p| ("[bucket_defaults]".to_string(), p)));
     for (what, policy) in served {
+        if policy.scope != ScopeKind::Object {
+            return Err((
+                format!("{what} fences a scope wider than one object, and the fence table is shared (kind = \"etcd\")"),
+                "across instances only the store's conditional write orders commits, and it orders the writes of one object only: use scope = \"object\" (the default) with a shared table, or run one instance on rocksdb".into(),
+            ));
+        }
         match backends.get(&policy.backend) {
             Some(BackendConfig::S3(s3))
                 if s3.unsafe_no_conditional_writes || s3.unsafe_unconditional_deletes =>
@@ -197,4 +213,48 @@ pub fn check(
         identity,
         timeout_ms: raw.timeout_ms,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse;
+
+    const STORE: &str = "[backends.store]\nkind = \"s3\"\nendpoint = \"http://127.0.0.1:9\"\n\n";
+
+    fn etcd(extra: &str, bucket: &str) -> String {
+        format!("[fence_store]\nkind = \"etcd\"\nendpoints = [\"http://127.0.0.1:2379\"]\n{extra}\n{STORE}[buckets.bucket-one]\nbackend = \"store\"\n{bucket}\n")
+    }
+
+    fn refused(text: &str, needle: &str) {
+        let e = parse(text, "t").unwrap_err().to_string();
+        assert!(e.contains(needle), "{e}");
+    }
+
+    #[test]
+    fn the_cluster_mode_needs_its_opt_in_object_scopes_and_s3_backends() {
+        refused(&etcd("", ""), "unsafe_experimental_cluster = true");
+        let ok = etcd("unsafe_experimental_cluster = true", "");
+        let config = parse(&ok, "t").unwrap();
+        assert_eq!(config.etcd.unwrap().endpoints, ["http://127.0.0.1:2379"]);
+        refused(
+            &etcd("unsafe_experimental_cluster = true", "scope = \"bucket\""),
+            "wider than one object",
+        );
+        refused(
+            "[fence_store]\nkind = \"etcd\"\nendpoints = [\"http://127.0.0.1:2379\"]\nunsafe_experimental_cluster = true\n",
+            "a local directory",
+        );
+        refused(
+            "[fence_store]\nendpoints = [\"http://127.0.0.1:2379\"]\n",
+            "an etcd setting",
+        );
+        refused(
+            &etcd("unsafe_experimental_cluster = true\nusername = \"fg\"", ""),
+            "without a password",
+        );
+        refused(
+            "[fence_store]\nkind = \"etcd\"\nendpoints = [\"127.0.0.1:2379\"]\nunsafe_experimental_cluster = true\n",
+            "not an http:// or https:// URL",
+        );
+    }
 }

@@ -287,6 +287,16 @@ impl Gate {
                             .await?;
                         return Err(refused);
                     }
+                } else if let Err(failed) = req
+                    .conditions
+                    .check(object_row.etag_of(found.as_deref()).as_deref())
+                {
+                    // One of fencegate's own versions, but not the one the client's conditions
+                    // were judged against (a crash, or another instance's commit, left it):
+                    // judged again on it (review round 12).
+                    self.save(scope, scope_row, object_key, object_row, Durability::Synced)
+                        .await?;
+                    return Err(GateError::PreconditionFailed(failed));
                 }
                 Ok(entry.backend.commit(staged, found.as_deref()).await?)
             }
