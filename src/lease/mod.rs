@@ -444,6 +444,19 @@ async fn mint_once(
 ) -> Result<(u64, Option<String>), GateError> {
     let key = row_key(name);
     let row = store.get(&key).await?.unwrap_or_default();
+    mint_on(gate, store, key, row, bind).await
+}
+
+/// Mints on the name's row as read (`row`, carrying whatever else the grant records on it, as
+/// the holder on a shared table): the floor is one above its last token, and the row is saved
+/// with the new token, in the bound scope's own put for a bound lease.
+async fn mint_on(
+    gate: &Arc<Gate>,
+    store: &dyn FenceStore,
+    key: String,
+    row: FenceRow,
+    bind: Option<&Binding>,
+) -> Result<(u64, Option<String>), GateError> {
     let floor = row
         .highest
         .unwrap_or(0)

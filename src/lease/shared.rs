@@ -29,11 +29,11 @@ fn live(row: &FenceRow, now: u64) -> Option<&HeldLease> {
     row.held.as_ref().filter(|h| h.expires_at_ms > now)
 }
 
-fn grant_of(name: &str, row: &FenceRow, h: &HeldLease) -> Grant {
+fn grant_of(name: &str, token: u64, h: &HeldLease) -> Grant {
     Grant {
         name: name.to_string(),
         holder: h.holder.clone(),
-        token: row.highest.unwrap_or(0),
+        token,
         ttl_ms: h.ttl_ms,
         expires_at_ms: h.expires_at_ms,
         bound: h.bound.as_ref().map(|(bucket, key)| Binding {
@@ -107,11 +107,7 @@ impl Leases {
                 Err(e) if again(&e, &mut attempt).await => continue,
                 Err(e) => return Err(e.into()),
                 Ok(token) => {
-                    let row = FenceRow {
-                        highest: Some(token),
-                        ..FenceRow::default()
-                    };
-                    let mut grant = grant_of(&req.name, &row, &held);
+                    let mut grant = grant_of(&req.name, token, &held);
                     grant.lease_secret = Some(secret);
                     tracing::info!(target: "fencegate::audit", lease = %req.name, holder = %req.holder, principal = %req.owner, token, "lease granted");
                     metrics::counter!("fencegate_leases_granted_total").increment(1);
@@ -180,7 +176,7 @@ impl Leases {
             })
             .await?;
         let held = row.held.as_ref().expect("a renewed lease is held");
-        Ok(grant_of(name, &row, held))
+        Ok(grant_of(name, row.highest.unwrap_or(0), held))
     }
 
     pub(super) async fn release_shared(
@@ -196,7 +192,7 @@ impl Leases {
     pub(super) async fn show_shared(&self, name: &str) -> Result<Grant, LeaseError> {
         let row = self.lease_row(name).await?;
         match live(&row, now_ms()) {
-            Some(h) => Ok(grant_of(name, &row, h)),
+            Some(h) => Ok(grant_of(name, row.highest.unwrap_or(0), h)),
             None => Err(LeaseError::NotHeld {
                 name: name.to_string(),
             }),
@@ -223,7 +219,8 @@ impl Leases {
             .iter()
             .filter_map(|(key, row)| {
                 let name = key.strip_prefix("lease:")?;
-                live(row, now).map(|h| (grant_of(name, row, h), h.owner.clone()))
+                live(row, now)
+                    .map(|h| (grant_of(name, row.highest.unwrap_or(0), h), h.owner.clone()))
             })
             .collect())
     }
@@ -236,7 +233,7 @@ impl Leases {
             let Some(h) = live(&row, now_ms()).cloned() else {
                 return Ok(None);
             };
-            let grant = grant_of(name, &row, &h);
+            let grant = grant_of(name, row.highest.unwrap_or(0), &h);
             row.held = None;
             let put = self
                 .store
@@ -252,10 +249,9 @@ impl Leases {
     }
 }
 
-/// The next token for the lease, with `held` recorded on its row in the same put: for a bound
-/// lease, strictly above everything its scope recorded, in the scope's own put (see
-/// [`super::mint`]). `row` is the lease row as read; a `Conflict` means another instance wrote
-/// it (or the scope's row) since.
+/// The next token for the lease, with `held` recorded on its row in the same put
+/// ([`super::mint_on`]). `row` is the lease row as read; a `Conflict` means another instance
+/// wrote it (or the bound scope's row) since.
 async fn mint_held(
     gate: Arc<crate::gate::Gate>,
     store: Arc<dyn crate::fence::FenceStore>,
@@ -263,27 +259,15 @@ async fn mint_held(
     row: FenceRow,
     held: HeldLease,
 ) -> Result<u64, GateError> {
-    let key = row_key(&name);
-    let floor = row
-        .highest
-        .unwrap_or(0)
-        .checked_add(1)
-        .ok_or_else(|| GateError::TokenSpaceExhausted { scope: key.clone() })?;
-    let bound = held.bound.clone();
+    let bind = held
+        .bound
+        .clone()
+        .map(|(bucket, key)| Binding { bucket, key });
     let row = FenceRow {
         held: Some(held),
         ..row
     };
-    if let Some((bucket, object)) = bound {
-        let (token, _) = gate
-            .advance_past(&bucket, &object, floor, Some((key, row)))
-            .await?;
-        return Ok(token.0);
-    }
-    let row = FenceRow {
-        highest: Some(floor),
-        ..row
-    };
-    store.put(vec![(key, row)], Durability::Synced).await?;
-    Ok(floor)
+    let (token, _) =
+        super::mint_on(&gate, store.as_ref(), row_key(&name), row, bind.as_ref()).await?;
+    Ok(token)
 }
