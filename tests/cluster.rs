@@ -328,7 +328,7 @@ async fn paused_commit(mode: Mode, newer: &'static [u8]) -> (Vec<u8>, Option<u64
     let dir = cluster.dir.path().join("paused");
     std::fs::create_dir_all(&dir).unwrap();
     let config = format!(
-        "{}\n[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nread_timeout_secs = 2\n\n[buckets.default]\nbackend = \"store\"\nbackend_bucket = \"fencegate-cluster\"\n",
+        "{}\n[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nread_timeout_secs = 30\n\n[buckets.default]\nbackend = \"store\"\nbackend_bucket = \"fencegate-cluster\"\n",
         cluster.fence_store_toml(),
         proxy.endpoint()
     );
@@ -346,7 +346,9 @@ async fn paused_commit(mode: Mode, newer: &'static [u8]) -> (Vec<u8>, Option<u64
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    // Past every timeout: etcd's (2 s) and the store's (2 s).
+    // Past etcd's timeout (2 s). The store's read timeout is longer (30 s), so the held
+    // request is forwarded on release and the instance hears the store's answer, whichever
+    // way the race between its own timer and the release would otherwise go.
     unsafe { libc::kill(paused.pid() as i32, libc::SIGSTOP) };
     let (s, body) = put(&c, &cluster.object(1, "p"), Some("3"), newer).await;
     assert_eq!(s, 200, "the newer holder's write: {body}");
