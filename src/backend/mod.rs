@@ -222,6 +222,10 @@ pub enum BackendError {
     NoSuchUpload(String),
     #[error("this backend does not support {0}")]
     Unsupported(&'static str),
+    /// The store refused a request sent with a deadline (cluster mode, [`Backend::commit_by`])
+    /// because it arrived after it: nothing was written.
+    #[error("the store refused the request because it arrived after its deadline ({0}); nothing was written, retry")]
+    Expired(String),
 }
 
 impl From<std::io::Error> for BackendError {
@@ -249,6 +253,32 @@ pub trait Backend: Send + Sync + 'static {
         staged: &Staged,
         expected: Option<&str>,
     ) -> Result<ObjectInfo, BackendError>;
+
+    /// Cluster mode (a shared fence table): [`Backend::commit`], sent so that the store itself
+    /// refuses it once `not_after` has passed (an S3 presigned request's expiry). An instance
+    /// paused past `not_after` can then no longer land it, and other instances may decide
+    /// after that time without its answer (docs/design.md, "Bounded intents"). The default
+    /// ignores the deadline: only the s3 backend runs with a shared table (configuration
+    /// checks refuse the others).
+    async fn commit_by(
+        &self,
+        staged: &Staged,
+        expected: Option<&str>,
+        _not_after: std::time::SystemTime,
+    ) -> Result<ObjectInfo, BackendError> {
+        self.commit(staged, expected).await
+    }
+
+    /// [`Backend::delete`] with a store-enforced deadline, as [`Backend::commit_by`].
+    async fn delete_by(
+        &self,
+        bucket: &str,
+        key: &str,
+        expected: &str,
+        _not_after: std::time::SystemTime,
+    ) -> Result<(), BackendError> {
+        self.delete(bucket, key, expected).await
+    }
 
     /// Whether committing `staged` is an atomic compare-and-swap on the object's version: true
     /// for `fs` (checked under the scope's lock) and for s3 stores the start-up probe proved

@@ -17,6 +17,8 @@ pub struct EtcdConfig {
     pub ca_file: Option<PathBuf>,
     pub identity: Option<(PathBuf, PathBuf)>,
     pub timeout_ms: u64,
+    pub intent_ttl_secs: u64,
+    pub max_clock_skew_ms: u64,
 }
 
 impl std::fmt::Debug for EtcdConfig {
@@ -28,6 +30,8 @@ impl std::fmt::Debug for EtcdConfig {
             .field("ca_file", &self.ca_file)
             .field("identity", &self.identity)
             .field("timeout_ms", &self.timeout_ms)
+            .field("intent_ttl_secs", &self.intent_ttl_secs)
+            .field("max_clock_skew_ms", &self.max_clock_skew_ms)
             .finish()
     }
 }
@@ -109,6 +113,24 @@ pub fn check(
                 raw.timeout_ms
             ),
             "use a few seconds (the default is 3000)".into(),
+        ));
+    }
+    if !(2..=300).contains(&raw.intent_ttl_secs) {
+        return Err((
+            format!(
+                "[fence_store] intent_ttl_secs = {} is outside 2..=300",
+                raw.intent_ttl_secs
+            ),
+            "use a few seconds more than a commit takes (the default is 10): an instance that dies mid-commit holds its object back this long".into(),
+        ));
+    }
+    if raw.max_clock_skew_ms > 60_000 {
+        return Err((
+            format!(
+                "[fence_store] max_clock_skew_ms = {} is above 60000",
+                raw.max_clock_skew_ms
+            ),
+            "keep the instances' and the store's clocks in step with NTP and use a few seconds (the default is 2000)".into(),
         ));
     }
     let password = match (&raw.password_file, &raw.password_env) {
@@ -212,6 +234,8 @@ pub fn check(
         ca_file: raw.ca_file.clone(),
         identity,
         timeout_ms: raw.timeout_ms,
+        intent_ttl_secs: raw.intent_ttl_secs,
+        max_clock_skew_ms: raw.max_clock_skew_ms,
     }))
 }
 

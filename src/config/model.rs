@@ -138,6 +138,14 @@ pub struct FenceStoreConfig {
     /// etcd: the deadline of each call. A cluster without quorum answers nothing, and a
     /// write then gets 503 FenceStoreUnavailable after this long.
     pub timeout_ms: u64,
+    /// etcd: how long after its intent a commit's or delete's store request may land. The
+    /// request is presigned to expire then, so the store refuses it later; until then other
+    /// instances wait for its outcome (503 CommitInProgress if it is not over in about a
+    /// second). Whole seconds; large uploads' bodies go in parts before the intent.
+    pub intent_ttl_secs: u64,
+    /// etcd: the most any instance's clock may run ahead of the store's. Instances wait this
+    /// much longer than an intent's deadline before deciding without its answer.
+    pub max_clock_skew_ms: u64,
     /// etcd: cluster mode has open holes (docs/design.md, "Open holes"); it starts only with
     /// this set, for testing.
     pub unsafe_experimental_cluster: bool,
@@ -157,6 +165,8 @@ impl Default for FenceStoreConfig {
             cert_file: None,
             key_file: None,
             timeout_ms: 3000,
+            intent_ttl_secs: 10,
+            max_clock_skew_ms: 2000,
             unsafe_experimental_cluster: false,
         }
     }

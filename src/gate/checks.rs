@@ -64,6 +64,9 @@ impl Gate {
         let current_etag = if object_row.owns_version(found.as_deref()) {
             object_row.etag_of(found.as_deref())
         } else {
+            // Shared tables: the row read may be older than the store's version (another
+            // instance's commit landed and finished in between): read again, not a bypass.
+            self.still_ours(object_key, object_row.rev).await?;
             self.bypassed(req, entry, &object_row, found.as_deref())?;
             // Adopted: the foreign object's ETag, if it can be read at all ("" still exists).
             let head = entry
@@ -127,10 +130,29 @@ impl Gate {
         if landed {
             return Ok(());
         }
-        Err(GateError::CommitUnresolved {
-            key: key.to_string(),
-            retry_after: (until - now).div_ceil(1000),
-        })
+        let key = key.to_string();
+        let retry_after = (until - now).div_ceil(1000);
+        if self.intents.is_some() {
+            // Cluster mode: every intent carries its deadline, so this is a commit in
+            // progress (here or on another instance), and usually ends within a round trip.
+            return Err(GateError::CommitInProgress { key, retry_after });
+        }
+        Err(GateError::CommitUnresolved { key, retry_after })
+    }
+
+    /// Cluster mode, for a commit or delete about to record its intent: the time after which
+    /// the store refuses its request (`not_after`, the store's clock) and the deadline written
+    /// on the intent (Unix ms), after which every instance may decide without its answer.
+    /// `None` on a local table, where the scope's lock orders every decision.
+    pub(super) fn intent_deadline(&self) -> Option<(std::time::SystemTime, u64)> {
+        let bound = self.intents?;
+        let now = crate::wall_clock::now_ms();
+        let not_after = now.saturating_add(bound.ttl.as_millis() as u64);
+        let until = not_after.saturating_add(bound.skew.as_millis() as u64);
+        Some((
+            std::time::UNIX_EPOCH + std::time::Duration::from_millis(not_after),
+            until,
+        ))
     }
 
     /// Refuses while any other object of the scope has a store request whose outcome is
@@ -175,7 +197,13 @@ impl Gate {
                     | BackendError::Throttled(_)
             )
         );
-        let Some(bound) = entry.backend.in_flight_bound().filter(|_| unknown) else {
+        // Cluster mode: the intent already carries the deadline after which its request can
+        // no longer land, and the rows say so until then.
+        let Some(bound) = entry
+            .backend
+            .in_flight_bound()
+            .filter(|_| unknown && self.intents.is_none())
+        else {
             return;
         };
         let (scope, scope_row, object_key, object_row) = rows;

@@ -24,6 +24,8 @@ struct Store {
     held: AtomicU64,
     release: watch::Sender<bool>,
     ignore_conditions: AtomicBool,
+    /// The negative control of bounded intents: requests land whenever they arrive.
+    ignore_deadlines: AtomicBool,
 }
 
 impl Store {
@@ -34,12 +36,27 @@ impl Store {
             held: AtomicU64::new(0),
             release: watch::channel(false).0,
             ignore_conditions: AtomicBool::new(false),
+            ignore_deadlines: AtomicBool::new(false),
         })
     }
 
     /// Tokens of the commits, in the order they landed.
     fn landed(&self) -> Vec<Option<u64>> {
         self.inner.history()
+    }
+
+    /// Held requests wait here; then the store refuses them after their deadline, as a
+    /// presigned request's expiry makes S3 do.
+    async fn arrive(&self, not_after: std::time::SystemTime) -> Result<(), BackendError> {
+        if self.hold.swap(false, Ordering::SeqCst) {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            let _ = self.release.subscribe().wait_for(|r| *r).await;
+        }
+        if std::time::SystemTime::now() > not_after && !self.ignore_deadlines.load(Ordering::SeqCst)
+        {
+            return Err(BackendError::Expired("test store".into()));
+        }
+        Ok(())
     }
 }
 
@@ -54,11 +71,16 @@ impl Backend for Store {
     ) -> Result<Staged, BackendError> {
         self.inner.stage(b, k, m, body).await
     }
-    async fn commit(&self, s: &Staged, e: Option<&str>) -> Result<ObjectInfo, BackendError> {
-        if self.hold.swap(false, Ordering::SeqCst) {
-            self.held.fetch_add(1, Ordering::SeqCst);
-            let _ = self.release.subscribe().wait_for(|r| *r).await;
-        }
+    async fn commit(&self, _: &Staged, _: Option<&str>) -> Result<ObjectInfo, BackendError> {
+        unreachable!("a gate on a shared table commits with a deadline")
+    }
+    async fn commit_by(
+        &self,
+        s: &Staged,
+        e: Option<&str>,
+        not_after: std::time::SystemTime,
+    ) -> Result<ObjectInfo, BackendError> {
+        self.arrive(not_after).await?;
         if self.ignore_conditions.load(Ordering::SeqCst) {
             let now = self.inner.version(&s.bucket, &s.key).await?;
             return self.inner.commit(s, now.as_deref()).await;
@@ -81,7 +103,17 @@ impl Backend for Store {
     ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
         self.inner.get(b, k).await
     }
-    async fn delete(&self, b: &str, k: &str, e: &str) -> Result<(), BackendError> {
+    async fn delete(&self, _: &str, _: &str, _: &str) -> Result<(), BackendError> {
+        unreachable!("a gate on a shared table deletes with a deadline")
+    }
+    async fn delete_by(
+        &self,
+        b: &str,
+        k: &str,
+        e: &str,
+        not_after: std::time::SystemTime,
+    ) -> Result<(), BackendError> {
+        self.arrive(not_after).await?;
         self.inner.delete(b, k, e).await
     }
     async fn list(
@@ -129,6 +161,9 @@ impl FenceStore for Interleaved {
     }
 }
 
+/// The intents' deadline: short, so that the tests wait it out.
+const TTL: Duration = Duration::from_millis(100);
+
 /// Two gates over one shared table and one store.
 fn cluster() -> ([Arc<Gate>; 2], Arc<Store>, Arc<Interleaved>) {
     let table = Arc::new(Interleaved {
@@ -142,7 +177,10 @@ fn cluster() -> ([Arc<Gate>; 2], Arc<Store>, Arc<Interleaved>) {
             "b".to_string(),
             BucketEntry::new(BucketPolicy::default(), store.clone()),
         );
-        Arc::new(Gate::new(table.clone(), buckets))
+        Arc::new(Gate::new(table.clone(), buckets).with_intent_bound(IntentBound {
+            ttl: TTL,
+            skew: Duration::ZERO,
+        }))
     };
     ([gate(), gate()], store, table)
 }
@@ -240,42 +278,221 @@ async fn racing_gates_land_in_token_order() {
     );
 }
 
-/// An instance paused between its intent and the store: its commit reaches the store after a
-/// newer token's commit through the other gate, and the store's condition refuses it; the
-/// gate then finds the newer token and answers stale. With a store that ignores conditions
-/// (the negative control), the same run lands token 2 after token 3, and the check sees it.
-async fn paused(ignore_conditions: bool) -> (Vec<Option<u64>>, Result<Written, GateError>) {
+/// Takes `decide` again while it meets another commit in progress (503 CommitInProgress, which
+/// a client retries), so that a test can wait for a held intent's deadline.
+async fn retried<T, F, Fut>(mut decide: F) -> Result<T, GateError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, GateError>>,
+{
+    loop {
+        match decide().await {
+            Err(e) if e.code() == "CommitInProgress" => {
+                tokio::time::sleep(Duration::from_millis(10)).await
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The store misbehaves as the negative controls need.
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    None,
+    /// Lands requests after their deadline (no presigned expiry).
+    IgnoreDeadlines,
+    /// Also ignores If-Match / If-None-Match.
+    IgnoreEverything,
+}
+
+impl Store {
+    fn misbehave(&self, fault: Fault) {
+        let (deadlines, conditions) = match fault {
+            Fault::None => (false, false),
+            Fault::IgnoreDeadlines => (true, false),
+            Fault::IgnoreEverything => (true, true),
+        };
+        self.ignore_deadlines.store(deadlines, Ordering::SeqCst);
+        self.ignore_conditions.store(conditions, Ordering::SeqCst);
+    }
+
+    /// Holds the next request, runs `start` (which sends it), and waits until it is held.
+    async fn hold_next<T: Send + 'static>(
+        &self,
+        start: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        self.hold.store(true, Ordering::SeqCst);
+        let task = tokio::spawn(start);
+        while self.held.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        task
+    }
+}
+
+/// An instance paused between its intent and the store: the other gate does not decide over
+/// the pending intent (CommitInProgress) until its deadline has passed, then the store refuses
+/// the held request as expired, and the held commit, taken again, is refused as stale. With a
+/// store that enforces nothing (the negative control), token 2 lands after token 3.
+async fn paused(fault: Fault) -> (Vec<Option<u64>>, Result<Written, GateError>) {
     let ([a, b], store, _) = cluster();
     a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
-    store
-        .ignore_conditions
-        .store(ignore_conditions, Ordering::SeqCst);
-    store.hold.store(true, Ordering::SeqCst);
+    store.misbehave(fault);
     let zombie = {
         let a = a.clone();
-        tokio::spawn(async move { a.put(req("k", 2), body(b"zombie".to_vec())).await })
+        store
+            .hold_next(async move { a.put(req("k", 2), body(b"zombie".to_vec())).await })
+            .await
     };
-    while store.held.load(Ordering::SeqCst) == 0 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    b.put(req("k", 3), body(b"newer".to_vec())).await.unwrap();
+    retried(|| b.put(req("k", 3), body(b"newer".to_vec())))
+        .await
+        .unwrap();
     let _ = store.release.send(true);
     let answer = zombie.await.unwrap();
     (store.landed(), answer)
 }
 
 #[tokio::test]
-async fn a_paused_commit_is_refused_by_the_store_after_a_newer_one() {
-    let (landed, answer) = paused(false).await;
+async fn a_paused_commit_is_refused_by_the_store_after_its_deadline() {
+    let (landed, answer) = paused(Fault::None).await;
     in_token_order(&landed).unwrap();
     assert_eq!(landed, vec![Some(1), Some(3)]);
     assert_eq!(answer.unwrap_err().code(), "StaleFencingToken");
 }
 
 #[tokio::test]
-async fn negative_control_a_store_ignoring_conditions_is_caught() {
-    let (landed, _) = paused(true).await;
+async fn negative_control_a_store_enforcing_nothing_is_caught() {
+    let (landed, _) = paused(Fault::IgnoreEverything).await;
     assert!(in_token_order(&landed).is_err(), "{landed:?}");
+}
+
+/// Review round 12, F1: a fence advance (a bound grant) through one gate while a commit of the
+/// object is held on its way to the store through the other. The advance does not change the
+/// store, so nothing but the held request's deadline can stop it landing after the advance was
+/// acknowledged: the advance waits for that deadline. Returns the tokens that landed after the
+/// advance's acknowledgement, and the token it granted.
+async fn advance_over_held(fault: Fault) -> (Vec<Option<u64>>, u64) {
+    let ([a, b], store, _) = cluster();
+    a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
+    store.misbehave(fault);
+    let zombie = {
+        let a = a.clone();
+        store
+            .hold_next(async move { a.put(req("k", 2), body(b"zombie".to_vec())).await })
+            .await
+    };
+    let (granted, _) = retried(|| b.advance_past("b", "k", 1, None)).await.unwrap();
+    let acked = store.landed().len();
+    let _ = store.release.send(true);
+    let _ = zombie.await.unwrap();
+    (store.landed()[acked..].to_vec(), granted.0)
+}
+
+#[tokio::test]
+async fn an_advance_waits_for_a_commit_in_flight_on_another_instance() {
+    let (after, granted) = advance_over_held(Fault::None).await;
+    assert_eq!(granted, 3);
+    assert!(after.is_empty(), "landed after the advance: {after:?}");
+}
+
+#[tokio::test]
+async fn negative_control_an_advance_over_a_commit_without_deadline_is_caught() {
+    let (after, granted) = advance_over_held(Fault::IgnoreDeadlines).await;
+    assert!(
+        after.iter().flatten().any(|t| *t < granted),
+        "the held commit did not land after the advance: {after:?}"
+    );
+}
+
+/// Review round 12, F3: a delete of an absent key through one gate while a create of it is
+/// held through the other. Absence comes back with every delete, so If-None-Match cannot fence
+/// the create: the delete waits for its deadline. Returns whether the object exists after the
+/// delete was acknowledged and the held create answered.
+async fn delete_over_held_create(fault: Fault) -> bool {
+    let ([a, b], store, _) = cluster();
+    store.misbehave(fault);
+    let zombie = {
+        let a = a.clone();
+        store
+            .hold_next(async move { a.put(req("z", 5), body(b"zombie".to_vec())).await })
+            .await
+    };
+    let deleted = retried(|| b.delete(req("z", 6))).await.unwrap();
+    assert_eq!(deleted.existed, Some(false));
+    let _ = store.release.send(true);
+    let _ = zombie.await.unwrap();
+    a.get("b", "z").await.is_ok()
+}
+
+#[tokio::test]
+async fn an_acknowledged_delete_is_not_undone_by_a_create_in_flight() {
+    assert!(!delete_over_held_create(Fault::None).await);
+}
+
+#[tokio::test]
+async fn negative_control_a_create_without_deadline_comes_back() {
+    assert!(delete_over_held_create(Fault::IgnoreDeadlines).await);
+}
+
+/// Review round 12, F6: two `If-None-Match: *` creates with the same token through two gates,
+/// the first held: exactly one is acknowledged, the other answers 412.
+#[tokio::test]
+async fn two_exclusive_creates_through_two_gates_acknowledge_one() {
+    let ([a, b], store, _) = cluster();
+    let once = |key: &str| WriteRequest {
+        conditions: Conditions {
+            if_match: None,
+            if_none_match: Some(EtagMatch::Any),
+        },
+        ..req(key, 5)
+    };
+    let first = {
+        let (a, r) = (a.clone(), once("once"));
+        store
+            .hold_next(async move { a.put(r, body(b"first".to_vec())).await })
+            .await
+    };
+    let second = retried(|| b.put(once("once"), body(b"second".to_vec()))).await;
+    let _ = store.release.send(true);
+    let first = first.await.unwrap();
+    let codes = [&first, &second].map(|r| r.as_ref().err().map(|e| e.code()));
+    assert_eq!(
+        codes.iter().filter(|c| c.is_none()).count(),
+        1,
+        "{codes:?}"
+    );
+    assert!(codes.contains(&Some("PreconditionFailed")), "{codes:?}");
+}
+
+/// Review round 12, F4 and F5: puts and deletes of one key racing through both gates never
+/// take each other for writes around fencegate (no BypassDetected), and the object is never
+/// wedged: a write with a newer token succeeds afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_puts_and_deletes_never_look_like_bypasses() {
+    let ([a, b], store, _) = cluster();
+    for round in 0..30u64 {
+        let t = 10 + round * 3;
+        let (a1, b1) = (a.clone(), b.clone());
+        let put = tokio::spawn(async move {
+            a1.put(req("w", t), body(format!("{t}").into_bytes())).await
+        });
+        let delete = tokio::spawn(async move { b1.delete(req("w", t + 1)).await });
+        for result in [put.await.unwrap().map(|_| ()), delete.await.unwrap().map(|_| ())] {
+            if let Err(e) = result {
+                assert!(
+                    matches!(
+                        e.code(),
+                        "StaleFencingToken" | "CommitInProgress" | "FenceStoreUnavailable"
+                    ),
+                    "round {round}: {e}"
+                );
+            }
+        }
+        retried(|| a.put(req("w", t + 2), body(b"after".to_vec())))
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the object is wedged: {e}"));
+    }
+    in_token_order(&store.landed()).unwrap();
 }
 
 /// A bound lease grant through one gate and a write through the other: the grant's token is

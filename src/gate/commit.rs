@@ -161,8 +161,11 @@ impl Gate {
             expected,
         } = locked;
         // The checks passed, so any earlier unresolved request has shown its outcome or can
-        // no longer land.
-        object_row.unresolved_until_ms = None;
+        // no longer land. In cluster mode this commit's own request gets a deadline, written
+        // on its intent: until then no instance decides over it (docs/design.md, "Bounded
+        // intents").
+        let deadline = self.intent_deadline();
+        object_row.unresolved_until_ms = deadline.map(|(_, until)| until);
         let mut before = (scope_row.clone(), object_row.clone());
         if let Some(t) = token {
             scope_row.highest = Some(scope_row.highest.map_or(t.0, |h| h.max(t.0)));
@@ -200,7 +203,14 @@ impl Gate {
         }
         let size = staged.size;
         let info = match self
-            .commit_or_adopt(req, entry, (scope, object_key), before, staged, expected)
+            .commit_or_adopt(
+                req,
+                entry,
+                (scope, object_key),
+                before,
+                staged,
+                (expected, deadline.map(|(not_after, _)| not_after)),
+            )
             .await
         {
             Ok(info) => info,
@@ -252,9 +262,15 @@ impl Gate {
         (scope, object_key): (&str, &str),
         before: (FenceRow, FenceRow),
         staged: &Staged,
-        expected: Option<String>,
+        (expected, not_after): (Option<String>, Option<std::time::SystemTime>),
     ) -> Result<ObjectInfo, GateError> {
-        match entry.backend.commit(staged, expected.as_deref()).await {
+        let commit = |expected: Option<String>| async move {
+            match not_after {
+                Some(t) => entry.backend.commit_by(staged, expected.as_deref(), t).await,
+                None => entry.backend.commit(staged, expected.as_deref()).await,
+            }
+        };
+        match commit(expected).await {
             Err(BackendError::Conflict { found, .. }) => {
                 self.still_ours(object_key, before.1.rev).await?;
                 let (scope_row, object_row) = before;
@@ -298,7 +314,7 @@ impl Gate {
                         .await?;
                     return Err(GateError::PreconditionFailed(failed));
                 }
-                Ok(entry.backend.commit(staged, found.as_deref()).await?)
+                Ok(commit(found).await?)
             }
             other => Ok(other?),
         }

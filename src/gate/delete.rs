@@ -95,9 +95,12 @@ impl Gate {
             }
             return Ok(written(false));
         };
+        let unchanged = object_row.clone();
         object_row.version = Some(expected.clone());
         object_row.pending = Some(Pending::default());
-        object_row.unresolved_until_ms = None;
+        // Cluster mode: the delete's request gets a deadline, on its intent (see commit.rs).
+        let deadline = self.intent_deadline();
+        object_row.unresolved_until_ms = deadline.map(|(_, until)| until);
         object_row.scope = binding;
         // The intent (the raised highest among it) is synced before the backend changes. If the
         // backend then refuses or fails, the raised highest stays: a token that was sent is
@@ -116,10 +119,25 @@ impl Gate {
         for row in [&mut scope_row, &mut object_row, &mut tombstone] {
             row.rev = rev;
         }
-        if let Err(e) = entry.backend.delete(&req.bucket, &req.key, &expected).await {
+        let deleted = match deadline {
+            Some((not_after, _)) => {
+                entry
+                    .backend
+                    .delete_by(&req.bucket, &req.key, &expected, not_after)
+                    .await
+            }
+            None => entry.backend.delete(&req.bucket, &req.key, &expected).await,
+        };
+        if let Err(e) = deleted {
             if matches!(e, crate::backend::BackendError::Conflict { .. }) {
                 // Another instance's commit, most likely: taken again from the checks.
                 self.still_ours(object_key, rev).await?;
+                // Else a write around fencegate. The store answered, so nothing of this
+                // delete can land: the object's row is as it was (the raised highest stays).
+                let unchanged = FenceRow { rev, ..unchanged };
+                self.save(scope, scope_row, object_key, unchanged, Durability::Synced)
+                    .await?;
+                return Err(e.into());
             }
             let e = GateError::from(e);
             self.mark_unresolved(

@@ -26,6 +26,8 @@ pub enum GateError {
     TokenSpaceExhausted { scope: String },
     #[error("an earlier write or delete of {key:?} did not get the store's answer and may still be applied by the store; fencegate refuses this object until the store shows that outcome or the request can no longer land (about {retry_after} s; `commit_deadline_secs`). Retry later")]
     CommitUnresolved { key: String, retry_after: u64 },
+    #[error("a commit or delete of {key:?} through this or another instance is in progress, and its store request may still land for about {retry_after} s; fencegate does not decide over it until its outcome shows or it can no longer land. Retry later")]
+    CommitInProgress { key: String, retry_after: u64 },
     #[error("internal error: {0}")]
     Internal(String),
     #[error("token {token} is more than {limit} above the highest token {highest} of scope {scope} (the bucket's max_token_jump); a token this far ahead would fence the scope for every real holder. Send the token your lock service issued; an operator can raise max_token_jump if the lock service really skips this far")]
@@ -83,7 +85,7 @@ impl GateError {
             GateError::StaleFencingToken { .. } | GateError::TokenNotIncreasing { .. } => 409,
             GateError::FencingScopeMismatch { .. } | GateError::TokenSpaceExhausted { .. } => 409,
             GateError::Internal(_) => 500,
-            GateError::CommitUnresolved { .. } => 503,
+            GateError::CommitUnresolved { .. } | GateError::CommitInProgress { .. } => 503,
             GateError::FencingTokenRequired { .. } => 428,
             GateError::InvalidFencingToken(_)
             | GateError::TokenJumpTooLarge { .. }
@@ -123,6 +125,7 @@ impl GateError {
             GateError::TokenJumpTooLarge { .. } => "TokenJumpTooLarge",
             GateError::Internal(_) => "InternalError",
             GateError::CommitUnresolved { .. } => "CommitUnresolved",
+            GateError::CommitInProgress { .. } => "CommitInProgress",
             GateError::FencingTokenRequired { .. } => "FencingTokenRequired",
             GateError::InvalidFencingToken(_) => "InvalidFencingToken",
             GateError::InvalidFencingScope(_) => "InvalidFencingScope",
@@ -160,7 +163,9 @@ impl GateError {
     pub fn retry_after(&self) -> Option<u64> {
         match self {
             GateError::Backend(BackendError::Throttled(_)) => Some(1),
-            GateError::CommitUnresolved { retry_after, .. } => Some((*retry_after).max(1)),
+            GateError::CommitUnresolved { retry_after, .. }
+            | GateError::CommitInProgress { retry_after, .. } => Some((*retry_after).max(1)),
+            GateError::Backend(BackendError::Expired(_)) => Some(1),
             // Unreachable or contended (other instances kept changing the scope): soon.
             GateError::Store(StoreError::Io(_) | StoreError::Conflict(_)) => Some(1),
             _ => None,
@@ -175,6 +180,7 @@ impl GateError {
             | GateError::FencingScopeMismatch { .. }
             | GateError::TokenSpaceExhausted { .. } => "stale",
             GateError::Internal(_) | GateError::CommitUnresolved { .. } => "failed",
+            GateError::CommitInProgress { .. } => "busy",
             GateError::BypassDetected { .. }
             | GateError::Backend(BackendError::Conflict { .. }) => "bypass",
             GateError::PreconditionFailed(_) => "precondition",

@@ -99,6 +99,18 @@ pub struct Gate {
     store: Arc<dyn FenceStore>,
     locks: ScopeLocks,
     uploads: UploadRegistry,
+    /// Shared fence tables: every intent's store request carries a deadline the store enforces.
+    intents: Option<IntentBound>,
+}
+
+/// Cluster mode (docs/design.md, "Bounded intents"): a commit's or a delete's store request is
+/// refused by the store after `ttl` from its intent, and every instance waits for a pending
+/// intent until that deadline plus `skew` (the most any instance's clock may run ahead of the
+/// store's) before deciding without its answer.
+#[derive(Debug, Clone, Copy)]
+pub struct IntentBound {
+    pub ttl: std::time::Duration,
+    pub skew: std::time::Duration,
 }
 
 impl Gate {
@@ -113,7 +125,14 @@ impl Gate {
             store,
             locks: ScopeLocks::default(),
             uploads: UploadRegistry::default(),
+            intents: None,
         }
+    }
+
+    /// On a shared fence table: bounds every intent's store request (see [`IntentBound`]).
+    pub fn with_intent_bound(mut self, bound: IntentBound) -> Gate {
+        self.intents = Some(bound);
+        self
     }
 
     /// Keeps multipart uploads in `registry` (on disk) instead of in memory.
@@ -171,16 +190,27 @@ impl Gate {
 /// How many times a decision is taken again after another instance changed its rows.
 const CONFLICT_ATTEMPTS: u32 = 16;
 
-/// After an error from one attempt at a decision: whether to take it again. Only a
-/// [`StoreError::Conflict`] from a shared fence table qualifies (another instance changed a row
-/// this decision read, so nothing was written and the rows must be read again); it waits a
-/// little, longer each time and jittered, so that instances contending for one scope spread
-/// out. `attempt` counts the attempts taken.
+/// After an error from one attempt at a decision: whether to take it again. Only a shared
+/// fence table's answers qualify: a [`StoreError::Conflict`] (another instance changed a row
+/// this decision read, so nothing was written and the rows must be read again), and
+/// [`GateError::CommitInProgress`] (another commit of the object is still going; it usually
+/// ends within a store round trip). It waits a little, longer each time and jittered, so that
+/// instances contending for one scope spread out. `attempt` counts the attempts taken.
 pub(crate) async fn again(e: &GateError, attempt: &mut u32) -> bool {
-    if !matches!(e, GateError::Store(StoreError::Conflict(_))) {
-        return false;
+    match e {
+        GateError::Store(StoreError::Conflict(_)) => {
+            metrics::counter!("fencegate_fence_conflicts_total").increment(1)
+        }
+        GateError::CommitInProgress { .. } => {
+            metrics::counter!("fencegate_commit_waits_total").increment(1)
+        }
+        // The store refused a request that arrived after its intent's deadline: nothing
+        // landed, so the decision is taken again (where a newer token refuses it as stale).
+        GateError::Backend(crate::backend::BackendError::Expired(_)) => {
+            metrics::counter!("fencegate_expired_requests_total").increment(1)
+        }
+        _ => return false,
     }
-    metrics::counter!("fencegate_fence_conflicts_total").increment(1);
     *attempt += 1;
     if *attempt >= CONFLICT_ATTEMPTS {
         tracing::warn!(error = %e, attempts = *attempt, "giving up on a scope other instances keep changing");

@@ -103,7 +103,14 @@ async fn build(
             .map_err(StartError::Gateway)?;
         buckets.insert(bucket.clone(), BucketEntry::new(policy.clone(), backend));
     }
-    Ok((Gate::new(store.clone(), buckets), store, backends))
+    let mut gate = Gate::new(store.clone(), buckets);
+    if let Some(etcd) = &config.etcd {
+        gate = gate.with_intent_bound(crate::gate::IntentBound {
+            ttl: Duration::from_secs(etcd.intent_ttl_secs),
+            skew: Duration::from_millis(etcd.max_clock_skew_ms),
+        });
+    }
+    Ok((gate, store, backends))
 }
 
 /// The fence table: RocksDB at `path`, or the etcd cluster `[fence_store]` names.

@@ -23,8 +23,9 @@ pub enum Mode {
     /// Hold conditional writes (not forwarded yet) until [`S3Proxy::release`]: a commit
     /// paused between its intent and the store, as a paused instance's would be.
     HoldConditionalWrites = 5,
-    /// As `HoldConditionalWrites`, then forwarded without their conditions (a negative
-    /// control: a store that ignores them).
+    /// As `HoldConditionalWrites`, then forwarded without their conditions and without a
+    /// presigned request's signature and expiry (a negative control: a store that ignores
+    /// conditions and deadlines; ministack accepts unsigned requests).
     HoldAndDropConditions = 6,
 }
 
@@ -115,15 +116,22 @@ async fn forward(State(state): State<ProxyState>, req: Request) -> Response {
     if mode == Mode::SwallowConditionalWrites as u8 && conditional {
         tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
     }
-    let url = format!(
-        "{upstream}{}",
-        req.uri().path_and_query().map_or("/", |p| p.as_str())
-    );
+    let unsign = mode == Mode::HoldAndDropConditions as u8;
+    let query = req.uri().query().map(|q| {
+        q.split('&')
+            .filter(|p| !(unsign && p.to_ascii_lowercase().starts_with("x-amz-")))
+            .collect::<Vec<_>>()
+            .join("&")
+    });
+    let url = match query.filter(|q| !q.is_empty()) {
+        Some(q) => format!("{upstream}{}?{q}", req.uri().path()),
+        None => format!("{upstream}{}", req.uri().path()),
+    };
     let mut out = client.request(req.method().clone(), url);
     for (name, value) in req.headers() {
-        let drop = name == "host"
-            || ((mode == Mode::DropConditions as u8 || mode == Mode::HoldAndDropConditions as u8)
-                && (name == "if-match" || name == "if-none-match"));
+        // The Host header stays: a presigned request signs it.
+        let drop = (mode == Mode::DropConditions as u8 || mode == Mode::HoldAndDropConditions as u8)
+            && (name == "if-match" || name == "if-none-match");
         if !drop {
             out = out.header(name, value);
         }

@@ -17,6 +17,8 @@ use std::time::Duration;
 pub struct S3Clients {
     pub reads: Client,
     pub writes: Client,
+    /// Cluster mode's commits and deletes, presigned with a deadline (`presigned.rs`).
+    pub presigner: std::sync::Arc<super::presigned::Presigner>,
 }
 
 pub async fn build(cfg: &S3BackendConfig) -> Result<S3Clients, String> {
@@ -56,7 +58,18 @@ pub async fn build(cfg: &S3BackendConfig) -> Result<S3Clients, String> {
             .build();
         Client::from_conf(conf)
     };
+    let presigner = super::presigned::Presigner {
+        http: presigning_http(cfg)?,
+        credentials: shared.credentials_provider(),
+        region: cfg.region.clone(),
+        endpoint: cfg
+            .endpoint
+            .clone()
+            .unwrap_or_else(|| format!("https://s3.{}.amazonaws.com", cfg.region)),
+        path_style,
+    };
     Ok(S3Clients {
+        presigner: std::sync::Arc::new(presigner),
         reads: client(
             RetryConfig::standard()
                 .with_max_attempts(cfg.read_attempts)
@@ -64,6 +77,39 @@ pub async fn build(cfg: &S3BackendConfig) -> Result<S3Clients, String> {
         ),
         writes: client(RetryConfig::disabled()),
     })
+}
+
+/// The plain HTTP client of presigned requests: the same timeouts, the system roots and the
+/// optional CA file for https, never a retry.
+fn presigning_http(cfg: &S3BackendConfig) -> Result<reqwest::Client, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    if let Some(path) = &cfg.ca_file {
+        use rustls::pki_types::{pem::PemObject, CertificateDer};
+        let certs = CertificateDer::pem_file_iter(path)
+            .map_err(|e| format!("cannot read ca_file {}: {e}", path.display()))?;
+        for cert in certs {
+            let cert = cert.map_err(|e| format!("ca_file {}: {e}", path.display()))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("ca_file {}: {e}", path.display()))?;
+        }
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .connect_timeout(Duration::from_secs(cfg.connect_timeout_secs))
+        .read_timeout(Duration::from_secs(cfg.read_timeout_secs))
+        .build()
+        .map_err(|e| format!("the presigning HTTP client: {e}"))
 }
 
 /// An HTTPS client that trusts the system roots and the certificates in the PEM file `path`

@@ -10,6 +10,7 @@
 mod client;
 mod errors;
 mod multipart;
+mod presigned;
 pub mod probe;
 
 pub use client::{build as build_clients, S3Clients};
@@ -358,12 +359,18 @@ impl S3Backend {
         staged: &Staged,
         meta: &ObjectMeta,
         expected: Option<&str>,
+        not_after: Option<std::time::SystemTime>,
     ) -> Result<Option<String>, S3Failure> {
         let key = self.store_key(&staged.key);
         let (if_match, if_none_match) = match expected {
             Some(etag) => (Some(etag.to_string()), None),
             None => (None, Some("*".to_string())),
         };
+        if let Some(not_after) = not_after {
+            return self
+                .send_commit_by(staged, meta, &key, expected, not_after)
+                .await;
+        }
         match &staged.body {
             StagedBody::Buffered(bytes) => self
                 .clients
@@ -409,6 +416,174 @@ impl S3Backend {
             ))),
         }
     }
+    /// [`Self::send_commit`] in cluster mode: presigned to be refused after `not_after`.
+    async fn send_commit_by(
+        &self,
+        staged: &Staged,
+        meta: &ObjectMeta,
+        key: &str,
+        expected: Option<&str>,
+        not_after: std::time::SystemTime,
+    ) -> Result<Option<String>, S3Failure> {
+        let mut headers = vec![match expected {
+            Some(etag) => ("if-match".to_string(), etag.to_string()),
+            None => ("if-none-match".to_string(), "*".to_string()),
+        }];
+        let (op, method, upload_id, body) = match &staged.body {
+            StagedBody::Buffered(bytes) => {
+                if let Some(t) = &meta.content_type {
+                    headers.push(("content-type".into(), t.clone()));
+                }
+                for (k, v) in Self::metadata(meta) {
+                    headers.push((format!("x-amz-meta-{k}"), v));
+                }
+                ("PutObject", "PUT", None, bytes.clone())
+            }
+            StagedBody::Multipart { upload_id, parts } => {
+                let parts: Vec<(i32, String)> =
+                    parts.iter().map(|(n, e)| (*n, e.to_string())).collect();
+                let xml = presigned::completion_xml(&parts);
+                headers.push(("content-type".into(), "application/xml".into()));
+                (
+                    "CompleteMultipartUpload",
+                    "POST",
+                    Some(upload_id.as_str()),
+                    Bytes::from(xml),
+                )
+            }
+            StagedBody::Handle(_) => {
+                return Err(S3Failure::Fault(BackendError::Failing(
+                    "a body staged by another backend cannot be committed to s3".into(),
+                )))
+            }
+        };
+        let req = presigned::Request {
+            method,
+            bucket: &self.bucket,
+            key,
+            upload_id,
+            headers,
+            body,
+        };
+        self.clients.presigner.send(op, req, not_after).await
+    }
+
+    /// The commit, with a store-enforced deadline in cluster mode (`not_after`).
+    async fn commit_inner(
+        &self,
+        staged: &Staged,
+        expected: Option<&str>,
+        not_after: Option<std::time::SystemTime>,
+    ) -> Result<ObjectInfo, BackendError> {
+        let meta = staged.meta.clone();
+        let answered = match self.send_commit(staged, &meta, expected, not_after).await {
+            Ok(etag) => etag,
+            Err(S3Failure::Precondition | S3Failure::NotFound) => {
+                // 404 answers If-Match on an object that is gone; both mean "changed". The
+                // version found is read here once; a failed read is a fault, not "absent".
+                let found = self.version(&staged.bucket, &staged.key).await?;
+                return Err(BackendError::Conflict {
+                    expected: expected.map(str::to_string),
+                    found,
+                });
+            }
+            Err(f) if f.outcome_unknown() => {
+                // Never re-sent: a late duplicate could land after a newer token's commit.
+                let error = match f.into_backend("commit") {
+                    BackendError::Timeout(e) => BackendError::Timeout(format!(
+                        "{e}; the store did not confirm the commit and it may still take effect: retry with the same token"
+                    )),
+                    other => other,
+                };
+                // Its ETag shows the request applied only if it differs from the ETag it
+                // replaces: a rewrite of the same bytes looks landed before it is (review
+                // round 3), so it stays unknown.
+                let changes = expected != Some(staged.etag.as_str());
+                return match self.landed(staged).await.filter(|_| changes) {
+                    Some(info) => {
+                        tracing::info!(key = %staged.key, "a commit that timed out had landed; read back its ETag");
+                        Ok(info)
+                    }
+                    None => Err(error),
+                };
+            }
+            Err(f) => return Err(f.into_backend("commit")),
+        };
+        // The version recorded must be the store's own ETag: it is what the next HEAD, and a
+        // conditional commit's If-Match, compare against. It differs from the MD5 computed
+        // while staging on stores that encrypt (SSE-KMS) or compute multipart ETags otherwise.
+        let etag = match answered.filter(|e| !e.is_empty()) {
+            Some(etag) => etag,
+            None => self.etag_after_commit(staged).await?,
+        };
+        Ok(ObjectInfo {
+            key: staged.key.clone(),
+            size: staged.size,
+            version: etag.clone(),
+            etag,
+            last_modified_ms: crate::wall_clock::now_ms(),
+            meta,
+        })
+    }
+
+    /// DeleteObject if still at `expected`, with a store-enforced deadline in cluster mode.
+    async fn delete_inner(
+        &self,
+        bucket: &str,
+        key: &str,
+        expected: &str,
+        not_after: Option<std::time::SystemTime>,
+    ) -> Result<(), BackendError> {
+        let conditional = self
+            .conditional_delete
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let result = match not_after {
+            Some(not_after) => {
+                let req = presigned::Request {
+                    method: "DELETE",
+                    bucket: &self.bucket,
+                    key: &self.store_key(key),
+                    upload_id: None,
+                    headers: vec![("if-match".into(), expected.to_string())],
+                    body: Bytes::new(),
+                };
+                self.clients
+                    .presigner
+                    .send("DeleteObject", req, not_after)
+                    .await
+                    .map(|_| ())
+            }
+            None => self
+                .clients
+                .writes
+                .delete_object()
+                .bucket(&self.bucket)
+                .key(self.store_key(key))
+                .set_if_match(conditional.then(|| expected.to_string()))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| classify("DeleteObject", e)),
+        };
+        match result {
+            Ok(()) => Ok(()),
+            Err(failure) => match failure {
+                S3Failure::Precondition | S3Failure::NotFound => Err(BackendError::Conflict {
+                    expected: Some(expected.to_string()),
+                    found: self.version(bucket, key).await?,
+                }),
+                f if f.outcome_unknown() => {
+                    let error = f.into_backend("DeleteObject");
+                    match self.version(bucket, key).await {
+                        Ok(None) => Ok(()),
+                        _ => Err(error),
+                    }
+                }
+                other => Err(other.into_backend("DeleteObject")),
+            },
+        }
+    }
+
     /// GetObject, whole or a byte range; the info describes the whole object either way.
     async fn get_object(
         &self,
@@ -560,55 +735,27 @@ impl Backend for S3Backend {
         staged: &Staged,
         expected: Option<&str>,
     ) -> Result<ObjectInfo, BackendError> {
-        let meta = staged.meta.clone();
-        let answered = match self.send_commit(staged, &meta, expected).await {
-            Ok(etag) => etag,
-            Err(S3Failure::Precondition | S3Failure::NotFound) => {
-                // 404 answers If-Match on an object that is gone; both mean "changed". The
-                // version found is read here once; a failed read is a fault, not "absent".
-                let found = self.version(&staged.bucket, &staged.key).await?;
-                return Err(BackendError::Conflict {
-                    expected: expected.map(str::to_string),
-                    found,
-                });
-            }
-            Err(f) if f.outcome_unknown() => {
-                // Never re-sent: a late duplicate could land after a newer token's commit.
-                let error = match f.into_backend("commit") {
-                    BackendError::Timeout(e) => BackendError::Timeout(format!(
-                        "{e}; the store did not confirm the commit and it may still take effect: retry with the same token"
-                    )),
-                    other => other,
-                };
-                // Its ETag shows the request applied only if it differs from the ETag it
-                // replaces: a rewrite of the same bytes looks landed before it is (review
-                // round 3), so it stays unknown.
-                let changes = expected != Some(staged.etag.as_str());
-                return match self.landed(staged).await.filter(|_| changes) {
-                    Some(info) => {
-                        tracing::info!(key = %staged.key, "a commit that timed out had landed; read back its ETag");
-                        Ok(info)
-                    }
-                    None => Err(error),
-                };
-            }
-            Err(f) => return Err(f.into_backend("commit")),
-        };
-        // The version recorded must be the store's own ETag: it is what the next HEAD, and a
-        // conditional commit's If-Match, compare against. It differs from the MD5 computed
-        // while staging on stores that encrypt (SSE-KMS) or compute multipart ETags otherwise.
-        let etag = match answered.filter(|e| !e.is_empty()) {
-            Some(etag) => etag,
-            None => self.etag_after_commit(staged).await?,
-        };
-        Ok(ObjectInfo {
-            key: staged.key.clone(),
-            size: staged.size,
-            version: etag.clone(),
-            etag,
-            last_modified_ms: crate::wall_clock::now_ms(),
-            meta,
-        })
+        self.commit_inner(staged, expected, None).await
+    }
+
+    async fn commit_by(
+        &self,
+        staged: &Staged,
+        expected: Option<&str>,
+        not_after: std::time::SystemTime,
+    ) -> Result<ObjectInfo, BackendError> {
+        self.commit_inner(staged, expected, Some(not_after)).await
+    }
+
+    async fn delete_by(
+        &self,
+        bucket: &str,
+        key: &str,
+        expected: &str,
+        not_after: std::time::SystemTime,
+    ) -> Result<(), BackendError> {
+        self.delete_inner(bucket, key, expected, Some(not_after))
+            .await
     }
 
     fn in_flight_bound(&self) -> Option<std::time::Duration> {
@@ -717,35 +864,7 @@ impl Backend for S3Backend {
     }
 
     async fn delete(&self, bucket: &str, key: &str, expected: &str) -> Result<(), BackendError> {
-        let conditional = self
-            .conditional_delete
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let result = self
-            .clients
-            .writes
-            .delete_object()
-            .bucket(&self.bucket)
-            .key(self.store_key(key))
-            .set_if_match(conditional.then(|| expected.to_string()))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) => match classify("DeleteObject", e) {
-                S3Failure::Precondition | S3Failure::NotFound => Err(BackendError::Conflict {
-                    expected: Some(expected.to_string()),
-                    found: self.version(bucket, key).await?,
-                }),
-                f if f.outcome_unknown() => {
-                    let error = f.into_backend("DeleteObject");
-                    match self.version(bucket, key).await {
-                        Ok(None) => Ok(()),
-                        _ => Err(error),
-                    }
-                }
-                other => Err(other.into_backend("DeleteObject")),
-            },
-        }
+        self.delete_inner(bucket, key, expected, None).await
     }
 
     async fn list(

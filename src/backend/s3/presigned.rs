@@ -1,0 +1,280 @@
+//! Cluster mode: the commit (PutObject, CompleteMultipartUpload) and the delete sent as
+//! presigned requests, whose expiry the store itself enforces. An instance paused after its
+//! intent (GC, SIGSTOP, a buffering proxy) can then not land the request after the deadline
+//! its intent announced, so other instances may decide once it has passed (docs/design.md,
+//! "Bounded intents"). The SDK presigns neither CompleteMultipartUpload nor anything it
+//! sends itself, so the requests are signed here with aws-sigv4 (query-string signing, as the
+//! SDK's presigned URLs are) and sent through a plain HTTP client.
+
+use super::errors::S3Failure;
+use crate::backend::BackendError;
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use aws_sigv4::http_request::{
+    sign, PercentEncodingMode, SignableBody, SignableRequest, SignatureLocation, SigningSettings,
+    UriPathNormalizationMode,
+};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// S3's URI encoding of a key: everything but unreserved characters and `/`.
+const KEY: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
+/// The same for query values (upload ids), where `/` is encoded too.
+const QUERY: &AsciiSet = &KEY.add(b'/');
+
+/// Signs and sends the requests of one store (one `[backends.NAME]`).
+pub struct Presigner {
+    pub http: reqwest::Client,
+    pub credentials: Option<SharedCredentialsProvider>,
+    pub region: String,
+    /// `scheme://host[:port]` of the store, and whether the bucket goes in the path.
+    pub endpoint: String,
+    pub path_style: bool,
+}
+
+/// One request to sign: method, store bucket and key, an optional upload id, headers.
+pub struct Request<'a> {
+    pub method: &'a str,
+    pub bucket: &'a str,
+    pub key: &'a str,
+    pub upload_id: Option<&'a str>,
+    pub headers: Vec<(String, String)>,
+    pub body: bytes::Bytes,
+}
+
+/// The presigning window for a request that must not land after `not_after` (the store's
+/// clock): whole seconds, because `X-Amz-Date` has second resolution and `X-Amz-Expires`
+/// counts seconds, so the store's last second, `start + expires`, is at or before `not_after`.
+pub fn window(not_after: SystemTime) -> Result<(SystemTime, Duration), S3Failure> {
+    let secs = |t: SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (start, end) = (secs(SystemTime::now()), secs(not_after));
+    if end <= start {
+        return Err(S3Failure::Fault(BackendError::Expired(
+            "the intent's deadline passed before the request was sent".into(),
+        )));
+    }
+    Ok((
+        UNIX_EPOCH + Duration::from_secs(start),
+        Duration::from_secs(end - start),
+    ))
+}
+
+impl Presigner {
+    fn url(&self, bucket: &str, key: &str, upload_id: Option<&str>) -> String {
+        let key = utf8_percent_encode(key, KEY);
+        let mut url = if self.path_style {
+            format!("{}/{bucket}/{key}", self.endpoint.trim_end_matches('/'))
+        } else {
+            let (scheme, host) = self
+                .endpoint
+                .split_once("://")
+                .unwrap_or(("https", &self.endpoint));
+            format!("{scheme}://{bucket}.{}/{key}", host.trim_end_matches('/'))
+        };
+        if let Some(id) = upload_id {
+            url.push_str(&format!("?uploadId={}", utf8_percent_encode(id, QUERY)));
+        }
+        url
+    }
+
+    /// Signs `req` to be refused by the store after `not_after`, sends it, and reads the
+    /// answer (see [`send`]).
+    pub async fn send(
+        &self,
+        op: &str,
+        req: Request<'_>,
+        not_after: SystemTime,
+    ) -> Result<Option<String>, S3Failure> {
+        let fail = |e: &dyn std::fmt::Display| {
+            S3Failure::Fault(BackendError::Failing(format!("{op}: signing: {e}")))
+        };
+        let (start, expires) = window(not_after)?;
+        let provider = self
+            .credentials
+            .as_ref()
+            .ok_or_else(|| fail(&"no credentials are configured for this store"))?;
+        let identity = provider
+            .provide_credentials()
+            .await
+            .map_err(|e| fail(&e))?
+            .into();
+        let mut settings = SigningSettings::default();
+        settings.percent_encoding_mode = PercentEncodingMode::Single;
+        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+        settings.signature_location = SignatureLocation::QueryParams;
+        settings.expires_in = Some(expires);
+        let params = aws_sigv4::sign::v4::SigningParams::builder()
+            .identity(&identity)
+            .region(&self.region)
+            .name("s3")
+            .time(start)
+            .settings(settings)
+            .build()
+            .map_err(|e| fail(&e))?
+            .into();
+        let url = self.url(req.bucket, req.key, req.upload_id);
+        let signable = SignableRequest::new(
+            req.method,
+            url.as_str(),
+            req.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            SignableBody::UnsignedPayload,
+        )
+        .map_err(|e| fail(&e))?;
+        let (instructions, _) = sign(signable, &params).map_err(|e| fail(&e))?.into_parts();
+        let mut url = reqwest::Url::parse(&url).map_err(|e| fail(&e))?;
+        for (k, v) in instructions.params() {
+            url.query_pairs_mut().append_pair(k, v);
+        }
+        let method = reqwest::Method::from_bytes(req.method.as_bytes()).map_err(|e| fail(&e))?;
+        let mut builder = self.http.request(method, url);
+        for (name, value) in &req.headers {
+            builder = builder.header(name, value);
+        }
+        send(op, builder.body(req.body), not_after).await
+    }
+}
+
+/// What a presigned request's answer means: the ETag for a commit (from the header, or from
+/// a CompleteMultipartUpload's XML, which may also carry an error under status 200).
+async fn send(
+    op: &str,
+    builder: reqwest::RequestBuilder,
+    not_after: SystemTime,
+) -> Result<Option<String>, S3Failure> {
+    // After `not_after` the store refuses the request anyway; waiting longer only delays the
+    // answer (a second more for the answer of a request the store took just in time).
+    let wait = not_after
+        .duration_since(SystemTime::now())
+        .unwrap_or_default()
+        + Duration::from_secs(1);
+    let answer = tokio::time::timeout(wait, async {
+        let response = builder.send().await?;
+        let status = response.status().as_u16();
+        let etag = response
+            .headers()
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let text = response.text().await?;
+        Ok::<_, reqwest::Error>((status, etag, text))
+    })
+    .await;
+    let (status, etag, text) = match answer {
+        Err(_) => {
+            return Err(S3Failure::Fault(BackendError::Timeout(format!(
+                "{op}: no answer before the request's deadline"
+            ))))
+        }
+        Ok(Err(e)) if e.is_timeout() => {
+            return Err(S3Failure::Fault(BackendError::Timeout(format!("{op}: {e}"))))
+        }
+        Ok(Err(e)) => {
+            return Err(S3Failure::Fault(BackendError::Unreachable(format!(
+                "{op}: {e}"
+            ))))
+        }
+        Ok(Ok(answer)) => answer,
+    };
+    let code = element(&text, "Code");
+    if (200..300).contains(&status) && code.is_none() {
+        return Ok(etag.or_else(|| element(&text, "ETag")));
+    }
+    let message = element(&text, "Message").unwrap_or_default();
+    let what = || format!("{op}: {status} {} {message}", code.as_deref().unwrap_or(""));
+    Err(match (status, code.as_deref()) {
+        (404, _) => S3Failure::NotFound,
+        (412, _) => S3Failure::Precondition,
+        // AccessDenied "Request has expired" (AWS and ministack word it alike).
+        (403, Some("AccessDenied")) if message.to_ascii_lowercase().contains("expired") => {
+            S3Failure::Fault(BackendError::Expired(what()))
+        }
+        (429 | 503, _) | (_, Some("SlowDown")) => S3Failure::Fault(BackendError::Throttled(what())),
+        (408 | 504, _) => S3Failure::Fault(BackendError::Timeout(what())),
+        _ => S3Failure::Fault(BackendError::Failing(what())),
+    })
+}
+
+/// The text of the first `<name>` element of an S3 XML answer, unescaped.
+fn element(xml: &str, name: &str) -> Option<String> {
+    let open = format!("<{name}>");
+    let start = xml.find(&open)? + open.len();
+    let end = start + xml[start..].find(&format!("</{name}>"))?;
+    Some(
+        xml[start..end]
+            .replace("&quot;", "\"")
+            .replace("&apos;", "'")
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&amp;", "&"),
+    )
+}
+
+/// The CompleteMultipartUpload body for `parts` (number, ETag).
+pub fn completion_xml(parts: &[(i32, String)]) -> String {
+    let mut xml = String::from(
+        r#"<CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/">"#,
+    );
+    for (number, etag) in parts {
+        let etag = etag
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;");
+        xml.push_str(&format!(
+            "<Part><PartNumber>{number}</PartNumber><ETag>{etag}</ETag></Part>"
+        ));
+    }
+    xml.push_str("</CompleteMultipartUpload>");
+    xml
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_ends_at_or_before_the_deadline() {
+        let not_after = SystemTime::now() + Duration::from_millis(5_900);
+        let (start, expires) = window(not_after).unwrap();
+        assert!(start + expires <= not_after);
+        assert!(expires >= Duration::from_secs(4));
+        let past = SystemTime::now() - Duration::from_secs(1);
+        assert!(matches!(
+            window(past),
+            Err(S3Failure::Fault(BackendError::Expired(_)))
+        ));
+    }
+
+    #[test]
+    fn keys_and_upload_ids_are_encoded_as_s3_signs_them() {
+        let p = Presigner {
+            http: reqwest::Client::new(),
+            credentials: None,
+            region: "us-east-1".into(),
+            endpoint: "http://127.0.0.1:9000/".into(),
+            path_style: true,
+        };
+        assert_eq!(
+            p.url("b", "a b/c+d~é", Some("x/y=")),
+            "http://127.0.0.1:9000/b/a%20b/c%2Bd~%C3%A9?uploadId=x%2Fy%3D"
+        );
+        let v = Presigner {
+            path_style: false,
+            endpoint: "https://s3.eu-west-1.amazonaws.com".into(),
+            ..p
+        };
+        assert_eq!(v.url("b", "k", None), "https://b.s3.eu-west-1.amazonaws.com/k");
+    }
+
+    #[test]
+    fn xml_answers_are_read() {
+        let ok = r#"<CompleteMultipartUploadResult><ETag>&quot;abc-2&quot;</ETag></CompleteMultipartUploadResult>"#;
+        assert_eq!(element(ok, "ETag").as_deref(), Some("\"abc-2\""));
+        assert_eq!(element(ok, "Code"), None);
+        let xml = completion_xml(&[(1, "\"a\"".into()), (2, "\"b<\"".into())]);
+        assert!(xml.contains("<Part><PartNumber>2</PartNumber><ETag>\"b&lt;\"</ETag></Part>"));
+    }
+}
