@@ -67,6 +67,19 @@ async fn instances_share_one_fence() {
     let (s, _) = put(&c, &cluster.object(1, "shared"), Some("5"), b"late").await;
     assert_eq!(s, 409);
 
+    // Cluster mode sends its commits and deletes presigned (docs/design.md, "Bounded
+    // intents"): a multipart completion and a delete of an existing object, too.
+    let big: &'static [u8] = (0..9 * 1024 * 1024)
+        .map(|i| (i % 251) as u8)
+        .collect::<Vec<u8>>()
+        .leak();
+    let (s, body) = put(&c, &cluster.object(1, "big"), Some("1"), big).await;
+    assert_eq!(s, 200, "a 9 MiB write (multipart) through instance 1: {body}");
+    assert!(get_bytes(&c, &cluster.object(2, "big")).await.1 == big);
+    assert_eq!(token_of(&c, &cluster.object(2, "big")).await, Some(1));
+    assert_eq!(delete(&c, &cluster.object(2, "big"), "2").await, 200);
+    assert_eq!(get_bytes(&c, &cluster.object(1, "big")).await.0, 404);
+
     // A delete of an absent key through instance 1 fences instance 2's zombie.
     assert_eq!(delete(&c, &cluster.object(1, "gone"), "7").await, 200);
     let (s, _) = put(&c, &cluster.object(2, "gone"), Some("6"), b"zombie").await;
