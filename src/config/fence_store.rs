@@ -71,7 +71,7 @@ pub fn check(
     }
     if !raw.unsafe_experimental_cluster {
         return Err((
-            "[fence_store] kind = \"etcd\" (several instances) is experimental: review round 12 found ways for an older write still in flight on one instance to land after a newer fence, lease grant or delete was acknowledged on another (docs/design.md, \"Open holes\")".into(),
+            "[fence_store] kind = \"etcd\" (several instances) is experimental: its protocol (bounded intents) is still under review (docs/design.md, \"The cluster commit protocol\")".into(),
             "run one instance on rocksdb (the default) for production; to try the cluster mode anyway, set unsafe_experimental_cluster = true in [fence_store]".into(),
         ));
     }

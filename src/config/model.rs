@@ -146,8 +146,8 @@ pub struct FenceStoreConfig {
     /// etcd: the most any instance's clock may run ahead of the store's. Instances wait this
     /// much longer than an intent's deadline before deciding without its answer.
     pub max_clock_skew_ms: u64,
-    /// etcd: cluster mode has open holes (docs/design.md, "Open holes"); it starts only with
-    /// this set, for testing.
+    /// etcd: cluster mode is experimental (docs/design.md, "The cluster commit protocol"); it
+    /// starts only with this set, for testing.
     pub unsafe_experimental_cluster: bool,
 }
 

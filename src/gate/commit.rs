@@ -327,7 +327,8 @@ impl Gate {
     /// store holds its version). If instead a newer token's commit has finished, its row does
     /// not know `landed`, and the store holds `landed`, then the store's condition matched a
     /// version that came back: the newer holder rewrote the exact bytes this commit expected
-    /// (the ETag ABA, docs/design.md, "Known limit").
+    /// (the ETag ABA). Bounded intents (docs/design.md) leave no way to this on a store that
+    /// refuses expired presigned requests; it stays as the alarm for one that does not.
     /// Nothing undoes that now; it is said loudly, for an alert, and the next write of the
     /// object is refused as a bypass until an operator looks.
     async fn landed_after_newer(
@@ -354,7 +355,7 @@ impl Gate {
             metrics::counter!("fencegate_stale_landings_total", "bucket" => req.bucket.clone())
                 .increment(1);
             tracing::error!(bucket = %req.bucket, key = %req.key, token = t.0, highest = scope_row.highest,
-                "a stale write landed after a newer token's: the newer holder rewrote the exact bytes this commit's condition expected (the ETag ABA of docs/design.md); the next write of this object is refused as a bypass until an operator checks it");
+                "a stale write landed after a newer token's: the store applied this commit's request after its intent's deadline (check that the store refuses expired presigned requests and that the clocks agree, docs/design.md, \"Bounded intents\"); the next write of this object is refused as a bypass until an operator checks it");
         }
     }
 

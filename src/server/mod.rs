@@ -139,7 +139,7 @@ async fn open_store(
     })?;
     tracing::info!(endpoints = %etcd.endpoints.join(","), prefix = %etcd.prefix, "fence table on etcd, shared with every instance that names it");
     for _ in 0..3 {
-        tracing::error!("EXPERIMENTAL: cluster mode (kind = \"etcd\", unsafe_experimental_cluster = true) has open holes where an older write in flight on one instance can land after a newer fence, grant or delete was acknowledged on another (docs/design.md, \"Open holes\"); do not rely on it");
+        tracing::error!("EXPERIMENTAL: cluster mode (kind = \"etcd\", unsafe_experimental_cluster = true) is under review: its safety rests on bounded intents, which need a store that refuses expired presigned requests and clocks within max_clock_skew_ms of the store's (docs/design.md, \"Bounded intents\"); do not rely on it yet");
     }
     Ok(Arc::new(store))
 }
