@@ -790,13 +790,45 @@ fn checker_self_test_cluster() {
         &[],
     );
     assert_eq!((v.len(), aba.len()), (1, 0), "{v:?}");
-    // The same when token 3 rewrote token 1's bytes: the known limit, counted apart.
+    // The same when token 3 rewrote token 1's bytes (the ETag ABA, which bounded intents
+    // close): a violation, also counted apart.
     let b_same = put("holder", 3, 2.0, 3.0, "one");
     let (v, aba) = cluster::check(
         &[a.clone(), b_same, z.clone(), get(2, 5.0, 5.1, "two")],
         &[],
     );
-    assert_eq!((v.len(), aba.len()), (0, 1));
+    assert_eq!((v.len(), aba.len()), (1, 1));
+    // After an acknowledged delete with token 3, a read that shows token 2's object: caught
+    // (F3); a 404 is fine.
+    let d = rig::Ev {
+        note: String::new(),
+        ..ev("holder", "delete", "k0", 3, 2.0, 3.0)
+    };
+    let (v, _) = cluster::check(&[a.clone(), d.clone(), get(2, 5.0, 5.1, "two")], &[]);
+    assert_eq!(v.len(), 1, "{v:?}");
+    let mut gone = get(0, 5.0, 5.1, "");
+    (gone.token, gone.status, gone.acked) = (None, Some(404), false);
+    let (v, _) = cluster::check(&[a.clone(), d, gone], &[]);
+    assert!(v.is_empty(), "{v:?}");
+    // After an acknowledged advance to 3, the object changes from token 1's bytes to the
+    // zombie's token 2 before anything newer was sent: caught (F1). Unchanged: fine.
+    let adv = ev("holder", "advance", "k0", 3, 2.0, 3.0);
+    let (v, _) = cluster::check(
+        &[
+            a.clone(),
+            adv.clone(),
+            z.clone(),
+            get(1, 3.5, 3.6, "one"),
+            get(2, 5.0, 5.1, "two"),
+        ],
+        &[],
+    );
+    assert_eq!(v.len(), 1, "{v:?}");
+    let (v, _) = cluster::check(
+        &[a.clone(), adv, get(1, 3.5, 3.6, "one"), get(1, 5.0, 5.1, "one")],
+        &[],
+    );
+    assert!(v.is_empty(), "{v:?}");
     // A read of token 3: fine. An acknowledgement inside a quorum loss: caught.
     let (v, _) = cluster::check(&[a.clone(), b.clone(), get(3, 5.0, 5.1, "three")], &[]);
     assert!(v.is_empty(), "{v:?}");
