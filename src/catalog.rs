@@ -124,6 +124,13 @@ impl Backends {
                 // Several instances: another one's uploads in progress are not in this
                 // instance's registry, and must not be taken for abandoned ones.
                 let shared = config.etcd.is_some();
+                if let Some(etcd) = &config.etcd {
+                    let ttl = Duration::from_secs(etcd.intent_ttl_secs);
+                    let skew = Duration::from_millis(etcd.max_clock_skew_ms);
+                    backend.probe_expiry(ttl, skew).await.map_err(|e| {
+                        format!("bucket {bucket} (s3 backend {name}), cluster mode: {e}")
+                    })?;
+                }
                 if shared && self.sweep_uploads.is_some() {
                     tracing::info!(bucket, "not sweeping abandoned multipart uploads: the fence table is shared, and other instances' uploads are not in this one's registry; let the store's lifecycle rules (AbortIncompleteMultipartUpload) collect them");
                 }

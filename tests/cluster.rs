@@ -6,7 +6,7 @@
 mod common;
 use common::cluster::Cluster;
 use common::s3proxy::{Mode, S3Proxy};
-use common::{client, get_bytes, put, Server};
+use common::{binary, client, get_bytes, put, Server};
 use std::time::{Duration, Instant};
 
 /// One cluster at a time: each is 3 etcd members, a store and the instances, on 2 cores.
@@ -438,4 +438,43 @@ async fn identical_bytes_under_a_newer_token_do_not_let_the_paused_write_land() 
     let c = client();
     let (s, body) = put(&c, &cluster.object(1, "p"), Some("4"), b"after").await;
     assert_eq!(s, 200, "{body}");
+}
+
+/// Cluster mode's start-up probe (review round 13, N2): the deadlines are judged by each
+/// instance's clock and by the store's, so an instance whose clock runs ahead of the store's by
+/// more than `max_clock_skew_ms`, or behind it by `intent_ttl_secs`, refuses to start and says
+/// which. (The store honouring expiry is probed at every start; this cluster's instances pass.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_whose_clock_disagrees_with_the_store_refuses_to_start() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::up(1, "ministack");
+    let dir = cluster.dir.path().join("skewed");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("fencegate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n{}\n[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n\n[buckets.default]\nbackend = \"store\"\nbackend_bucket = \"fencegate-cluster\"\n",
+            dir.display(),
+            cluster.fence_store_toml(),
+            cluster.store_endpoint()
+        ),
+    )
+    .unwrap();
+    for (offset, says) in [
+        ("+5s", "ahead of the store's, more than max_clock_skew_ms = 500"),
+        ("-5s", "behind the store's, as long as intent_ttl_secs = 3"),
+    ] {
+        let out = std::process::Command::new("faketime")
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+            .args(["-f", offset])
+            .arg(binary())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .output()
+            .expect("faketime (Debian package faketime; scripts/test installs it)");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "started with the clock {offset}: {stderr}");
+        assert!(stderr.contains(says), "clock {offset}: {stderr}");
+    }
 }

@@ -18,6 +18,7 @@ pub struct EtcdConfig {
     pub identity: Option<(PathBuf, PathBuf)>,
     pub timeout_ms: u64,
     pub intent_ttl_secs: u64,
+    pub store_apply_secs: u64,
     pub max_clock_skew_ms: u64,
 }
 
@@ -31,6 +32,7 @@ impl std::fmt::Debug for EtcdConfig {
             .field("identity", &self.identity)
             .field("timeout_ms", &self.timeout_ms)
             .field("intent_ttl_secs", &self.intent_ttl_secs)
+            .field("store_apply_secs", &self.store_apply_secs)
             .field("max_clock_skew_ms", &self.max_clock_skew_ms)
             .finish()
     }
@@ -122,6 +124,15 @@ pub fn check(
                 raw.intent_ttl_secs
             ),
             "use a few seconds more than a commit takes (the default is 10): an instance that dies mid-commit holds its object back this long".into(),
+        ));
+    }
+    if raw.store_apply_secs > 3600 {
+        return Err((
+            format!(
+                "[fence_store] store_apply_secs = {} is above 3600",
+                raw.store_apply_secs
+            ),
+            "use the longest time the store takes to apply your largest commit (a multipart completion), with a margin (the default is 30)".into(),
         ));
     }
     if raw.max_clock_skew_ms > 60_000 {
@@ -235,6 +246,7 @@ pub fn check(
         identity,
         timeout_ms: raw.timeout_ms,
         intent_ttl_secs: raw.intent_ttl_secs,
+        store_apply_secs: raw.store_apply_secs,
         max_clock_skew_ms: raw.max_clock_skew_ms,
     }))
 }

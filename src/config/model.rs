@@ -143,6 +143,10 @@ pub struct FenceStoreConfig {
     /// instances wait for its outcome (503 CommitInProgress if it is not over in about a
     /// second). Whole seconds; large uploads' bodies go in parts before the intent.
     pub intent_ttl_secs: u64,
+    /// etcd: how long the store may still be applying a commit it admitted just before its
+    /// expiry (a large multipart completion, a body still streaming). Instances wait this much
+    /// longer than an intent's deadline.
+    pub store_apply_secs: u64,
     /// etcd: the most any instance's clock may run ahead of the store's. Instances wait this
     /// much longer than an intent's deadline before deciding without its answer.
     pub max_clock_skew_ms: u64,
@@ -166,6 +170,7 @@ impl Default for FenceStoreConfig {
             key_file: None,
             timeout_ms: 3000,
             intent_ttl_secs: 10,
+            store_apply_secs: 30,
             max_clock_skew_ms: 2000,
             unsafe_experimental_cluster: false,
         }

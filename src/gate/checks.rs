@@ -140,6 +140,37 @@ impl Gate {
         Err(GateError::CommitUnresolved { key, retry_after })
     }
 
+    /// Cluster mode: an intent on `row` that [`Gate::still_unresolved`] let pass (it has
+    /// landed, or its deadline has passed) is folded into the row: the landed version becomes
+    /// the committed one, or the intent is dropped. Only for decisions that keep the row's
+    /// versions (fence advances, lease grants); commits and deletes replace the intent with
+    /// their own.
+    pub(super) async fn resolve_intent(
+        &self,
+        entry: &BucketEntry,
+        bucket: &str,
+        key: &str,
+        row: &mut FenceRow,
+    ) -> Result<(), GateError> {
+        let Some(pending) = row.pending.clone() else {
+            return Ok(());
+        };
+        if row.unresolved_until_ms.is_none() {
+            // Not a bounded intent (left by a crash of a single instance before cluster mode):
+            // both versions stay fencegate's own.
+            return Ok(());
+        }
+        let found = entry.backend.version(bucket, key).await?;
+        if same_version(pending.version.as_deref(), found.as_deref()) {
+            row.version = pending.version;
+            row.etag = pending.etag;
+            row.tombstone = row.version.is_none();
+        }
+        row.pending = None;
+        row.unresolved_until_ms = None;
+        Ok(())
+    }
+
     /// Cluster mode, for a commit or delete about to record its intent: the time after which
     /// the store refuses its request (`not_after`, the store's clock) and the deadline written
     /// on the intent (Unix ms), after which every instance may decide without its answer.
@@ -148,7 +179,9 @@ impl Gate {
         let bound = self.intents?;
         let now = crate::wall_clock::now_ms();
         let not_after = now.saturating_add(bound.ttl.as_millis() as u64);
-        let until = not_after.saturating_add(bound.skew.as_millis() as u64);
+        let until = not_after
+            .saturating_add(bound.apply.as_millis() as u64)
+            .saturating_add(bound.skew.as_millis() as u64);
         Some((
             std::time::UNIX_EPOCH + std::time::Duration::from_millis(not_after),
             until,

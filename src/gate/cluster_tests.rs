@@ -26,6 +26,8 @@ struct Store {
     ignore_conditions: AtomicBool,
     /// The negative control of bounded intents: requests land whenever they arrive.
     ignore_deadlines: AtomicBool,
+    /// How long an admitted request takes to take effect (ms), as a large completion does.
+    apply_ms: AtomicU64,
 }
 
 impl Store {
@@ -37,6 +39,7 @@ impl Store {
             release: watch::channel(false).0,
             ignore_conditions: AtomicBool::new(false),
             ignore_deadlines: AtomicBool::new(false),
+            apply_ms: AtomicU64::new(0),
         })
     }
 
@@ -56,6 +59,8 @@ impl Store {
         {
             return Err(BackendError::Expired("test store".into()));
         }
+        let apply = self.apply_ms.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(apply)).await;
         Ok(())
     }
 }
@@ -128,17 +133,23 @@ impl Backend for Store {
 }
 
 /// The shared table, yielding to the scheduler around every call so that two gates'
-/// decisions interleave as two processes' would, and counting the conflicts it reports.
+/// decisions interleave as two processes' would, counting the conflicts it reports and the
+/// reads that found another commit in progress (an intent with a deadline).
 struct Interleaved {
     inner: MemoryFenceStore,
     conflicts: AtomicU64,
+    busy: AtomicU64,
 }
 
 #[async_trait::async_trait]
 impl FenceStore for Interleaved {
     async fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError> {
         tokio::task::yield_now().await;
-        self.inner.get(key).await
+        let row = self.inner.get(key).await?;
+        if row.as_ref().is_some_and(|r| r.unresolved_until_ms.is_some()) {
+            self.busy.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(row)
     }
     fn scan_prefix(
         &self,
@@ -166,9 +177,15 @@ const TTL: Duration = Duration::from_millis(100);
 
 /// Two gates over one shared table and one store.
 fn cluster() -> ([Arc<Gate>; 2], Arc<Store>, Arc<Interleaved>) {
+    cluster_with(Duration::from_millis(20))
+}
+
+/// [`cluster`], with `apply` as the gates' margin for the store's apply time.
+fn cluster_with(apply: Duration) -> ([Arc<Gate>; 2], Arc<Store>, Arc<Interleaved>) {
     let table = Arc::new(Interleaved {
         inner: MemoryFenceStore::new_shared(),
         conflicts: AtomicU64::new(0),
+        busy: AtomicU64::new(0),
     });
     let store = Store::new();
     let gate = || {
@@ -179,6 +196,7 @@ fn cluster() -> ([Arc<Gate>; 2], Arc<Store>, Arc<Interleaved>) {
         );
         Arc::new(Gate::new(table.clone(), buckets).with_intent_bound(IntentBound {
             ttl: TTL,
+            apply,
             skew: Duration::ZERO,
         }))
     };
@@ -273,13 +291,14 @@ async fn racing_gates_land_in_token_order() {
     let (info, _) = a.get("b", "k").await.unwrap();
     assert!(info.meta.token.unwrap() >= max);
     assert!(
-        table.conflicts.load(Ordering::SeqCst) > 0,
+        table.conflicts.load(Ordering::SeqCst) + table.busy.load(Ordering::SeqCst) > 0,
         "the gates never met on a row: the race did not happen"
     );
 }
 
 /// Takes `decide` again while it meets another commit in progress (503 CommitInProgress, which
-/// a client retries), so that a test can wait for a held intent's deadline.
+/// a client retries), so that a test can wait for a held intent's deadline, or a row changed
+/// under it (a conflict, which `advance_past`'s callers take again).
 async fn retried<T, F, Fut>(mut decide: F) -> Result<T, GateError>
 where
     F: FnMut() -> Fut,
@@ -287,7 +306,7 @@ where
 {
     loop {
         match decide().await {
-            Err(e) if e.code() == "CommitInProgress" => {
+            Err(e) if matches!(e.code(), "CommitInProgress" | "FenceStoreUnavailable") => {
                 tokio::time::sleep(Duration::from_millis(10)).await
             }
             other => return other,
@@ -519,4 +538,43 @@ async fn advances_through_one_gate_order_against_writes_through_the_other() {
     granted.dedup();
     assert_eq!(granted.len(), before, "two grants got the same token");
     in_token_order(&store.landed()).unwrap();
+}
+
+/// Review round 13, N1: a commit the store admits just before its deadline but applies later
+/// (a large multipart completion). The other gate's advance waits for the deadline plus the
+/// apply margin; with a margin shorter than the store's apply time (the negative control), the
+/// commit lands after the advance was acknowledged. Returns the tokens that landed after it.
+async fn advance_over_slow_apply(margin: Duration) -> Vec<Option<u64>> {
+    let ([a, b], store, table) = cluster_with(margin);
+    a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
+    store.apply_ms.store(80, Ordering::SeqCst);
+    let zombie = {
+        let a = a.clone();
+        store
+            .hold_next(async move { a.put(req("k", 2), body(b"slow".to_vec())).await })
+            .await
+    };
+    // Admitted 30 ms before its deadline (the row's `u` is the deadline plus the margin).
+    let until = table.inner.get("object:b/k").await.unwrap().unwrap();
+    let not_after = until.unresolved_until_ms.unwrap() - margin.as_millis() as u64;
+    let now = crate::wall_clock::now_ms();
+    tokio::time::sleep(Duration::from_millis(not_after.saturating_sub(now + 30))).await;
+    let _ = store.release.send(true);
+    let (granted, _) = retried(|| b.advance_past("b", "k", 1, None)).await.unwrap();
+    assert_eq!(granted.0, 3);
+    let acked = store.landed().len();
+    let _ = zombie.await.unwrap();
+    store.landed()[acked..].to_vec()
+}
+
+#[tokio::test]
+async fn an_advance_waits_for_a_commit_the_store_is_still_applying() {
+    let after = advance_over_slow_apply(Duration::from_millis(300)).await;
+    assert!(after.is_empty(), "landed after the advance: {after:?}");
+}
+
+#[tokio::test]
+async fn negative_control_an_apply_margin_too_short_is_caught() {
+    let after = advance_over_slow_apply(Duration::from_millis(5)).await;
+    assert_eq!(after, vec![Some(2)]);
 }

@@ -44,7 +44,7 @@ impl Gate {
                         max_jump: entry.policy.max_token_jump,
                     };
                     check_token(rules, token.0, &row, &locked_scope)?;
-                    gate.settled(&entry, &bucket_name, &key_name, &locked_scope, &row)
+                    gate.settled(&entry, &bucket_name, &key_name, &locked_scope, &mut row)
                         .await?;
                     if row.highest != Some(token.0) {
                         row.highest = Some(token.0);
@@ -90,7 +90,7 @@ impl Gate {
         run_to_end(async move {
             let _lock = gate.locks.lock(&scope).await;
             let mut row = gate.row(&scope).await?;
-            gate.settled(&entry, &bucket_name, &key_name, &scope, &row)
+            gate.settled(&entry, &bucket_name, &key_name, &scope, &mut row)
                 .await?;
             let above = match row.highest {
                 None => 1,
@@ -152,7 +152,7 @@ impl Gate {
             // One attempt: on a shared table another instance's change refuses the reset
             // (503, retry), rather than lowering a fence that just moved.
             let mut row = gate.row(&scope).await?;
-            gate.settled(&entry, &bucket_name, &key_name, &scope, &row)
+            gate.settled(&entry, &bucket_name, &key_name, &scope, &mut row)
                 .await?;
             let was = row.highest;
             if was.is_none_or(|h| to >= h) {
@@ -175,13 +175,18 @@ impl Gate {
 
     /// A fence moved while a store request of the scope is unresolved would be acknowledged
     /// before that request lands (review round 3): refuse until the store shows its outcome.
+    /// In cluster mode (object scope: `scope_row` is the object's row) an intent that has
+    /// ended, landed or past its deadline, is resolved on the row the caller writes back, so
+    /// that a request landing later after all is not taken for fencegate's own (review round
+    /// 13, N1): the next write finds it as a bypass, and its sender raises the stale-landing
+    /// alarm.
     async fn settled(
         &self,
         entry: &super::BucketEntry,
         bucket: &str,
         key: &str,
         scope: &str,
-        scope_row: &crate::fence::FenceRow,
+        scope_row: &mut crate::fence::FenceRow,
     ) -> Result<(), GateError> {
         let object_key = scope::object_row(bucket, key);
         let object_row = if object_key == scope {
@@ -191,6 +196,9 @@ impl Gate {
         };
         self.still_unresolved(entry, bucket, key, &object_row)
             .await?;
+        if self.intents.is_some() && object_key == scope {
+            self.resolve_intent(entry, bucket, key, scope_row).await?;
+        }
         self.scope_resolved(entry, bucket, scope_row, Some(key))
             .await
     }

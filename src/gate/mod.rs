@@ -105,11 +105,13 @@ pub struct Gate {
 
 /// Cluster mode (docs/design.md, "Bounded intents"): a commit's or a delete's store request is
 /// refused by the store after `ttl` from its intent, and every instance waits for a pending
-/// intent until that deadline plus `skew` (the most any instance's clock may run ahead of the
+/// intent until that deadline plus `apply` (how long the store may still be applying a request
+/// it admitted just in time) plus `skew` (the most any instance's clock may run ahead of the
 /// store's) before deciding without its answer.
 #[derive(Debug, Clone, Copy)]
 pub struct IntentBound {
     pub ttl: std::time::Duration,
+    pub apply: std::time::Duration,
     pub skew: std::time::Duration,
 }
 
@@ -207,7 +209,8 @@ pub(crate) async fn again(e: &GateError, attempt: &mut u32) -> bool {
         // The store refused a request that arrived after its intent's deadline: nothing
         // landed, so the decision is taken again (where a newer token refuses it as stale).
         GateError::Backend(crate::backend::BackendError::Expired(_)) => {
-            metrics::counter!("fencegate_expired_requests_total").increment(1)
+            metrics::counter!("fencegate_expired_requests_total").increment(1);
+            tracing::warn!(error = %e, "the store refused a commit as expired: it reached the store after its intent's deadline. If this repeats, this instance's clock may run behind the store's, or intent_ttl_secs is too short for the fence table's and the store's latency");
         }
         _ => return false,
     }

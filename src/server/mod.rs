@@ -107,6 +107,7 @@ async fn build(
     if let Some(etcd) = &config.etcd {
         gate = gate.with_intent_bound(crate::gate::IntentBound {
             ttl: Duration::from_secs(etcd.intent_ttl_secs),
+            apply: Duration::from_secs(etcd.store_apply_secs),
             skew: Duration::from_millis(etcd.max_clock_skew_ms),
         });
     }

@@ -89,10 +89,22 @@ impl Presigner {
         req: Request<'_>,
         not_after: SystemTime,
     ) -> Result<Option<String>, S3Failure> {
+        let (start, expires) = window(not_after)?;
+        self.send_signed(op, req, (start, expires), not_after).await
+    }
+
+    /// Signs `req` for the window `(start, expires)` and sends it, waiting for the answer
+    /// until `wait_until` (plus a second).
+    pub async fn send_signed(
+        &self,
+        op: &str,
+        req: Request<'_>,
+        (start, expires): (SystemTime, Duration),
+        wait_until: SystemTime,
+    ) -> Result<Option<String>, S3Failure> {
         let fail = |e: &dyn std::fmt::Display| {
             S3Failure::Fault(BackendError::Failing(format!("{op}: signing: {e}")))
         };
-        let (start, expires) = window(not_after)?;
         let provider = self
             .credentials
             .as_ref()
@@ -134,7 +146,32 @@ impl Presigner {
         for (name, value) in &req.headers {
             builder = builder.header(name, value);
         }
-        send(op, builder.body(req.body), not_after).await
+        send(op, builder.body(req.body), wait_until).await
+    }
+}
+
+impl Presigner {
+    /// How far this instance's clock runs ahead of the store's (ms; negative: behind), as a
+    /// range: the store's `Date` header has whole seconds, and the answer takes a round trip.
+    pub async fn clock_offset(&self) -> Result<(i64, i64), String> {
+        let before = crate::wall_clock::now_ms() as i64;
+        let response = self
+            .http
+            .head(&self.endpoint)
+            .send()
+            .await
+            .map_err(|e| format!("cannot reach the store to compare clocks: {e}"))?;
+        let after = crate::wall_clock::now_ms() as i64;
+        let date = response
+            .headers()
+            .get("date")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| httpdate::parse_http_date(v).ok())
+            .ok_or("the store's answer has no Date header to compare clocks with")?;
+        let store = date
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        Ok((before - store - 999, after - store))
     }
 }
 

@@ -6,6 +6,7 @@ use super::errors::{classify, S3Failure};
 use super::S3Backend;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use std::time::Duration;
 
 /// An ETag no object has.
 const WRONG_ETAG: &str = "\"00000000000000000000000000000000\"";
@@ -120,6 +121,83 @@ impl S3Backend {
                 .await;
         }
         outcome
+    }
+
+    /// Cluster mode's probe (docs/design.md, "Bounded intents"): a presigned PutObject signed
+    /// as the commits are goes through, and one whose expiry has passed is refused. A store
+    /// that applies expired requests would let a paused instance's commit land after newer
+    /// decisions. Runs on a scratch key, removed afterwards.
+    pub async fn probe_expiry(&self, ttl: Duration, skew: Duration) -> Result<(), String> {
+        // The deadlines are judged by two clocks: this instance's and the store's.
+        let (ahead_min, ahead_max) = self.clients.presigner.clock_offset().await?;
+        if ahead_min > skew.as_millis() as i64 {
+            return Err(format!(
+                "this instance's clock runs at least {ahead_min} ms ahead of the store's, more than max_clock_skew_ms = {}; other instances could decide before the store stops applying a commit. Synchronise the clocks (NTP)",
+                skew.as_millis()
+            ));
+        }
+        if -ahead_max >= ttl.as_millis() as i64 {
+            return Err(format!(
+                "this instance's clock runs at least {} ms behind the store's, as long as intent_ttl_secs = {}: the store would refuse every commit as expired. Synchronise the clocks (NTP)",
+                -ahead_max,
+                ttl.as_secs()
+            ));
+        }
+        tracing::info!(ahead_min_ms = ahead_min, ahead_max_ms = ahead_max, "clock compared with the store's");
+        use super::presigned::Request;
+        use std::time::{SystemTime, UNIX_EPOCH};
+        let key = format!(
+            "{}.fencegate-probe/{:016x}",
+            self.prefix,
+            rand::random::<u64>()
+        );
+        let put = || Request {
+            method: "PUT",
+            bucket: &self.bucket,
+            key: &key,
+            upload_id: None,
+            headers: vec![("if-none-match".into(), "*".into())],
+            body: bytes::Bytes::from_static(b"fencegate probe"),
+        };
+        let now = SystemTime::now();
+        let whole = UNIX_EPOCH
+            + Duration::from_secs(now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()));
+        let presigner = &self.clients.presigner;
+        let fresh = presigner
+            .send_signed("PutObject", put(), (whole, Duration::from_secs(60)), now + Duration::from_secs(30))
+            .await;
+        let expired = presigner
+            .send_signed(
+                "PutObject",
+                put(),
+                (whole - Duration::from_secs(10), Duration::from_secs(1)),
+                now + Duration::from_secs(30),
+            )
+            .await;
+        let _ = self
+            .clients
+            .reads
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .send()
+            .await;
+        if let Err(e) = fresh {
+            return Err(format!(
+                "a presigned PutObject, as cluster mode sends its commits, failed: {}; check the backend's credentials, region and endpoint",
+                e.into_backend("PutObject")
+            ));
+        }
+        match expired {
+            Err(S3Failure::Fault(crate::backend::BackendError::Expired(_))) => Ok(()),
+            // The first put created the key: a store that ignores expiry still applies the
+            // condition and answers 412.
+            Err(S3Failure::Precondition) | Ok(_) => Err("the store applied a presigned PutObject whose expiry had passed; cluster mode relies on the store refusing it (403 AccessDenied, \"Request has expired\"); run one instance on rocksdb with this store".into()),
+            Err(other) => Err(format!(
+                "a presigned PutObject whose expiry had passed was refused, but not as expired: {}",
+                other.into_backend("PutObject")
+            )),
+        }
     }
 
     /// Runs the probe on `<prefix>.fencegate-probe/<random>`, and removes the scratch key.
