@@ -74,7 +74,10 @@ async fn instances_share_one_fence() {
         .collect::<Vec<u8>>()
         .leak();
     let (s, body) = put(&c, &cluster.object(1, "big"), Some("1"), big).await;
-    assert_eq!(s, 200, "a 9 MiB write (multipart) through instance 1: {body}");
+    assert_eq!(
+        s, 200,
+        "a 9 MiB write (multipart) through instance 1: {body}"
+    );
     assert!(get_bytes(&c, &cluster.object(2, "big")).await.1 == big);
     assert_eq!(token_of(&c, &cluster.object(2, "big")).await, Some(1));
     assert_eq!(delete(&c, &cluster.object(2, "big"), "2").await, 200);
@@ -271,6 +274,19 @@ async fn etcd_leader_loss_and_quorum_loss() {
         token += 1;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // With the old leader still down (one member of three), every write succeeds: each call
+    // that meets the dead member is made on another (review round 13, N3).
+    for n in 1..=20u64 {
+        let t = (token + n).to_string();
+        let (s, body) = put(
+            &c,
+            &cluster.object(1 + n as usize % 2, "q"),
+            Some(&t),
+            b"one down",
+        )
+        .await;
+        assert_eq!(s, 200, "write {n} with one member down: {body}");
+    }
     cluster.start(&leader);
 
     // Two members down: no quorum.
@@ -295,7 +311,7 @@ async fn etcd_leader_loss_and_quorum_loss() {
     let (s, bytes) = get_bytes(&c, &cluster.object(2, "q")).await;
     assert_eq!(
         (s, bytes),
-        (200, b"after election".to_vec()),
+        (200, b"one down".to_vec()),
         "reads keep working"
     );
     assert_eq!(
@@ -462,7 +478,10 @@ async fn an_instance_whose_clock_disagrees_with_the_store_refuses_to_start() {
     )
     .unwrap();
     for (offset, says) in [
-        ("+5s", "ahead of the store's, more than max_clock_skew_ms = 500"),
+        (
+            "+5s",
+            "ahead of the store's, more than max_clock_skew_ms = 500",
+        ),
         ("-5s", "behind the store's, as long as intent_ttl_secs = 3"),
     ] {
         let out = std::process::Command::new("faketime")
@@ -474,7 +493,10 @@ async fn an_instance_whose_clock_disagrees_with_the_store_refuses_to_start() {
             .output()
             .expect("faketime (Debian package faketime; scripts/test installs it)");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "started with the clock {offset}: {stderr}");
+        assert!(
+            !out.status.success(),
+            "started with the clock {offset}: {stderr}"
+        );
         assert!(stderr.contains(says), "clock {offset}: {stderr}");
     }
 }

@@ -825,7 +825,12 @@ fn checker_self_test_cluster() {
     );
     assert_eq!(v.len(), 1, "{v:?}");
     let (v, _) = cluster::check(
-        &[a.clone(), adv, get(1, 3.5, 3.6, "one"), get(1, 5.0, 5.1, "one")],
+        &[
+            a.clone(),
+            adv,
+            get(1, 3.5, 3.6, "one"),
+            get(1, 5.0, 5.1, "one"),
+        ],
         &[],
     );
     assert!(v.is_empty(), "{v:?}");

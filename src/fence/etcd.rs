@@ -7,7 +7,9 @@
 //! again and decides again (docs/design.md, "The cluster commit protocol").
 //!
 //! Every call has a deadline: an etcd that has lost its quorum answers nothing, and the
-//! request gets 503 FenceStoreUnavailable instead of hanging. A put whose answer is lost may
+//! request gets 503 FenceStoreUnavailable instead of hanging. There is one client per member:
+//! etcd-client's balanced channel keeps sending to a member that is down (review round 13,
+//! N3), so a call that cannot reach one member is made on the next, within the same deadline. A put whose answer is lost may
 //! have been applied; the protocol only ever records intents before the store changes, so an
 //! applied-but-unanswered put leaves a raised token and a pending version, both harmless.
 
@@ -36,9 +38,22 @@ pub struct EtcdSettings {
 }
 
 pub struct EtcdFenceStore {
-    client: Client,
+    /// One client per member, in `endpoints` order.
+    clients: Vec<Client>,
+    /// The member that answered last: calls start there.
+    preferred: std::sync::atomic::AtomicUsize,
     prefix: String,
     timeout: Duration,
+}
+
+/// Whether a failed call never reached a member that could serve it (down, unreachable, or
+/// without a leader): then it is made on another member. Anything else is the answer.
+fn elsewhere(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => s.code() == tonic::Code::Unavailable,
+        _ => false,
+    }
 }
 
 fn io(e: impl std::fmt::Display) -> StoreError {
@@ -73,19 +88,30 @@ impl EtcdFenceStore {
             }
             options = options.with_tls(tls);
         }
-        let connect = Client::connect(settings.endpoints.clone(), Some(options));
-        let client = tokio::time::timeout(settings.timeout, connect)
-            .await
-            .map_err(|_| {
-                io(format!(
-                    "no answer from {} within {} ms",
-                    settings.endpoints.join(", "),
+        // Connections are made lazily; with auth, connecting asks for a token, which a member
+        // that is down cannot give: it is left out, and the others serve.
+        let mut clients = Vec::new();
+        let mut failures = Vec::new();
+        for endpoint in &settings.endpoints {
+            let connect = Client::connect([endpoint.as_str()], Some(options.clone()));
+            match tokio::time::timeout(settings.timeout, connect).await {
+                Ok(Ok(client)) => clients.push(client),
+                Ok(Err(e)) => failures.push(format!("{endpoint}: {e}")),
+                Err(_) => failures.push(format!(
+                    "{endpoint}: no answer within {} ms",
                     settings.timeout.as_millis()
-                ))
-            })?
-            .map_err(io)?;
+                )),
+            }
+        }
+        if clients.is_empty() {
+            return Err(io(failures.join("; ")));
+        }
+        for failure in &failures {
+            tracing::warn!(%failure, "an etcd member could not be connected; the others serve");
+        }
         let store = EtcdFenceStore {
-            client,
+            clients,
+            preferred: std::sync::atomic::AtomicUsize::new(0),
             prefix: settings.prefix.clone(),
             timeout: settings.timeout,
         };
@@ -97,13 +123,35 @@ impl EtcdFenceStore {
         format!("{}{row}", self.prefix)
     }
 
-    async fn deadline<T>(
-        &self,
-        what: &str,
-        call: impl Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(result) => result.map_err(io),
+    /// Makes `call` on the preferred member, and on the next ones while a member cannot serve
+    /// it ([`elsewhere`]), all within one deadline. A write that failed to reach a member was
+    /// not applied by it; one that reached a member and lost its answer is not made again.
+    async fn call<T, F, Fut>(&self, what: &str, call: F) -> Result<T, StoreError>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        use std::sync::atomic::Ordering::Relaxed;
+        let attempts = async {
+            let first = self.preferred.load(Relaxed);
+            let mut last = None;
+            for i in 0..self.clients.len() {
+                let n = (first + i) % self.clients.len();
+                match call(self.clients[n].clone()).await {
+                    Ok(answer) => {
+                        self.preferred.store(n, Relaxed);
+                        return Ok(answer);
+                    }
+                    Err(e) if elsewhere(&e) => last = Some(e),
+                    Err(e) => return Err(io(e)),
+                }
+            }
+            Err(io(
+                last.map_or_else(|| "no member".into(), |e| e.to_string())
+            ))
+        };
+        match tokio::time::timeout(self.timeout, attempts).await {
+            Ok(result) => result,
             Err(_) => Err(io(format!(
                 "{what} got no answer within {} ms (has etcd lost its quorum?)",
                 self.timeout.as_millis()
@@ -115,8 +163,13 @@ impl EtcdFenceStore {
 #[async_trait]
 impl FenceStore for EtcdFenceStore {
     async fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError> {
-        let mut kv = self.client.kv_client();
-        let resp = self.deadline("a read", kv.get(self.key(key), None)).await?;
+        let key = self.key(key);
+        let resp = self
+            .call("a read", |c| {
+                let key = key.clone();
+                async move { c.kv_client().get(key, None).await }
+            })
+            .await?;
         match resp.kvs().first() {
             None => Ok(None),
             Some(found) => {
@@ -140,10 +193,13 @@ impl FenceStore for EtcdFenceStore {
         let end = prefix_end(full.as_bytes());
         let mut from = full.clone().into_bytes();
         loop {
-            let mut kv = self.client.kv_client();
-            let options = GetOptions::new().with_range(end.clone()).with_limit(500);
-            let resp =
-                handle.block_on(self.deadline("a scan", kv.get(from.clone(), Some(options))))?;
+            let resp = handle.block_on(self.call("a scan", |c| {
+                let (from, end) = (from.clone(), end.clone());
+                async move {
+                    let options = GetOptions::new().with_range(end).with_limit(500);
+                    c.kv_client().get(from, Some(options)).await
+                }
+            }))?;
             for found in resp.kvs() {
                 let key = String::from_utf8_lossy(&found.key()[self.prefix.len()..]).into_owned();
                 let mut row = FenceRow::decode(found.value())?;
@@ -180,8 +236,12 @@ impl FenceStore for EtcdFenceStore {
             ops.push(TxnOp::put(key, row.encode(), None));
         }
         let txn = Txn::new().when(compares).and_then(ops);
-        let mut kv = self.client.kv_client();
-        let resp = self.deadline("a write", kv.txn(txn)).await?;
+        let resp = self
+            .call("a write", |c| {
+                let txn = txn.clone();
+                async move { c.kv_client().txn(txn).await }
+            })
+            .await?;
         if !resp.succeeded() {
             let keys: Vec<&str> = rows.iter().map(|(k, _)| k.as_str()).collect();
             return Err(StoreError::Conflict(keys.join(", ")));

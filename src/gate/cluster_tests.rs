@@ -146,7 +146,10 @@ impl FenceStore for Interleaved {
     async fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError> {
         tokio::task::yield_now().await;
         let row = self.inner.get(key).await?;
-        if row.as_ref().is_some_and(|r| r.unresolved_until_ms.is_some()) {
+        if row
+            .as_ref()
+            .is_some_and(|r| r.unresolved_until_ms.is_some())
+        {
             self.busy.fetch_add(1, Ordering::SeqCst);
         }
         Ok(row)
@@ -194,11 +197,13 @@ fn cluster_with(apply: Duration) -> ([Arc<Gate>; 2], Arc<Store>, Arc<Interleaved
             "b".to_string(),
             BucketEntry::new(BucketPolicy::default(), store.clone()),
         );
-        Arc::new(Gate::new(table.clone(), buckets).with_intent_bound(IntentBound {
-            ttl: TTL,
-            apply,
-            skew: Duration::ZERO,
-        }))
+        Arc::new(
+            Gate::new(table.clone(), buckets).with_intent_bound(IntentBound {
+                ttl: TTL,
+                apply,
+                skew: Duration::ZERO,
+            }),
+        )
     };
     ([gate(), gate()], store, table)
 }
@@ -475,11 +480,7 @@ async fn two_exclusive_creates_through_two_gates_acknowledge_one() {
     let _ = store.release.send(true);
     let first = first.await.unwrap();
     let codes = [&first, &second].map(|r| r.as_ref().err().map(|e| e.code()));
-    assert_eq!(
-        codes.iter().filter(|c| c.is_none()).count(),
-        1,
-        "{codes:?}"
-    );
+    assert_eq!(codes.iter().filter(|c| c.is_none()).count(), 1, "{codes:?}");
     assert!(codes.contains(&Some("PreconditionFailed")), "{codes:?}");
 }
 
@@ -492,11 +493,15 @@ async fn racing_puts_and_deletes_never_look_like_bypasses() {
     for round in 0..30u64 {
         let t = 10 + round * 3;
         let (a1, b1) = (a.clone(), b.clone());
-        let put = tokio::spawn(async move {
-            a1.put(req("w", t), body(format!("{t}").into_bytes())).await
-        });
+        let put =
+            tokio::spawn(
+                async move { a1.put(req("w", t), body(format!("{t}").into_bytes())).await },
+            );
         let delete = tokio::spawn(async move { b1.delete(req("w", t + 1)).await });
-        for result in [put.await.unwrap().map(|_| ()), delete.await.unwrap().map(|_| ())] {
+        for result in [
+            put.await.unwrap().map(|_| ()),
+            delete.await.unwrap().map(|_| ()),
+        ] {
             if let Err(e) = result {
                 assert!(
                     matches!(

@@ -266,7 +266,12 @@ impl Gate {
     ) -> Result<ObjectInfo, GateError> {
         let commit = |expected: Option<String>| async move {
             match not_after {
-                Some(t) => entry.backend.commit_by(staged, expected.as_deref(), t).await,
+                Some(t) => {
+                    entry
+                        .backend
+                        .commit_by(staged, expected.as_deref(), t)
+                        .await
+                }
                 None => entry.backend.commit(staged, expected.as_deref()).await,
             }
         };

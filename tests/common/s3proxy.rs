@@ -130,7 +130,8 @@ async fn forward(State(state): State<ProxyState>, req: Request) -> Response {
     let mut out = client.request(req.method().clone(), url);
     for (name, value) in req.headers() {
         // The Host header stays: a presigned request signs it.
-        let drop = (mode == Mode::DropConditions as u8 || mode == Mode::HoldAndDropConditions as u8)
+        let drop = (mode == Mode::DropConditions as u8
+            || mode == Mode::HoldAndDropConditions as u8)
             && (name == "if-match" || name == "if-none-match");
         if !drop {
             out = out.header(name, value);

@@ -245,7 +245,11 @@ pub async fn run(seed: u64, secs: f64, fencing: &str) -> (ClassReport, Vec<Ev>) 
                 _ => None,
             };
             if let Some(op) = other {
-                report.stat(if op == "delete" { "deletes" } else { "advances" });
+                report.stat(if op == "delete" {
+                    "deletes"
+                } else {
+                    "advances"
+                });
                 let url = match op {
                     "delete" => url,
                     _ => cluster.url(n, &format!("/v1/fences/default/{key}")),
@@ -380,7 +384,11 @@ pub fn check(history: &[Ev], no_quorum: &[(f64, f64)]) -> (Vec<String>, Vec<Stri
             if r.status == Some(404) && newer_delete {
                 continue;
             }
-            let what = if r.status == Some(404) { "no object" } else { "token" };
+            let what = if r.status == Some(404) {
+                "no object"
+            } else {
+                "token"
+            };
             let line = format!("[{r}] shows {what} {shown:?} after [{w}] was acknowledged");
             // Identical bytes: the newer holder wrote back bytes an earlier write had written.
             if w.op == "put" && shown.is_some() {

@@ -207,7 +207,9 @@ async fn send(
             ))))
         }
         Ok(Err(e)) if e.is_timeout() => {
-            return Err(S3Failure::Fault(BackendError::Timeout(format!("{op}: {e}"))))
+            return Err(S3Failure::Fault(BackendError::Timeout(format!(
+                "{op}: {e}"
+            ))))
         }
         Ok(Err(e)) => {
             return Err(S3Failure::Fault(BackendError::Unreachable(format!(
@@ -303,7 +305,10 @@ mod tests {
             endpoint: "https://s3.eu-west-1.amazonaws.com".into(),
             ..p
         };
-        assert_eq!(v.url("b", "k", None), "https://b.s3.eu-west-1.amazonaws.com/k");
+        assert_eq!(
+            v.url("b", "k", None),
+            "https://b.s3.eu-west-1.amazonaws.com/k"
+        );
     }
 
     #[test]

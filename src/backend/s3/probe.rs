@@ -143,7 +143,11 @@ impl S3Backend {
                 ttl.as_secs()
             ));
         }
-        tracing::info!(ahead_min_ms = ahead_min, ahead_max_ms = ahead_max, "clock compared with the store's");
+        tracing::info!(
+            ahead_min_ms = ahead_min,
+            ahead_max_ms = ahead_max,
+            "clock compared with the store's"
+        );
         use super::presigned::Request;
         use std::time::{SystemTime, UNIX_EPOCH};
         let key = format!(
@@ -164,7 +168,12 @@ impl S3Backend {
             + Duration::from_secs(now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()));
         let presigner = &self.clients.presigner;
         let fresh = presigner
-            .send_signed("PutObject", put(), (whole, Duration::from_secs(60)), now + Duration::from_secs(30))
+            .send_signed(
+                "PutObject",
+                put(),
+                (whole, Duration::from_secs(60)),
+                now + Duration::from_secs(30),
+            )
             .await;
         let expired = presigner
             .send_signed(
