@@ -344,8 +344,8 @@ async fn etcd_leader_loss_and_quorum_loss() {
 /// request held by a proxy, and the instance itself SIGSTOPped past every timeout) wakes after
 /// a newer token's write was acknowledged through another instance. Returns what the object
 /// holds then (bytes, token) and the paused instance's answer. `mode` is how the proxy holds
-/// the request: with its conditions, or (the negative control) stripping them, as a store
-/// that ignores conditions would. `newer` is the newer holder's body.
+/// the request: as sent, or (the negative control) stripping its conditions and its presigned
+/// expiry, as a store that ignores both would. `newer` is the newer holder's body.
 async fn paused_commit(mode: Mode, newer: &'static [u8]) -> (Vec<u8>, Option<u64>, u16, Cluster) {
     let _serial = SERIAL.lock().await;
     let cluster = Cluster::up(1, "ministack");
@@ -375,9 +375,7 @@ async fn paused_commit(mode: Mode, newer: &'static [u8]) -> (Vec<u8>, Option<u64
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    // Past etcd's timeout (2 s). The store's read timeout is longer (30 s), so the held
-    // request is forwarded on release and the instance hears the store's answer, whichever
-    // way the race between its own timer and the release would otherwise go.
+    // Paused past every timeout of its own (etcd's 2 s, the request's deadline).
     unsafe { libc::kill(paused.pid() as i32, libc::SIGSTOP) };
     // The newer holder's write waits (503 CommitInProgress, retried as a client would) until
     // the paused commit's deadline has passed (intent_ttl_secs = 3, plus the skew).
@@ -395,9 +393,12 @@ async fn paused_commit(mode: Mode, newer: &'static [u8]) -> (Vec<u8>, Option<u64
         started.elapsed() >= Duration::from_millis(2500),
         "the newer write did not wait for the paused commit's deadline"
     );
+    // The held request goes on to the store while the instance still sleeps (as a request in
+    // the network would), then the instance wakes: had it woken first, its wait for the answer,
+    // long over, would drop the request before the proxy let it go.
+    proxy.release();
     tokio::time::sleep(Duration::from_secs(1)).await;
     unsafe { libc::kill(paused.pid() as i32, libc::SIGCONT) };
-    proxy.release();
     let (zombie_status, _) = zombie.await.unwrap();
     let (_, bytes) = get_bytes(&c, &cluster.object(1, "p")).await;
     let token = token_of(&c, &cluster.object(1, "p")).await;

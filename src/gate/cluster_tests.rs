@@ -340,13 +340,17 @@ impl Store {
         self.ignore_conditions.store(conditions, Ordering::SeqCst);
     }
 
-    /// Holds the next request, runs `start` (which sends it), and waits until it is held.
-    async fn hold_next<T: Send + 'static>(
+    /// Holds the next request to the store, sends `request` (a put of `bytes`) through `gate`,
+    /// and waits until it is held: a commit paused between its intent and the store.
+    async fn held_put(
         &self,
-        start: impl std::future::Future<Output = T> + Send + 'static,
-    ) -> tokio::task::JoinHandle<T> {
+        gate: &Arc<Gate>,
+        request: WriteRequest,
+        bytes: &'static [u8],
+    ) -> tokio::task::JoinHandle<Result<Written, GateError>> {
         self.hold.store(true, Ordering::SeqCst);
-        let task = tokio::spawn(start);
+        let gate = gate.clone();
+        let task = tokio::spawn(async move { gate.put(request, body(bytes.to_vec())).await });
         while self.held.load(Ordering::SeqCst) == 0 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
@@ -362,12 +366,7 @@ async fn paused(fault: Fault) -> (Vec<Option<u64>>, Result<Written, GateError>) 
     let ([a, b], store, _) = cluster();
     a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
     store.misbehave(fault);
-    let zombie = {
-        let a = a.clone();
-        store
-            .hold_next(async move { a.put(req("k", 2), body(b"zombie".to_vec())).await })
-            .await
-    };
+    let zombie = store.held_put(&a, req("k", 2), b"zombie").await;
     retried(|| b.put(req("k", 3), body(b"newer".to_vec())))
         .await
         .unwrap();
@@ -399,12 +398,7 @@ async fn advance_over_held(fault: Fault) -> (Vec<Option<u64>>, u64) {
     let ([a, b], store, _) = cluster();
     a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
     store.misbehave(fault);
-    let zombie = {
-        let a = a.clone();
-        store
-            .hold_next(async move { a.put(req("k", 2), body(b"zombie".to_vec())).await })
-            .await
-    };
+    let zombie = store.held_put(&a, req("k", 2), b"zombie").await;
     let (granted, _) = retried(|| b.advance_past("b", "k", 1, None)).await.unwrap();
     let acked = store.landed().len();
     let _ = store.release.send(true);
@@ -435,12 +429,7 @@ async fn negative_control_an_advance_over_a_commit_without_deadline_is_caught() 
 async fn delete_over_held_create(fault: Fault) -> bool {
     let ([a, b], store, _) = cluster();
     store.misbehave(fault);
-    let zombie = {
-        let a = a.clone();
-        store
-            .hold_next(async move { a.put(req("z", 5), body(b"zombie".to_vec())).await })
-            .await
-    };
+    let zombie = store.held_put(&a, req("z", 5), b"zombie").await;
     let deleted = retried(|| b.delete(req("z", 6))).await.unwrap();
     assert_eq!(deleted.existed, Some(false));
     let _ = store.release.send(true);
@@ -470,12 +459,7 @@ async fn two_exclusive_creates_through_two_gates_acknowledge_one() {
         },
         ..req(key, 5)
     };
-    let first = {
-        let (a, r) = (a.clone(), once("once"));
-        store
-            .hold_next(async move { a.put(r, body(b"first".to_vec())).await })
-            .await
-    };
+    let first = store.held_put(&a, once("once"), b"first").await;
     let second = retried(|| b.put(once("once"), body(b"second".to_vec()))).await;
     let _ = store.release.send(true);
     let first = first.await.unwrap();
@@ -553,12 +537,7 @@ async fn advance_over_slow_apply(margin: Duration) -> Vec<Option<u64>> {
     let ([a, b], store, table) = cluster_with(margin);
     a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
     store.apply_ms.store(80, Ordering::SeqCst);
-    let zombie = {
-        let a = a.clone();
-        store
-            .hold_next(async move { a.put(req("k", 2), body(b"slow".to_vec())).await })
-            .await
-    };
+    let zombie = store.held_put(&a, req("k", 2), b"slow").await;
     // Admitted 30 ms before its deadline (the row's `u` is the deadline plus the margin).
     let until = table.inner.get("object:b/k").await.unwrap().unwrap();
     let not_after = until.unresolved_until_ms.unwrap() - margin.as_millis() as u64;

@@ -150,11 +150,7 @@ impl S3Backend {
         );
         use super::presigned::Request;
         use std::time::{SystemTime, UNIX_EPOCH};
-        let key = format!(
-            "{}.fencegate-probe/{:016x}",
-            self.prefix,
-            rand::random::<u64>()
-        );
+        let key = self.scratch_key();
         let put = || Request {
             method: "PUT",
             bucket: &self.bucket,
@@ -183,14 +179,7 @@ impl S3Backend {
                 now + Duration::from_secs(30),
             )
             .await;
-        let _ = self
-            .clients
-            .reads
-            .delete_object()
-            .bucket(&self.bucket)
-            .key(&key)
-            .send()
-            .await;
+        self.remove_scratch(&key).await;
         if let Err(e) = fresh {
             return Err(format!(
                 "a presigned PutObject, as cluster mode sends its commits, failed: {}; check the backend's credentials, region and endpoint",
@@ -209,22 +198,31 @@ impl S3Backend {
         }
     }
 
-    /// Runs the probe on `<prefix>.fencegate-probe/<random>`, and removes the scratch key.
-    pub async fn probe(&self) -> Result<ProbeReport, String> {
-        let key = format!(
+    /// A scratch key for a probe: `<prefix>.fencegate-probe/<random>`.
+    fn scratch_key(&self) -> String {
+        format!(
             "{}.fencegate-probe/{:016x}",
             self.prefix,
             rand::random::<u64>()
-        );
-        let result = self.probe_on(&key).await;
+        )
+    }
+
+    async fn remove_scratch(&self, key: &str) {
         let _ = self
             .clients
             .reads
             .delete_object()
             .bucket(&self.bucket)
-            .key(&key)
+            .key(key)
             .send()
             .await;
+    }
+
+    /// Runs the probe on a scratch key, and removes it.
+    pub async fn probe(&self) -> Result<ProbeReport, String> {
+        let key = self.scratch_key();
+        let result = self.probe_on(&key).await;
+        self.remove_scratch(&key).await;
         result
     }
 
