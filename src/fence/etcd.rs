@@ -132,23 +132,32 @@ impl EtcdFenceStore {
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         use std::sync::atomic::Ordering::Relaxed;
+        // A member that hangs (paused, partitioned) must not use up the whole deadline: each
+        // member gets its share, then the next is asked (review round 14, R3). A write that
+        // timed out on one member and is made on another cannot apply twice: its Txn compares
+        // the rows' revisions, and fails if the first one applied.
+        let members = self.clients.len();
+        let share = (self.timeout / members as u32).max(Duration::from_millis(300));
         let attempts = async {
             let first = self.preferred.load(Relaxed);
             let mut last = None;
-            for i in 0..self.clients.len() {
-                let n = (first + i) % self.clients.len();
-                match call(self.clients[n].clone()).await {
-                    Ok(answer) => {
+            for i in 0..members {
+                let n = (first + i) % members;
+                match tokio::time::timeout(share, call(self.clients[n].clone())).await {
+                    Ok(Ok(answer)) => {
                         self.preferred.store(n, Relaxed);
                         return Ok(answer);
                     }
-                    Err(e) if elsewhere(&e) => last = Some(e),
-                    Err(e) => return Err(io(e)),
+                    Ok(Err(e)) if elsewhere(&e) => last = Some(e.to_string()),
+                    Ok(Err(e)) => return Err(io(e)),
+                    Err(_) => last = Some(format!("{what}: member {n} gave no answer in time")),
                 }
+                // Later calls start past the member that failed.
+                let _ = self
+                    .preferred
+                    .compare_exchange(n, (n + 1) % members, Relaxed, Relaxed);
             }
-            Err(io(
-                last.map_or_else(|| "no member".into(), |e| e.to_string())
-            ))
+            Err(io(last.unwrap_or_else(|| "no member".into())))
         };
         match tokio::time::timeout(self.timeout, attempts).await {
             Ok(result) => result,

@@ -202,6 +202,7 @@ impl Gate {
             row.rev = rev;
         }
         let size = staged.size;
+        let undo = before.1.clone();
         let info = match self
             .commit_or_adopt(
                 req,
@@ -215,6 +216,16 @@ impl Gate {
         {
             Ok(info) => info,
             Err(e) => {
+                if matches!(e, GateError::Backend(BackendError::Expired(_))) {
+                    // The store refused this request: nothing of it can land, so its intent
+                    // goes (the raised token stays) instead of holding the object back until
+                    // its deadline (review round 14, R6). A failure here only delays.
+                    let undone = FenceRow { rev, ..undo };
+                    let _ = self
+                        .save(scope, scope_row, object_key, undone, Durability::Synced)
+                        .await;
+                    return Err(e);
+                }
                 self.mark_unresolved(
                     entry,
                     &req.key,
