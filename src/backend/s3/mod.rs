@@ -362,15 +362,15 @@ impl S3Backend {
         not_after: Option<std::time::SystemTime>,
     ) -> Result<Option<String>, S3Failure> {
         let key = self.store_key(&staged.key);
-        let (if_match, if_none_match) = match expected {
-            Some(etag) => (Some(etag.to_string()), None),
-            None => (None, Some("*".to_string())),
-        };
         if let Some(not_after) = not_after {
             return self
                 .send_commit_by(staged, meta, &key, expected, not_after)
                 .await;
         }
+        let (if_match, if_none_match) = match expected {
+            Some(etag) => (Some(etag.to_string()), None),
+            None => (None, Some("*".to_string())),
+        };
         match &staged.body {
             StagedBody::Buffered(bytes) => self
                 .clients
@@ -440,9 +440,7 @@ impl S3Backend {
                 ("PutObject", "PUT", None, bytes.clone())
             }
             StagedBody::Multipart { upload_id, parts } => {
-                let parts: Vec<(i32, String)> =
-                    parts.iter().map(|(n, e)| (*n, e.to_string())).collect();
-                let xml = presigned::completion_xml(&parts);
+                let xml = presigned::completion_xml(parts);
                 headers.push(("content-type".into(), "application/xml".into()));
                 (
                     "CompleteMultipartUpload",
