@@ -117,6 +117,7 @@ async fn random_tokens_commit_in_non_decreasing_order() {
                     scope_takeover: None,
                     conditions: Conditions::default(),
                     meta: ObjectMeta::default(),
+                    idempotency: None,
                 };
                 let r = gate.put(req, Box::pin(chunks)).await;
                 results.push(r.map(|_| ()).map_err(|e| e.code()));

@@ -13,6 +13,8 @@ pub const FENCING_TOKEN: &str = "fencing-token";
 pub const FENCING_SCOPE: &str = "fencing-scope";
 pub const FENCING_SCOPE_TAKEOVER: &str = "fencing-scope-takeover";
 /// The token as S3 metadata, which both surfaces honour.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 pub const META_FENCING_TOKEN: &str = "x-amz-meta-fencing-token";
 
 /// Headers that steer the fence: a signature that does not cover them would let whoever
@@ -85,6 +87,34 @@ pub fn scope(headers: &HeaderMap) -> Result<Option<Vec<u8>>, GateError> {
 /// `Fencing-Scope-Takeover`: the scope a header-scoped write takes an object over from.
 pub fn scope_takeover(headers: &HeaderMap) -> Result<Option<Vec<u8>>, GateError> {
     single(headers, FENCING_SCOPE_TAKEOVER)
+}
+
+/// `Idempotency-Key`, scoped to the principal that sends it (docs/design.md, "Idempotent
+/// retries"). Sent twice, it is refused: a retry must be recognisable as one.
+pub fn idempotency(
+    headers: &HeaderMap,
+    principal: &str,
+) -> Result<Option<crate::gate::Idempotency>, GateError> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(GateError::InvalidIdempotencyKey(
+            "the Idempotency-Key header was sent more than once".into(),
+        ));
+    }
+    crate::gate::Idempotency::from_header(principal, first.as_bytes()).map(Some)
+}
+
+/// `Idempotent-Replayed: true` on an answer replayed from an earlier request (as Stripe does).
+pub fn mark_replayed(headers: &mut HeaderMap, replayed: bool) {
+    if replayed {
+        headers.insert(
+            IDEMPOTENT_REPLAYED,
+            axum::http::HeaderValue::from_static("true"),
+        );
+    }
 }
 
 fn single(headers: &HeaderMap, name: &str) -> Result<Option<Vec<u8>>, GateError> {

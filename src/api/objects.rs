@@ -29,8 +29,14 @@ pub(super) fn target(
     Ok((bucket, key))
 }
 
-fn write_request(bucket: String, key: String, h: &HeaderMap) -> Result<WriteRequest, GateError> {
+fn write_request(
+    bucket: String,
+    key: String,
+    h: &HeaderMap,
+    who: &Principal,
+) -> Result<WriteRequest, GateError> {
     Ok(WriteRequest {
+        idempotency: headers::idempotency(h, &who.name())?,
         bucket,
         key,
         token: headers::write_token(h),
@@ -67,11 +73,12 @@ pub async fn put(
     body: Body,
 ) -> Result<Response, ApiError> {
     let (bucket, key) = target(path)?;
-    let req = write_request(bucket, key, &h)?;
+    let req = write_request(bucket, key, &h, &who)?;
     authorize_change(&state, &who, Permission::Write, &req)?;
     let stream = headers::body_stream(&h, body, state.max_body_bytes, state.body_idle_timeout)?;
     let written = state.gate.put(req, stream).await?;
     let mut resp = Json(&written).into_response();
+    headers::mark_replayed(resp.headers_mut(), written.replayed);
     if let Some(etag) = written
         .etag
         .as_deref()
@@ -93,10 +100,12 @@ pub async fn delete(
     h: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (bucket, key) = target(path)?;
-    let req = write_request(bucket, key, &h)?;
+    let req = write_request(bucket, key, &h, &who)?;
     authorize_change(&state, &who, Permission::Delete, &req)?;
     let deleted = state.gate.delete(req).await?;
-    Ok(Json(&deleted).into_response())
+    let mut resp = Json(&deleted).into_response();
+    headers::mark_replayed(resp.headers_mut(), deleted.replayed);
+    Ok(resp)
 }
 
 /// Response headers that describe an object.

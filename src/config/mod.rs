@@ -534,6 +534,16 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
             "set a positive number of seconds, e.g. 30".into(),
         ));
     }
+    if !(60..=30 * 86400).contains(&raw.server.idempotency_ttl_secs) {
+        return Err(err(
+            None,
+            format!(
+                "[server] idempotency_ttl_secs is {}",
+                raw.server.idempotency_ttl_secs
+            ),
+            "set it between 60 (a minute) and 2592000 (30 days); the default is 86400 (24 h), as Stripe's".into(),
+        ));
+    }
 
     let mut backends = BTreeMap::new();
     for (name, b) in raw.backends {

@@ -97,6 +97,9 @@ pub struct ServerConfig {
     /// Most connections open at once, over every listener; more wait in the kernel's backlog.
     /// Lowered at start-up to fit the open-file limit.
     pub max_connections: usize,
+    /// How long the answer of a request sent with an `Idempotency-Key` is kept: a retry within
+    /// this time is answered as the first request was, after it the key may be used afresh.
+    pub idempotency_ttl_secs: u64,
 }
 
 impl Default for ServerConfig {
@@ -111,6 +114,7 @@ impl Default for ServerConfig {
             tls: None,
             shutdown_grace_secs: 30,
             max_connections: 50_000,
+            idempotency_ttl_secs: 86_400,
         }
     }
 }

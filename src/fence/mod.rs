@@ -67,6 +67,11 @@ pub struct FenceRow {
     /// row's `highest`, written in the same put.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "L")]
     pub held: Option<HeldLease>,
+    /// On an object's row: the answers of the idempotent requests (Idempotency-Key, and each
+    /// completed multipart upload) that changed this object, by key digest, kept until they
+    /// expire so that a retry is answered as the first request was (`gate::idempotency`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", rename = "A")]
+    pub answered: BTreeMap<String, Answered>,
     /// Shared tables only: the revision this row was read at (0: absent when read). A put of
     /// the row succeeds only if the row is still at that revision. Not stored.
     #[serde(skip)]
@@ -103,6 +108,30 @@ pub struct Pending {
     pub version: Option<String>,
     #[serde(default, rename = "e")]
     pub etag: Option<String>,
+    /// An idempotent request's key digest and the answer it gives if this commit lands:
+    /// synced with the intent, so that a retry after a crash finds it (`gate::idempotency`).
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "i")]
+    pub answer: Option<(String, Answered)>,
+}
+
+/// What an idempotent request answered (or will, once its commit lands).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answered {
+    /// SHA-256 (hex) of what the request asked: operation, object, token, body.
+    #[serde(rename = "f")]
+    pub fingerprint: String,
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "t")]
+    pub token: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "e")]
+    pub etag: Option<String>,
+    #[serde(default, rename = "z")]
+    pub size: u64,
+    /// Deletes: whether the object existed.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "x")]
+    pub existed: Option<bool>,
+    /// Wall-clock expiry (Unix ms), after which the key may be used afresh.
+    #[serde(rename = "X")]
+    pub expires_at_ms: u64,
 }
 
 impl FenceRow {

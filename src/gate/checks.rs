@@ -16,6 +16,8 @@ pub(super) struct Locked {
     pub current_etag: Option<String>,
     /// The version the backend operation is made conditional on.
     pub expected: Option<String>,
+    /// An idempotent request answered before: its answer, replayed, and nothing is changed.
+    pub replay: Option<super::Written>,
 }
 
 /// The lock name a `header:` scope row carries (`header:bucket#name` -> `name`).
@@ -43,14 +45,26 @@ impl Gate {
         trust_row: bool,
     ) -> Result<Locked, GateError> {
         let scope_row = self.row(scope).await?;
-        if let Some(t) = token {
-            check_token(&entry.policy, t.0, &scope_row, scope)?;
-        }
         let object_row = if object_key == scope {
             scope_row.clone()
         } else {
             self.row(object_key).await?
         };
+        // Before the token: a retry is answered as its first request was, even once a newer
+        // token has been recorded. Judged on the rows this decision saves over, so that two
+        // instances cannot both carry out one key (the save is a compare-and-swap on them).
+        if let Some(replay) = self.answered_before(entry, req, scope, &object_row).await? {
+            return Ok(Locked {
+                scope_row,
+                object_row,
+                current_etag: None,
+                expected: None,
+                replay: Some(replay),
+            });
+        }
+        if let Some(t) = token {
+            check_token(&entry.policy, t.0, &scope_row, scope)?;
+        }
         self.check_binding(req, entry, scope, &object_row, token)
             .await?;
         self.check_resolved(req, entry, &object_row).await?;
@@ -69,6 +83,7 @@ impl Gate {
         } else {
             entry.backend.version(&req.bucket, &req.key).await?
         };
+        super::idempotency::keep_landed_answer(&mut object_row, found.as_deref());
         let current_etag = if object_row.owns_version(found.as_deref()) {
             object_row.etag_of(found.as_deref())
         } else {
@@ -94,6 +109,7 @@ impl Gate {
             object_row,
             current_etag,
             expected: found,
+            replay: None,
         })
     }
 
@@ -170,6 +186,7 @@ impl Gate {
         }
         let found = entry.backend.version(bucket, key).await?;
         if same_version(pending.version.as_deref(), found.as_deref()) {
+            super::idempotency::keep_landed_answer(row, found.as_deref());
             row.version = pending.version;
             row.etag = pending.etag;
             row.tombstone = row.version.is_none();

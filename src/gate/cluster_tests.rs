@@ -217,6 +217,7 @@ fn req(key: &str, token: u64) -> WriteRequest {
         scope_takeover: None,
         conditions: Conditions::default(),
         meta: ObjectMeta::default(),
+        idempotency: None,
     }
 }
 

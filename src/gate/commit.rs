@@ -65,6 +65,22 @@ impl Gate {
         body: ByteStream,
     ) -> Result<Written, GateError> {
         let (entry, token, scope) = self.admit_request(&req, false)?;
+        let _claim = self.claim_key(&req)?;
+        if req.idempotency.is_some() {
+            // A retry of a request already answered is answered again, whatever its token
+            // is worth now, without staging its body (only hashing it).
+            let row = self.row(&scope::object_row(&req.bucket, &req.key)).await?;
+            if Self::recorded(&req, &row).is_some() {
+                let digest = super::idempotency::drain(body).await?;
+                self.fingerprint_put(&mut req, token, &digest);
+                if let Some(replay) = self.answered_before(&entry, &req, &scope, &row).await? {
+                    return Ok(replay);
+                }
+                return Err(GateError::Internal(
+                    "an answer recorded for this Idempotency-Key was not found again".into(),
+                ));
+            }
+        }
         if let Some(t) = token {
             // Early check: a stale writer is refused before a single body byte is read.
             check_token(&entry.policy, t.0, &self.row(&scope).await?, &scope)?;
@@ -78,12 +94,35 @@ impl Gate {
                 .insert("fencing-scope".into(), header_scope_name(&scope).into());
         }
 
+        let (body, digest) = match req.idempotency {
+            Some(_) => {
+                let (body, digest) = super::idempotency::BodyDigest::wrap(body);
+                (body, Some(digest))
+            }
+            None => (body, None),
+        };
         let staged = entry
             .backend
             .stage(&req.bucket, &req.key, req.meta.clone(), body)
             .await?;
+        if let Some(digest) = digest {
+            self.fingerprint_put(&mut req, token, &digest.finish());
+        }
 
         self.lock_and_commit(req, entry, scope, token, staged).await
+    }
+
+    fn fingerprint_put(&self, req: &mut WriteRequest, token: Option<Token>, body_digest: &[u8]) {
+        let fingerprint = super::idempotency::fingerprint(
+            "put",
+            &req.bucket,
+            &req.key,
+            token.map(|t| t.0),
+            body_digest,
+        );
+        if let Some(idem) = &mut req.idempotency {
+            idem.fingerprint = fingerprint;
+        }
     }
 
     /// The authoritative half of a write: under the scope's lock, re-check and commit a body
@@ -138,7 +177,12 @@ impl Gate {
                     entry.backend.discard(staged).await;
                     return Err(e);
                 }
-                Ok(written) => return Ok(written),
+                Ok(written) => {
+                    if written.replayed {
+                        entry.backend.discard(staged).await;
+                    }
+                    return Ok(written);
+                }
             }
         }
     }
@@ -159,7 +203,11 @@ impl Gate {
             mut object_row,
             current_etag,
             expected,
+            replay,
         } = locked;
+        if let Some(replay) = replay {
+            return Ok(replay);
+        }
         // The checks passed, so any earlier unresolved request has shown its outcome or can
         // no longer land. In cluster mode this commit's own request gets a deadline, written
         // on its intent: until then no instance decides over it (docs/design.md, "Bounded
@@ -183,6 +231,11 @@ impl Gate {
         object_row.pending = Some(Pending {
             version: staged.version.clone(),
             etag: Some(staged.etag.clone()),
+            answer: self.answer_for(
+                req,
+                token.map(|t| t.0),
+                (Some(staged.etag.clone()), staged.size, None),
+            ),
         });
         let rev = self
             .save(
@@ -240,7 +293,8 @@ impl Gate {
         let landed = info.version.clone();
         object_row.version = Some(info.version);
         object_row.etag = Some(info.etag.clone());
-        object_row.pending = None;
+        let pending = object_row.pending.take();
+        super::idempotency::settle(&mut object_row, pending, Some(&info.etag));
         object_row.tombstone = false;
         // Lazy: losing this in a crash is safe, the pending entry above still recognises it.
         let overtaken = self
@@ -258,6 +312,7 @@ impl Gate {
             etag: Some(info.etag),
             size,
             existed: None,
+            replayed: false,
         })
     }
 

@@ -166,6 +166,7 @@ fn write(key: &str, token: u64) -> WriteRequest {
         scope_takeover: None,
         conditions: Conditions::default(),
         meta: ObjectMeta::default(),
+        idempotency: None,
     }
 }
 
@@ -264,4 +265,94 @@ async fn no_acknowledged_token_is_forgotten_at_any_crash_point() {
         }
     }
     assert_eq!(checked, ops * 2);
+}
+
+fn keyed(key: &str, token: u64, idem: &str) -> WriteRequest {
+    WriteRequest {
+        idempotency: Some(crate::gate::Idempotency::from_header("key:t", idem.as_bytes()).unwrap()),
+        ..write(key, token)
+    }
+}
+
+/// Idempotency-Key at every crash point: a client whose request's outcome was lost to the
+/// crash retries it, with the same key, on the gate that starts on what is left. Each request
+/// then takes effect exactly once (one commit of its token, whatever the crash point), the
+/// retry answers as a first run would, and a second retry is a replay of that answer.
+#[tokio::test]
+async fn a_retry_after_a_crash_at_any_point_commits_once() {
+    // "c" exists (written through fencegate) before the script deletes and writes it again.
+    async fn setup() -> (Arc<MemoryFenceStore>, Arc<MemoryBackend>) {
+        let store = Arc::new(MemoryFenceStore::new());
+        let backend = Arc::new(MemoryBackend::new());
+        let g = gate(store.clone(), backend.clone());
+        g.put(write("c", 1), body()).await.unwrap();
+        (store, backend)
+    }
+    async fn run(g: &Arc<Gate>) -> Vec<Result<Written, GateError>> {
+        vec![
+            g.put(keyed("a", 5, "p"), body()).await,
+            g.delete(keyed("c", 3, "d")).await,
+            g.put(keyed("c", 4, "q"), body()).await,
+        ]
+    }
+    let ops = {
+        let (store, backend) = setup().await;
+        let power = Arc::new(Power::default());
+        let g = gate(
+            Arc::new(CrashStore {
+                inner: store,
+                power: power.clone(),
+            }),
+            Arc::new(CrashBackend {
+                inner: backend,
+                power: power.clone(),
+            }),
+        );
+        assert!(run(&g).await.iter().all(|r| r.is_ok()));
+        power.ops.load(Ordering::SeqCst)
+    };
+    for at in 0..ops {
+        for applied in [false, true] {
+            let power = Arc::new(Power {
+                crash_at: Some((at, applied)),
+                ..Power::default()
+            });
+            let (store, backend) = setup().await;
+            let g = gate(
+                Arc::new(CrashStore {
+                    inner: store.clone(),
+                    power: power.clone(),
+                }),
+                Arc::new(CrashBackend {
+                    inner: backend.clone(),
+                    power,
+                }),
+            );
+            run(&g).await;
+            store.lose_unsynced();
+            let g = gate(store.clone(), backend.clone());
+            let ctx = format!("crash at {at} ({applied})");
+            let first: Vec<Written> = run(&g)
+                .await
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|e| panic!("{ctx}: {e}")))
+                .collect();
+            assert_eq!(first[1].existed, Some(true), "{ctx}");
+            let history = backend.history();
+            for token in [5, 4] {
+                let n = history.iter().filter(|t| **t == Some(token)).count();
+                assert_eq!(
+                    n, 1,
+                    "{ctx}: token {token} committed {n} times: {history:?}"
+                );
+            }
+            // The second retry replays the first retry's answer, and writes nothing.
+            let again: Vec<Written> = run(&g).await.into_iter().map(Result::unwrap).collect();
+            for (a, b) in first.iter().zip(&again) {
+                assert!(b.replayed, "{ctx}");
+                assert_eq!((&a.etag, a.existed), (&b.etag, b.existed), "{ctx}");
+            }
+            assert_eq!(backend.history(), history, "{ctx}: a replay wrote");
+        }
+    }
 }

@@ -20,8 +20,18 @@ impl Gate {
         result
     }
 
-    async fn delete_inner(self: &Arc<Self>, req: WriteRequest) -> Result<Written, GateError> {
+    async fn delete_inner(self: &Arc<Self>, mut req: WriteRequest) -> Result<Written, GateError> {
         let (entry, token, scope) = self.admit_request(&req, true)?;
+        let _claim = self.claim_key(&req)?;
+        if let Some(idem) = &mut req.idempotency {
+            idem.fingerprint = super::idempotency::fingerprint(
+                "delete",
+                &req.bucket,
+                &req.key,
+                token.map(|t| t.0),
+                b"",
+            );
+        }
         let gate = Arc::clone(self);
         run_to_end(async move { gate.locked_delete(&req, &entry, &scope, token).await }).await
     }
@@ -60,10 +70,14 @@ impl Gate {
             mut scope_row,
             mut object_row,
             expected,
+            replay,
             ..
         } = self
             .lock_checks(req, entry, scope, object_key, token, false)
             .await?;
+        if let Some(replay) = replay {
+            return Ok(replay);
+        }
         if let Some(t) = token {
             scope_row.highest = Some(scope_row.highest.map_or(t.0, |h| h.max(t.0)));
             scope_row.fresh = false;
@@ -73,6 +87,7 @@ impl Gate {
         let mut tombstone = FenceRow {
             tombstone: true,
             scope: binding.clone(),
+            answered: object_row.answered.clone(),
             rev: object_row.rev,
             ..FenceRow::default()
         };
@@ -84,12 +99,18 @@ impl Gate {
             etag: None,
             size: 0,
             existed: Some(existed),
+            replayed: false,
         };
         let Some(expected) = expected else {
             // Nothing to delete. With a token, the token and the tombstone are recorded (synced)
             // before the answer; without one there is nothing to fence, and no row is written
             // for a key nobody fences.
             if token.is_some() {
+                if let Some(answer) =
+                    self.answer_for(req, token.map(|t| t.0), (None, 0, Some(false)))
+                {
+                    super::idempotency::remember(&mut tombstone, answer);
+                }
                 self.save(scope, scope_row, object_key, tombstone, Durability::Synced)
                     .await?;
             }
@@ -97,7 +118,10 @@ impl Gate {
         };
         let unchanged = object_row.clone();
         object_row.version = Some(expected.clone());
-        object_row.pending = Some(Pending::default());
+        object_row.pending = Some(Pending {
+            answer: self.answer_for(req, token.map(|t| t.0), (None, 0, Some(true))),
+            ..Pending::default()
+        });
         // Cluster mode: the delete's request gets a deadline, on its intent (see commit.rs).
         let deadline = self.intent_deadline();
         object_row.unresolved_until_ms = deadline.map(|(_, until)| until);
@@ -149,6 +173,7 @@ impl Gate {
             .await;
             return Err(e);
         }
+        super::idempotency::settle(&mut tombstone, object_row.pending.take(), None);
         // Synced: the tombstone is part of what the acknowledgement promises (the raised
         // highest is already durable, on the scope row the intent wrote).
         self.finish(scope, scope_row, object_key, tombstone, Durability::Synced)

@@ -30,6 +30,12 @@ pub enum GateError {
     CommitInProgress { key: String, retry_after: u64 },
     #[error("internal error: {0}")]
     Internal(String),
+    #[error("invalid Idempotency-Key: {0}")]
+    InvalidIdempotencyKey(String),
+    #[error("{0}")]
+    IdempotencyKeyInUse(String),
+    #[error("{0}")]
+    IdempotencyKeyMismatch(String),
     #[error("token {token} is more than {limit} above the highest token {highest} of scope {scope} (the bucket's max_token_jump); a token this far ahead would fence the scope for every real holder. Send the token your lock service issued; an operator can raise max_token_jump if the lock service really skips this far")]
     TokenJumpTooLarge {
         token: u64,
@@ -85,6 +91,9 @@ impl GateError {
             GateError::StaleFencingToken { .. } | GateError::TokenNotIncreasing { .. } => 409,
             GateError::FencingScopeMismatch { .. } | GateError::TokenSpaceExhausted { .. } => 409,
             GateError::Internal(_) => 500,
+            GateError::InvalidIdempotencyKey(_) => 400,
+            GateError::IdempotencyKeyInUse(_) => 409,
+            GateError::IdempotencyKeyMismatch(_) => 422,
             GateError::CommitUnresolved { .. } | GateError::CommitInProgress { .. } => 503,
             GateError::FencingTokenRequired { .. } => 428,
             GateError::InvalidFencingToken(_)
@@ -124,6 +133,9 @@ impl GateError {
             GateError::TokenSpaceExhausted { .. } => "TokenSpaceExhausted",
             GateError::TokenJumpTooLarge { .. } => "TokenJumpTooLarge",
             GateError::Internal(_) => "InternalError",
+            GateError::InvalidIdempotencyKey(_) => "InvalidIdempotencyKey",
+            GateError::IdempotencyKeyInUse(_) => "IdempotencyKeyInUse",
+            GateError::IdempotencyKeyMismatch(_) => "IdempotencyKeyMismatch",
             GateError::CommitUnresolved { .. } => "CommitUnresolved",
             GateError::CommitInProgress { .. } => "CommitInProgress",
             GateError::FencingTokenRequired { .. } => "FencingTokenRequired",
@@ -168,6 +180,7 @@ impl GateError {
             GateError::Backend(BackendError::Expired(_)) => Some(1),
             // Unreachable or contended (other instances kept changing the scope): soon.
             GateError::Store(StoreError::Io(_) | StoreError::Conflict(_)) => Some(1),
+            GateError::IdempotencyKeyInUse(_) => Some(1),
             _ => None,
         }
     }
@@ -180,7 +193,7 @@ impl GateError {
             | GateError::FencingScopeMismatch { .. }
             | GateError::TokenSpaceExhausted { .. } => "stale",
             GateError::Internal(_) | GateError::CommitUnresolved { .. } => "failed",
-            GateError::CommitInProgress { .. } => "busy",
+            GateError::CommitInProgress { .. } | GateError::IdempotencyKeyInUse(_) => "busy",
             GateError::BypassDetected { .. }
             | GateError::Backend(BackendError::Conflict { .. }) => "bypass",
             GateError::PreconditionFailed(_) => "precondition",

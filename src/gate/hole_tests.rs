@@ -125,6 +125,7 @@ fn req(key: &str, token: Option<u64>) -> WriteRequest {
         scope_takeover: None,
         conditions: Conditions::default(),
         meta: ObjectMeta::default(),
+        idempotency: None,
     }
 }
 

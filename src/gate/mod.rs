@@ -13,7 +13,7 @@
 //! `checks.rs` (what is checked under the lock), `tokens.rs` (fencing mode, token rules),
 //! `buckets.rs` (the bucket registry), `multipart.rs`, `read.rs`, `scope.rs`, `locks.rs`,
 //! `conditions.rs`, `uploads.rs`, `rebuild.rs`, `inflight.rs` (writes in flight per bucket),
-//! `error.rs`.
+//! `idempotency.rs` (Idempotency-Key), `error.rs`.
 
 mod buckets;
 mod checks;
@@ -22,6 +22,7 @@ mod conditions;
 mod delete;
 mod error;
 mod fences;
+pub mod idempotency;
 mod inflight;
 mod locks;
 mod multipart;
@@ -35,6 +36,7 @@ pub use buckets::BucketEntry;
 pub use commit::run_to_end;
 pub use conditions::{Conditions, EtagMatch};
 pub use error::GateError;
+pub use idempotency::Idempotency;
 pub use inflight::{Closing, WriteTicket};
 pub use locks::ScopeLocks;
 pub use rebuild::RebuildReport;
@@ -65,6 +67,8 @@ pub struct WriteRequest {
     pub scope_takeover: Option<Vec<u8>>,
     /// Content type and user metadata; the gate fills in the token.
     pub meta: ObjectMeta,
+    /// `Idempotency-Key`: a retry is answered as the first request was (`idempotency.rs`).
+    pub idempotency: Option<Idempotency>,
 }
 
 /// What a successful write or delete reports.
@@ -80,6 +84,10 @@ pub struct Written {
     /// Deletes only: whether the object existed (a delete of an absent key is still fenced).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub existed: Option<bool>,
+    /// The answer of an earlier request with the same Idempotency-Key, replayed: nothing was
+    /// written this time (surfaces say so in `Idempotent-Replayed`).
+    #[serde(skip)]
+    pub replayed: bool,
 }
 
 /// A scope's state, for `GET /v1/fences`.
@@ -101,6 +109,10 @@ pub struct Gate {
     uploads: UploadRegistry,
     /// Shared fence tables: every intent's store request carries a deadline the store enforces.
     intents: Option<IntentBound>,
+    /// How long an idempotent request's answer is kept.
+    idempotency_ttl: std::time::Duration,
+    /// Idempotency keys of requests being received on this instance.
+    idempotency_claims: parking_lot::Mutex<std::collections::HashSet<String>>,
 }
 
 /// Cluster mode (docs/design.md, "Bounded intents"): a commit's or a delete's store request is
@@ -128,7 +140,15 @@ impl Gate {
             locks: ScopeLocks::default(),
             uploads: UploadRegistry::default(),
             intents: None,
+            idempotency_ttl: idempotency::DEFAULT_TTL,
+            idempotency_claims: Default::default(),
         }
+    }
+
+    /// Keeps idempotent requests' answers this long (`[server] idempotency_ttl_secs`).
+    pub fn with_idempotency_ttl(mut self, ttl: std::time::Duration) -> Gate {
+        self.idempotency_ttl = ttl;
+        self
     }
 
     /// On a shared fence table: bounds every intent's store request (see [`IntentBound`]).
@@ -247,5 +267,7 @@ mod cluster_tests;
 mod crash_tests;
 #[cfg(test)]
 mod hole_tests;
+#[cfg(test)]
+mod idempotency_tests;
 #[cfg(test)]
 mod tests;

@@ -176,7 +176,21 @@ impl Gate {
         id: &str,
         parts: &[(i32, String)],
     ) -> Result<Written, GateError> {
-        let upload = self.upload(&req.bucket, &req.key, id)?;
+        // A completion is idempotent by its upload id, as on S3: completing an upload again
+        // (its first answer was lost) is answered as the first completion was.
+        let mut idem = super::Idempotency::upload(id);
+        let listed: String = parts.iter().map(|(n, e)| format!("{n}:{e}\n")).collect();
+        idem.fingerprint = super::idempotency::fingerprint(
+            "complete",
+            &req.bucket,
+            &req.key,
+            None,
+            listed.as_bytes(),
+        );
+        let upload = match self.upload(&req.bucket, &req.key, id) {
+            Ok(upload) => upload,
+            Err(e) => return self.completed_before(req, idem, e).await,
+        };
         Self::same_token(&upload, req.token.clone())?;
         let entry = self.bucket_for_write(&upload.bucket)?;
         let scope = match self.upload_current(&upload).await {
@@ -194,6 +208,7 @@ impl Gate {
             conditions: req.conditions,
             scope_takeover: req.scope_takeover,
             meta: upload.meta.clone(),
+            idempotency: Some(idem),
         };
         // From the assembly on, the completion runs to its end whatever the client does: the
         // commit itself, and the upload's clean-up after it.
@@ -230,6 +245,34 @@ impl Gate {
             }
         })
         .await
+    }
+
+    /// A completion of an upload that is no longer registered: the answer of its completion,
+    /// if it completed (here or through another instance), else `missing`.
+    async fn completed_before(
+        &self,
+        req: WriteRequest,
+        idem: super::Idempotency,
+        missing: GateError,
+    ) -> Result<Written, GateError> {
+        let (Ok(entry), Ok(scope)) = (
+            self.bucket(&req.bucket),
+            self.scope_of(&req.bucket, &req.key, req.scope_header.as_deref()),
+        ) else {
+            return Err(missing);
+        };
+        let req = WriteRequest {
+            idempotency: Some(idem),
+            ..req
+        };
+        let row = self.row(&scope::object_row(&req.bucket, &req.key)).await?;
+        if Self::recorded(&req, &row).is_none() {
+            return Err(missing);
+        }
+        match self.answered_before(&entry, &req, &scope, &row).await? {
+            Some(replay) => Ok(replay),
+            None => Err(missing),
+        }
     }
 
     /// An upload that can never complete (its token is stale, or the object was changed behind

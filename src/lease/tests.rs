@@ -167,6 +167,7 @@ async fn a_bound_lease_fences_the_previous_holder_at_acquire() {
                     scope_takeover: None,
                     conditions: Default::default(),
                     meta: Default::default(),
+                    idempotency: None,
                 },
                 Box::pin(futures::stream::iter([Ok(bytes::Bytes::from_static(b"x"))])),
             )

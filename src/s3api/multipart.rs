@@ -46,6 +46,7 @@ pub async fn create(
         scope_takeover: headers::scope_takeover(&req.headers).map_err(s3_error)?,
         conditions: Default::default(),
         meta: convert::object_meta(input.content_type.clone(), input.metadata.as_ref())?,
+        idempotency: None,
     };
     let upload = gw.gate.create_upload(write).await.map_err(s3_error)?;
     Ok(S3Response::new(CreateMultipartUploadOutput {
@@ -218,19 +219,22 @@ pub async fn complete(
         scope_takeover: headers::scope_takeover(&req.headers).map_err(s3_error)?,
         conditions: headers::conditions(&req.headers).map_err(s3_error)?,
         meta: Default::default(),
+        // Keyed by its upload id in the gate, whatever the client sends.
+        idempotency: None,
     };
     let written = gw
         .gate
         .complete_upload(write, &input.upload_id, &parts)
         .await
         .map_err(s3_error)?;
-    Ok(S3Response::new(CompleteMultipartUploadOutput {
+    let resp = S3Response::new(CompleteMultipartUploadOutput {
         bucket: Some(input.bucket.clone()),
         key: Some(input.key.clone()),
         e_tag: written.etag.as_deref().map(convert::etag),
         location: Some(format!("/{}/{}", input.bucket, input.key)),
         ..Default::default()
-    }))
+    });
+    Ok(super::objects::replayed(resp, written.replayed))
 }
 
 pub async fn abort(

@@ -15,14 +15,29 @@ fn note(bucket: &str, key: &str) {
     span.record("key", key);
 }
 
+/// The name of the principal an S3 request was authenticated as (an `Idempotency-Key` is
+/// scoped to it).
+pub(super) fn principal_name<T>(gw: &S3Gateway, req: &S3Request<T>) -> S3Result<String> {
+    Ok(match req.extensions.get::<crate::auth::Principal>() {
+        Some(p) => p.name(),
+        None => gw.keys.s3_principal(req.credentials.as_ref())?.name(),
+    })
+}
+
+/// `Idempotent-Replayed: true` on an S3 answer replayed from an earlier request.
+pub(super) fn replayed<T>(mut resp: S3Response<T>, replayed: bool) -> S3Response<T> {
+    headers::mark_replayed(&mut resp.headers, replayed);
+    resp
+}
+
 fn write_request(
     req_headers: &http::HeaderMap,
-    bucket: &str,
-    key: &str,
+    (bucket, key, who): (&str, &str, &str),
     token: crate::gate::TokenInput,
     meta: crate::backend::ObjectMeta,
 ) -> S3Result<WriteRequest> {
     Ok(WriteRequest {
+        idempotency: headers::idempotency(req_headers, who).map_err(s3_error)?,
         bucket: bucket.to_string(),
         key: key.to_string(),
         token,
@@ -37,6 +52,7 @@ pub async fn put_object(
     gw: &S3Gateway,
     req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
+    let who = principal_name(gw, &req)?;
     let input = req.input;
     note(&input.bucket, &input.key);
     if input.content_length.is_none() {
@@ -53,14 +69,15 @@ pub async fn put_object(
         super::access::lease_token(&req.extensions),
     );
     let meta = convert::object_meta(input.content_type.clone(), input.metadata.as_ref())?;
-    let write = write_request(&req.headers, &input.bucket, &input.key, token, meta)?;
+    let write = write_request(&req.headers, (&input.bucket, &input.key, &who), token, meta)?;
     let body = convert::body(input.body, gw.max_body_bytes, gw.body_idle_timeout);
     let written = gw.gate.put(write, body).await.map_err(s3_error)?;
-    Ok(S3Response::new(PutObjectOutput {
+    let resp = S3Response::new(PutObjectOutput {
         e_tag: written.etag.as_deref().map(convert::etag),
         size: Some(written.size as i64),
         ..Default::default()
-    }))
+    });
+    Ok(replayed(resp, written.replayed))
 }
 
 /// The range asked for, checked against the object's size: (first, last) inclusive.
@@ -194,6 +211,7 @@ pub async fn delete_object(
     gw: &S3Gateway,
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
+    let who = principal_name(gw, &req)?;
     let input = req.input;
     note(&input.bucket, &input.key);
     let token = convert::token(
@@ -203,16 +221,17 @@ pub async fn delete_object(
     );
     let write = write_request(
         &req.headers,
-        &input.bucket,
-        &input.key,
+        (&input.bucket, &input.key, &who),
         token,
         Default::default(),
     )?;
     match gw.gate.delete(write).await {
         // S3 answers 204 for a key that is already gone; nothing was recorded for it.
-        Ok(_) | Err(GateError::NoSuchKey { .. }) => {
-            Ok(S3Response::new(DeleteObjectOutput::default()))
-        }
+        Ok(w) => Ok(replayed(
+            S3Response::new(DeleteObjectOutput::default()),
+            w.replayed,
+        )),
+        Err(GateError::NoSuchKey { .. }) => Ok(S3Response::new(DeleteObjectOutput::default())),
         Err(e) => Err(s3_error(e)),
     }
 }
@@ -270,6 +289,8 @@ pub async fn delete_objects(
             scope_takeover: headers::scope_takeover(&req.headers).map_err(s3_error)?,
             conditions: Default::default(),
             meta: Default::default(),
+            // One key per request: a batch's keys would all share it.
+            idempotency: None,
         };
         match gw.gate.delete(write).await {
             Ok(_) | Err(GateError::NoSuchKey { .. }) => {
@@ -322,6 +343,7 @@ pub async fn copy_object(
     gw: &S3Gateway,
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
+    let who = principal_name(gw, &req)?;
     let input = req.input;
     note(&input.bucket, &input.key);
     let (src_bucket, src_key) = copy_source(gw, &input.copy_source, req.credentials.as_ref())?;
@@ -351,7 +373,7 @@ pub async fn copy_object(
             ..info.meta.clone()
         }
     };
-    let write = write_request(&req.headers, &input.bucket, &input.key, token, meta)?;
+    let write = write_request(&req.headers, (&input.bucket, &input.key, &who), token, meta)?;
     let written = gw.gate.put(write, body).await.map_err(s3_error)?;
     Ok(S3Response::new(CopyObjectOutput {
         copy_object_result: Some(CopyObjectResult {

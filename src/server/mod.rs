@@ -103,7 +103,8 @@ async fn build(
             .map_err(StartError::Gateway)?;
         buckets.insert(bucket.clone(), BucketEntry::new(policy.clone(), backend));
     }
-    let mut gate = Gate::new(store.clone(), buckets);
+    let mut gate = Gate::new(store.clone(), buckets)
+        .with_idempotency_ttl(Duration::from_secs(config.server.idempotency_ttl_secs));
     if let Some(etcd) = &config.etcd {
         gate = gate.with_intent_bound(crate::gate::IntentBound {
             ttl: Duration::from_secs(etcd.intent_ttl_secs),
