@@ -340,6 +340,196 @@ async fn etcd_leader_loss_and_quorum_loss() {
     );
 }
 
+/// Another instance of `cluster`, whose store requests go through a proxy that can hold them.
+async fn instance_behind_proxy(cluster: &Cluster, name: &str) -> (S3Proxy, Server) {
+    let proxy = S3Proxy::start(cluster.store_endpoint()).await;
+    let dir = cluster.dir.path().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = format!(
+        "{}\n[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nread_timeout_secs = 30\n\n[buckets.default]\nbackend = \"store\"\nbackend_bucket = \"fencegate-cluster\"\n",
+        cluster.fence_store_toml(),
+        proxy.endpoint()
+    );
+    let server = Server::start(&dir, Some(&config));
+    (proxy, server)
+}
+
+/// A PUT with an Idempotency-Key: (status, Idempotent-Replayed, JSON body).
+async fn keyed_put(
+    c: &reqwest::Client,
+    url: &str,
+    token: &str,
+    key: &str,
+    body: &'static [u8],
+) -> (u16, bool, serde_json::Value) {
+    let resp = c
+        .put(url)
+        .header("Fencing-Token", token)
+        .header("Idempotency-Key", key)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let replayed = resp.headers().get("idempotent-replayed").is_some();
+    (
+        resp.status().as_u16(),
+        replayed,
+        resp.json().await.unwrap_or_default(),
+    )
+}
+
+/// Idempotency-Key across instances (docs/design.md, "Idempotent retries"): an instance is
+/// killed (-9) after the store applied its write and before it answered; the client retries
+/// on the other instance with the same key. Exactly one commit happens (the object is not
+/// written again) and the retry gets the first answer; the same key with another body or
+/// token gets 422.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_an_instance_died_before_answering_commits_once() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::up(1, "ministack");
+    let c = client();
+    let url = cluster.object(1, "idem");
+    let (s, _) = put(&c, &url, Some("1"), b"first").await;
+    assert_eq!(s, 200, "{}", cluster.logs());
+    let (proxy, dying) = instance_behind_proxy(&cluster, "dying").await;
+    // The store applies the commit; its answer never comes back.
+    proxy.set(Mode::StallConditionalWrites);
+    let first = {
+        let (c, url) = (c.clone(), dying.object_url("default", "idem"));
+        tokio::spawn(async move {
+            let _ = c
+                .put(url)
+                .header("Fencing-Token", "2")
+                .header("Idempotency-Key", "9c1d-once")
+                .body("once")
+                .send()
+                .await;
+        })
+    };
+    let started = Instant::now();
+    loop {
+        let (_, bytes) = get_bytes(&c, &url).await;
+        if bytes == b"once" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the write never reached the store: {}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    dying.kill9();
+    first.abort();
+    let head = c.head(&url).send().await.unwrap();
+    let modified = head.headers().get("last-modified").cloned();
+    let etag = head.headers().get("etag").cloned();
+    // A second write would carry a later Last-Modified (whole seconds).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (s, replayed, body) = keyed_put(&c, &url, "2", "9c1d-once", b"once").await;
+    assert_eq!(s, 200, "the retry on the other instance: {body}");
+    assert!(replayed, "the first answer is replayed: {body}");
+    assert_eq!(
+        body["etag"].as_str(),
+        etag.as_ref().and_then(|e| e.to_str().ok())
+    );
+    assert_eq!(body["token"], 2);
+    let head = c.head(&url).send().await.unwrap();
+    assert_eq!(
+        head.headers().get("last-modified").cloned(),
+        modified,
+        "the retry wrote the object again"
+    );
+    for (token, bytes) in [("2", &b"other"[..]), ("3", &b"once"[..])] {
+        let resp = c
+            .put(&url)
+            .header("Fencing-Token", token)
+            .header("Idempotency-Key", "9c1d-once")
+            .body(bytes)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 422);
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["error"], "IdempotencyKeyMismatch", "{body}");
+    }
+    let (_, bytes) = get_bytes(&c, &url).await;
+    assert_eq!(bytes, b"once");
+}
+
+/// Review round 15, N4: a multipart completion refused for now (503 CommitInProgress: another
+/// instance is committing the same key) keeps its upload, so the retry the answer asks for
+/// completes it. Through the S3 API, unsigned (the cluster runs in development mode).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_refused_for_now_keeps_its_upload() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::up(1, "ministack");
+    let c = client();
+    let (s, _) = put(&c, &cluster.object(1, "mpu"), Some("5"), b"v0").await;
+    assert_eq!(s, 200, "{}", cluster.logs());
+    let (proxy, other) = instance_behind_proxy(&cluster, "other").await;
+    let s3 = cluster.url(1, "/default/mpu");
+    let created = c
+        .post(format!("{s3}?uploads"))
+        .header("Fencing-Token", "7")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let upload = created
+        .split("<UploadId>")
+        .nth(1)
+        .and_then(|r| r.split("</UploadId>").next())
+        .unwrap_or_else(|| panic!("no UploadId in {created}"))
+        .to_string();
+    let part = c
+        .put(format!("{s3}?partNumber=1&uploadId={upload}"))
+        .header("Fencing-Token", "7")
+        .body("the only part")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.status(), 200);
+    let etag = part.headers()["etag"].to_str().unwrap().to_string();
+    let complete = || {
+        c.post(format!("{s3}?uploadId={upload}"))
+            .header("Fencing-Token", "7")
+            .body(format!(
+                "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>{etag}</ETag></Part></CompleteMultipartUpload>"
+            ))
+            .send()
+    };
+    // Another instance's commit of the key is held on its way to the store.
+    proxy.set(Mode::HoldConditionalWrites);
+    let held = {
+        let (c, url) = (c.clone(), other.object_url("default", "mpu"));
+        tokio::spawn(async move { put(&c, &url, Some("6"), b"other-6").await })
+    };
+    while proxy.held() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let refused = complete().await.unwrap();
+    assert_eq!(refused.status(), 503);
+    assert!(refused.text().await.unwrap().contains("CommitInProgress"));
+    proxy.release();
+    assert_eq!(held.await.unwrap().0, 200);
+    let done = complete().await.unwrap();
+    assert_eq!(
+        done.status(),
+        200,
+        "the retry completes the upload: {}",
+        done.text().await.unwrap()
+    );
+    let (_, bytes) = get_bytes(&c, &cluster.object(1, "mpu")).await;
+    assert_eq!(bytes, b"the only part");
+    // Completed again (its answer lost, say): answered as the first completion was.
+    let again = complete().await.unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+}
+
 /// An instance whose commit is paused between its intent and the store (here: its store
 /// request held by a proxy, and the instance itself SIGSTOPped past every timeout) wakes after
 /// a newer token's write was acknowledged through another instance. Returns what the object
@@ -353,15 +543,7 @@ async fn paused_commit(mode: Mode, newer: &'static [u8]) -> (Vec<u8>, Option<u64
     let (s, _) = put(&c, &cluster.object(1, "p"), Some("1"), b"first").await;
     assert_eq!(s, 200, "{}", cluster.logs());
     // A second instance whose store requests go through a proxy that can hold them.
-    let proxy = S3Proxy::start(cluster.store_endpoint()).await;
-    let dir = cluster.dir.path().join("paused");
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = format!(
-        "{}\n[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nread_timeout_secs = 30\n\n[buckets.default]\nbackend = \"store\"\nbackend_bucket = \"fencegate-cluster\"\n",
-        cluster.fence_store_toml(),
-        proxy.endpoint()
-    );
-    let paused = Server::start(&dir, Some(&config));
+    let (proxy, paused) = instance_behind_proxy(&cluster, "paused").await;
     proxy.set(mode);
     let zombie = {
         let (c, url) = (c.clone(), paused.object_url("default", "p"));

@@ -298,6 +298,13 @@ pub trait Backend: Send + Sync + 'static {
     /// Drops a staged body that lost (or whose commit failed).
     async fn discard(&self, staged: Staged);
 
+    /// Drops what a multipart completion assembled, but keeps the upload's parts: its commit
+    /// was refused for now (a commit in progress, the fence table unavailable) and the client
+    /// will complete it again. A backend whose assembly is the store's own upload keeps it.
+    async fn release(&self, staged: Staged) {
+        self.discard(staged).await
+    }
+
     /// The identity of the object's current version (`None`: absent), without reading it. This
     /// is what bypass detection compares; it works even on an object fencegate cannot parse.
     async fn version(&self, bucket: &str, key: &str) -> Result<Option<String>, BackendError>;

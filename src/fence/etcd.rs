@@ -132,18 +132,27 @@ impl EtcdFenceStore {
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         use std::sync::atomic::Ordering::Relaxed;
-        // A member that hangs (paused, partitioned) must not use up the whole deadline: each
-        // member gets its share, then the next is asked (review round 14, R3). A write that
-        // timed out on one member and is made on another cannot apply twice: its Txn compares
-        // the rows' revisions, and fails if the first one applied.
+        // A member that hangs (paused, partitioned) must not use up the whole deadline: the
+        // preferred member gets half of it, the others share the rest, each then asked in
+        // turn (review round 14, R3). Half, not a third: a healthy but slow etcd must still
+        // answer through its first member (review round 15, N3). A write that timed out on
+        // one member and is made on another cannot apply twice: its Txn compares the rows'
+        // revisions, and fails if the first one applied.
         let members = self.clients.len();
-        let share = (self.timeout / members as u32).max(Duration::from_millis(300));
+        let share = |i: usize| {
+            let share = match (i, members) {
+                (_, 1) => self.timeout,
+                (0, _) => self.timeout / 2,
+                _ => self.timeout / 2 / (members as u32 - 1),
+            };
+            share.max(Duration::from_millis(300))
+        };
         let attempts = async {
             let first = self.preferred.load(Relaxed);
             let mut last = None;
             for i in 0..members {
                 let n = (first + i) % members;
-                match tokio::time::timeout(share, call(self.clients[n].clone())).await {
+                match tokio::time::timeout(share(i), call(self.clients[n].clone())).await {
                     Ok(Ok(answer)) => {
                         self.preferred.store(n, Relaxed);
                         return Ok(answer);
@@ -162,7 +171,7 @@ impl EtcdFenceStore {
         match tokio::time::timeout(self.timeout, attempts).await {
             Ok(result) => result,
             Err(_) => Err(io(format!(
-                "{what} got no answer within {} ms (has etcd lost its quorum?)",
+                "{what} got no answer within {} ms from any member: etcd has lost its quorum, or answers slower than [fence_store] timeout_ms allows (the preferred member gets half of it)",
                 self.timeout.as_millis()
             ))),
         }

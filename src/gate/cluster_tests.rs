@@ -563,3 +563,57 @@ async fn negative_control_an_apply_margin_too_short_is_caught() {
     let after = advance_over_slow_apply(Duration::from_millis(5)).await;
     assert_eq!(after, vec![Some(2)]);
 }
+
+/// Review round 15, N1: a commit or delete the store refused as expired leaves no deadline
+/// behind. Its own retry goes ahead at once (the request can no longer land), and so does the
+/// other instance's next write. With a long apply margin, a deadline left behind would hold
+/// both back for seconds (503 CommitInProgress).
+#[tokio::test]
+async fn a_request_refused_as_expired_leaves_no_deadline_behind() {
+    let ([a, b], store, _) = cluster_with(Duration::from_secs(5));
+    a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
+    let held = store.held_put(&a, req("k", 2), b"late").await;
+    tokio::time::sleep(TTL + Duration::from_millis(50)).await;
+    let _ = store.release.send(true);
+    let started = std::time::Instant::now();
+    let retried_commit = held.await.unwrap();
+    assert!(retried_commit.is_ok(), "{:?}", retried_commit.err());
+    b.put(req("k", 3), body(b"next".to_vec())).await.unwrap();
+    // The same for a delete.
+    let _ = store.release.send(false);
+    store.hold.store(true, Ordering::SeqCst);
+    store.held.store(0, Ordering::SeqCst);
+    let deleting = {
+        let a = a.clone();
+        tokio::spawn(async move { a.delete(req("k", 4)).await })
+    };
+    while store.held.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(TTL + Duration::from_millis(50)).await;
+    let _ = store.release.send(true);
+    assert_eq!(deleting.await.unwrap().unwrap().existed, Some(true));
+    b.put(req("k", 5), body(b"again".to_vec())).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "held back by a deadline left behind: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(store.landed(), vec![Some(1), Some(2), Some(3), Some(5)]);
+}
+
+/// Review round 15, N2: a write refused as a bypass leaves the row as it was, without its
+/// deadline: the next write is refused as a bypass too, not held back as a commit in progress.
+#[tokio::test]
+async fn a_write_refused_as_a_bypass_leaves_no_deadline_behind() {
+    let ([a, b], store, _) = cluster_with(Duration::from_secs(5));
+    a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
+    store.inner.write_behind("b", "k", b"around");
+    for (gate, token) in [(&a, 2), (&b, 3), (&a, 4)] {
+        let e = gate
+            .put(req("k", token), body(b"mine".to_vec()))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), "BypassDetected", "token {token}: {e}");
+    }
+}

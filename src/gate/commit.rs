@@ -137,7 +137,7 @@ impl Gate {
     ) -> Result<Written, GateError> {
         let gate = Arc::clone(self);
         run_to_end(async move {
-            gate.locked_commit(&req, &entry, &scope, token, staged)
+            gate.locked_commit(&req, &entry, &scope, token, staged, false)
                 .await
         })
         .await
@@ -145,6 +145,7 @@ impl Gate {
 
     /// Only ever called inside [`run_to_end`]. On a shared fence table, the decision is taken
     /// again while another instance changes the same rows in between (see [`super::again`]).
+    /// `upload`: a multipart completion, whose parts are kept when it is refused only for now.
     pub(super) async fn locked_commit(
         &self,
         req: &WriteRequest,
@@ -152,6 +153,7 @@ impl Gate {
         scope: &str,
         token: Option<Token>,
         staged: Staged,
+        upload: bool,
     ) -> Result<Written, GateError> {
         let object_key = scope::object_row(&req.bucket, &req.key);
         let _locks = self.locks.lock_object(scope, &object_key).await;
@@ -173,6 +175,10 @@ impl Gate {
             };
             match result {
                 Err(e) if super::again(&e, &mut attempt).await => continue,
+                Err(e) if upload && e.for_now() => {
+                    entry.backend.release(staged).await;
+                    return Err(e);
+                }
                 Err(e) => {
                     entry.backend.discard(staged).await;
                     return Err(e);
@@ -212,9 +218,11 @@ impl Gate {
         // no longer land. In cluster mode this commit's own request gets a deadline, written
         // on its intent: until then no instance decides over it (docs/design.md, "Bounded
         // intents").
+        // `before` is taken first: a refusal restores it, and must not leave this commit's
+        // deadline behind with no intent to go with it (review round 15, N1 and N2).
+        let mut before = (scope_row.clone(), object_row.clone());
         let deadline = self.intent_deadline();
         object_row.unresolved_until_ms = deadline.map(|(_, until)| until);
-        let mut before = (scope_row.clone(), object_row.clone());
         if let Some(t) = token {
             scope_row.highest = Some(scope_row.highest.map_or(t.0, |h| h.max(t.0)));
             scope_row.fresh = false;

@@ -153,6 +153,16 @@ impl Gate {
             None => entry.backend.delete(&req.bucket, &req.key, &expected).await,
         };
         if let Err(e) = deleted {
+            if matches!(e, crate::backend::BackendError::Expired(_)) {
+                // The store refused the request as arriving after its deadline: nothing of it
+                // can land, so its intent goes (the raised highest stays), and the decision is
+                // taken again (review round 15, N1).
+                let unchanged = FenceRow { rev, ..unchanged };
+                let _ = self
+                    .save(scope, scope_row, object_key, unchanged, Durability::Synced)
+                    .await;
+                return Err(e.into());
+            }
             if matches!(e, crate::backend::BackendError::Conflict { .. }) {
                 // Another instance's commit, most likely: taken again from the checks.
                 self.still_ours(object_key, rev).await?;

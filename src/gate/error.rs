@@ -185,6 +185,20 @@ impl GateError {
         }
     }
 
+    /// Refused for now, with nothing of the request changed in the store: a commit in
+    /// progress, the fence table unavailable, a request that expired on its way. The same
+    /// request may succeed when sent again, so a multipart upload is kept for it.
+    pub fn for_now(&self) -> bool {
+        matches!(
+            self,
+            GateError::CommitInProgress { .. }
+                | GateError::CommitUnresolved { .. }
+                | GateError::IdempotencyKeyInUse(_)
+                | GateError::Store(_)
+                | GateError::Backend(BackendError::Expired(_))
+        )
+    }
+
     /// A short word for logs and metrics.
     pub fn outcome(&self) -> &'static str {
         match self {

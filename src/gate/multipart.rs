@@ -224,7 +224,10 @@ impl Gate {
                     upload.meta.clone(),
                 )
                 .await?;
-            match gate.locked_commit(&req, &entry, &scope, token, staged).await {
+            match gate
+                .locked_commit(&req, &entry, &scope, token, staged, true)
+                .await
+            {
                 Ok(w) => {
                     gate.uploads.remove(&upload.id);
                     if let Err(e) = entry
@@ -236,8 +239,11 @@ impl Gate {
                     }
                     Ok(w)
                 }
+                // Refused for now (503, "retry later"): the upload stays for the retry
+                // (review round 15, N4).
+                Err(e) if e.for_now() => Err(e),
                 // The commit discarded what was assembled (on s3, the store's own upload), so
-                // the upload cannot be completed again: drop it whole, whatever the refusal.
+                // the upload cannot be completed again: drop it whole.
                 Err(e) => {
                     gate.drop_upload(&upload).await;
                     Err(e)

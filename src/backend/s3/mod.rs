@@ -774,6 +774,13 @@ impl Backend for S3Backend {
         }
     }
 
+    async fn release(&self, staged: Staged) {
+        // The assembly is the store's own upload, which the completion's retry completes.
+        if !matches!(staged.body, StagedBody::Multipart { .. }) {
+            self.discard(staged).await
+        }
+    }
+
     async fn version(&self, bucket: &str, key: &str) -> Result<Option<String>, BackendError> {
         Ok(self.head(bucket, key).await?.map(|i| i.version))
     }
