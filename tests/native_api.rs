@@ -341,3 +341,70 @@ async fn a_token_in_metadata_is_a_token() {
     assert_eq!(resp.status().as_u16(), 400);
     assert_eq!(get_bytes(&c, &url).await.1, b"newer");
 }
+
+/// Idempotency-Key on the native API: the replay carries `Idempotent-Replayed: true` and the
+/// first answer; another body is 422; malformed or repeated keys are 400; a keyed delete is
+/// replayed with its first answer.
+#[tokio::test]
+async fn idempotency_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    let c = client();
+    let url = s.object_url("default", "k");
+    let send = |token: &str, key: &str, body: &'static str| {
+        c.put(&url)
+            .header("Fencing-Token", token)
+            .header("Idempotency-Key", key)
+            .body(body)
+            .send()
+    };
+    let first = send("5", "a1", "five").await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let first: serde_json::Value = first.json().await.unwrap();
+    let (s6, _) = put(&c, &url, Some("6"), b"six").await;
+    assert_eq!(s6, 200);
+    let again = send("5", "\"a1\"", "five").await.unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    let again: serde_json::Value = again.json().await.unwrap();
+    assert_eq!(again, first);
+    assert_eq!(get_bytes(&c, &url).await.1, b"six");
+    let other = send("5", "a1", "FIVE").await.unwrap();
+    assert_eq!(other.status(), 422);
+    let other: serde_json::Value = other.json().await.unwrap();
+    assert_eq!(other["error"], "IdempotencyKeyMismatch");
+    for bad in ["", "a b", &"x".repeat(256)] {
+        let r = send("7", bad, "x").await.unwrap();
+        assert_eq!(r.status(), 400, "{bad:?}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["error"], "InvalidIdempotencyKey");
+    }
+    let twice = c
+        .put(&url)
+        .header("Fencing-Token", "7")
+        .header("Idempotency-Key", "a")
+        .header("Idempotency-Key", "b")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(twice.status(), 400);
+    assert_eq!(
+        get_bytes(&c, &url).await.1,
+        b"six",
+        "refusals changed nothing"
+    );
+    let delete = || {
+        c.delete(&url)
+            .header("Fencing-Token", "8")
+            .header("Idempotency-Key", "d1")
+            .send()
+    };
+    let d: serde_json::Value = delete().await.unwrap().json().await.unwrap();
+    assert_eq!(d["existed"], true);
+    let replay = delete().await.unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    let replay: serde_json::Value = replay.json().await.unwrap();
+    assert_eq!(replay["existed"], true);
+}

@@ -1105,7 +1105,117 @@ async fn holes_are_closed(kind: Kind) {
     assert_eq!(fx.leftover_uploads().await, 0);
 }
 
+macro_rules! keyed {
+    ($builder:expr, $token:expr, $key:expr) => {{
+        let (token, key): (String, String) = ($token.to_string(), $key.to_string());
+        $builder.customize().mutate_request(move |req| {
+            req.headers_mut().insert("fencing-token", token.clone());
+            req.headers_mut().insert("idempotency-key", key.clone());
+        })
+    }};
+}
+
+/// Idempotency-Key through the S3 API (docs/design.md, "Idempotent retries"): a retried
+/// PutObject or DeleteObject is answered as the first, even after a newer token, and writes
+/// nothing; another body under the key is 422; a repeated CompleteMultipartUpload is answered
+/// like the first, as S3 does, and another part list is 422.
+async fn idempotent_retries(kind: Kind) {
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    let put = |token: u64, key: &'static str, bytes: &'static [u8]| {
+        keyed!(
+            c.put_object()
+                .bucket("default")
+                .key("idem")
+                .body(ByteStream::from_static(bytes)),
+            token,
+            key
+        )
+        .send()
+    };
+    let first = put(5, "put-1", b"five").await.unwrap();
+    with_token!(
+        c.put_object()
+            .bucket("default")
+            .key("idem")
+            .body(ByteStream::from_static(b"six")),
+        6
+    )
+    .send()
+    .await
+    .unwrap();
+    let again = put(5, "put-1", b"five").await.unwrap();
+    assert_eq!(again.e_tag(), first.e_tag(), "the first answer, replayed");
+    assert_eq!(
+        body_of(&c, "default", "idem").await,
+        b"six",
+        "nothing written"
+    );
+    let (status, code, _) = failure(put(5, "put-1", b"FIVE").await);
+    assert_eq!((status, code.as_str()), (422, "IdempotencyKeyMismatch"));
+    let (status, code, _) = failure(put(5, "put-2", b"five").await);
+    assert_eq!((status, code.as_str()), (409, "StaleFencingToken"));
+
+    let delete = |token: u64| {
+        keyed!(
+            c.delete_object().bucket("default").key("idem"),
+            token,
+            "delete-1"
+        )
+        .send()
+    };
+    delete(7).await.unwrap();
+    with_token!(
+        c.put_object()
+            .bucket("default")
+            .key("idem")
+            .body(ByteStream::from_static(b"eight")),
+        8
+    )
+    .send()
+    .await
+    .unwrap();
+    delete(7).await.unwrap();
+    assert_eq!(body_of(&c, "default", "idem").await, b"eight");
+
+    let id = with_token!(c.create_multipart_upload().bucket("default").key("mp"), 3)
+        .send()
+        .await
+        .unwrap()
+        .upload_id()
+        .unwrap()
+        .to_string();
+    let part = with_token!(
+        c.upload_part()
+            .bucket("default")
+            .key("mp")
+            .upload_id(&id)
+            .part_number(1)
+            .body(ByteStream::from_static(b"one part")),
+        3
+    )
+    .send()
+    .await
+    .unwrap();
+    let e1 = part.e_tag().unwrap().to_string();
+    let complete = |list: &[(i32, &str)]| {
+        c.complete_multipart_upload()
+            .bucket("default")
+            .key("mp")
+            .upload_id(&id)
+            .multipart_upload(parts(list))
+            .send()
+    };
+    let done = complete(&[(1, &e1)]).await.unwrap();
+    let again = complete(&[(1, &e1)]).await.unwrap();
+    assert_eq!(again.e_tag(), done.e_tag());
+    let (status, code, _) = failure(complete(&[(2, &e1)]).await);
+    assert_eq!((status, code.as_str()), (422, "IdempotencyKeyMismatch"));
+    assert_eq!(body_of(&c, "default", "mp").await, b"one part");
+}
+
 on_both_backends!(
+    idempotent_retries,
     holes_are_closed,
     buckets_created_through_s3,
     objects_are_fenced,
