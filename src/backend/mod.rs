@@ -295,6 +295,13 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// How far this instance's clock runs ahead of the store's (ms, as a range: negative is
+    /// behind), for cluster mode's clock watch. `None`: the backend has no clock that matters
+    /// (a local file store).
+    async fn clock_offset(&self) -> Option<Result<(i64, i64), String>> {
+        None
+    }
+
     /// Drops a staged body that lost (or whose commit failed).
     async fn discard(&self, staged: Staged);
 

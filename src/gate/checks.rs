@@ -25,6 +25,33 @@ pub(super) fn header_scope_name(scope: &str) -> &str {
     scope.split_once('#').map_or(scope, |(_, name)| name)
 }
 
+/// Whether a failed store request's outcome is unknown: its answer was lost, and the request
+/// may still be applied. Any other failure is the store's answer, or came before the request
+/// left: nothing of it can land.
+pub(super) fn outcome_unknown(error: &GateError) -> bool {
+    matches!(
+        error,
+        GateError::Backend(
+            BackendError::Timeout(_)
+                | BackendError::Unreachable(_)
+                | BackendError::Failing(_)
+                // A 503 from an intermediary may come after it forwarded the request.
+                | BackendError::Throttled(_)
+        )
+    )
+}
+
+/// Whether the refusal already put the rows back as they were (contract line 7).
+pub(super) fn rows_restored(error: &GateError) -> bool {
+    matches!(
+        error,
+        GateError::PreconditionFailed(_)
+            | GateError::BypassDetected { .. }
+            | GateError::Backend(BackendError::Conflict { .. })
+            | GateError::Store(_)
+    )
+}
+
 impl Gate {
     /// Checks, under the scope's lock, the token, the scope binding, the backend's version and
     /// the client's conditions. Nothing has been changed when this returns an error.
@@ -54,6 +81,21 @@ impl Gate {
         // token has been recorded. Judged on the rows this decision saves over, so that two
         // instances cannot both carry out one key (the save is a compare-and-swap on them).
         if let Some(replay) = self.answered_before(entry, req, scope, &object_row).await? {
+            if Self::recorded(req, &object_row).is_none() {
+                // Replayed from an intent that landed: its outcome is recorded now, so that
+                // the next retry finds the answer whatever happens to the intent (review round
+                // 16, I3).
+                let mut folded = object_row.clone();
+                super::idempotency::fold_landed(&mut folded);
+                self.save(
+                    scope,
+                    scope_row.clone(),
+                    object_key,
+                    folded,
+                    Durability::Synced,
+                )
+                .await?;
+            }
             return Ok(Locked {
                 scope_row,
                 object_row,
@@ -136,11 +178,24 @@ impl Gate {
         key: &str,
         object_row: &FenceRow,
     ) -> Result<(), GateError> {
-        let Some(until) = object_row.unresolved_until_ms else {
-            return Ok(());
-        };
         let now = crate::wall_clock::now_ms();
+        let until = match (object_row.unresolved_until_ms, &object_row.pending) {
+            (Some(until), _) => until,
+            // An intent with no deadline was left by a process that stopped mid-commit (a
+            // crash, kill -9): its request may still be on its way to the store. On a store
+            // whose requests can land late, it is held back like a lost answer, for the
+            // backend's bound from this start (review round 16, I1).
+            (None, Some(_)) if self.intents.is_none() => match entry.backend.in_flight_bound() {
+                Some(bound) => self.started_ms.saturating_add(bound.as_millis() as u64),
+                None => return Ok(()),
+            },
+            (None, _) => return Ok(()),
+        };
         if now >= until {
+            // Cluster mode: the intent has ended by this clock, which must be trusted for it.
+            if self.intents.is_some() {
+                self.clock_trusted()?;
+            }
             return Ok(());
         }
         let found = entry.backend.version(bucket, key).await?;
@@ -245,16 +300,7 @@ impl Gate {
         rows: (&str, &FenceRow, &str, &FenceRow),
         error: &GateError,
     ) {
-        let unknown = matches!(
-            error,
-            GateError::Backend(
-                BackendError::Timeout(_)
-                    | BackendError::Unreachable(_)
-                    | BackendError::Failing(_)
-                    // A 503 from an intermediary may come after it forwarded the request.
-                    | BackendError::Throttled(_)
-            )
-        );
+        let unknown = outcome_unknown(error);
         // Cluster mode: the intent already carries the deadline after which its request can
         // no longer land, and the rows say so until then.
         let Some(bound) = entry

@@ -28,6 +28,8 @@ struct Store {
     ignore_deadlines: AtomicBool,
     /// How long an admitted request takes to take effect (ms), as a large completion does.
     apply_ms: AtomicU64,
+    /// How far the gates' clock runs ahead of this store's (ms), for the clock watch.
+    clock_ahead_ms: std::sync::atomic::AtomicI64,
 }
 
 impl Store {
@@ -40,6 +42,7 @@ impl Store {
             ignore_conditions: AtomicBool::new(false),
             ignore_deadlines: AtomicBool::new(false),
             apply_ms: AtomicU64::new(0),
+            clock_ahead_ms: std::sync::atomic::AtomicI64::new(0),
         })
     }
 
@@ -91,6 +94,10 @@ impl Backend for Store {
             return self.inner.commit(s, now.as_deref()).await;
         }
         self.inner.commit(s, e).await
+    }
+    async fn clock_offset(&self) -> Option<Result<(i64, i64), String>> {
+        let ahead = self.clock_ahead_ms.load(Ordering::SeqCst);
+        Some(Ok((ahead - 999, ahead)))
     }
     async fn discard(&self, s: Staged) {
         self.inner.discard(s).await
@@ -616,4 +623,38 @@ async fn a_write_refused_as_a_bypass_leaves_no_deadline_behind() {
             .unwrap_err();
         assert_eq!(e.code(), "BypassDetected", "token {token}: {e}");
     }
+}
+
+/// Review round 14, R2: a clock that drifts ahead after start-up. The clock watch finds it
+/// (the store's clock against this instance's), and the instance then does not decide over an
+/// intent whose deadline its clock says has passed: the held commit is not overtaken through
+/// it (503 ClockSkewed) until the clock is back within the bound. Without the watch's verdict
+/// (the negative control is `paused`'s run with a correct clock) the decision is taken.
+#[tokio::test]
+async fn a_clock_found_too_far_ahead_does_not_decide_over_an_intent() {
+    let ([a, b], store, _) = cluster();
+    a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
+    let held = store.held_put(&a, req("k", 2), b"held").await;
+    store.clock_ahead_ms.store(5_000, Ordering::SeqCst);
+    b.check_clocks().await;
+    tokio::time::sleep(TTL + Duration::from_millis(100)).await;
+    let e = b
+        .put(req("k", 3), body(b"newer".to_vec()))
+        .await
+        .unwrap_err();
+    assert_eq!((e.status(), e.code()), (503, "ClockSkewed"), "{e}");
+    let e = b
+        .advance("b", "k", Ok(Some(Token(4))), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "ClockSkewed");
+    // Within the bound again (the store's Date has whole seconds: up to 999 ms is no proof).
+    store.clock_ahead_ms.store(900, Ordering::SeqCst);
+    b.check_clocks().await;
+    retried(|| b.put(req("k", 3), body(b"newer".to_vec())))
+        .await
+        .unwrap();
+    let _ = store.release.send(true);
+    assert_eq!(held.await.unwrap().unwrap_err().code(), "StaleFencingToken");
+    assert_eq!(store.landed(), vec![Some(1), Some(3)]);
 }

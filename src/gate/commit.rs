@@ -66,25 +66,6 @@ impl Gate {
     ) -> Result<Written, GateError> {
         let (entry, token, scope) = self.admit_request(&req, false)?;
         let _claim = self.claim_key(&req)?;
-        if req.idempotency.is_some() {
-            // A retry of a request already answered is answered again, whatever its token
-            // is worth now, without staging its body (only hashing it).
-            let row = self.row(&scope::object_row(&req.bucket, &req.key)).await?;
-            if Self::recorded(&req, &row).is_some() {
-                let digest = super::idempotency::drain(body).await?;
-                self.fingerprint_put(&mut req, token, &digest);
-                if let Some(replay) = self.answered_before(&entry, &req, &scope, &row).await? {
-                    return Ok(replay);
-                }
-                return Err(GateError::Internal(
-                    "an answer recorded for this Idempotency-Key was not found again".into(),
-                ));
-            }
-        }
-        if let Some(t) = token {
-            // Early check: a stale writer is refused before a single body byte is read.
-            check_token(&entry.policy, t.0, &self.row(&scope).await?, &scope)?;
-        }
         req.meta.token = token.map(|t| t.0);
         reserve_meta(&mut req.meta);
         if entry.policy.scope == ScopeKind::Header {
@@ -92,6 +73,30 @@ impl Gate {
             req.meta
                 .user_meta
                 .insert("fencing-scope".into(), header_scope_name(&scope).into());
+        }
+        let mut answer_pending = false;
+        if req.idempotency.is_some() {
+            // A retry of a request already answered is answered again, whatever its token
+            // is worth now, without staging its body (only hashing it).
+            let row = self.row(&scope::object_row(&req.bucket, &req.key)).await?;
+            if Self::recorded(&req, &row).is_some() {
+                let digest = super::idempotency::drain(body).await?;
+                self.fingerprint_put(&mut req, &scope, &digest);
+                return match self.answered_before(&entry, &req, &scope, &row).await? {
+                    Some(replay) => Ok(replay),
+                    // The answer expired while the body was read (review round 16, I6).
+                    None => Err(GateError::IdempotencyKeyInUse(
+                        "the answer kept for this Idempotency-Key expired while this request was received; send it again to have it carried out".into(),
+                    )),
+                };
+            }
+            // A first request that may have landed (its answer still on its intent) is judged
+            // under the lock, where its answer comes before the token (review round 16, I2).
+            answer_pending = Self::pending_answer(&req, &row);
+        }
+        if let Some(t) = token.filter(|_| !answer_pending) {
+            // Early check: a stale writer is refused before a single body byte is read.
+            check_token(&entry.policy, t.0, &self.row(&scope).await?, &scope)?;
         }
 
         let (body, digest) = match req.idempotency {
@@ -106,20 +111,21 @@ impl Gate {
             .stage(&req.bucket, &req.key, req.meta.clone(), body)
             .await?;
         if let Some(digest) = digest {
-            self.fingerprint_put(&mut req, token, &digest.finish());
+            self.fingerprint_put(&mut req, &scope, &digest.finish());
         }
 
         self.lock_and_commit(req, entry, scope, token, staged).await
     }
 
-    fn fingerprint_put(&self, req: &mut WriteRequest, token: Option<Token>, body_digest: &[u8]) {
-        let fingerprint = super::idempotency::fingerprint(
-            "put",
-            &req.bucket,
-            &req.key,
-            token.map(|t| t.0),
-            body_digest,
+    /// What a put asks: its object, scope (the lock, in a header-scoped bucket), token, body,
+    /// metadata and conditions (review round 16, I5 and I7).
+    fn fingerprint_put(&self, req: &mut WriteRequest, scope: &str, body_digest: &[u8]) {
+        let mut content = body_digest.to_vec();
+        content.extend_from_slice(
+            format!("\0{scope}\0{:?}\0{:?}", req.meta, req.conditions).as_bytes(),
         );
+        let fingerprint =
+            super::idempotency::fingerprint("put", &req.bucket, &req.key, req.meta.token, &content);
         if let Some(idem) = &mut req.idempotency {
             idem.fingerprint = fingerprint;
         }
@@ -277,14 +283,17 @@ impl Gate {
         {
             Ok(info) => info,
             Err(e) => {
-                if matches!(e, GateError::Backend(BackendError::Expired(_))) {
-                    // The store refused this request: nothing of it can land, so its intent
-                    // goes (the raised token stays) instead of holding the object back until
-                    // its deadline (review round 14, R6). A failure here only delays.
-                    let undone = FenceRow { rev, ..undo };
-                    let _ = self
-                        .save(scope, scope_row, object_key, undone, Durability::Synced)
-                        .await;
+                if !super::checks::outcome_unknown(&e) {
+                    // The store answered (or the request never left): nothing of it can land,
+                    // so its intent goes (the raised token stays) instead of holding the
+                    // object back (review rounds 14, R6, and 16, I1). A refusal that put the
+                    // rows back itself is left as it is. A failure here only delays.
+                    if !super::checks::rows_restored(&e) {
+                        let undone = FenceRow { rev, ..undo };
+                        let _ = self
+                            .save(scope, scope_row, object_key, undone, Durability::Synced)
+                            .await;
+                    }
                     return Err(e);
                 }
                 self.mark_unresolved(

@@ -356,3 +356,163 @@ async fn a_retry_after_a_crash_at_any_point_commits_once() {
         }
     }
 }
+
+/// A store whose requests can land late (an S3 store: `in_flight_bound`), with one commit held
+/// on its way until `land` is sent, as a request still in the network when its sender died.
+struct LateStore {
+    inner: Arc<MemoryBackend>,
+    bound: Option<std::time::Duration>,
+    hold: std::sync::atomic::AtomicBool,
+    held: std::sync::atomic::AtomicBool,
+    land: tokio::sync::watch::Sender<bool>,
+}
+
+#[async_trait::async_trait]
+impl Backend for LateStore {
+    async fn stage(
+        &self,
+        b: &str,
+        k: &str,
+        m: ObjectMeta,
+        body: ByteStream,
+    ) -> Result<Staged, BackendError> {
+        self.inner.stage(b, k, m, body).await
+    }
+    async fn commit(
+        &self,
+        staged: &Staged,
+        expected: Option<&str>,
+    ) -> Result<ObjectInfo, BackendError> {
+        if self.hold.swap(false, Ordering::SeqCst) {
+            self.held.store(true, Ordering::SeqCst);
+            let _ = self.land.subscribe().wait_for(|l| *l).await;
+        }
+        self.inner.commit(staged, expected).await
+    }
+    fn in_flight_bound(&self) -> Option<std::time::Duration> {
+        self.bound
+    }
+    async fn discard(&self, staged: Staged) {
+        self.inner.discard(staged).await
+    }
+    async fn version(&self, b: &str, k: &str) -> Result<Option<String>, BackendError> {
+        self.inner.version(b, k).await
+    }
+    async fn head(&self, b: &str, k: &str) -> Result<Option<ObjectInfo>, BackendError> {
+        self.inner.head(b, k).await
+    }
+    async fn get(
+        &self,
+        b: &str,
+        k: &str,
+    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
+        self.inner.get(b, k).await
+    }
+    async fn delete(&self, b: &str, k: &str, e: &str) -> Result<(), BackendError> {
+        self.inner.delete(b, k, e).await
+    }
+    async fn list(
+        &self,
+        b: &str,
+        p: &str,
+        s: Option<&str>,
+        m: usize,
+    ) -> Result<ListPage, BackendError> {
+        self.inner.list(b, p, s, m).await
+    }
+}
+
+/// A fence table whose process has died: nothing more is written to it.
+struct Dead {
+    inner: Arc<MemoryFenceStore>,
+    dead: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl FenceStore for Dead {
+    async fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError> {
+        self.inner.get(key).await
+    }
+    fn scan_prefix(
+        &self,
+        prefix: &str,
+        visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
+    ) -> Result<(), StoreError> {
+        self.inner.scan_prefix(prefix, visit)
+    }
+    async fn put(&self, rows: Vec<(String, FenceRow)>, d: Durability) -> Result<i64, StoreError> {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(StoreError::Io("the process is dead".into()));
+        }
+        self.inner.put(rows, d).await
+    }
+}
+
+/// Review round 16, I1: fencegate is killed while a commit's request is on its way to a store
+/// where requests can land late; it restarts, and a newer holder deletes the object. The
+/// intent the crash left is held back like a lost answer (503 CommitUnresolved) until the
+/// store shows the request's outcome or the backend's bound from the restart has passed, so
+/// the late request cannot undo the acknowledged delete. Returns what the object holds at the
+/// end and the delete's first answer. `bound`: the store's bound (`None`, the negative control:
+/// a store whose requests cannot land late, which the restarted gate believes).
+async fn killed_mid_commit(
+    bound: Option<std::time::Duration>,
+) -> (Option<Bytes>, Result<Written, GateError>) {
+    let table = Arc::new(MemoryFenceStore::new());
+    let objects = Arc::new(MemoryBackend::new());
+    let late = |hold| {
+        Arc::new(LateStore {
+            inner: objects.clone(),
+            bound,
+            hold: std::sync::atomic::AtomicBool::new(hold),
+            held: std::sync::atomic::AtomicBool::new(false),
+            land: tokio::sync::watch::channel(false).0,
+        })
+    };
+    let first = late(true);
+    let dying = Arc::new(Dead {
+        inner: table.clone(),
+        dead: std::sync::atomic::AtomicBool::new(false),
+    });
+    let g = gate(dying.clone(), first.clone());
+    let zombie = tokio::spawn(async move { g.put(write("k", 5), body()).await });
+    while !first.held.load(Ordering::SeqCst) {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    // kill -9: the table keeps what was synced; the request is still in the network.
+    dying.dead.store(true, Ordering::SeqCst);
+    table.lose_unsynced();
+    let g = gate(table.clone(), late(false));
+    let answer = g.delete(write("k", 6)).await;
+    // The late request lands now.
+    let _ = first.land.send(true);
+    let _ = zombie.await;
+    // The newer holder retries its delete as told: it removes what landed, if the hold knew.
+    loop {
+        match g.delete(write("k", 6)).await {
+            Err(e) if e.code() == "CommitUnresolved" => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await
+            }
+            _ => break,
+        }
+    }
+    (objects.bytes("b", "k"), answer)
+}
+
+#[tokio::test]
+async fn an_intent_left_by_a_crash_is_held_back_on_a_store_that_lands_late() {
+    let (bytes, answer) = killed_mid_commit(Some(std::time::Duration::from_millis(500))).await;
+    assert_eq!(answer.unwrap_err().code(), "CommitUnresolved");
+    assert_eq!(bytes, None, "the acknowledged delete stands");
+}
+
+#[tokio::test]
+async fn negative_control_without_the_hold_the_late_request_undoes_the_delete() {
+    let (bytes, answer) = killed_mid_commit(None).await;
+    assert_eq!(answer.unwrap().existed, Some(false));
+    assert_eq!(
+        bytes.as_deref(),
+        Some(&b"v"[..]),
+        "the stale write landed after the acknowledged delete"
+    );
+}

@@ -24,12 +24,13 @@ impl Gate {
         let (entry, token, scope) = self.admit_request(&req, true)?;
         let _claim = self.claim_key(&req)?;
         if let Some(idem) = &mut req.idempotency {
+            let asked = format!("{scope}\0{:?}", req.conditions);
             idem.fingerprint = super::idempotency::fingerprint(
                 "delete",
                 &req.bucket,
                 &req.key,
                 token.map(|t| t.0),
-                b"",
+                asked.as_bytes(),
             );
         }
         let gate = Arc::clone(self);
@@ -104,8 +105,9 @@ impl Gate {
         let Some(expected) = expected else {
             // Nothing to delete. With a token, the token and the tombstone are recorded (synced)
             // before the answer; without one there is nothing to fence, and no row is written
-            // for a key nobody fences.
-            if token.is_some() {
+            // for a key nobody fences, unless the delete is keyed: its answer is kept, so that
+            // its retry does not delete an object created since (review round 16, I4).
+            if token.is_some() || req.idempotency.is_some() {
                 if let Some(answer) =
                     self.answer_for(req, token.map(|t| t.0), (None, 0, Some(false)))
                 {
@@ -153,27 +155,29 @@ impl Gate {
             None => entry.backend.delete(&req.bucket, &req.key, &expected).await,
         };
         if let Err(e) = deleted {
-            if matches!(e, crate::backend::BackendError::Expired(_)) {
-                // The store refused the request as arriving after its deadline: nothing of it
-                // can land, so its intent goes (the raised highest stays), and the decision is
-                // taken again (review round 15, N1).
-                let unchanged = FenceRow { rev, ..unchanged };
-                let _ = self
-                    .save(scope, scope_row, object_key, unchanged, Durability::Synced)
-                    .await;
-                return Err(e.into());
-            }
-            if matches!(e, crate::backend::BackendError::Conflict { .. }) {
+            let e = GateError::from(e);
+            let conflict = matches!(
+                e,
+                GateError::Backend(crate::backend::BackendError::Conflict { .. })
+            );
+            if conflict {
                 // Another instance's commit, most likely: taken again from the checks.
                 self.still_ours(object_key, rev).await?;
-                // Else a write around fencegate. The store answered, so nothing of this
-                // delete can land: the object's row is as it was (the raised highest stays).
-                let unchanged = FenceRow { rev, ..unchanged };
-                self.save(scope, scope_row, object_key, unchanged, Durability::Synced)
-                    .await?;
-                return Err(e.into());
             }
-            let e = GateError::from(e);
+            if conflict || !super::checks::outcome_unknown(&e) {
+                // The store answered (a write around fencegate, expired: after its deadline,
+                // or another refusal): nothing of this delete can land, so the object's row is
+                // as it was (the raised highest stays), and an expired request is taken again
+                // (review rounds 15, N1, and 16, I1).
+                let unchanged = FenceRow { rev, ..unchanged };
+                let saved = self
+                    .save(scope, scope_row, object_key, unchanged, Durability::Synced)
+                    .await;
+                if conflict {
+                    saved?;
+                }
+                return Err(e);
+            }
             self.mark_unresolved(
                 entry,
                 &req.key,

@@ -30,6 +30,8 @@ pub enum GateError {
     CommitInProgress { key: String, retry_after: u64 },
     #[error("internal error: {0}")]
     Internal(String),
+    #[error("cluster mode: {0}")]
+    ClockSkewed(String),
     #[error("invalid Idempotency-Key: {0}")]
     InvalidIdempotencyKey(String),
     #[error("{0}")]
@@ -91,6 +93,7 @@ impl GateError {
             GateError::StaleFencingToken { .. } | GateError::TokenNotIncreasing { .. } => 409,
             GateError::FencingScopeMismatch { .. } | GateError::TokenSpaceExhausted { .. } => 409,
             GateError::Internal(_) => 500,
+            GateError::ClockSkewed(_) => 503,
             GateError::InvalidIdempotencyKey(_) => 400,
             GateError::IdempotencyKeyInUse(_) => 409,
             GateError::IdempotencyKeyMismatch(_) => 422,
@@ -133,6 +136,7 @@ impl GateError {
             GateError::TokenSpaceExhausted { .. } => "TokenSpaceExhausted",
             GateError::TokenJumpTooLarge { .. } => "TokenJumpTooLarge",
             GateError::Internal(_) => "InternalError",
+            GateError::ClockSkewed(_) => "ClockSkewed",
             GateError::InvalidIdempotencyKey(_) => "InvalidIdempotencyKey",
             GateError::IdempotencyKeyInUse(_) => "IdempotencyKeyInUse",
             GateError::IdempotencyKeyMismatch(_) => "IdempotencyKeyMismatch",
@@ -181,6 +185,7 @@ impl GateError {
             // Unreachable or contended (other instances kept changing the scope): soon.
             GateError::Store(StoreError::Io(_) | StoreError::Conflict(_)) => Some(1),
             GateError::IdempotencyKeyInUse(_) => Some(1),
+            GateError::ClockSkewed(_) => Some(10),
             _ => None,
         }
     }
@@ -194,6 +199,7 @@ impl GateError {
             GateError::CommitInProgress { .. }
                 | GateError::CommitUnresolved { .. }
                 | GateError::IdempotencyKeyInUse(_)
+                | GateError::ClockSkewed(_)
                 | GateError::Store(_)
                 | GateError::Backend(BackendError::Expired(_))
         )
@@ -206,7 +212,9 @@ impl GateError {
             | GateError::TokenNotIncreasing { .. }
             | GateError::FencingScopeMismatch { .. }
             | GateError::TokenSpaceExhausted { .. } => "stale",
-            GateError::Internal(_) | GateError::CommitUnresolved { .. } => "failed",
+            GateError::Internal(_)
+            | GateError::CommitUnresolved { .. }
+            | GateError::ClockSkewed(_) => "failed",
             GateError::CommitInProgress { .. } | GateError::IdempotencyKeyInUse(_) => "busy",
             GateError::BypassDetected { .. }
             | GateError::Backend(BackendError::Conflict { .. }) => "bypass",

@@ -176,6 +176,21 @@ pub(super) fn keep_landed_answer(row: &mut FenceRow, found: Option<&str>) {
     }
 }
 
+/// A pending commit or delete that landed becomes the row's committed state, its answer kept:
+/// what recording its outcome would have written.
+pub(super) fn fold_landed(row: &mut FenceRow) {
+    let Some(mut pending) = row.pending.take() else {
+        return;
+    };
+    if let Some(answer) = pending.answer.take() {
+        remember(row, answer);
+    }
+    row.version = pending.version;
+    row.etag = pending.etag;
+    row.tombstone = row.version.is_none();
+    row.unresolved_until_ms = None;
+}
+
 /// Once a commit's outcome is recorded: its pending answer, with the store's ETag, is kept.
 pub(super) fn settle(row: &mut FenceRow, pending: Option<Pending>, etag: Option<&str>) {
     if let Some((id, mut answer)) = pending.and_then(|p| p.answer) {
@@ -212,9 +227,31 @@ impl Gate {
 
     /// A live answer recorded for this request's key on `row`, if any (no store round trip).
     pub(super) fn recorded<'r>(req: &WriteRequest, row: &'r FenceRow) -> Option<&'r Answered> {
-        let idem = req.idempotency.as_ref()?;
+        Self::recorded_for(req.idempotency.as_ref(), row)
+    }
+
+    pub(super) fn recorded_for<'r>(
+        idem: Option<&Idempotency>,
+        row: &'r FenceRow,
+    ) -> Option<&'r Answered> {
+        let idem = idem?;
         let now = crate::wall_clock::now_ms();
         row.answered.get(&idem.id).filter(|a| a.expires_at_ms > now)
+    }
+
+    /// Whether `row`'s intent carries an answer for this request's key.
+    pub(super) fn pending_answer(req: &WriteRequest, row: &FenceRow) -> bool {
+        Self::pending_for(req.idempotency.as_ref(), row)
+    }
+
+    pub(super) fn pending_for(idem: Option<&Idempotency>, row: &FenceRow) -> bool {
+        let Some(idem) = idem else {
+            return false;
+        };
+        row.pending
+            .as_ref()
+            .and_then(|p| p.answer.as_ref())
+            .is_some_and(|(id, _)| *id == idem.id)
     }
 
     /// Under the scope's lock, on the object's row this decision builds on: the first answer

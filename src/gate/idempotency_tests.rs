@@ -217,3 +217,103 @@ async fn answers_expire() {
     assert!(!w.replayed, "an expired key is used afresh");
     assert_eq!(commits_of(&backend, 5), 2);
 }
+
+/// A gate over `store` (shared with an earlier gate, as after a restart) and `backend`.
+fn gate_on(
+    store: Arc<MemoryFenceStore>,
+    backend: Arc<MemoryBackend>,
+    policy: BucketPolicy,
+) -> Arc<Gate> {
+    let mut buckets = BTreeMap::new();
+    buckets.insert("b".to_string(), BucketEntry::new(policy, backend));
+    Arc::new(Gate::new(store, buckets))
+}
+
+/// Review round 16, I2 and I3: a request that landed but whose outcome was not recorded (a
+/// crash after the store's answer: the lazily written outcome is lost, the intent with its
+/// answer stays) is replayed to its retry on a strictly-increasing bucket, where the early
+/// token check would refuse its token as spent; and the replay records the answer, so that
+/// every later retry is replayed too.
+#[tokio::test]
+async fn a_landed_answer_on_the_intent_is_replayed_before_the_token_and_kept() {
+    let strict = BucketPolicy {
+        tokens: TokenOrder::StrictlyIncreasing,
+        ..BucketPolicy::default()
+    };
+    let store = Arc::new(MemoryFenceStore::new());
+    let backend = Arc::new(MemoryBackend::new());
+    let g = gate_on(store.clone(), backend.clone(), strict.clone());
+    let first = g.put(keyed("o", 5, Some("k")), body(b"v1")).await.unwrap();
+    store.lose_unsynced();
+    let row = store.get("object:b/o").await.unwrap().unwrap();
+    assert!(row.pending.is_some(), "the crash left the intent: {row:?}");
+    let g = gate_on(store.clone(), backend.clone(), strict.clone());
+    let again = g.put(keyed("o", 5, Some("k")), body(b"v1")).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.etag, first.etag);
+    // The replay recorded the outcome (synced): a second crash keeps it.
+    store.lose_unsynced();
+    let row = store.get("object:b/o").await.unwrap().unwrap();
+    assert!(row.pending.is_none() && row.answered.len() == 1, "{row:?}");
+    let g = gate_on(store.clone(), backend.clone(), strict);
+    assert!(
+        g.put(keyed("o", 5, Some("k")), body(b"v1"))
+            .await
+            .unwrap()
+            .replayed
+    );
+    assert_eq!(commits_of(&backend, 5), 1);
+    let e = g.put(keyed("o", 5, None), body(b"v1")).await.unwrap_err();
+    assert_eq!(e.code(), "StaleFencingToken", "the token itself is spent");
+}
+
+/// Review round 16, I4: a keyed delete without a token (fencing optional) of an absent key
+/// records its answer, so that its retry does not delete the object created since.
+#[tokio::test]
+async fn an_unfenced_keyed_delete_of_an_absent_key_is_replayed() {
+    let optional = BucketPolicy {
+        fencing: crate::config::FencingMode::Optional,
+        ..BucketPolicy::default()
+    };
+    let (g, backend) = gate_with(optional);
+    let unfenced = |idem: Option<&str>| WriteRequest {
+        token: Ok(None),
+        ..keyed("o", 0, idem)
+    };
+    let first = g.delete(unfenced(Some("d"))).await.unwrap();
+    assert_eq!(first.existed, Some(false));
+    g.put(unfenced(None), body(b"created")).await.unwrap();
+    let again = g.delete(unfenced(Some("d"))).await.unwrap();
+    assert_eq!((again.replayed, again.existed), (true, Some(false)));
+    assert_eq!(
+        backend.bytes("b", "o").unwrap(),
+        Bytes::from_static(b"created")
+    );
+}
+
+/// Review round 16, I5 and I7: what the key is matched on includes the lock (Fencing-Scope),
+/// the metadata and the conditions, not only the body and token.
+#[tokio::test]
+async fn the_lock_metadata_and_conditions_are_part_of_the_request() {
+    let header = BucketPolicy {
+        scope: crate::config::ScopeKind::Header,
+        ..BucketPolicy::default()
+    };
+    let (g, _) = gate_with(header);
+    let under = |lock: &str| WriteRequest {
+        scope_header: Some(lock.as_bytes().to_vec()),
+        ..keyed("o", 5, Some("k"))
+    };
+    g.put(under("A"), body(b"v1")).await.unwrap();
+    let e = g.put(under("B"), body(b"v1")).await.unwrap_err();
+    assert_eq!(e.code(), "IdempotencyKeyMismatch", "another lock: {e}");
+    let mut typed = under("A");
+    typed.meta.content_type = Some("text/plain".into());
+    let e = g.put(typed, body(b"v1")).await.unwrap_err();
+    assert_eq!(e.code(), "IdempotencyKeyMismatch", "other metadata: {e}");
+    let mut conditional = under("A");
+    conditional.conditions.if_none_match = Some(EtagMatch::Any);
+    let e = g.put(conditional, body(b"v1")).await.unwrap_err();
+    assert_eq!(e.code(), "IdempotencyKeyMismatch", "other conditions: {e}");
+    assert!(g.put(under("A"), body(b"v1")).await.unwrap().replayed);
+}

@@ -13,10 +13,11 @@
 //! `checks.rs` (what is checked under the lock), `tokens.rs` (fencing mode, token rules),
 //! `buckets.rs` (the bucket registry), `multipart.rs`, `read.rs`, `scope.rs`, `locks.rs`,
 //! `conditions.rs`, `uploads.rs`, `rebuild.rs`, `inflight.rs` (writes in flight per bucket),
-//! `idempotency.rs` (Idempotency-Key), `error.rs`.
+//! `idempotency.rs` (Idempotency-Key), `clock.rs` (cluster mode's clock watch), `error.rs`.
 
 mod buckets;
 mod checks;
+mod clock;
 mod commit;
 mod conditions;
 mod delete;
@@ -113,6 +114,11 @@ pub struct Gate {
     idempotency_ttl: std::time::Duration,
     /// Idempotency keys of requests being received on this instance.
     idempotency_claims: parking_lot::Mutex<std::collections::HashSet<String>>,
+    /// Cluster mode: why this instance's clock is not trusted now (`clock.rs`).
+    clock_verdict: parking_lot::Mutex<Option<String>>,
+    /// When this gate started (Unix ms): intents left by an earlier process are held back
+    /// from then for the backend's in-flight bound (`checks.rs`, `still_unresolved`).
+    started_ms: u64,
 }
 
 /// Cluster mode (docs/design.md, "Bounded intents"): a commit's or a delete's store request is
@@ -142,6 +148,8 @@ impl Gate {
             intents: None,
             idempotency_ttl: idempotency::DEFAULT_TTL,
             idempotency_claims: Default::default(),
+            clock_verdict: Default::default(),
+            started_ms: crate::wall_clock::now_ms(),
         }
     }
 

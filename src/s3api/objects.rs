@@ -375,12 +375,13 @@ pub async fn copy_object(
     };
     let write = write_request(&req.headers, (&input.bucket, &input.key, &who), token, meta)?;
     let written = gw.gate.put(write, body).await.map_err(s3_error)?;
-    Ok(S3Response::new(CopyObjectOutput {
+    let resp = S3Response::new(CopyObjectOutput {
         copy_object_result: Some(CopyObjectResult {
             e_tag: written.etag.as_deref().map(convert::etag),
             last_modified: Some(convert::timestamp(crate::wall_clock::now_ms())),
             ..Default::default()
         }),
         ..Default::default()
-    }))
+    });
+    Ok(replayed(resp, written.replayed))
 }

@@ -313,6 +313,8 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         tracing::info!("{line}");
     }
     let gate = Arc::new(gate.with_uploads(uploads));
+    // Cluster mode: the clock checked at start-up is checked again as it runs.
+    gate.watch_clocks(Duration::from_secs(10));
     let catalog = Arc::new(Catalog::new(
         config.clone(),
         gate.clone(),

@@ -760,6 +760,10 @@ impl Backend for S3Backend {
         Some(self.commit_deadline)
     }
 
+    async fn clock_offset(&self) -> Option<Result<(i64, i64), String>> {
+        Some(self.clients.presigner.clock_offset().await)
+    }
+
     fn conditional_commit(&self, staged: &Staged) -> bool {
         let flag = match staged.body {
             StagedBody::Multipart { .. } => &self.conditional_completes,
