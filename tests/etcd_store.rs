@@ -201,3 +201,57 @@ async fn an_unreachable_etcd_is_an_error_within_the_deadline() {
         started.elapsed()
     );
 }
+
+/// Group commit (`fence/etcd_batch.rs`): puts made at once share Txns (fewer revisions than
+/// puts), and each still gets its own answer. Of two puts of one row, the one at the row's
+/// revision applies and the one that read it as absent fails alone, writing nothing, while
+/// the other puts of its batch apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn puts_made_at_once_share_txns_and_each_gets_its_own_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(&dir.path().join("etcd"));
+    let store = EtcdFenceStore::connect(&settings(&etcd.endpoint, "fg/"))
+        .await
+        .unwrap();
+    let key = |i: usize| format!("object:b/k{i}");
+    let created = futures::future::join_all(
+        (0..100).map(|i| store.put(vec![(key(i), row(1))], Durability::Synced)),
+    )
+    .await;
+    let revs: Vec<i64> = created.into_iter().map(Result::unwrap).collect();
+    let distinct: std::collections::BTreeSet<_> = revs.iter().collect();
+    assert!(
+        distinct.len() < 50,
+        "100 puts made at once took {} Txns",
+        distinct.len()
+    );
+    let puts = (0..20).flat_map(|i| {
+        let fresh = FenceRow {
+            rev: revs[i],
+            ..row(2)
+        };
+        // Read as absent (rev 0), but the row exists: this one must fail, alone.
+        let stale = row(3);
+        [
+            store.put(vec![(key(i), fresh)], Durability::Synced),
+            store.put(
+                vec![(key(i), stale), (key(50 + i), row(9))],
+                Durability::Synced,
+            ),
+        ]
+    });
+    let answers = futures::future::join_all(puts).await;
+    for (n, answer) in answers.iter().enumerate() {
+        match (n % 2, answer) {
+            (0, Ok(_)) => {}
+            (1, Err(StoreError::Conflict(_))) => {}
+            _ => panic!("put {n}: {answer:?}"),
+        }
+    }
+    for i in 0..20 {
+        let row = store.get(&key(i)).await.unwrap().unwrap();
+        assert_eq!(row.highest, Some(2), "row {i}");
+        let other = store.get(&key(50 + i)).await.unwrap().unwrap();
+        assert_eq!(other.highest, Some(1), "a failed put wrote row {}", 50 + i);
+    }
+}

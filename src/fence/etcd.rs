@@ -16,7 +16,7 @@
 use super::{Durability, FenceRow, FenceStore, StoreError};
 use async_trait::async_trait;
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, TlsOptions, Txn,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, TlsOptions,
     TxnOp,
 };
 use std::future::Future;
@@ -38,11 +38,18 @@ pub struct EtcdSettings {
 }
 
 pub struct EtcdFenceStore {
+    members: std::sync::Arc<Members>,
+    prefix: String,
+    /// Puts made while others are in flight share one Txn (`etcd_batch.rs`).
+    batch: super::etcd_batch::Batcher,
+}
+
+/// The cluster's members, and how a call reaches one that answers.
+pub(super) struct Members {
     /// One client per member, in `endpoints` order.
     clients: Vec<Client>,
     /// The member that answered last: calls start there.
     preferred: std::sync::atomic::AtomicUsize,
-    prefix: String,
     timeout: Duration,
 }
 
@@ -56,7 +63,7 @@ fn elsewhere(e: &etcd_client::Error) -> bool {
     }
 }
 
-fn io(e: impl std::fmt::Display) -> StoreError {
+pub(super) fn io(e: impl std::fmt::Display) -> StoreError {
     StoreError::Io(format!("etcd: {e}"))
 }
 
@@ -109,11 +116,15 @@ impl EtcdFenceStore {
         for failure in &failures {
             tracing::warn!(%failure, "an etcd member could not be connected; the others serve");
         }
-        let store = EtcdFenceStore {
+        let members = std::sync::Arc::new(Members {
             clients,
             preferred: std::sync::atomic::AtomicUsize::new(0),
-            prefix: settings.prefix.clone(),
             timeout: settings.timeout,
+        });
+        let store = EtcdFenceStore {
+            batch: super::etcd_batch::Batcher::start(members.clone()),
+            members,
+            prefix: settings.prefix.clone(),
         };
         store.get("policy:").await?;
         Ok(store)
@@ -122,11 +133,13 @@ impl EtcdFenceStore {
     fn key(&self, row: &str) -> String {
         format!("{}{row}", self.prefix)
     }
+}
 
+impl Members {
     /// Makes `call` on the preferred member, and on the next ones while a member cannot serve
     /// it ([`elsewhere`]), all within one deadline. A write that failed to reach a member was
     /// not applied by it; one that reached a member and lost its answer is not made again.
-    async fn call<T, F, Fut>(&self, what: &str, call: F) -> Result<T, StoreError>
+    pub(super) async fn call<T, F, Fut>(&self, what: &str, call: F) -> Result<T, StoreError>
     where
         F: Fn(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
@@ -183,6 +196,7 @@ impl FenceStore for EtcdFenceStore {
     async fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError> {
         let key = self.key(key);
         let resp = self
+            .members
             .call("a read", |c| {
                 let key = key.clone();
                 async move { c.kv_client().get(key, None).await }
@@ -211,7 +225,7 @@ impl FenceStore for EtcdFenceStore {
         let end = prefix_end(full.as_bytes());
         let mut from = full.clone().into_bytes();
         loop {
-            let resp = handle.block_on(self.call("a scan", |c| {
+            let resp = handle.block_on(self.members.call("a scan", |c| {
                 let (from, end) = (from.clone(), end.clone());
                 async move {
                     let options = GetOptions::new().with_range(end).with_limit(500);
@@ -253,18 +267,8 @@ impl FenceStore for EtcdFenceStore {
             });
             ops.push(TxnOp::put(key, row.encode(), None));
         }
-        let txn = Txn::new().when(compares).and_then(ops);
-        let resp = self
-            .call("a write", |c| {
-                let txn = txn.clone();
-                async move { c.kv_client().txn(txn).await }
-            })
-            .await?;
-        if !resp.succeeded() {
-            let keys: Vec<&str> = rows.iter().map(|(k, _)| k.as_str()).collect();
-            return Err(StoreError::Conflict(keys.join(", ")));
-        }
-        Ok(resp.header().map_or(0, |h| h.revision()))
+        let keys = rows.into_iter().map(|(k, _)| k).collect();
+        self.batch.put(keys, compares, ops).await
     }
 
     fn shared(&self) -> bool {

@@ -13,6 +13,7 @@
 //! the highest token lives on the scope row and each object's version on its own row.
 
 pub mod etcd;
+mod etcd_batch;
 pub mod memory;
 pub mod rocks;
 

@@ -69,7 +69,9 @@ impl Gate {
         let pending = tokio::task::spawn_blocking(move || {
             let mut found = Vec::new();
             store.scan_prefix(&prefix, &mut |key, row| {
-                if row.unresolved_until_ms.is_some_and(|until| until > now) {
+                // An intent left by a crash has no deadline of its own (review round 17, J2).
+                if row.unresolved_until_ms.is_some_and(|until| until > now) || row.pending.is_some()
+                {
                     found.push((key[prefix.len()..].to_string(), row.clone()));
                 }
                 true

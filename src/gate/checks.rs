@@ -193,8 +193,9 @@ impl Gate {
         };
         if now >= until {
             // Cluster mode: the intent has ended by this clock, which must be trusted for it.
-            if self.intents.is_some() {
+            if let Some(bound) = self.intents {
                 self.clock_trusted()?;
+                self.ended_by_the_store(entry, key, until, bound).await?;
             }
             return Ok(());
         }
@@ -217,6 +218,39 @@ impl Gate {
             return Err(GateError::CommitInProgress { key, retry_after });
         }
         Err(GateError::CommitUnresolved { key, retry_after })
+    }
+
+    /// Cluster mode, before deciding over an intent whose deadline this clock says has passed:
+    /// the clock is compared with the store's now, not only by the watch's last sample (a
+    /// clock stepped ahead in between, review round 17, J5). The store's `Date` has whole
+    /// seconds, so this clock may run up to `ahead_max` ahead of the store's; the decision
+    /// waits until the deadline has passed even then (J7). Rare: only intents left by a
+    /// paused or dead instance end this way.
+    async fn ended_by_the_store(
+        &self,
+        entry: &BucketEntry,
+        key: &str,
+        until: u64,
+        bound: super::IntentBound,
+    ) -> Result<(), GateError> {
+        let ahead_max = match entry.backend.clock_offset().await {
+            None => return Ok(()),
+            Some(Ok((_, ahead_max))) => ahead_max,
+            Some(Err(e)) => {
+                return Err(GateError::ClockSkewed(format!(
+                    "cannot compare this instance's clock with the store's before deciding over an ended commit: {e}"
+                )))
+            }
+        };
+        let margin = (ahead_max - bound.skew.as_millis() as i64).max(0) as u64;
+        let now = crate::wall_clock::now_ms();
+        if now < until.saturating_add(margin) {
+            return Err(GateError::CommitInProgress {
+                key: key.to_string(),
+                retry_after: (until + margin - now).div_ceil(1000),
+            });
+        }
+        Ok(())
     }
 
     /// Cluster mode: an intent on `row` that [`Gate::still_unresolved`] let pass (it has

@@ -658,3 +658,31 @@ async fn a_clock_found_too_far_ahead_does_not_decide_over_an_intent() {
     assert_eq!(held.await.unwrap().unwrap_err().code(), "StaleFencingToken");
     assert_eq!(store.landed(), vec![Some(1), Some(3)]);
 }
+
+/// Review round 17, J5 and J7: a clock stepped ahead after the watch's last sample (its verdict
+/// still "trusted") is compared with the store's again before it decides over an ended intent,
+/// and waits until the deadline has passed by the store's clock too: the held commit is not
+/// overtaken early. The negative control is `paused`, whose clock agrees with the store's.
+#[tokio::test]
+async fn a_clock_stepped_ahead_between_samples_waits_for_the_stores_deadline() {
+    let ([a, b], store, _) = cluster();
+    a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
+    let held = store.held_put(&a, req("k", 2), b"held").await;
+    tokio::time::sleep(TTL + Duration::from_millis(50)).await;
+    // Stepped 5 s ahead since the last sample: the intent looks long over to this clock.
+    store.clock_ahead_ms.store(5_000, Ordering::SeqCst);
+    let started = std::time::Instant::now();
+    let e = b
+        .put(req("k", 3), body(b"newer".to_vec()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "CommitInProgress", "{e}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    store.clock_ahead_ms.store(0, Ordering::SeqCst);
+    retried(|| b.put(req("k", 3), body(b"newer".to_vec())))
+        .await
+        .unwrap();
+    let _ = store.release.send(true);
+    assert_eq!(held.await.unwrap().unwrap_err().code(), "StaleFencingToken");
+    assert_eq!(store.landed(), vec![Some(1), Some(3)]);
+}
