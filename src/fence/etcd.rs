@@ -58,7 +58,17 @@ pub(super) struct Members {
 fn elsewhere(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::TransportError(_) => true,
-        etcd_client::Error::GRpcStatus(s) => s.code() == tonic::Code::Unavailable,
+        // A member killed mid-call resets its connection, which tonic reports as Unknown (or
+        // Cancelled) rather than Unavailable (review round 18, K1). A write it may have
+        // applied cannot apply twice: its compares fail on the next member.
+        etcd_client::Error::GRpcStatus(s) => match s.code() {
+            tonic::Code::Unavailable | tonic::Code::Cancelled => true,
+            tonic::Code::Unknown => {
+                let m = s.message().to_ascii_lowercase();
+                m.contains("transport") || m.contains("connection")
+            }
+            _ => false,
+        },
         _ => false,
     }
 }
@@ -258,6 +268,7 @@ impl FenceStore for EtcdFenceStore {
         // Every etcd put is durable on a quorum; a lazy put costs the same as a synced one.
         let mut compares = Vec::with_capacity(rows.len());
         let mut ops = Vec::with_capacity(rows.len());
+        let mut bytes = 0;
         for (key, row) in &rows {
             let key = self.key(key);
             compares.push(if row.rev == 0 {
@@ -265,10 +276,12 @@ impl FenceStore for EtcdFenceStore {
             } else {
                 Compare::mod_revision(key.clone(), CompareOp::Equal, row.rev)
             });
-            ops.push(TxnOp::put(key, row.encode(), None));
+            let value = row.encode();
+            bytes += key.len() + value.len();
+            ops.push(TxnOp::put(key, value, None));
         }
         let keys = rows.into_iter().map(|(k, _)| k).collect();
-        self.batch.put(keys, compares, ops).await
+        self.batch.put(keys, compares, ops, bytes).await
     }
 
     fn shared(&self) -> bool {

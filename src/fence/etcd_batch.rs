@@ -20,11 +20,17 @@ const MAX_PUTS: usize = 32;
 /// Batches in flight at once.
 const SENDERS: usize = 4;
 
+/// Bytes of row values per batch at most, well under etcd's default request limit (1.5 MiB):
+/// a batch too large would fail every put in it (review round 18, K2).
+const MAX_BYTES: usize = 512 * 1024;
+
 struct Job {
     /// The rows' keys (without the prefix), for batching and for the conflict's message.
     keys: Vec<String>,
     compares: Vec<Compare>,
     ops: Vec<TxnOp>,
+    /// The size of the rows' values.
+    bytes: usize,
     done: oneshot::Sender<Result<i64, StoreError>>,
 }
 
@@ -49,6 +55,7 @@ impl Batcher {
         keys: Vec<String>,
         compares: Vec<Compare>,
         ops: Vec<TxnOp>,
+        bytes: usize,
     ) -> Result<i64, StoreError> {
         let (done, answer) = oneshot::channel();
         self.jobs
@@ -56,6 +63,7 @@ impl Batcher {
                 keys,
                 compares,
                 ops,
+                bytes,
                 done,
             })
             .map_err(|_| io("the fence table is closed"))?;
@@ -70,8 +78,10 @@ async fn send_batches(members: Arc<Members>, queue: Arc<Mutex<mpsc::UnboundedRec
     loop {
         let mut batch = Vec::new();
         let mut keys = HashSet::new();
+        let mut bytes = 0;
         if let Some(job) = carried.take() {
             keys.extend(job.keys.iter().cloned());
+            bytes += job.bytes;
             batch.push(job);
         }
         // A sender holding a job never waits for the queue: the sender that holds the queue
@@ -85,6 +95,7 @@ async fn send_batches(members: Arc<Members>, queue: Arc<Mutex<mpsc::UnboundedRec
                 match queue.recv().await {
                     Some(job) => {
                         keys.extend(job.keys.iter().cloned());
+                        bytes += job.bytes;
                         batch.push(job);
                     }
                     None => return,
@@ -92,12 +103,14 @@ async fn send_batches(members: Arc<Members>, queue: Arc<Mutex<mpsc::UnboundedRec
             }
             while batch.len() < MAX_PUTS {
                 let Ok(job) = queue.try_recv() else { break };
-                if job.keys.iter().any(|k| keys.contains(k)) {
-                    // Another put of a row already in this batch goes in the next one.
+                if job.keys.iter().any(|k| keys.contains(k)) || bytes + job.bytes > MAX_BYTES {
+                    // Another put of a row already in this batch, or one that would make it too
+                    // large, goes in the next one.
                     carried = Some(job);
                     break;
                 }
                 keys.extend(job.keys.iter().cloned());
+                bytes += job.bytes;
                 batch.push(job);
             }
         }
