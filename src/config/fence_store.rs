@@ -57,10 +57,6 @@ pub fn check(
         ("ca_file", raw.ca_file.is_some()),
         ("cert_file", raw.cert_file.is_some()),
         ("key_file", raw.key_file.is_some()),
-        (
-            "unsafe_experimental_cluster",
-            raw.unsafe_experimental_cluster,
-        ),
     ];
     if raw.kind == FenceStoreKind::Rocksdb {
         if let Some((name, _)) = etcd_only.iter().find(|(_, set)| *set) {
@@ -70,12 +66,6 @@ pub fn check(
             ));
         }
         return Ok(None);
-    }
-    if !raw.unsafe_experimental_cluster {
-        return Err((
-            "[fence_store] kind = \"etcd\" (several instances) is experimental: its protocol (bounded intents) is still under review (docs/design.md, \"The cluster commit protocol\")".into(),
-            "run one instance on rocksdb (the default) for production; to try the cluster mode anyway, set unsafe_experimental_cluster = true in [fence_store]".into(),
-        ));
     }
     if raw.path.is_some() {
         return Err((
@@ -267,15 +257,13 @@ mod tests {
     }
 
     #[test]
-    fn the_cluster_mode_needs_its_opt_in_object_scopes_and_s3_backends() {
-        refused(&etcd("", ""), "unsafe_experimental_cluster = true");
-        let ok = etcd("unsafe_experimental_cluster = true", "");
+    fn the_cluster_mode_needs_object_scopes_and_s3_backends() {
+        let ok = etcd("", "");
         let config = parse(&ok, "t").unwrap();
         assert_eq!(config.etcd.unwrap().endpoints, ["http://127.0.0.1:2379"]);
-        refused(
-            &etcd("unsafe_experimental_cluster = true", "scope = \"bucket\""),
-            "wider than one object",
-        );
+        // The opt-in of the experimental cluster mode is still accepted, and changes nothing.
+        parse(&etcd("unsafe_experimental_cluster = true", ""), "t").unwrap();
+        refused(&etcd("", "scope = \"bucket\""), "wider than one object");
         refused(
             "[fence_store]\nkind = \"etcd\"\nendpoints = [\"http://127.0.0.1:2379\"]\nunsafe_experimental_cluster = true\n",
             "a local directory",
@@ -284,10 +272,7 @@ mod tests {
             "[fence_store]\nendpoints = [\"http://127.0.0.1:2379\"]\n",
             "an etcd setting",
         );
-        refused(
-            &etcd("unsafe_experimental_cluster = true\nusername = \"fg\"", ""),
-            "without a password",
-        );
+        refused(&etcd("username = \"fg\"", ""), "without a password");
         refused(
             "[fence_store]\nkind = \"etcd\"\nendpoints = [\"127.0.0.1:2379\"]\nunsafe_experimental_cluster = true\n",
             "not an http:// or https:// URL",

@@ -154,8 +154,8 @@ pub struct FenceStoreConfig {
     /// etcd: the most any instance's clock may run ahead of the store's. Instances wait this
     /// much longer than an intent's deadline before deciding without its answer.
     pub max_clock_skew_ms: u64,
-    /// etcd: cluster mode is experimental (docs/design.md, "The cluster commit protocol"); it
-    /// starts only with this set, for testing.
+    /// No longer needed: cluster mode was experimental until review round 18 and started only
+    /// with this set. Still accepted, so that older configurations keep working; ignored.
     pub unsafe_experimental_cluster: bool,
 }
 

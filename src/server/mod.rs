@@ -140,9 +140,7 @@ async fn open_store(
         ))
     })?;
     tracing::info!(endpoints = %etcd.endpoints.join(","), prefix = %etcd.prefix, "fence table on etcd, shared with every instance that names it");
-    for _ in 0..3 {
-        tracing::error!("EXPERIMENTAL: cluster mode (kind = \"etcd\", unsafe_experimental_cluster = true) is under review: its safety rests on bounded intents, which need a store that refuses expired presigned requests and clocks within max_clock_skew_ms of the store's (docs/design.md, \"Bounded intents\"); do not rely on it yet");
-    }
+    tracing::info!("cluster mode: its safety rests on bounded intents, which need a store that refuses expired presigned requests (probed at start-up) and clocks within max_clock_skew_ms of the store's (probed at start-up, then watched); docs/design.md, \"Bounded intents\"");
     Ok(Arc::new(store))
 }
 

@@ -109,7 +109,7 @@ impl Cluster {
             .map(|e| format!("{e:?}"))
             .collect();
         format!(
-            "[fence_store]\nkind = \"etcd\"\nendpoints = [{}]\nprefix = \"fencegate/\"\ntimeout_ms = 2000\nintent_ttl_secs = 3\nstore_apply_secs = 2\nmax_clock_skew_ms = 500\nunsafe_experimental_cluster = true\n",
+            "[fence_store]\nkind = \"etcd\"\nendpoints = [{}]\nprefix = \"fencegate/\"\ntimeout_ms = 2000\nintent_ttl_secs = 3\nstore_apply_secs = 2\nmax_clock_skew_ms = 500\n",
             endpoints.join(", ")
         )
     }
