@@ -41,6 +41,17 @@ pub(super) fn outcome_unknown(error: &GateError) -> bool {
     )
 }
 
+/// Did the row's pending commit or delete land, as far as the store's current version `found`
+/// shows? Only if that outcome differs from what was there before: a rewrite of the same
+/// bytes (same ETag), or a delete of an absent object, looks applied before it is (review
+/// round 3), and counts as not landed.
+pub(super) fn pending_landed(row: &FenceRow, found: Option<&str>) -> bool {
+    row.pending.as_ref().is_some_and(|p| {
+        same_version(p.version.as_deref(), found)
+            && !same_version(row.version.as_deref(), p.version.as_deref())
+    })
+}
+
 /// Whether the refusal already put the rows back as they were (contract line 7).
 pub(super) fn rows_restored(error: &GateError) -> bool {
     matches!(
@@ -200,14 +211,7 @@ impl Gate {
             return Ok(());
         }
         let found = entry.backend.version(bucket, key).await?;
-        // The store shows the request's outcome only if that outcome differs from what was
-        // there before: a rewrite of the same bytes (same ETag), or a delete of an absent
-        // object, looks applied before it is (review round 3).
-        let landed = object_row.pending.as_ref().is_some_and(|p| {
-            same_version(p.version.as_deref(), found.as_deref())
-                && !same_version(object_row.version.as_deref(), p.version.as_deref())
-        });
-        if landed {
+        if pending_landed(object_row, found.as_deref()) {
             return Ok(());
         }
         let key = key.to_string();

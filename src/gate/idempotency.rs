@@ -15,8 +15,9 @@
 //!   a retry while the first request's commit is still in progress on another instance gets
 //!   409, and so does one on this instance while the first is still being received.
 
+use super::checks::pending_landed;
 use super::{Gate, GateError, WriteRequest, Written};
-use crate::backend::{same_version, BodyError, ByteStream};
+use crate::backend::{BodyError, ByteStream};
 use crate::fence::{Answered, FenceRow, Pending};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
@@ -153,16 +154,6 @@ pub(super) fn remember(row: &mut FenceRow, (id, answer): (String, Answered)) {
             None => break,
         };
     }
-}
-
-/// Did the row's pending commit or delete land, as far as the store's current version
-/// `found` shows? A rewrite of the same bytes (the same version) cannot be told from one
-/// that did not land, and counts as not landed: the retry then writes the same bytes again.
-pub(super) fn pending_landed(row: &FenceRow, found: Option<&str>) -> bool {
-    row.pending.as_ref().is_some_and(|p| {
-        same_version(p.version.as_deref(), found)
-            && !same_version(row.version.as_deref(), p.version.as_deref())
-    })
 }
 
 /// A pending commit that landed without its outcome being recorded (a crash, or an instance
