@@ -15,6 +15,7 @@
 //!   the bench_populate example), with tokens above every populated one;
 //!
 //! Tokens are microseconds since the epoch plus a counter, so they keep growing across runs.
+//! - `healthz`: GET the URL (fencegate's `/healthz`), the rate a request costs with no work;
 //! - `s3`: like `unfenced`, as an S3 PutObject (URL is `http://store/bucket`); the signature is
 //!   a placeholder, which moto does not check.
 
@@ -94,6 +95,7 @@ async fn main() {
                     "distinct" => client.put(format!("{url}/w{w}")).header("Fencing-Token", (base + n).to_string()),
                     "hot" => client.put(format!("{url}/hot")).header("Fencing-Token", shared.fetch_add(1, Ordering::Relaxed).to_string()),
                     "stale" => client.put(format!("{url}/stale")).header("Fencing-Token", "1"),
+                    "healthz" => client.get(url.as_str()),
                     "unfenced" => client.put(format!("{url}/w{w}")),
                     "spread" => client
                         .put(format!("{url}/p{}", rand::random::<u64>() % keys))
@@ -107,7 +109,8 @@ async fn main() {
                     other => panic!("unknown mode {other}"),
                 };
                 let t = Instant::now();
-                match req.body(body.clone()).send().await {
+                let req = if mode == "healthz" { req } else { req.body(body.clone()) };
+                match req.send().await {
                     Ok(resp) => {
                         let status = resp.status().as_u16();
                         let _ = resp.bytes().await;

@@ -12,6 +12,7 @@ REL = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target
 FENCEGATE = os.path.join(REL, "fencegate")
 LOAD = os.path.join(REL, "examples", "bench_load")
 POPULATE = os.path.join(REL, "examples", "bench_populate")
+STORE_ALONE = os.path.join(REL, "examples", "bench_store_alone")
 MOTO = os.path.join(ROOT, ".venv", "bin", "moto_server")
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
@@ -103,18 +104,29 @@ def median_run(runs):
 FS_CONFIG = '[buckets.fenced]\n\n[buckets.open]\nfencing = "off"\n'
 
 
+def store_alone(work, secs, r):
+    """S0: what the fs backend's disk can do with nothing in front (examples/bench_store_alone.rs)."""
+    d = os.path.join(work, f"s0-{r}")
+    out = subprocess.run([STORE_ALONE, "--dir", d, "--secs", str(secs), "--concurrency", "64"],
+                         check=True, capture_output=True, text=True).stdout
+    shutil.rmtree(d, ignore_errors=True)
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def s1_to_s4(work, secs, rounds):
     g = Fencegate(work, "s1", FS_CONFIG)
-    s1, s4 = [], []
+    s0, s1, s4 = [], [], []
     for r in range(rounds):
-        log(f"S1/S4 round {r + 1}/{rounds}")
-        s1.append(load(g.objects("fenced"), "distinct", secs))
+        log(f"S0/S1/S4 round {r + 1}/{rounds}")
+        s0.append(store_alone(work, secs, r))
+        s1.append(measured({"fencegate": g.proc.pid}, lambda: load(g.objects("fenced"), "distinct", secs)))
         s4.append(load(g.objects("open"), "unfenced", secs))
-    log("S2, S3")
+    log("S2, S3, /healthz")
     s2 = load(g.objects("fenced"), "hot", secs, concurrency=8)
     s3 = load(g.objects("fenced"), "stale", secs)
+    health = load(f"http://127.0.0.1:{g.port}/healthz", "healthz", secs)
     g.stop()
-    return median_run(s1), s2, s3, median_run(s4)
+    return median_run(s0), median_run(s1), s2, s3, median_run(s4), health
 
 
 def s5(work, secs, rounds):
@@ -172,11 +184,16 @@ backend_prefix = "fenced/"
         proxied.append(measured({"store": moto.pid, "proxy": nginx_worker}, lambda: load(f"http://127.0.0.1:{nginx_port}/bench-store", "s3", secs)))
         fenced.append(measured({"store": moto.pid, "proxy": g.proc.pid}, lambda: load(g.objects("fenced"), "distinct", secs)))
     g.stop()
+    log("S9: 200 concurrent 7 MB uploads to the s3 backend")
+    g = Fencegate(work, "s9", open(os.path.join(work, "s5.toml")).read())
+    s9 = load(g.objects("fenced"), "distinct", 1, concurrency=200, extra=("--size", str(7_000_000)))
+    s9["peak_rss_mib"] = g.peak_rss_mib()
+    g.stop()
     nginx.terminate()
     moto.terminate()
     nginx.wait()
     moto.wait()
-    return median_run(direct), median_run(proxied), median_run(fenced)
+    return median_run(direct), median_run(proxied), median_run(fenced), s9
 
 
 def load_parallel(targets, mode, secs):
@@ -321,8 +338,8 @@ def main():
             write_block(" --cluster", text)
         return
     try:
-        s1, s2, s3, s4 = s1_to_s4(work, args.secs, args.rounds)
-        direct, proxied, fenced = s5(work, args.secs, args.rounds)
+        s0, s1, s2, s3, s4, health = s1_to_s4(work, args.secs, args.rounds)
+        direct, proxied, fenced, s9 = s5(work, args.secs, args.rounds)
         put_mbs, get_mbs, rss = s6(work)
         growth = s7(work, args.secs, [int(x) for x in args.growth.split(",")])
     finally:
@@ -331,9 +348,11 @@ def main():
     rows = [
         "| scenario | req/s | p50 ms | p99 ms | p99.9 ms |",
         "| --- | ---: | ---: | ---: | ---: |",
+        f"| S0 the store alone: 64 threads writing 4 KiB files durably (write, fsync, rename, directory fsync) | {fmt(s0)} |",
         f"| S1 fenced 4 KiB PUT, 64 clients, distinct keys, fs | {fmt(s1)} |",
         f"| S2 one hot scope, 8 writers, increasing tokens ({s2['rejected']} of {s2['ok'] + s2['rejected']} overtaken) | {fmt(s2)} |",
         f"| S3 stale writes, rejected (409) | {fmt(s3)} |",
+        f"| S3 reference: GET /healthz | {fmt(health)} |",
         f"| S4 = S1 on a bucket with fencing off | {fmt(s4)} |",
         f"| S5 4 KiB PUT straight to the store (moto) | {fmt(direct)} |",
         f"| S5 through nginx | {fmt(proxied)} |",
@@ -355,6 +374,12 @@ def main():
         f"| GET | {get_mbs:.0f} |",
         f"| peak RSS of fencegate | {rss:.0f} MiB |",
     ]
+    memory = [
+        "| S9 200 concurrent 7 MB PUTs, s3 backend (moto) | |",
+        "| --- | ---: |",
+        f"| uploads accepted | {s9['ok']} |",
+        f"| peak RSS of fencegate | {s9['peak_rss_mib']:.0f} MiB |",
+    ]
     table_growth = ["| S7 scopes | bytes per scope on disk | start-up s |", "| ---: | ---: | ---: |"]
     for n, _, per, start in growth:
         table_growth.append(f"| {n:,} | {per:.1f} | {start:.2f} |")
@@ -363,10 +388,17 @@ def main():
     small, big = growth[0], growth[-1]
     nginx_overhead = 1 - ratio(proxied, direct)
     fg_overhead = 1 - ratio(fenced, direct)
+    fg_cpu = s1["cpu_ms"]["fencegate"]
+    proxy_cpu = fenced["cpu_ms"]["proxy"]
     checks = [
+        ("fs at the disk's pace (S1 >= 0.8 x S0, the store alone)", f"S1/S0 = {ratio(s1, s0):.2f}", ratio(s1, s0) >= 0.8),
+        ("fencegate CPU per fenced fs write <= 0.2 ms", f"{fg_cpu:.3f} ms", fg_cpu <= 0.2),
         ("fencing costs at most 30% (S1 >= 0.7 x S4)", f"S1/S4 = {ratio(s1, s4):.2f}", ratio(s1, s4) >= 0.7),
         ("stale rejections >= 5 x S1", f"S3/S1 = {ratio(s3, s1):.1f}", ratio(s3, s1) >= 5),
+        ("stale rejections >= 0.5 x /healthz", f"S3/healthz = {ratio(s3, health):.2f}", ratio(s3, health) >= 0.5),
+        ("proxy CPU per fenced 4 KiB PutObject <= 0.3 ms (nginx: see S5)", f"fencegate {proxy_cpu:.3f} ms, nginx {proxied['cpu_ms']['proxy']:.3f} ms", proxy_cpu <= 0.3),
         ("S5 overhead no worse than nginx's", f"throughput lost: nginx {nginx_overhead:.0%}, fencegate {fg_overhead:.0%}", fg_overhead <= nginx_overhead),
+        ("S9 200 concurrent 7 MB uploads (s3) peak RSS < 256 MiB", f"{s9['peak_rss_mib']:.0f} MiB", s9["peak_rss_mib"] < 256 and s9["ok"] >= 200),
         ("S6 peak RSS < 64 MiB", f"{rss:.0f} MiB", rss < 64),
         (f"S7 p99 at {big[0]:,} scopes <= 1.5 x p99 at {small[0]:,}", f"{big[1]['p99_ms']:.2f} / {small[1]['p99_ms']:.2f} ms = {big[1]['p99_ms'] / small[1]['p99_ms']:.2f}", big[1]["p99_ms"] <= 1.5 * small[1]["p99_ms"]),
         (f"S7 start-up with {big[0]:,} scopes < 5 s", f"{big[3]:.2f} s", big[3] < 5),
@@ -382,7 +414,7 @@ def main():
         f"{rustc}; moto {moto}; {nginx_v}. Command: `scripts/bench --secs {args.secs:g} --rounds {args.rounds} --growth {args.growth}`. "
         f"Each load run lasts {args.secs:g} s; compared setups alternate for {args.rounds} rounds and the median round is shown.",
     ]
-    text = "\n".join(head + [""] + rows + [""] + cpu_table + [""] + stream + [""] + table_growth + [""] + targets) + "\n"
+    text = "\n".join(head + [""] + rows + [""] + cpu_table + [""] + stream + [""] + memory + [""] + table_growth + [""] + targets) + "\n"
     print(text)
     if not args.no_write:
         path = os.path.join(ROOT, "BENCHMARKS.md")

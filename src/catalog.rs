@@ -4,6 +4,7 @@
 //! CreateBucket): one `fs` backend per configured name, one set of S3 clients per store.
 
 use crate::backend::fs::FsBackend;
+use crate::backend::s3::spool::Spooler;
 use crate::backend::s3::{self, S3Backend, S3Clients};
 use crate::backend::Backend;
 use crate::config::{bucket_name_problem, BackendConfig, BucketPolicy, Config};
@@ -45,6 +46,7 @@ pub struct Backends {
     /// Staging files younger than this survive opening an fs backend (zero at start-up, when
     /// no request is live).
     staging_min_age: Duration,
+    spooler: Option<Arc<Spooler>>,
 }
 
 /// How old a staging file must be before a backend opened while serving removes it: older
@@ -59,6 +61,13 @@ impl Backends {
             sweep_uploads: Some(registered),
             ..Backends::default()
         }
+    }
+
+    /// One spooler for every s3 backend, its spill files under `<data_dir>/spool`.
+    fn spooler(&mut self, config: &Config) -> Arc<Spooler> {
+        self.spooler
+            .get_or_insert_with(|| Spooler::new(config.server.data_dir.join("spool")))
+            .clone()
     }
 
     /// Serving now: no more sweeping of uploads, and only stale staging files.
@@ -117,7 +126,8 @@ impl Backends {
                     &policy.backend_prefix,
                     s3cfg.multipart_threshold_bytes,
                 )
-                .with_commit_deadline(Duration::from_secs(s3cfg.commit_deadline_secs));
+                .with_commit_deadline(Duration::from_secs(s3cfg.commit_deadline_secs))
+                .with_spooler(self.spooler(config));
                 crate::server::prepare_s3(bucket, name, s3cfg, &backend)
                     .await
                     .map_err(|e| e.to_string())?;

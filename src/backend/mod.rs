@@ -78,8 +78,8 @@ pub struct Staged {
 pub enum StagedBody {
     /// A temporary file (fs) or an id (the memory double).
     Handle(String),
-    /// A small body held in memory, sent in one conditional PutObject.
-    Buffered(Bytes),
+    /// A body up to the multipart threshold, spooled (s3), sent in one conditional PutObject.
+    Spooled(s3::spool::Spooled),
     /// A multipart upload, invisible until CompleteMultipartUpload.
     Multipart {
         upload_id: String,

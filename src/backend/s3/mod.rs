@@ -1,8 +1,11 @@
 //! The `s3` backend: one fencegate bucket on a store bucket (plus an optional key prefix),
 //! through aws-sdk-s3.
 //!
-//! Staging buffers bodies up to the multipart threshold in memory; larger bodies stream into a
-//! multipart upload, one part at a time, that nobody can see until it is completed. The commit
+//! Staging spools bodies up to the multipart threshold (in memory while small and the memory
+//! budget allows, otherwise in an anonymous local file: [`spool`]); larger bodies stream into a
+//! multipart upload, one spooled part at a time, that nobody can see until it is completed.
+//! Every PutObject and UploadPart carries the body's Content-MD5, so the store itself refuses
+//! bytes that differ from those fencegate read. The commit
 //! is a PutObject or a CompleteMultipartUpload carrying `If-Match` (the ETag the gate read) or
 //! `If-None-Match: *`, so a write around fencegate is never silently overwritten. A commit whose
 //! outcome is unknown (timeout, broken connection) is read back, never re-sent.
@@ -12,6 +15,7 @@ mod errors;
 mod multipart;
 mod presigned;
 pub mod probe;
+pub mod spool;
 
 pub use client::{build as build_clients, S3Clients};
 
@@ -22,7 +26,7 @@ use super::{
 use async_trait::async_trait;
 use aws_sdk_s3::primitives::ByteStream as SdkStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use errors::{classify, S3Failure};
 use futures::StreamExt;
 use md5::{Digest, Md5};
@@ -44,6 +48,8 @@ pub struct S3Backend {
     conditional_completes: std::sync::atomic::AtomicBool,
     /// How long a request whose answer was lost may still be applied by the store.
     commit_deadline: std::time::Duration,
+    /// Where bodies wait between the client and the store.
+    spooler: std::sync::Arc<spool::Spooler>,
 }
 
 impl S3Backend {
@@ -57,7 +63,14 @@ impl S3Backend {
             conditional_puts: std::sync::atomic::AtomicBool::new(true),
             conditional_completes: std::sync::atomic::AtomicBool::new(true),
             commit_deadline: std::time::Duration::from_secs(900),
+            spooler: spool::Spooler::in_temp_dir(),
         }
+    }
+
+    /// Spill files go under `dir` (fencegate serves with `<data_dir>/spool`).
+    pub fn with_spooler(mut self, spooler: std::sync::Arc<spool::Spooler>) -> S3Backend {
+        self.spooler = spooler;
+        self
     }
 
     pub fn with_commit_deadline(mut self, deadline: std::time::Duration) -> S3Backend {
@@ -185,9 +198,11 @@ impl S3Backend {
         key: &str,
         upload_id: &str,
         number: i32,
-        part: Bytes,
+        part: &spool::Spooled,
+        md5: &[u8],
     ) -> Result<String, BackendError> {
-        // Part uploads are idempotent (same number, same bytes), so the retrying client is safe.
+        // Part uploads are idempotent (same number, same bytes), so the retrying client is
+        // safe; a spooled part can be read again for each attempt.
         let out = self
             .clients
             .reads
@@ -196,7 +211,9 @@ impl S3Backend {
             .key(self.store_key(key))
             .upload_id(upload_id)
             .part_number(number)
-            .body(SdkStream::from(part))
+            .content_length(part.len() as i64)
+            .content_md5(aws_smithy_types::base64::encode(md5))
+            .body(multipart::spooled_body(part))
             .send()
             .await
             .map_err(|e| classify("UploadPart", e).into_backend("UploadPart"))?;
@@ -213,16 +230,17 @@ impl S3Backend {
         }
     }
 
-    /// Streams a large body into parts; on any error the upload is aborted.
+    /// Streams the rest of a large body into parts (`first`, already spooled and full, is the
+    /// first one); on any error the upload is aborted. Returns the upload, its parts and the
+    /// MD5 of their MD5s (S3's ETag for the object).
     async fn stage_multipart(
         &self,
         key: &str,
         meta: &ObjectMeta,
-        first: BytesMut,
-        body: &mut ByteStream,
-        md5_of_parts: &mut Md5,
+        first: SpooledPart,
+        body: &mut PartReader<'_>,
         size: &mut u64,
-    ) -> Result<(String, Vec<(i32, String)>), BackendError> {
+    ) -> Result<(String, Vec<(i32, String)>, Md5), BackendError> {
         let upload_id = self.start_multipart(key, meta).await?;
         // A request dropped while its body streams (the client hung up) never reaches the
         // match below; the guard aborts the upload then, so it does not linger in the store.
@@ -232,46 +250,84 @@ impl S3Backend {
             store_key: self.store_key(key),
             upload_id: Some(upload_id.clone()),
         };
-        let result: Result<Vec<(i32, String)>, BackendError> = async {
+        let result: Result<(Vec<(i32, String)>, Md5), BackendError> = async {
+            let mut md5_of_parts = Md5::new();
             let mut parts = Vec::new();
-            let mut buf = first;
-            let mut ended = false;
-            while !ended {
-                while buf.len() < self.part_size {
-                    match body.next().await {
-                        Some(chunk) => {
-                            let chunk = chunk?;
-                            *size += chunk.len() as u64;
-                            buf.extend_from_slice(&chunk);
-                        }
-                        None => {
-                            ended = true;
-                            break;
-                        }
-                    }
+            let mut current = first;
+            loop {
+                let digest = current.md5.finalize();
+                md5_of_parts.update(digest);
+                let number = parts.len() as i32 + 1;
+                let etag = self
+                    .upload_part(key, &upload_id, number, &current.body, &digest)
+                    .await?;
+                parts.push((number, etag));
+                if current.ended {
+                    break;
                 }
-                while buf.len() >= self.part_size || (ended && !buf.is_empty()) {
-                    let take = buf.len().min(self.part_size);
-                    let part = buf.split_to(take).freeze();
-                    md5_of_parts.update(Md5::digest(&part));
-                    let number = parts.len() as i32 + 1;
-                    let etag = self.upload_part(key, &upload_id, number, part).await?;
-                    parts.push((number, etag));
+                // Only one part is spooled at a time: this one goes before the next is read.
+                drop(current);
+                current = self.spool_part(body, size).await?;
+                if current.body.is_empty() {
+                    // The body ended right at a part boundary.
+                    break;
                 }
             }
-            Ok(parts)
+            Ok((parts, md5_of_parts))
         }
         .await;
         // Either way the guard's work is done here: a staged upload is the gate's to commit or
         // discard, and a failed one is aborted now, before the error is answered.
         guard.upload_id = None;
         match result {
-            Ok(parts) => Ok((upload_id, parts)),
+            Ok((parts, md5_of_parts)) => Ok((upload_id, parts, md5_of_parts)),
             Err(e) => {
                 self.abort(key, &upload_id).await;
                 Err(e)
             }
         }
+    }
+
+    /// Spools the body's next part: up to the part size, or to the body's end. A chunk that
+    /// straddles the part size is split, its rest held back for the next part.
+    async fn spool_part(
+        &self,
+        body: &mut PartReader<'_>,
+        size: &mut u64,
+    ) -> Result<SpooledPart, BackendError> {
+        let mut part = self.spooler.spool();
+        let mut md5 = Md5::new();
+        let limit = self.part_size as u64;
+        let spool_err = |e: std::io::Error| {
+            BackendError::Failing(format!(
+                "cannot spool a body on its way to the store: {e}; check the free space in the data directory's spool/"
+            ))
+        };
+        let ended = loop {
+            let Some(chunk) = body.next().await else {
+                break true;
+            };
+            let chunk = chunk?;
+            let room = (limit - part.len()) as usize;
+            if room == 0 {
+                body.held = Some(chunk);
+                break false;
+            }
+            let now = if chunk.len() > room {
+                body.held = Some(chunk.slice(room..));
+                chunk.slice(..room)
+            } else {
+                chunk
+            };
+            *size += now.len() as u64;
+            md5.update(&now);
+            part.push(&now).await.map_err(spool_err)?;
+        };
+        Ok(SpooledPart {
+            body: part.finish().await.map_err(spool_err)?,
+            md5,
+            ended,
+        })
     }
 
     /// Aborts the multipart uploads under this bucket's prefix that began more than `min_age`
@@ -372,13 +428,15 @@ impl S3Backend {
             None => (None, Some("*".to_string())),
         };
         match &staged.body {
-            StagedBody::Buffered(bytes) => self
+            StagedBody::Spooled(body) => self
                 .clients
                 .writes
                 .put_object()
                 .bucket(&self.bucket)
                 .key(key)
-                .body(SdkStream::from(bytes.clone()))
+                .content_length(body.len() as i64)
+                .set_content_md5(content_md5(&staged.etag))
+                .body(multipart::spooled_body(body))
                 .set_content_type(meta.content_type.clone())
                 .set_metadata(Some(Self::metadata(meta)))
                 .set_if_match(if_match)
@@ -430,14 +488,17 @@ impl S3Backend {
             None => ("if-none-match".to_string(), "*".to_string()),
         }];
         let (op, method, upload_id, body) = match &staged.body {
-            StagedBody::Buffered(bytes) => {
+            StagedBody::Spooled(body) => {
                 if let Some(t) = &meta.content_type {
                     headers.push(("content-type".into(), t.clone()));
+                }
+                if let Some(md5) = content_md5(&staged.etag) {
+                    headers.push(("content-md5".into(), md5));
                 }
                 for (k, v) in Self::metadata(meta) {
                     headers.push((format!("x-amz-meta-{k}"), v));
                 }
-                ("PutObject", "PUT", None, bytes.clone())
+                ("PutObject", "PUT", None, body.clone())
             }
             StagedBody::Multipart { upload_id, parts } => {
                 let xml = presigned::completion_xml(parts);
@@ -446,7 +507,7 @@ impl S3Backend {
                     "CompleteMultipartUpload",
                     "POST",
                     Some(upload_id.as_str()),
-                    Bytes::from(xml),
+                    spool::Spooled::from(Bytes::from(xml)),
                 )
             }
             StagedBody::Handle(_) => {
@@ -543,7 +604,7 @@ impl S3Backend {
                     key: &self.store_key(key),
                     upload_id: None,
                     headers: vec![("if-match".into(), expected.to_string())],
-                    body: Bytes::new(),
+                    body: Bytes::new().into(),
                 };
                 self.clients
                     .presigner
@@ -628,6 +689,37 @@ impl S3Backend {
     }
 }
 
+/// The Content-MD5 header for a body whose ETag is its MD5 (`"hex"`), so the store checks
+/// that it kept the bytes fencegate read.
+fn content_md5(etag: &str) -> Option<String> {
+    let digest = hex::decode(etag.trim_matches('"')).ok()?;
+    (digest.len() == 16).then(|| aws_smithy_types::base64::encode(digest))
+}
+
+/// A client's body read part by part: the rest of a chunk split at a part boundary is held
+/// for the next part.
+struct PartReader<'a> {
+    body: &'a mut ByteStream,
+    held: Option<Bytes>,
+}
+
+impl PartReader<'_> {
+    async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
+        match self.held.take() {
+            Some(chunk) => Some(Ok(chunk)),
+            None => self.body.next().await,
+        }
+    }
+}
+
+/// One part (or a whole small body), spooled, with its MD5.
+struct SpooledPart {
+    body: spool::Spooled,
+    md5: Md5,
+    /// The client's body ended with this part.
+    ended: bool,
+}
+
 /// Aborts a multipart upload whose staging did not complete, when dropped armed.
 struct UploadGuard {
     client: aws_sdk_s3::Client,
@@ -681,36 +773,28 @@ impl Backend for S3Backend {
         meta: ObjectMeta,
         mut body: ByteStream,
     ) -> Result<Staged, BackendError> {
-        let mut buf = BytesMut::new();
+        let mut body = PartReader {
+            body: &mut body,
+            held: None,
+        };
         let mut size = 0u64;
-        let mut md5 = Md5::new();
-        while buf.len() < self.part_size {
-            match body.next().await {
-                Some(chunk) => {
-                    let chunk = chunk?;
-                    size += chunk.len() as u64;
-                    md5.update(&chunk);
-                    buf.extend_from_slice(&chunk);
-                }
-                None => {
-                    let etag = format!("\"{}\"", hex::encode(md5.finalize()));
-                    return Ok(Staged {
-                        body: StagedBody::Buffered(buf.freeze()),
-                        bucket: bucket.to_string(),
-                        key: key.to_string(),
-                        version: Some(etag.clone()),
-                        etag,
-                        size,
-                        meta,
-                    });
-                }
-            }
+        let first = self.spool_part(&mut body, &mut size).await?;
+        if first.ended {
+            // Up to the part size: one PutObject.
+            let etag = format!("\"{}\"", hex::encode(first.md5.finalize()));
+            return Ok(Staged {
+                body: StagedBody::Spooled(first.body),
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+                version: Some(etag.clone()),
+                etag,
+                size,
+                meta,
+            });
         }
-        // Too big to buffer: the rest streams into a multipart upload. S3's ETag for it is the
-        // MD5 of the parts' MD5s, suffixed with the part count; computed here as parts go.
-        let mut md5_of_parts = Md5::new();
-        let (upload_id, parts) = self
-            .stage_multipart(key, &meta, buf, &mut body, &mut md5_of_parts, &mut size)
+        // Larger: the rest streams into a multipart upload.
+        let (upload_id, parts, md5_of_parts) = self
+            .stage_multipart(key, &meta, first, &mut body, &mut size)
             .await?;
         let etag = format!(
             "\"{}-{}\"",

@@ -10,13 +10,14 @@ use crate::backend::{
 };
 use aws_sdk_s3::primitives::ByteStream as SdkStream;
 use aws_smithy_types::body::SdkBody;
-use bytes::{Bytes, BytesMut};
+use super::spool::Spooled;
+use bytes::Bytes;
 use futures::StreamExt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 /// Parts without a Content-Length are buffered to learn their size; above this they are refused.
-const UNSIZED_PART_LIMIT: usize = 64 * 1024 * 1024;
+const UNSIZED_PART_LIMIT: u64 = 64 * 1024 * 1024;
 
 /// A body of known length that the SDK can send with a Content-Length while it streams.
 struct SizedBody {
@@ -47,9 +48,27 @@ impl http_body::Body for SizedBody {
     }
 }
 
+/// A spooled body for the SDK: in memory as it is, otherwise read from its file again for
+/// each attempt.
+pub(super) fn spooled_body(body: &Spooled) -> SdkStream {
+    if let Some(bytes) = body.bytes() {
+        return SdkStream::from(bytes.clone());
+    }
+    let (body, len) = (body.clone(), body.len());
+    SdkStream::new(SdkBody::retryable(move || {
+        SdkBody::from_body_1_x(SizedBody {
+            inner: std::sync::Mutex::new(body.stream()),
+            len,
+        })
+    }))
+}
+
 impl S3Backend {
+    /// A part streams straight through when its length is known; without one it is spooled
+    /// first to learn it (within the memory budget, or on disk).
     pub(super) async fn part_body(
-        body: ByteStream,
+        &self,
+        mut body: ByteStream,
         size: Option<u64>,
     ) -> Result<SdkStream, BackendError> {
         if let Some(len) = size {
@@ -58,11 +77,15 @@ impl S3Backend {
                 len,
             })));
         }
-        let mut buf = BytesMut::new();
-        let mut body = body;
+        let spool_err = |e: std::io::Error| {
+            BackendError::Failing(format!(
+                "cannot spool a part on its way to the store: {e}; check the free space in the data directory's spool/"
+            ))
+        };
+        let mut spool = self.spooler.spool();
         while let Some(chunk) = body.next().await {
-            buf.extend_from_slice(&chunk?);
-            if buf.len() > UNSIZED_PART_LIMIT {
+            let chunk = chunk?;
+            if spool.len() + chunk.len() as u64 > UNSIZED_PART_LIMIT {
                 return Err(BackendError::Invalid {
                     code: "MissingContentLength",
                     message:
@@ -70,8 +93,9 @@ impl S3Backend {
                             .into(),
                 });
             }
+            spool.push(&chunk).await.map_err(spool_err)?;
         }
-        Ok(SdkStream::from(buf.freeze()))
+        Ok(spooled_body(&spool.finish().await.map_err(spool_err)?))
     }
 
     pub(super) async fn put_client_part(
@@ -82,7 +106,7 @@ impl S3Backend {
         body: ByteStream,
         size: Option<u64>,
     ) -> Result<PartInfo, BackendError> {
-        let body = Self::part_body(body, size).await?;
+        let body = self.part_body(body, size).await?;
         // A streamed body cannot be replayed, so this goes through the client without retries.
         let out = self
             .clients

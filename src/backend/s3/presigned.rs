@@ -43,7 +43,7 @@ pub struct Request<'a> {
     pub key: &'a str,
     pub upload_id: Option<&'a str>,
     pub headers: Vec<(String, String)>,
-    pub body: bytes::Bytes,
+    pub body: super::spool::Spooled,
 }
 
 /// The presigning window for a request that must not land after `not_after` (the store's
@@ -146,7 +146,12 @@ impl Presigner {
         for (name, value) in &req.headers {
             builder = builder.header(name, value);
         }
-        send(op, builder.body(req.body), wait_until).await
+        let body = match req.body.bytes() {
+            Some(bytes) => reqwest::Body::from(bytes.clone()),
+            None => reqwest::Body::wrap_stream(req.body.stream()),
+        };
+        let builder = builder.header("content-length", req.body.len());
+        send(op, builder.body(body), wait_until).await
     }
 }
 

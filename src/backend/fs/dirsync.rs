@@ -1,0 +1,155 @@
+//! Directory fsyncs shared between concurrent commits, as the fence table shares WAL syncs.
+//!
+//! A rename (or unlink) is durable once its directory has been fsynced *after* it. Commits into
+//! one directory therefore take a ticket after their rename; one of them (the leader) fsyncs
+//! the directory for every ticket taken before its fsync began, and the others wait for that
+//! fsync instead of issuing their own. Sixty-four writers into one bucket share a handful of
+//! directory fsyncs instead of paying sixty-four.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// The directories being fsynced now, each with its group of waiting commits.
+#[derive(Default)]
+pub struct DirSyncs {
+    groups: Mutex<HashMap<PathBuf, Arc<Group>>>,
+}
+
+#[derive(Default)]
+struct Group {
+    state: Mutex<State>,
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    /// Tickets handed out: one per change waiting to be made durable.
+    taken: u64,
+    /// Every ticket up to this one is durable.
+    synced: u64,
+    /// A leader is fsyncing now.
+    running: bool,
+    /// Commits inside [`DirSyncs::sync`] for this directory (the entry goes with the last).
+    users: usize,
+}
+
+/// Recovers a poisoned lock: the state holds only counters, each updated in one step.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl DirSyncs {
+    /// Returns once `dir` has been fsynced after this call began (blocking; call it from a
+    /// blocking thread, after the change it must make durable).
+    pub fn sync(&self, dir: &Path, fsync: impl Fn(&Path) -> std::io::Result<()>) -> std::io::Result<()> {
+        let group = {
+            let mut groups = lock(&self.groups);
+            let group = groups.entry(dir.to_path_buf()).or_default().clone();
+            lock(&group.state).users += 1;
+            group
+        };
+        let result = group.sync(dir, fsync);
+        let mut groups = lock(&self.groups);
+        let mut state = lock(&group.state);
+        state.users -= 1;
+        if state.users == 0 {
+            groups.remove(dir);
+        }
+        result
+    }
+}
+
+impl Group {
+    fn sync(&self, dir: &Path, fsync: impl Fn(&Path) -> std::io::Result<()>) -> std::io::Result<()> {
+        let mut state = lock(&self.state);
+        state.taken += 1;
+        let ticket = state.taken;
+        loop {
+            if state.synced >= ticket {
+                return Ok(());
+            }
+            if !state.running {
+                // Lead: this fsync begins after every ticket taken so far, so it covers them.
+                state.running = true;
+                let covers = state.taken;
+                drop(state);
+                let result = fsync(dir);
+                state = lock(&self.state);
+                state.running = false;
+                if result.is_ok() {
+                    state.synced = state.synced.max(covers);
+                }
+                self.done.notify_all();
+                // On failure the others wake and one of them tries again; this one reports.
+                result?;
+                continue;
+            }
+            state = self.done.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn concurrent_syncs_share_fsyncs_and_each_waits_for_one_that_began_after_it() {
+        let syncs = Arc::new(DirSyncs::default());
+        let fsyncs = Arc::new(AtomicUsize::new(0));
+        // Each fsync records the highest "change" it covers; a caller's change must be covered.
+        let made = Arc::new(AtomicUsize::new(0));
+        let covered = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..32)
+            .map(|_| {
+                let (syncs, fsyncs, made, covered) =
+                    (syncs.clone(), fsyncs.clone(), made.clone(), covered.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        let mine = made.fetch_add(1, Ordering::SeqCst) + 1;
+                        syncs
+                            .sync(Path::new("/d"), |_| {
+                                let upto = made.load(Ordering::SeqCst);
+                                std::thread::sleep(std::time::Duration::from_micros(200));
+                                fsyncs.fetch_add(1, Ordering::SeqCst);
+                                covered.fetch_max(upto, Ordering::SeqCst);
+                                Ok(())
+                            })
+                            .unwrap();
+                        assert!(
+                            covered.load(Ordering::SeqCst) >= mine,
+                            "returned before an fsync covered change {mine}"
+                        );
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let n = fsyncs.load(Ordering::SeqCst);
+        assert!(n < 32 * 50 / 2, "{n} fsyncs for 1600 changes: not shared");
+        assert!(lock(&syncs.groups).is_empty(), "groups outlive their users");
+    }
+
+    #[test]
+    fn a_failed_fsync_is_reported_and_retried_by_the_next_caller() {
+        let syncs = DirSyncs::default();
+        let failed = std::cell::Cell::new(false);
+        let err = syncs.sync(Path::new("/d"), |_| {
+            failed.set(true);
+            Err(std::io::Error::other("disk on fire"))
+        });
+        assert!(failed.get() && err.is_err());
+        let calls = AtomicUsize::new(0);
+        syncs
+            .sync(Path::new("/d"), |_| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+}

@@ -1,0 +1,282 @@
+//! Where the s3 backend keeps a body (or one part of it) between reading it from the client and
+//! sending it to the store: in memory while it is small and a process-wide memory budget
+//! allows, otherwise in an anonymous temporary file. Memory therefore stays bounded however
+//! many uploads run at once, and a body is never refused for want of memory, only spilled.
+//!
+//! Spill files are created with `O_TMPFILE` where the filesystem offers it: they have no name,
+//! so a crash leaves nothing to sweep. Elsewhere they are unlinked as soon as they are created.
+//! A spooled body is read back with positional reads, so it can be sent more than once (a
+//! commit made again after a conflict) without sharing a file offset.
+
+use crate::backend::{BodyError, ByteStream};
+use bytes::{Bytes, BytesMut};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+
+/// A body of at most this many bytes may be held in memory.
+const IN_MEMORY_BODY: usize = 1024 * 1024;
+/// Bytes of all bodies held in memory at once, process-wide.
+const MEMORY_BUDGET: usize = 64 * 1024 * 1024;
+/// Writes to and reads from a spill file go in pieces of this size.
+const FILE_CHUNK: usize = 256 * 1024;
+
+/// Hands out spools; one per process, shared by every s3 backend.
+pub struct Spooler {
+    dir: PathBuf,
+    budget: Arc<Semaphore>,
+    in_memory_body: usize,
+}
+
+/// The memory budget every [`Spooler::new`] shares: one per process, however many stores.
+static BUDGET: std::sync::LazyLock<Arc<Semaphore>> =
+    std::sync::LazyLock::new(|| Arc::new(Semaphore::new(MEMORY_BUDGET)));
+
+impl Spooler {
+    /// Spill files go to `dir` (created when first needed); memory comes from the process-wide
+    /// budget.
+    pub fn new(dir: PathBuf) -> Arc<Spooler> {
+        Arc::new(Spooler {
+            dir,
+            budget: BUDGET.clone(),
+            in_memory_body: IN_MEMORY_BODY,
+        })
+    }
+
+    /// Spill files in the system's temporary directory (a backend built outside `serve`).
+    pub fn in_temp_dir() -> Arc<Spooler> {
+        Spooler::new(std::env::temp_dir())
+    }
+
+    /// A spooler with a budget of its own, for tests.
+    pub fn with_limits(dir: PathBuf, in_memory_body: usize, budget: usize) -> Arc<Spooler> {
+        Arc::new(Spooler {
+            dir,
+            budget: Arc::new(Semaphore::new(budget)),
+            in_memory_body,
+        })
+    }
+
+    /// Bytes of the memory budget not in use now.
+    pub fn memory_free(&self) -> usize {
+        self.budget.available_permits()
+    }
+
+    pub fn spool(&self) -> Spool<'_> {
+        Spool {
+            spooler: self,
+            mem: BytesMut::new(),
+            lease: MemLease::none(&self.budget),
+            file: None,
+            written: 0,
+            pending: BytesMut::new(),
+        }
+    }
+
+    /// A fresh spill file, already without a name.
+    async fn spill_file(&self) -> std::io::Result<std::fs::File> {
+        let dir = self.dir.clone();
+        tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&dir)?;
+            tempfile::tempfile_in(&dir)
+        })
+        .await
+        .map_err(std::io::Error::other)?
+    }
+}
+
+/// Bytes of the memory budget held by one body, given back when it is dropped.
+pub struct MemLease {
+    budget: Arc<Semaphore>,
+    bytes: usize,
+}
+
+impl MemLease {
+    fn grow(&mut self, bytes: usize) -> bool {
+        let Ok(n) = u32::try_from(bytes) else {
+            return false;
+        };
+        match self.budget.try_acquire_many(n) {
+            Ok(permit) => {
+                permit.forget();
+                self.bytes += bytes;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn none(budget: &Arc<Semaphore>) -> MemLease {
+        MemLease {
+            budget: budget.clone(),
+            bytes: 0,
+        }
+    }
+}
+
+impl Drop for MemLease {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.budget.add_permits(self.bytes);
+        }
+    }
+}
+
+/// A body being spooled.
+pub struct Spool<'a> {
+    spooler: &'a Spooler,
+    mem: BytesMut,
+    lease: MemLease,
+    file: Option<Arc<std::fs::File>>,
+    /// Bytes already in the spill file.
+    written: u64,
+    /// Bytes on their way to the spill file (written in pieces of [`FILE_CHUNK`]).
+    pending: BytesMut,
+}
+
+impl Spool<'_> {
+    /// Bytes pushed so far.
+    pub fn len(&self) -> u64 {
+        self.written + (self.mem.len() + self.pending.len()) as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub async fn push(&mut self, chunk: &[u8]) -> std::io::Result<()> {
+        if self.file.is_none() {
+            let want = self.mem.len() + chunk.len();
+            if want <= self.spooler.in_memory_body && self.lease.grow(chunk.len()) {
+                self.mem.extend_from_slice(chunk);
+                return Ok(());
+            }
+            // Too big, or the memory budget is spoken for: to disk from here on.
+            self.file = Some(Arc::new(self.spooler.spill_file().await?));
+            self.pending = std::mem::take(&mut self.mem);
+            self.lease = MemLease::none(&self.spooler.budget);
+        }
+        self.pending.extend_from_slice(chunk);
+        if self.pending.len() >= FILE_CHUNK {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        let Some(file) = self.file.clone().filter(|_| !self.pending.is_empty()) else {
+            return Ok(());
+        };
+        let data = std::mem::take(&mut self.pending).freeze();
+        let at = self.written;
+        self.written += data.len() as u64;
+        tokio::task::spawn_blocking(move || file.write_all_at(&data, at))
+            .await
+            .map_err(std::io::Error::other)?
+    }
+
+    /// The whole body, ready to be sent as often as needed.
+    pub async fn finish(mut self) -> std::io::Result<Spooled> {
+        self.flush().await?;
+        let lease = std::mem::replace(&mut self.lease, MemLease::none(&self.spooler.budget));
+        Ok(match self.file.take() {
+            Some(file) => Spooled::File {
+                file,
+                len: self.written,
+            },
+            None => Spooled::Memory {
+                bytes: std::mem::take(&mut self.mem).freeze(),
+                _lease: Arc::new(lease),
+            },
+        })
+    }
+}
+
+/// A spooled body. Clones share it; the memory or file goes with the last clone.
+#[derive(Clone)]
+pub enum Spooled {
+    Memory {
+        bytes: Bytes,
+        _lease: Arc<MemLease>,
+    },
+    File {
+        file: Arc<std::fs::File>,
+        len: u64,
+    },
+}
+
+/// A body already in memory that fencegate made itself (an XML document, an empty body): it
+/// holds nothing of the budget.
+impl From<Bytes> for Spooled {
+    fn from(bytes: Bytes) -> Spooled {
+        Spooled::Memory {
+            bytes,
+            _lease: Arc::new(MemLease::none(&BUDGET)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Spooled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Spooled::Memory { bytes, .. } => write!(f, "Spooled::Memory({} bytes)", bytes.len()),
+            Spooled::File { len, .. } => write!(f, "Spooled::File({len} bytes)"),
+        }
+    }
+}
+
+impl Spooled {
+    pub fn len(&self) -> u64 {
+        match self {
+            Spooled::Memory { bytes, .. } => bytes.len() as u64,
+            Spooled::File { len, .. } => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The body, when it is in memory.
+    pub fn bytes(&self) -> Option<&Bytes> {
+        match self {
+            Spooled::Memory { bytes, .. } => Some(bytes),
+            Spooled::File { .. } => None,
+        }
+    }
+
+    /// The body as a stream, read from its start.
+    pub fn stream(&self) -> ByteStream {
+        use futures::StreamExt;
+        match self {
+            Spooled::Memory { bytes, .. } => {
+                futures::stream::once(futures::future::ready(Ok(bytes.clone()))).boxed()
+            }
+            Spooled::File { file, len } => {
+                let (file, len) = (file.clone(), *len);
+                futures::stream::try_unfold(0u64, move |at| {
+                    let file = file.clone();
+                    async move {
+                        if at >= len {
+                            return Ok(None);
+                        }
+                        let want = (len - at).min(FILE_CHUNK as u64) as usize;
+                        let read = tokio::task::spawn_blocking(move || {
+                            let mut buf = vec![0u8; want];
+                            file.read_exact_at(&mut buf, at).map(|_| buf)
+                        })
+                        .await
+                        .map_err(std::io::Error::other)
+                        .and_then(|r| r);
+                        let chunk = read.map_err(|e| {
+                            BodyError::Broken(format!("reading a spooled body back: {e}"))
+                        })?;
+                        Ok(Some((Bytes::from(chunk), at + want as u64)))
+                    }
+                })
+                .boxed()
+            }
+        }
+    }
+}
