@@ -407,7 +407,11 @@ async fn two_hundred_concurrent_7_mb_uploads_stay_in_bounded_memory() {
     let body = bytes::Bytes::from((0..SIZE).map(|i| (i % 241) as u8).collect::<Vec<u8>>());
     let etag = format!("\"{:x}\"", md5::Md5::digest(&body));
     let uploads = (0..UPLOADS).map(|i| {
-        let (c, url, body) = (c.clone(), s.object_url("default", &format!("m{i}")), body.clone());
+        let (c, url, body) = (
+            c.clone(),
+            s.object_url("default", &format!("m{i}")),
+            body.clone(),
+        );
         async move {
             let resp = c
                 .put(&url)
@@ -426,7 +430,10 @@ async fn two_hundred_concurrent_7_mb_uploads_stay_in_bounded_memory() {
     let peak = s.peak_rss_kib();
     eprintln!("s3 backend: peak RSS after {UPLOADS} concurrent 7 MB uploads: {peak} KiB");
     // Generous: the budget is 64 MiB of bodies in memory; buffering them would need 1.3 GiB.
-    assert!(peak < 320 * 1024, "peak RSS {peak} KiB for {UPLOADS} concurrent uploads");
+    assert!(
+        peak < 320 * 1024,
+        "peak RSS {peak} KiB for {UPLOADS} concurrent uploads"
+    );
     let (status, got) = get_bytes(&c, &s.object_url("default", "m123")).await;
     assert_eq!((status, got.len()), (200, SIZE));
     assert!(got == body, "an object came back with other bytes");

@@ -42,7 +42,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl DirSyncs {
     /// Returns once `dir` has been fsynced after this call began (blocking; call it from a
     /// blocking thread, after the change it must make durable).
-    pub fn sync(&self, dir: &Path, fsync: impl Fn(&Path) -> std::io::Result<()>) -> std::io::Result<()> {
+    pub fn sync(
+        &self,
+        dir: &Path,
+        fsync: impl Fn(&Path) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
         let group = {
             let mut groups = lock(&self.groups);
             let group = groups.entry(dir.to_path_buf()).or_default().clone();
@@ -61,7 +65,11 @@ impl DirSyncs {
 }
 
 impl Group {
-    fn sync(&self, dir: &Path, fsync: impl Fn(&Path) -> std::io::Result<()>) -> std::io::Result<()> {
+    fn sync(
+        &self,
+        dir: &Path,
+        fsync: impl Fn(&Path) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
         let mut state = lock(&self.state);
         state.taken += 1;
         let ticket = state.taken;

@@ -665,9 +665,21 @@ mod tests {
     async fn a_stage_dropped_mid_body_leaves_no_staging_file() {
         let dir = tempfile::tempdir().unwrap();
         let fs = std::sync::Arc::new(FsBackend::open(dir.path(), &["b"]).unwrap());
-        // The first chunk arrives, then the client stalls forever.
-        let stalled: ByteStream = Box::pin(
+        // A small body is read whole before any file exists: stalled, it leaves nothing.
+        let small: ByteStream = Box::pin(
             futures::stream::iter([Ok(Bytes::from_static(b"first chunk"))])
+                .chain(futures::stream::pending()),
+        );
+        let stager = fs.clone();
+        let task =
+            tokio::spawn(async move { stager.stage("b", "k", ObjectMeta::default(), small).await });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert_eq!(staging_files(&fs), Vec::<PathBuf>::new());
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+        // A large body's first chunk arrives (it streams to a file), then the client stalls.
+        let stalled: ByteStream = Box::pin(
+            futures::stream::iter([Ok(Bytes::from(vec![7u8; SMALL_BODY + 1]))])
                 .chain(futures::stream::pending()),
         );
         let stager = fs.clone();

@@ -24,7 +24,6 @@ use super::{
     Staged, StagedBody,
 };
 use async_trait::async_trait;
-use aws_sdk_s3::primitives::ByteStream as SdkStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use bytes::Bytes;
 use errors::{classify, S3Failure};
@@ -255,18 +254,23 @@ impl S3Backend {
             let mut parts = Vec::new();
             let mut current = first;
             loop {
-                let digest = current.md5.finalize();
+                let SpooledPart {
+                    body: part,
+                    md5,
+                    ended,
+                } = current;
+                let digest = md5.finalize();
                 md5_of_parts.update(digest);
                 let number = parts.len() as i32 + 1;
                 let etag = self
-                    .upload_part(key, &upload_id, number, &current.body, &digest)
+                    .upload_part(key, &upload_id, number, &part, &digest)
                     .await?;
                 parts.push((number, etag));
-                if current.ended {
+                if ended {
                     break;
                 }
                 // Only one part is spooled at a time: this one goes before the next is read.
-                drop(current);
+                drop(part);
                 current = self.spool_part(body, size).await?;
                 if current.body.is_empty() {
                     // The body ended right at a part boundary.

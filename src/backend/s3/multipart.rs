@@ -4,13 +4,13 @@
 //! CompleteMultipartUpload, made under the scope's lock like any other commit.
 
 use super::errors::{classify, S3Failure};
+use super::spool::Spooled;
 use super::S3Backend;
 use crate::backend::{
     multipart_etag, BackendError, BodyError, ByteStream, ObjectMeta, PartInfo, Staged, StagedBody,
 };
 use aws_sdk_s3::primitives::ByteStream as SdkStream;
 use aws_smithy_types::body::SdkBody;
-use super::spool::Spooled;
 use bytes::Bytes;
 use futures::StreamExt;
 use std::pin::Pin;

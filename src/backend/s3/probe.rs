@@ -157,7 +157,7 @@ impl S3Backend {
             key: &key,
             upload_id: None,
             headers: vec![("if-none-match".into(), "*".into())],
-            body: bytes::Bytes::from_static(b"fencegate probe"),
+            body: bytes::Bytes::from_static(b"fencegate probe").into(),
         };
         let now = SystemTime::now();
         let whole = UNIX_EPOCH

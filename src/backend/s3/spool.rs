@@ -20,7 +20,7 @@ const IN_MEMORY_BODY: usize = 1024 * 1024;
 /// Bytes of all bodies held in memory at once, process-wide.
 const MEMORY_BUDGET: usize = 64 * 1024 * 1024;
 /// Writes to and reads from a spill file go in pieces of this size.
-const FILE_CHUNK: usize = 256 * 1024;
+const FILE_CHUNK: usize = 128 * 1024;
 
 /// Hands out spools; one per process, shared by every s3 backend.
 pub struct Spooler {
@@ -196,14 +196,8 @@ impl Spool<'_> {
 /// A spooled body. Clones share it; the memory or file goes with the last clone.
 #[derive(Clone)]
 pub enum Spooled {
-    Memory {
-        bytes: Bytes,
-        _lease: Arc<MemLease>,
-    },
-    File {
-        file: Arc<std::fs::File>,
-        len: u64,
-    },
+    Memory { bytes: Bytes, _lease: Arc<MemLease> },
+    File { file: Arc<std::fs::File>, len: u64 },
 }
 
 /// A body already in memory that fencegate made itself (an XML document, an empty body): it
@@ -278,5 +272,72 @@ impl Spooled {
                 .boxed()
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::TryStreamExt;
+
+    async fn read_back(s: &Spooled) -> Vec<u8> {
+        let chunks: Vec<Bytes> = s.stream().try_collect().await.unwrap();
+        chunks.concat()
+    }
+
+    #[tokio::test]
+    async fn small_bodies_stay_in_memory_and_give_their_budget_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let spooler = Spooler::with_limits(dir.path().to_path_buf(), 1024, 4096);
+        let mut spool = spooler.spool();
+        spool.push(b"hello ").await.unwrap();
+        spool.push(b"world").await.unwrap();
+        let body = spool.finish().await.unwrap();
+        assert_eq!(body.bytes().map(|b| &b[..]), Some(&b"hello world"[..]));
+        assert_eq!(spooler.memory_free(), 4096 - 11);
+        let copy = body.clone();
+        drop(body);
+        assert_eq!(spooler.memory_free(), 4096 - 11, "a clone still holds it");
+        assert_eq!(read_back(&copy).await, b"hello world");
+        drop(copy);
+        assert_eq!(spooler.memory_free(), 4096);
+    }
+
+    #[tokio::test]
+    async fn a_body_too_big_or_over_budget_spills_to_a_nameless_file_and_reads_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let spooler = Spooler::with_limits(dir.path().to_path_buf(), 1024, 1500);
+        // Over the per-body limit: spilled, in pieces that do not line up with FILE_CHUNK.
+        let data: Vec<u8> = (0..(3 * FILE_CHUNK + 17))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let mut spool = spooler.spool();
+        for piece in data.chunks(1000) {
+            spool.push(piece).await.unwrap();
+        }
+        assert_eq!(spool.len(), data.len() as u64);
+        let big = spool.finish().await.unwrap();
+        assert!(big.bytes().is_none());
+        assert_eq!(
+            spooler.memory_free(),
+            1500,
+            "a spilled body holds no budget"
+        );
+        assert_eq!(read_back(&big).await, data);
+        assert_eq!(read_back(&big).await, data, "read again from the start");
+        // Within the per-body limit but over what is left of the budget: spilled too.
+        let mut first = spooler.spool();
+        first.push(&[1u8; 1000]).await.unwrap();
+        let held = first.finish().await.unwrap();
+        assert!(held.bytes().is_some());
+        let mut second = spooler.spool();
+        second.push(&[2u8; 1000]).await.unwrap();
+        let spilled = second.finish().await.unwrap();
+        assert!(spilled.bytes().is_none());
+        assert_eq!(read_back(&spilled).await, vec![2u8; 1000]);
+        // Nameless files: nothing is left in the directory to sweep.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        drop(held);
+        assert_eq!(spooler.memory_free(), 1500);
     }
 }
