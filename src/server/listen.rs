@@ -30,6 +30,17 @@ pub struct Limits {
     /// anyway: a commit cut short is a crash, which the commit protocol survives (review round
     /// 7: a client trickling its body held a shutdown for as long as it liked).
     pub grace: Duration,
+    /// The most a connection's read buffer may hold: the headers must fit (so it follows
+    /// `[server] max_header_bytes`), and a body streams through it. hyper's own default (about
+    /// 400 KiB) held 80 MiB for 200 concurrent uploads (BENCHMARKS.md, S9).
+    pub read_buffer: usize,
+}
+
+impl Limits {
+    /// The read buffer for a header limit: the headers and a little of the body.
+    pub fn read_buffer_for(max_header_bytes: usize) -> usize {
+        max_header_bytes.saturating_add(16 * 1024).max(64 * 1024)
+    }
 }
 
 /// Serves `router` on `listener` until `shutdown` completes, then waits up to the grace for
@@ -85,17 +96,20 @@ pub async fn serve(
         let router = router.clone();
         let watcher = graceful.watcher();
         let tls = tls.as_ref().map(Tls::acceptor);
+        let read_buffer = limits.read_buffer;
         tokio::spawn(async move {
             let _permit = permit;
             match tls {
-                None => serve_connection(TokioIo::new(stream), router, watcher).await,
+                None => serve_connection(TokioIo::new(stream), router, watcher, read_buffer).await,
                 Some(acceptor) => {
                     if !speaks_tls(&stream).await {
                         refuse_plain_http(stream).await;
                         return;
                     }
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => serve_connection(TokioIo::new(tls), router, watcher).await,
+                        Ok(Ok(tls)) => {
+                            serve_connection(TokioIo::new(tls), router, watcher, read_buffer).await
+                        }
                         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                     }
@@ -115,14 +129,15 @@ pub async fn serve(
     }
 }
 
-async fn serve_connection<I>(io: TokioIo<I>, router: Router, watcher: Watcher)
+async fn serve_connection<I>(io: TokioIo<I>, router: Router, watcher: Watcher, read_buffer: usize)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT);
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(read_buffer);
     let conn = builder.serve_connection(io, TowerToHyperService::new(router));
     if let Err(e) = watcher.watch(conn).await {
         tracing::debug!(error = %e, "connection ended with an error");

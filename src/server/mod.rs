@@ -383,6 +383,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             config.server.max_connections,
         ))),
         grace: Duration::from_secs(config.server.shutdown_grace_secs),
+        read_buffer: listen::Limits::read_buffer_for(config.server.max_header_bytes),
     };
     let mut servers = tokio::task::JoinSet::new();
     let native_router = match admin_listener {

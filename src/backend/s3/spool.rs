@@ -20,7 +20,7 @@ const IN_MEMORY_BODY: usize = 1024 * 1024;
 /// Bytes of all bodies held in memory at once, process-wide.
 const MEMORY_BUDGET: usize = 64 * 1024 * 1024;
 /// Writes to and reads from a spill file go in pieces of this size.
-const FILE_CHUNK: usize = 128 * 1024;
+const FILE_CHUNK: usize = 64 * 1024;
 
 /// Hands out spools; one per process, shared by every s3 backend.
 pub struct Spooler {
