@@ -16,9 +16,9 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 /// A body of at most this many bytes may be held in memory.
-const IN_MEMORY_BODY: usize = 1024 * 1024;
+const IN_MEMORY_BODY: usize = 256 * 1024;
 /// Bytes of all bodies held in memory at once, process-wide.
-const MEMORY_BUDGET: usize = 64 * 1024 * 1024;
+const MEMORY_BUDGET: usize = 32 * 1024 * 1024;
 /// Writes to and reads from a spill file go in pieces of this size.
 const FILE_CHUNK: usize = 64 * 1024;
 
