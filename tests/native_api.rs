@@ -312,6 +312,30 @@ async fn a_huge_header_is_refused_and_changes_nothing() {
     assert!(common::fence(&c, &s, "default", "k").await["highest"].is_null());
 }
 
+/// Review round 19, finding 3: headers over `max_header_bytes` (64 KiB) but within twice it
+/// get fencegate's own 431 with its explanation, not the HTTP layer's bare one; headers just
+/// under the limit still pass.
+#[tokio::test]
+async fn headers_over_the_limit_get_the_explained_431() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    let over = "x".repeat(100 * 1024);
+    let (status, body) = common::raw_request(
+        s.addr,
+        &format!("PUT /v1/objects/default/k HTTP/1.1\r\nFencing-Token: 1\r\nX-Big: {over}"),
+        b"v",
+    );
+    assert_eq!(status, 431, "{body}");
+    assert!(body.contains("max_header_bytes"), "{body}");
+    let under = "x".repeat(60 * 1024);
+    let (status, body) = common::raw_request(
+        s.addr,
+        &format!("PUT /v1/objects/default/k HTTP/1.1\r\nFencing-Token: 1\r\nX-Big: {under}"),
+        b"v",
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
 /// Review round 3: a token sent as `x-amz-meta-fencing-token` (the S3 carrier) is honoured on
 /// the native API too, never silently dropped; one that disagrees with `Fencing-Token` is a 400.
 #[tokio::test]

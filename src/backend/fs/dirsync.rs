@@ -5,6 +5,10 @@
 //! the directory for every ticket taken before its fsync began, and the others wait for that
 //! fsync instead of issuing their own. Sixty-four writers into one bucket share a handful of
 //! directory fsyncs instead of paying sixty-four.
+//!
+//! A failed fsync fails every ticket it covered, not only its leader's: Linux reports a
+//! writeback error once, so a later fsync that succeeds proves nothing about the changes the
+//! failed one was to make durable (review round 19, finding 1).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -32,6 +36,18 @@ struct State {
     running: bool,
     /// Commits inside [`DirSyncs::sync`] for this directory (the entry goes with the last).
     users: usize,
+    /// Tickets a failed fsync covered, as (after, up to] ranges, with its error: they fail
+    /// whatever a later fsync does. Kept while the directory has users.
+    failed: Vec<(u64, u64, std::io::ErrorKind, String)>,
+}
+
+impl State {
+    fn failure_of(&self, ticket: u64) -> Option<std::io::Error> {
+        self.failed
+            .iter()
+            .find(|(after, upto, _, _)| *after < ticket && ticket <= *upto)
+            .map(|(_, _, kind, msg)| std::io::Error::new(*kind, msg.clone()))
+    }
 }
 
 /// Recovers a poisoned lock: the state holds only counters, each updated in one step.
@@ -74,6 +90,10 @@ impl Group {
         state.taken += 1;
         let ticket = state.taken;
         loop {
+            // Checked first: a later fsync's success does not make these durable.
+            if let Some(e) = state.failure_of(ticket) {
+                return Err(e);
+            }
             if state.synced >= ticket {
                 return Ok(());
             }
@@ -85,12 +105,15 @@ impl Group {
                 let result = fsync(dir);
                 state = lock(&self.state);
                 state.running = false;
-                if result.is_ok() {
-                    state.synced = state.synced.max(covers);
+                match &result {
+                    Ok(()) => state.synced = state.synced.max(covers),
+                    // Every ticket this fsync was to cover and no earlier one made durable.
+                    Err(e) => {
+                        let after = state.synced;
+                        state.failed.push((after, covers, e.kind(), e.to_string()));
+                    }
                 }
                 self.done.notify_all();
-                // On failure the others wake and one of them tries again; this one reports.
-                result?;
                 continue;
             }
             state = self.done.wait(state).unwrap_or_else(|p| p.into_inner());
@@ -159,5 +182,53 @@ mod tests {
             })
             .unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_failed_fsync_fails_every_change_it_covered_even_if_a_later_one_succeeds() {
+        // Review round 19, finding 1: the others woke, fsynced again (Linux had reported the
+        // error already, so it succeeded) and acknowledged changes that were never durable.
+        let syncs = Arc::new(DirSyncs::default());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let fsync = {
+            let calls = calls.clone();
+            move |_: &Path| match calls.fetch_add(1, Ordering::SeqCst) {
+                // The first leader's fsync is slow: the others queue up behind it.
+                0 => {
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                    Ok(())
+                }
+                // The fsync that covers the queued ones fails.
+                1 => Err(std::io::Error::other("EIO on the directory")),
+                _ => Ok(()),
+            }
+        };
+        let first = {
+            let (syncs, fsync) = (syncs.clone(), fsync.clone());
+            std::thread::spawn(move || syncs.sync(Path::new("/d"), fsync))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let queued: Vec<_> = (0..6)
+            .map(|_| {
+                let (syncs, fsync) = (syncs.clone(), fsync.clone());
+                std::thread::spawn(move || syncs.sync(Path::new("/d"), fsync))
+            })
+            .collect();
+        assert!(first.join().unwrap().is_ok(), "its fsync succeeded");
+        for q in queued {
+            let result = q.join().unwrap();
+            assert!(
+                result.is_err(),
+                "a change the failed fsync was to make durable was acknowledged"
+            );
+        }
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            2,
+            "no fsync after the failure"
+        );
+        // A change made after the failure is covered by a fresh fsync.
+        syncs.sync(Path::new("/d"), fsync).unwrap();
+        assert!(lock(&syncs.groups).is_empty());
     }
 }
