@@ -1214,7 +1214,99 @@ async fn idempotent_retries(kind: Kind) {
     assert_eq!(body_of(&c, "default", "mp").await, b"one part");
 }
 
+/// Review round 19, finding 2: a body that does not match its Content-MD5 is refused with
+/// BadDigest and leaves nothing; a Content-MD5 that is not an MD5 is InvalidDigest; a matching
+/// one passes. PutObject (in memory and spilled to disk on the s3 backend) and UploadPart.
+async fn content_md5_is_checked(kind: Kind) {
+    use md5::{Digest, Md5};
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    let md5_of = |b: &[u8]| aws_smithy_types::base64::encode(Md5::digest(b));
+    let big = vec![7u8; 300 * 1024];
+    for (key, body) in [("small", b"hello".to_vec()), ("big", big.clone())] {
+        let (status, code, _) = failure(
+            with_token!(
+                c.put_object()
+                    .bucket("default")
+                    .key(key)
+                    .content_md5(md5_of(b"other bytes"))
+                    .body(ByteStream::from(body.clone())),
+                40
+            )
+            .send()
+            .await,
+        );
+        assert_eq!((status, code.as_str()), (400, "BadDigest"), "{key}");
+        let (status, _, _) = failure(c.head_object().bucket("default").key(key).send().await);
+        assert_eq!(status, 404, "{key}: a refused body left an object");
+        let (status, code, _) = failure(
+            with_token!(
+                c.put_object()
+                    .bucket("default")
+                    .key(key)
+                    .content_md5("not-an-md5")
+                    .body(ByteStream::from(body.clone())),
+                40
+            )
+            .send()
+            .await,
+        );
+        assert_eq!((status, code.as_str()), (400, "InvalidDigest"), "{key}");
+        with_token!(
+            c.put_object()
+                .bucket("default")
+                .key(key)
+                .content_md5(md5_of(&body))
+                .body(ByteStream::from(body.clone())),
+            40
+        )
+        .send()
+        .await
+        .unwrap();
+        assert_eq!(body_of(&c, "default", key).await, body, "{key}");
+    }
+    // A part: refused when it does not match; the upload goes on with a matching one.
+    let id = start_upload(&c, "parts", 41).await;
+    let part = vec![3u8; 1024];
+    let (status, code, _) = failure(
+        c.upload_part()
+            .bucket("default")
+            .key("parts")
+            .upload_id(&id)
+            .part_number(1)
+            .content_md5(md5_of(b"not this part"))
+            .body(ByteStream::from(part.clone()))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "BadDigest"));
+    let etag = c
+        .upload_part()
+        .bucket("default")
+        .key("parts")
+        .upload_id(&id)
+        .part_number(1)
+        .content_md5(md5_of(&part))
+        .body(ByteStream::from(part.clone()))
+        .send()
+        .await
+        .unwrap()
+        .e_tag()
+        .unwrap()
+        .to_string();
+    c.complete_multipart_upload()
+        .bucket("default")
+        .key("parts")
+        .upload_id(&id)
+        .multipart_upload(parts(&[(1, &etag)]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(body_of(&c, "default", "parts").await, part);
+}
+
 on_both_backends!(
+    content_md5_is_checked,
     idempotent_retries,
     holes_are_closed,
     buckets_created_through_s3,

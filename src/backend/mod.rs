@@ -24,6 +24,10 @@ pub enum BodyError {
     Idle { secs: u64 },
     #[error("the body ended early or could not be read: {0}")]
     Broken(String),
+    /// The body's MD5 is not the Content-MD5 its request declared (checked as its last bytes
+    /// pass, so nothing is committed).
+    #[error("{0}")]
+    BadDigest(String),
     /// The body does not match what its request signed (checked as its last bytes pass).
     #[error("{message}")]
     Unauthenticated {

@@ -9,7 +9,7 @@ use crate::token::{parse_token, Token, TokenError};
 use futures::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use s3s::dto::{ETag, Metadata, StreamingBlob, Timestamp};
-use s3s::{S3Error, S3ErrorCode};
+use s3s::{S3Error, S3ErrorCode, S3Result};
 use std::time::{Duration, UNIX_EPOCH};
 
 /// A gate error as an S3 error: the code and status of the README's error table, the message
@@ -120,16 +120,74 @@ pub fn millis(t: &Timestamp) -> u64 {
     (t.unix_timestamp_nanos() / 1_000_000).max(0) as u64
 }
 
-/// A client's body as the gate's stream: bounded in size and in idle time.
-pub fn body(blob: Option<StreamingBlob>, limit: u64, idle: Duration) -> ByteStream {
-    match blob {
+/// A client's body as the gate's stream: bounded in size and in idle time, and checked
+/// against the request's Content-MD5 when it has one (review round 19, finding 2: a body that
+/// does not match is refused with BadDigest and nothing is committed, as S3 does).
+pub fn body(
+    blob: Option<StreamingBlob>,
+    limit: u64,
+    idle: Duration,
+    content_md5: Option<&str>,
+) -> S3Result<ByteStream> {
+    let want = match content_md5 {
+        None => None,
+        Some(b64) => match aws_smithy_types::base64::decode(b64.trim()) {
+            Ok(digest) if digest.len() == 16 => Some(digest),
+            _ => {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::InvalidDigest,
+                    "Content-MD5 must be the base64 of the body's 16-byte MD5",
+                ))
+            }
+        },
+    };
+    let body = match blob {
         None => futures::stream::empty().boxed(),
         Some(blob) => headers::bound(
             blob.map(|r| r.map_err(|e| BodyError::Broken(e.to_string()))),
             limit,
             idle,
         ),
-    }
+    };
+    Ok(match want {
+        Some(want) => verify_md5(body, want),
+        None => body,
+    })
+}
+
+/// Passes the body through; in place of its end, an error if its MD5 is not `want`. Whoever
+/// stages the body reads it to its end before anything is committed, so a mismatch leaves
+/// nothing behind.
+fn verify_md5(body: ByteStream, want: Vec<u8>) -> ByteStream {
+    use md5::{Digest, Md5};
+    futures::stream::unfold(
+        (body, Some(Md5::new())),
+        move |(mut body, mut md5)| {
+            let want = want.clone();
+            async move {
+                let hasher = md5.as_mut()?;
+                match body.next().await {
+                    Some(Ok(chunk)) => {
+                        hasher.update(&chunk);
+                        Some((Ok(chunk), (body, md5)))
+                    }
+                    Some(Err(e)) => Some((Err(e), (body, None))),
+                    None => {
+                        let got = md5.take().map(|h| h.finalize().to_vec());
+                        if got.as_deref() == Some(want.as_slice()) {
+                            None
+                        } else {
+                            let err = BodyError::BadDigest(
+                                "the body's MD5 is not the Content-MD5 the request declared; nothing was written (send the body again, or check what alters it on the way)".into(),
+                            );
+                            Some((Err(err), (body, None)))
+                        }
+                    }
+                }
+            }
+        },
+    )
+    .boxed()
 }
 
 /// An object's body for the client.

@@ -72,7 +72,12 @@ pub async fn upload_part(
         err.set_status_code(http::StatusCode::LENGTH_REQUIRED);
         return Err(err);
     };
-    let body = convert::body(input.body, gw.max_body_bytes, gw.body_idle_timeout);
+    let body = convert::body(
+        input.body,
+        gw.max_body_bytes,
+        gw.body_idle_timeout,
+        input.content_md5.as_deref(),
+    )?;
     let part = gw
         .gate
         .upload_part(

@@ -70,7 +70,12 @@ pub async fn put_object(
     );
     let meta = convert::object_meta(input.content_type.clone(), input.metadata.as_ref())?;
     let write = write_request(&req.headers, (&input.bucket, &input.key, &who), token, meta)?;
-    let body = convert::body(input.body, gw.max_body_bytes, gw.body_idle_timeout);
+    let body = convert::body(
+        input.body,
+        gw.max_body_bytes,
+        gw.body_idle_timeout,
+        input.content_md5.as_deref(),
+    )?;
     let written = gw.gate.put(write, body).await.map_err(s3_error)?;
     let resp = S3Response::new(PutObjectOutput {
         e_tag: written.etag.as_deref().map(convert::etag),

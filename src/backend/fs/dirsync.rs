@@ -6,19 +6,31 @@
 //! fsync instead of issuing their own. Sixty-four writers into one bucket share a handful of
 //! directory fsyncs instead of paying sixty-four.
 //!
-//! A failed fsync fails every ticket it covered, not only its leader's: Linux reports a
-//! writeback error once, so a later fsync that succeeds proves nothing about the changes the
-//! failed one was to make durable (review round 19, finding 1).
+//! A failed fsync fails the directory for good (until fencegate restarts): every change not yet
+//! made durable fails, and so does every later one. Linux reports a writeback error once, so
+//! no later fsync, successful or not, can tell which changes it lost: not those the failed one
+//! covered (review round 19, finding 1), nor those made while it ran (round 20, finding 1).
+//! This is what PostgreSQL does after a failed fsync; the operator checks the disk and restarts.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 
-/// The directories being fsynced now, each with its group of waiting commits.
+/// The directories being fsynced now, each with its group of waiting commits, and the
+/// directories whose fsync has failed.
 #[derive(Default)]
 pub struct DirSyncs {
-    groups: Mutex<HashMap<PathBuf, Arc<Group>>>,
+    groups: Mutex<Groups>,
 }
+
+#[derive(Default)]
+struct Groups {
+    active: HashMap<PathBuf, Arc<Group>>,
+    /// Directories whose fsync failed, with the error: every later change in them fails.
+    failed: HashMap<PathBuf, Failure>,
+}
+
+type Failure = (std::io::ErrorKind, String);
 
 #[derive(Default)]
 struct Group {
@@ -36,18 +48,15 @@ struct State {
     running: bool,
     /// Commits inside [`DirSyncs::sync`] for this directory (the entry goes with the last).
     users: usize,
-    /// Tickets a failed fsync covered, as (after, up to] ranges, with its error: they fail
-    /// whatever a later fsync does. Kept while the directory has users.
-    failed: Vec<(u64, u64, std::io::ErrorKind, String)>,
+    /// An fsync of this directory failed: every ticket not synced before it fails.
+    failed: Option<Failure>,
 }
 
-impl State {
-    fn failure_of(&self, ticket: u64) -> Option<std::io::Error> {
-        self.failed
-            .iter()
-            .find(|(after, upto, _, _)| *after < ticket && ticket <= *upto)
-            .map(|(_, _, kind, msg)| std::io::Error::new(*kind, msg.clone()))
-    }
+fn error_of((kind, msg): &Failure) -> std::io::Error {
+    std::io::Error::new(
+        *kind,
+        format!("{msg}; an fsync of this directory failed, so fencegate cannot tell which changes in it are durable: check the disk and restart fencegate"),
+    )
 }
 
 /// Recovers a poisoned lock: the state holds only counters, each updated in one step.
@@ -65,7 +74,10 @@ impl DirSyncs {
     ) -> std::io::Result<()> {
         let group = {
             let mut groups = lock(&self.groups);
-            let group = groups.entry(dir.to_path_buf()).or_default().clone();
+            if let Some(failure) = groups.failed.get(dir) {
+                return Err(error_of(failure));
+            }
+            let group = groups.active.entry(dir.to_path_buf()).or_default().clone();
             lock(&group.state).users += 1;
             group
         };
@@ -74,7 +86,11 @@ impl DirSyncs {
         let mut state = lock(&group.state);
         state.users -= 1;
         if state.users == 0 {
-            groups.remove(dir);
+            groups.active.remove(dir);
+        }
+        if let Some(failure) = state.failed.clone() {
+            // Recorded before the group can go: a later caller finds it even with no group.
+            groups.failed.insert(dir.to_path_buf(), failure);
         }
         result
     }
@@ -90,12 +106,12 @@ impl Group {
         state.taken += 1;
         let ticket = state.taken;
         loop {
-            // Checked first: a later fsync's success does not make these durable.
-            if let Some(e) = state.failure_of(ticket) {
-                return Err(e);
-            }
+            // Durable before any failure: an fsync that succeeded covered it.
             if state.synced >= ticket {
                 return Ok(());
+            }
+            if let Some(failure) = &state.failed {
+                return Err(error_of(failure));
             }
             if !state.running {
                 // Lead: this fsync begins after every ticket taken so far, so it covers them.
@@ -105,12 +121,11 @@ impl Group {
                 let result = fsync(dir);
                 state = lock(&self.state);
                 state.running = false;
-                match &result {
+                match result {
                     Ok(()) => state.synced = state.synced.max(covers),
-                    // Every ticket this fsync was to cover and no earlier one made durable.
                     Err(e) => {
-                        let after = state.synced;
-                        state.failed.push((after, covers, e.kind(), e.to_string()));
+                        tracing::error!(dir = %dir.display(), error = %e, "a directory fsync failed; writes and deletes in this directory fail until fencegate restarts");
+                        state.failed = Some((e.kind(), e.to_string()));
                     }
                 }
                 self.done.notify_all();
@@ -162,30 +177,31 @@ mod tests {
         }
         let n = fsyncs.load(Ordering::SeqCst);
         assert!(n < 32 * 50 / 2, "{n} fsyncs for 1600 changes: not shared");
-        assert!(lock(&syncs.groups).is_empty(), "groups outlive their users");
+        assert!(lock(&syncs.groups).active.is_empty(), "groups outlive their users");
     }
 
     #[test]
-    fn a_failed_fsync_is_reported_and_retried_by_the_next_caller() {
+    fn a_failed_fsync_fails_the_directory_until_restart_and_no_other() {
         let syncs = DirSyncs::default();
-        let failed = std::cell::Cell::new(false);
-        let err = syncs.sync(Path::new("/d"), |_| {
-            failed.set(true);
-            Err(std::io::Error::other("disk on fire"))
-        });
-        assert!(failed.get() && err.is_err());
+        let err = syncs.sync(Path::new("/d"), |_| Err(std::io::Error::other("disk on fire")));
+        assert!(err.is_err());
+        // No later fsync can tell what the failed one lost: the directory stays failed, without
+        // another fsync, even with no group left.
+        assert!(lock(&syncs.groups).active.is_empty());
         let calls = AtomicUsize::new(0);
-        syncs
-            .sync(Path::new("/d"), |_| {
-                calls.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            })
-            .unwrap();
-        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        let again = syncs.sync(Path::new("/d"), |_| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        });
+        let message = again.unwrap_err().to_string();
+        assert!(message.contains("disk on fire") && message.contains("restart"), "{message}");
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+        // Another directory is not affected.
+        syncs.sync(Path::new("/e"), |_| Ok(())).unwrap();
     }
 
     #[test]
-    fn a_failed_fsync_fails_every_change_it_covered_even_if_a_later_one_succeeds() {
+    fn a_failed_fsync_fails_every_change_it_covered_and_every_later_one() {
         // Review round 19, finding 1: the others woke, fsynced again (Linux had reported the
         // error already, so it succeeded) and acknowledged changes that were never durable.
         let syncs = Arc::new(DirSyncs::default());
@@ -227,8 +243,8 @@ mod tests {
             2,
             "no fsync after the failure"
         );
-        // A change made after the failure is covered by a fresh fsync.
-        syncs.sync(Path::new("/d"), fsync).unwrap();
-        assert!(lock(&syncs.groups).is_empty());
+        // Nor a change made after it (review round 20, finding 1).
+        assert!(syncs.sync(Path::new("/d"), fsync).is_err());
+        assert!(lock(&syncs.groups).active.is_empty());
     }
 }
