@@ -155,38 +155,53 @@ pub fn body(
     })
 }
 
-/// Passes the body through; in place of its end, an error if its MD5 is not `want`. Whoever
-/// stages the body reads it to its end before anything is committed, so a mismatch leaves
-/// nothing behind.
+/// Passes the body through, one chunk behind: the last chunk goes only once the MD5 of the
+/// whole body is known to be `want`, else an error goes in its place. A body streamed straight
+/// to the store with its length (an UploadPart on the s3 backend) is therefore cut short
+/// before the store has all of it, and one staged first fails before anything is committed.
 fn verify_md5(body: ByteStream, want: Vec<u8>) -> ByteStream {
     use md5::{Digest, Md5};
-    futures::stream::unfold(
-        (body, Some(Md5::new())),
-        move |(mut body, mut md5)| {
-            let want = want.clone();
-            async move {
-                let hasher = md5.as_mut()?;
-                match body.next().await {
+    struct State {
+        body: ByteStream,
+        md5: Option<Md5>,
+        held: Option<bytes::Bytes>,
+    }
+    let start = State {
+        body,
+        md5: Some(Md5::new()),
+        held: None,
+    };
+    futures::stream::unfold(start, move |mut st| {
+        let want = want.clone();
+        async move {
+            loop {
+                let hasher = st.md5.as_mut()?;
+                match st.body.next().await {
                     Some(Ok(chunk)) => {
                         hasher.update(&chunk);
-                        Some((Ok(chunk), (body, md5)))
+                        if let Some(prev) = st.held.replace(chunk) {
+                            return Some((Ok(prev), st));
+                        }
                     }
-                    Some(Err(e)) => Some((Err(e), (body, None))),
+                    Some(Err(e)) => {
+                        st.md5 = None;
+                        return Some((Err(e), st));
+                    }
                     None => {
-                        let got = md5.take().map(|h| h.finalize().to_vec());
-                        if got.as_deref() == Some(want.as_slice()) {
-                            None
-                        } else {
+                        let got = st.md5.take().map(|h| h.finalize().to_vec());
+                        if got.as_deref() != Some(want.as_slice()) {
                             let err = BodyError::BadDigest(
                                 "the body's MD5 is not the Content-MD5 the request declared; nothing was written (send the body again, or check what alters it on the way)".into(),
                             );
-                            Some((Err(err), (body, None)))
+                            return Some((Err(err), st));
                         }
+                        let last = st.held.take()?;
+                        return Some((Ok(last), st));
                     }
                 }
             }
-        },
-    )
+        }
+    })
     .boxed()
 }
 

@@ -177,13 +177,18 @@ mod tests {
         }
         let n = fsyncs.load(Ordering::SeqCst);
         assert!(n < 32 * 50 / 2, "{n} fsyncs for 1600 changes: not shared");
-        assert!(lock(&syncs.groups).active.is_empty(), "groups outlive their users");
+        assert!(
+            lock(&syncs.groups).active.is_empty(),
+            "groups outlive their users"
+        );
     }
 
     #[test]
     fn a_failed_fsync_fails_the_directory_until_restart_and_no_other() {
         let syncs = DirSyncs::default();
-        let err = syncs.sync(Path::new("/d"), |_| Err(std::io::Error::other("disk on fire")));
+        let err = syncs.sync(Path::new("/d"), |_| {
+            Err(std::io::Error::other("disk on fire"))
+        });
         assert!(err.is_err());
         // No later fsync can tell what the failed one lost: the directory stays failed, without
         // another fsync, even with no group left.
@@ -194,7 +199,10 @@ mod tests {
             Ok(())
         });
         let message = again.unwrap_err().to_string();
-        assert!(message.contains("disk on fire") && message.contains("restart"), "{message}");
+        assert!(
+            message.contains("disk on fire") && message.contains("restart"),
+            "{message}"
+        );
         assert_eq!(calls.load(Ordering::SeqCst), 0);
         // Another directory is not affected.
         syncs.sync(Path::new("/e"), |_| Ok(())).unwrap();

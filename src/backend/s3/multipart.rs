@@ -24,7 +24,13 @@ struct SizedBody {
     // The SDK wants a Sync body; a Mutex makes the stream Sync, and `get_mut` never locks.
     inner: std::sync::Mutex<ByteStream>,
     len: u64,
+    /// Where the client's body error is kept, for a body streamed straight to the store: the
+    /// SDK reports it only as a failed request, which would read as the store's fault.
+    failed: Option<BodyFailure>,
 }
+
+/// The error a client's body ended with, if it did, while the SDK sent it.
+type BodyFailure = std::sync::Arc<std::sync::Mutex<Option<BodyError>>>;
 
 impl http_body::Body for SizedBody {
     type Data = Bytes;
@@ -38,9 +44,11 @@ impl http_body::Body for SizedBody {
             Ok(s) => s,
             Err(poisoned) => poisoned.into_inner(),
         };
-        inner
-            .poll_next_unpin(cx)
-            .map(|c| c.map(|r| r.map(http_body::Frame::data)))
+        let polled = inner.poll_next_unpin(cx);
+        if let (Poll::Ready(Some(Err(e))), Some(slot)) = (&polled, &self.failed) {
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+        }
+        polled.map(|c| c.map(|r| r.map(http_body::Frame::data)))
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
@@ -59,6 +67,7 @@ pub(super) fn spooled_body(body: &Spooled) -> SdkStream {
         SdkBody::from_body_1_x(SizedBody {
             inner: std::sync::Mutex::new(body.stream()),
             len,
+            failed: None,
         })
     }))
 }
@@ -70,11 +79,13 @@ impl S3Backend {
         &self,
         mut body: ByteStream,
         size: Option<u64>,
+        failed: &BodyFailure,
     ) -> Result<SdkStream, BackendError> {
         if let Some(len) = size {
             return Ok(SdkStream::new(SdkBody::from_body_1_x(SizedBody {
                 inner: std::sync::Mutex::new(body),
                 len,
+                failed: Some(failed.clone()),
             })));
         }
         let spool_err = |e: std::io::Error| {
@@ -106,9 +117,10 @@ impl S3Backend {
         body: ByteStream,
         size: Option<u64>,
     ) -> Result<PartInfo, BackendError> {
-        let body = self.part_body(body, size).await?;
+        let failed = BodyFailure::default();
+        let body = self.part_body(body, size, &failed).await?;
         // A streamed body cannot be replayed, so this goes through the client without retries.
-        let out = self
+        let sent = self
             .clients
             .writes
             .upload_part()
@@ -118,11 +130,16 @@ impl S3Backend {
             .part_number(number)
             .body(body)
             .send()
-            .await
-            .map_err(|e| match classify("UploadPart", e) {
-                S3Failure::NotFound => BackendError::NoSuchUpload(handle.to_string()),
-                other => other.into_backend("UploadPart"),
-            })?;
+            .await;
+        // The client's body failed (cut short, too large, or not its Content-MD5): its error,
+        // not the store's (review round 19, finding 2).
+        if let Some(e) = failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(BackendError::Body(e));
+        }
+        let out = sent.map_err(|e| match classify("UploadPart", e) {
+            S3Failure::NotFound => BackendError::NoSuchUpload(handle.to_string()),
+            other => other.into_backend("UploadPart"),
+        })?;
         Ok(PartInfo {
             number,
             etag: out.e_tag().unwrap_or_default().to_string(),
