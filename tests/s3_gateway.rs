@@ -1265,8 +1265,21 @@ async fn content_md5_is_checked(kind: Kind) {
         .unwrap();
         assert_eq!(body_of(&c, "default", key).await, body, "{key}");
     }
-    // A part: refused when it does not match; the upload goes on with a matching one.
+    // A part: refused when it does not match, an empty one too (review round 21, finding 2);
+    // the upload goes on with a matching one.
     let id = start_upload(&c, "parts", 41).await;
+    let (status, code, _) = failure(
+        c.upload_part()
+            .bucket("default")
+            .key("parts")
+            .upload_id(&id)
+            .part_number(2)
+            .content_md5(md5_of(b"x"))
+            .body(ByteStream::from_static(b""))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "BadDigest"));
     let part = vec![3u8; 1024];
     let (status, code, _) = failure(
         c.upload_part()

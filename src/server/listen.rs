@@ -18,8 +18,6 @@ use tokio::sync::Semaphore;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest wait for a request's head, and between requests on a kept-alive connection.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(60);
-/// Headers in one request, at most (their bytes are bounded by `[server] max_header_bytes`).
-const MAX_HEADERS: usize = 500;
 /// The first byte of every TLS connection (a handshake record).
 const TLS_HANDSHAKE: u8 = 0x16;
 
@@ -141,10 +139,7 @@ where
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
-        .max_buf_size(read_buffer)
-        // hyper's default of 100 headers refused, with a bare 431, a PutObject with 90 metadata
-        // entries that S3 takes (review round 20, finding 3); the byte limit still applies.
-        .max_headers(MAX_HEADERS);
+        .max_buf_size(read_buffer);
     let conn = builder.serve_connection(io, TowerToHyperService::new(router));
     if let Err(e) = watcher.watch(conn).await {
         tracing::debug!(error = %e, "connection ended with an error");

@@ -65,6 +65,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl DirSyncs {
+    /// Fails if an fsync of `dir` has failed: call it before changing `dir`.
+    pub fn check(&self, dir: &Path) -> std::io::Result<()> {
+        match lock(&self.groups).failed.get(dir) {
+            Some(failure) => Err(error_of(failure)),
+            None => Ok(()),
+        }
+    }
+
     /// Returns once `dir` has been fsynced after this call began (blocking; call it from a
     /// blocking thread, after the change it must make durable).
     pub fn sync(
@@ -204,7 +212,12 @@ mod tests {
             "{message}"
         );
         assert_eq!(calls.load(Ordering::SeqCst), 0);
+        assert!(
+            syncs.check(Path::new("/d")).is_err(),
+            "checked before a change"
+        );
         // Another directory is not affected.
+        syncs.check(Path::new("/e")).unwrap();
         syncs.sync(Path::new("/e"), |_| Ok(())).unwrap();
     }
 

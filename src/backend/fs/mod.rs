@@ -173,20 +173,46 @@ fn current_version(path: &Path) -> std::io::Result<Option<String>> {
 /// The parent is fsynced when the directory already exists too: another writer may have
 /// created it a moment ago and not finished its own fsync, and a commit acknowledged on top of
 /// that entry would be lost with it. An fsync of a directory with nothing dirty is cheap.
-fn create_dirs_durable(base: &Path, dir: &Path) -> std::io::Result<()> {
+fn create_dirs_durable(
+    base: &Path,
+    dir: &Path,
+    dirsyncs: &dirsync::DirSyncs,
+) -> std::io::Result<()> {
     let rel = dir.strip_prefix(base).unwrap_or(Path::new(""));
     let mut at = base.to_path_buf();
     for part in rel.components() {
         let next = at.join(part);
+        // A directory whose fsync failed takes no new entry, and a failed fsync here fails
+        // the directory as the commit's own would (review round 21, finding 3).
+        dirsyncs.check(&at)?;
         match std::fs::create_dir(&next) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }
-        fsync_dir(&at)?;
+        dirsyncs.sync(&at, fsync_dir)?;
         at = next;
     }
     Ok(())
+}
+
+/// A staged body's ETag (its MD5, unless given: a multipart object's comes from its parts)
+/// and the trailer its file ends with.
+fn seal(
+    key: &str,
+    meta: &ObjectMeta,
+    etag: Option<String>,
+    md5: Md5,
+    size: u64,
+) -> (String, Vec<u8>) {
+    let etag = etag.unwrap_or_else(|| format!("\"{}\"", hex::encode(md5.finalize())));
+    let trailer = Trailer {
+        key: key.to_string(),
+        etag: etag.clone(),
+        size,
+        meta: meta.clone(),
+    };
+    (etag, trailer.encode())
 }
 
 async fn blocking<T: Send + 'static>(
@@ -245,14 +271,7 @@ impl FsBackend {
         };
         let (etag, size, version) = if ended {
             let size = head.len() as u64;
-            let etag = etag.unwrap_or_else(|| format!("\"{}\"", hex::encode(md5.finalize())));
-            let trailer = Trailer {
-                key: key.to_string(),
-                etag: etag.clone(),
-                size,
-                meta: meta.clone(),
-            }
-            .encode();
+            let (etag, trailer) = seal(key, &meta, etag, md5, size);
             let at = path.clone();
             let (version, mut guard) = blocking(move || {
                 // Armed inside the task: if the request is dropped meanwhile (the client hung
@@ -309,14 +328,8 @@ impl FsBackend {
                 size += chunk.len() as u64;
                 file.write_all(&chunk).await?;
             }
-            let etag = etag.unwrap_or_else(|| format!("\"{}\"", hex::encode(md5.finalize())));
-            let trailer = Trailer {
-                key: key.to_string(),
-                etag: etag.clone(),
-                size,
-                meta: meta.clone(),
-            };
-            file.write_all(&trailer.encode()).await?;
+            let (etag, trailer) = seal(key, meta, etag, md5, size);
+            file.write_all(&trailer).await?;
             file.flush().await?;
             file.sync_all().await?;
             let version = staged_version_of(&file.metadata().await?);
@@ -380,11 +393,14 @@ impl Backend for FsBackend {
                 .expect("object files live in a bucket directory");
             // The slow part (one fsync per new directory) comes before the version check, so
             // the window between the check and the rename stays as short as a syscall.
-            create_dirs_durable(&bucket_dir, parent)?;
+            create_dirs_durable(&bucket_dir, parent, &dirsyncs)?;
             // What is recorded is the identity of the file we wrote (read from its own handle,
             // which the rename keeps), never whatever sits at the path after the rename.
             let (file, mut info) = open_info(&temp, &key)?
                 .ok_or_else(|| BackendError::Failing("the staged file vanished".into()))?;
+            // Refused before the rename in a directory whose fsync failed: what a 503 says
+            // did not happen does not happen (review round 21, finding 6).
+            dirsyncs.check(parent)?;
             match &expected {
                 // Create-only: atomic, a file that appears at the path meanwhile makes it fail.
                 None => {
@@ -545,10 +561,11 @@ impl Backend for FsBackend {
                     found,
                 });
             }
-            std::fs::remove_file(&path)?;
             let parent = path
                 .parent()
                 .expect("object files live in a bucket directory");
+            dirsyncs.check(parent)?;
+            std::fs::remove_file(&path)?;
             dirsyncs.sync(parent, fsync_dir)?;
             Ok(())
         })
@@ -745,18 +762,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path();
         let target = base.join("a").join("b");
-        create_dirs_durable(base, &target).unwrap();
+        create_dirs_durable(base, &target, &Default::default()).unwrap();
         assert_eq!(fsynced(), [base.to_path_buf(), base.join("a")]);
         // A second writer finds both directories there (the first creator may not have
         // finished its fsync yet) and still makes each entry durable before returning.
-        create_dirs_durable(base, &target).unwrap();
+        create_dirs_durable(base, &target, &Default::default()).unwrap();
         assert_eq!(fsynced(), [base.to_path_buf(), base.join("a")]);
         // Concurrent creators: each returns only after every entry on its path was fsynced.
         let handles: Vec<_> = (0..4)
             .map(|_| {
                 let (base, target) = (base.to_path_buf(), base.join("c").join("d"));
                 std::thread::spawn(move || {
-                    create_dirs_durable(&base, &target).unwrap();
+                    create_dirs_durable(&base, &target, &Default::default()).unwrap();
                     fsynced()
                 })
             })

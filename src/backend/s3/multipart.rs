@@ -27,6 +27,32 @@ struct SizedBody {
     /// Where the client's body error is kept, for a body streamed straight to the store: the
     /// SDK reports it only as a failed request, which would read as the store's fault.
     failed: Option<BodyFailure>,
+    /// Bytes passed on so far.
+    sent: u64,
+    /// The chunk that reaches `len`, held until the stream is seen to end there: the HTTP
+    /// client stops polling at `len`, so a longer body (a client's declared length short of
+    /// what it sends) or an error at the end (a Content-MD5 that does not match) would
+    /// otherwise go unseen (review round 21, finding 1).
+    last: Option<Bytes>,
+}
+
+impl SizedBody {
+    fn new(inner: ByteStream, len: u64, failed: Option<BodyFailure>) -> SizedBody {
+        SizedBody {
+            inner: std::sync::Mutex::new(inner),
+            len,
+            failed,
+            sent: 0,
+            last: None,
+        }
+    }
+
+    fn fail(&self, e: BodyError) -> Poll<Option<Result<http_body::Frame<Bytes>, BodyError>>> {
+        if let Some(slot) = &self.failed {
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+        }
+        Poll::Ready(Some(Err(e)))
+    }
 }
 
 /// The error a client's body ended with, if it did, while the SDK sent it.
@@ -40,15 +66,43 @@ impl http_body::Body for SizedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, BodyError>>> {
-        let inner = match self.inner.get_mut() {
-            Ok(s) => s,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        let polled = inner.poll_next_unpin(cx);
-        if let (Poll::Ready(Some(Err(e))), Some(slot)) = (&polled, &self.failed) {
-            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+        loop {
+            let this = &mut *self;
+            let inner = match this.inner.get_mut() {
+                Ok(s) => s,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            let polled = match inner.poll_next_unpin(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(p) => p,
+            };
+            match polled {
+                Some(Err(e)) => return self.fail(e),
+                Some(Ok(chunk)) => {
+                    this.sent += chunk.len() as u64;
+                    if this.sent > this.len || this.last.is_some() {
+                        let len = this.len;
+                        return self.fail(BodyError::Broken(format!(
+                            "the body is longer than the {len} bytes its request declared"
+                        )));
+                    }
+                    if this.sent < this.len {
+                        return Poll::Ready(Some(Ok(http_body::Frame::data(chunk))));
+                    }
+                    // Reaches the length: held until the stream is seen to end.
+                    this.last = Some(chunk);
+                }
+                None => {
+                    if this.sent < this.len {
+                        let (sent, len) = (this.sent, this.len);
+                        return self.fail(BodyError::Broken(format!(
+                            "the body ended after {sent} of the {len} bytes its request declared"
+                        )));
+                    }
+                    return Poll::Ready(this.last.take().map(|c| Ok(http_body::Frame::data(c))));
+                }
+            }
         }
-        polled.map(|c| c.map(|r| r.map(http_body::Frame::data)))
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
@@ -64,11 +118,7 @@ pub(super) fn spooled_body(body: &Spooled) -> SdkStream {
     }
     let (body, len) = (body.clone(), body.len());
     SdkStream::new(SdkBody::retryable(move || {
-        SdkBody::from_body_1_x(SizedBody {
-            inner: std::sync::Mutex::new(body.stream()),
-            len,
-            failed: None,
-        })
+        SdkBody::from_body_1_x(SizedBody::new(body.stream(), len, None))
     }))
 }
 
@@ -81,12 +131,12 @@ impl S3Backend {
         size: Option<u64>,
         failed: &BodyFailure,
     ) -> Result<SdkStream, BackendError> {
-        if let Some(len) = size {
-            return Ok(SdkStream::new(SdkBody::from_body_1_x(SizedBody {
-                inner: std::sync::Mutex::new(body),
+        if let Some(len) = size.filter(|&len| len > 0) {
+            return Ok(SdkStream::new(SdkBody::from_body_1_x(SizedBody::new(
+                body,
                 len,
-                failed: Some(failed.clone()),
-            })));
+                Some(failed.clone()),
+            ))));
         }
         let spool_err = |e: std::io::Error| {
             BackendError::Failing(format!(
@@ -192,5 +242,56 @@ impl S3Backend {
                 other => Err(other.into_backend("AbortMultipartUpload")),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body::Body as _;
+
+    /// Polls a body to its end: the data it gave, or the error it ended with.
+    async fn drain(mut body: SizedBody) -> Result<Vec<u8>, BodyError> {
+        let mut out = Vec::new();
+        while let Some(frame) =
+            futures::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
+        {
+            out.extend_from_slice(&frame?.into_data().unwrap());
+        }
+        Ok(out)
+    }
+
+    fn stream(items: Vec<Result<&'static [u8], BodyError>>) -> ByteStream {
+        futures::stream::iter(items.into_iter().map(|r| r.map(Bytes::from_static))).boxed()
+    }
+
+    #[tokio::test]
+    async fn a_streamed_body_is_passed_on_only_if_it_is_exactly_its_length() {
+        let ok = SizedBody::new(stream(vec![Ok(b"hel"), Ok(b"lo")]), 5, None);
+        assert_eq!(drain(ok).await.unwrap(), b"hello");
+        // Longer than declared (review round 21, finding 1): an error, never a cut-short part.
+        let slot = BodyFailure::default();
+        let long = SizedBody::new(
+            stream(vec![Ok(b"hello"), Ok(b"WORLD")]),
+            5,
+            Some(slot.clone()),
+        );
+        assert!(drain(long).await.is_err());
+        assert!(slot.lock().unwrap().is_some(), "the client's error is kept");
+        // An error in place of the end (a Content-MD5 that does not match) is seen too.
+        let slot = BodyFailure::default();
+        let bad = stream(vec![
+            Ok(b"hello"),
+            Err(BodyError::BadDigest("not its MD5".into())),
+        ]);
+        let bad = SizedBody::new(bad, 5, Some(slot.clone()));
+        assert!(matches!(drain(bad).await, Err(BodyError::BadDigest(_))));
+        assert!(matches!(
+            *slot.lock().unwrap(),
+            Some(BodyError::BadDigest(_))
+        ));
+        // Shorter than declared.
+        let short = SizedBody::new(stream(vec![Ok(b"hel")]), 5, None);
+        assert!(drain(short).await.is_err());
     }
 }
