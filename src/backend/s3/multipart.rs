@@ -34,6 +34,8 @@ struct SizedBody {
     /// what it sends) or an error at the end (a Content-MD5 that does not match) would
     /// otherwise go unseen (review round 21, finding 1).
     last: Option<Bytes>,
+    /// The inner stream has ended (it is not polled again).
+    ended: bool,
 }
 
 impl SizedBody {
@@ -44,6 +46,7 @@ impl SizedBody {
             failed,
             sent: 0,
             last: None,
+            ended: false,
         }
     }
 
@@ -68,6 +71,9 @@ impl http_body::Body for SizedBody {
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, BodyError>>> {
         loop {
             let this = &mut *self;
+            if this.ended {
+                return Poll::Ready(None);
+            }
             let inner = match this.inner.get_mut() {
                 Ok(s) => s,
                 Err(poisoned) => poisoned.into_inner(),
@@ -78,6 +84,7 @@ impl http_body::Body for SizedBody {
             };
             match polled {
                 Some(Err(e)) => return self.fail(e),
+                Some(Ok(chunk)) if chunk.is_empty() => {}
                 Some(Ok(chunk)) => {
                     this.sent += chunk.len() as u64;
                     if this.sent > this.len || this.last.is_some() {
@@ -93,6 +100,7 @@ impl http_body::Body for SizedBody {
                     this.last = Some(chunk);
                 }
                 None => {
+                    this.ended = true;
                     if this.sent < this.len {
                         let (sent, len) = (this.sent, this.len);
                         return self.fail(BodyError::Broken(format!(
@@ -267,7 +275,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_streamed_body_is_passed_on_only_if_it_is_exactly_its_length() {
-        let ok = SizedBody::new(stream(vec![Ok(b"hel"), Ok(b"lo")]), 5, None);
+        let ok = SizedBody::new(stream(vec![Ok(b"hel"), Ok(b"lo"), Ok(b"")]), 5, None);
         assert_eq!(drain(ok).await.unwrap(), b"hello");
         // Longer than declared (review round 21, finding 1): an error, never a cut-short part.
         let slot = BodyFailure::default();
