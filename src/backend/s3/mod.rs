@@ -783,30 +783,24 @@ impl Backend for S3Backend {
         };
         let mut size = 0u64;
         let first = self.spool_part(&mut body, &mut size).await?;
-        if first.ended {
+        let (body, etag) = if first.ended {
             // Up to the part size: one PutObject.
             let etag = format!("\"{}\"", hex::encode(first.md5.finalize()));
-            return Ok(Staged {
-                body: StagedBody::Spooled(first.body),
-                bucket: bucket.to_string(),
-                key: key.to_string(),
-                version: Some(etag.clone()),
-                etag,
-                size,
-                meta,
-            });
-        }
-        // Larger: the rest streams into a multipart upload.
-        let (upload_id, parts, md5_of_parts) = self
-            .stage_multipart(key, &meta, first, &mut body, &mut size)
-            .await?;
-        let etag = format!(
-            "\"{}-{}\"",
-            hex::encode(md5_of_parts.finalize()),
-            parts.len()
-        );
+            (StagedBody::Spooled(first.body), etag)
+        } else {
+            // Larger: the rest streams into a multipart upload.
+            let (upload_id, parts, md5_of_parts) = self
+                .stage_multipart(key, &meta, first, &mut body, &mut size)
+                .await?;
+            let etag = format!(
+                "\"{}-{}\"",
+                hex::encode(md5_of_parts.finalize()),
+                parts.len()
+            );
+            (StagedBody::Multipart { upload_id, parts }, etag)
+        };
         Ok(Staged {
-            body: StagedBody::Multipart { upload_id, parts },
+            body,
             bucket: bucket.to_string(),
             key: key.to_string(),
             version: Some(etag.clone()),
