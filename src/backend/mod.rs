@@ -219,6 +219,10 @@ pub enum BackendError {
     Failing(String),
     #[error("a stored object is corrupt: {0}")]
     Corrupt(String),
+    /// The store answered a write with the digest of other bytes than fencegate sent it: it
+    /// kept something else (docs/design.md, "The store's answer is checked").
+    #[error("{0}")]
+    KeptDifferentBytes(String),
     /// The client asked for something malformed (a part list, a range): 400 with this code.
     #[error("{message}")]
     Invalid { code: &'static str, message: String },

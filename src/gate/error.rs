@@ -114,7 +114,11 @@ impl GateError {
             GateError::Body(BodyError::Unauthenticated { status, .. }) => *status,
             GateError::Auth(a) => a.status(),
             GateError::Backend(BackendError::Timeout(_)) => 504,
-            GateError::Backend(BackendError::Unreachable(_) | BackendError::Corrupt(_)) => 502,
+            GateError::Backend(
+                BackendError::Unreachable(_)
+                | BackendError::Corrupt(_)
+                | BackendError::KeptDifferentBytes(_),
+            ) => 502,
             GateError::Backend(BackendError::Throttled(_)) => 503,
             // A conflict that reaches the client (not caught as a bypass) means the backend
             // changed between our check and the commit: also a write behind our back.
@@ -162,6 +166,7 @@ impl GateError {
             GateError::Backend(BackendError::Invalid { code, .. }) => code,
             GateError::Backend(BackendError::NoSuchUpload(_)) => "NoSuchUpload",
             GateError::Backend(BackendError::Unsupported(_)) => "NotImplemented",
+            GateError::Backend(BackendError::KeptDifferentBytes(_)) => "StoreKeptDifferentBytes",
             GateError::Backend(_) => "BackendUnavailable",
             GateError::Store(_) => "FenceStoreUnavailable",
         }

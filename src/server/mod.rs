@@ -209,6 +209,10 @@ pub async fn prepare_s3(
         .await
         .map_err(|e| fail(format!("the conditional-write probe failed: {e}")))?;
     backend.set_conditional_delete(report.conditional_delete);
+    backend.set_etags_are_md5(report.etags_are_md5);
+    if !report.etags_are_md5 {
+        tracing::warn!(bucket, backend = backend_name, "the store's ETags are not MD5s of the bytes (SSE-KMS?): fencegate cannot compare them with what it sent; the store's own Content-MD5 check still applies");
+    }
     // Where the store ignores conditions, the version is read before each such commit instead.
     backend.set_conditional_commits(report.puts_safe(), report.completes_safe());
     let mut ignored: Vec<&str> = report.ignored.clone();

@@ -27,6 +27,9 @@ pub enum Mode {
     /// presigned request's signature and expiry (a negative control: a store that ignores
     /// conditions and deadlines; ministack accepts unsigned requests).
     HoldAndDropConditions = 6,
+    /// Answer every PUT (PutObject, UploadPart) with the ETag of other bytes: a store that
+    /// kept something else than it was sent.
+    WrongPutEtags = 7,
 }
 
 pub struct S3Proxy {
@@ -127,6 +130,7 @@ async fn forward(State(state): State<ProxyState>, req: Request) -> Response {
         Some(q) => format!("{upstream}{}?{q}", req.uri().path()),
         None => format!("{upstream}{}", req.uri().path()),
     };
+    let req_method = req.method().clone();
     let mut out = client.request(req.method().clone(), url);
     for (name, value) in req.headers() {
         // The Host header stays: a presigned request signs it.
@@ -145,8 +149,13 @@ async fn forward(State(state): State<ProxyState>, req: Request) -> Response {
         tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
     }
     let mut builder = Response::builder().status(resp.status().as_u16());
+    let wrong_etag = mode == Mode::WrongPutEtags as u8 && req_method == "PUT";
     for (name, value) in resp.headers() {
-        builder = builder.header(name, value);
+        if wrong_etag && name == "etag" {
+            builder = builder.header(name, "\"0123456789abcdef0123456789abcdef\"");
+        } else {
+            builder = builder.header(name, value);
+        }
     }
     builder
         .body(Body::from(resp.bytes().await.unwrap()))

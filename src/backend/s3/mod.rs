@@ -45,6 +45,10 @@ pub struct S3Backend {
     /// Set by the probe: whether PutObject, and CompleteMultipartUpload, honour the conditions.
     conditional_puts: std::sync::atomic::AtomicBool,
     conditional_completes: std::sync::atomic::AtomicBool,
+    /// Set by the probe: whether the store's ETag for a PutObject or UploadPart is the MD5 of
+    /// the bytes it kept (not so on stores that encrypt with SSE-KMS). Where it is, every such
+    /// answer is compared with the MD5 of what fencegate sent.
+    etags_are_md5: std::sync::atomic::AtomicBool,
     /// How long a request whose answer was lost may still be applied by the store.
     commit_deadline: std::time::Duration,
     /// Where bodies wait between the client and the store.
@@ -61,6 +65,7 @@ impl S3Backend {
             conditional_delete: std::sync::atomic::AtomicBool::new(true),
             conditional_puts: std::sync::atomic::AtomicBool::new(true),
             conditional_completes: std::sync::atomic::AtomicBool::new(true),
+            etags_are_md5: std::sync::atomic::AtomicBool::new(false),
             commit_deadline: std::time::Duration::from_secs(900),
             spooler: spool::Spooler::in_temp_dir(),
         }
@@ -82,6 +87,31 @@ impl S3Backend {
         use std::sync::atomic::Ordering::Relaxed;
         self.conditional_puts.store(puts, Relaxed);
         self.conditional_completes.store(completes, Relaxed);
+    }
+
+    pub fn set_etags_are_md5(&self, md5: bool) {
+        self.etags_are_md5
+            .store(md5, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Where the store's ETags are MD5s, refuses an answer whose ETag is not the MD5 of the
+    /// bytes sent (`sent`, `"hex"`): the store kept other bytes (moto, for one, parses a body
+    /// sent as `application/x-www-form-urlencoded` and keeps an empty object). Nothing is
+    /// acknowledged then (issue 14 §3; docs/design.md, "The store's answer is checked").
+    fn check_kept(&self, what: &str, key: &str, sent: &str, answered: &str) -> Result<(), BackendError> {
+        if !self.etags_are_md5.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
+        let bare = |e: &str| e.trim_matches('"').to_ascii_lowercase();
+        if bare(sent) == bare(answered) {
+            return Ok(());
+        }
+        metrics::counter!("fencegate_store_integrity_failures_total", "operation" => what.to_string())
+            .increment(1);
+        tracing::error!(key, operation = what, sent, answered, "the store kept other bytes than fencegate sent");
+        Err(BackendError::KeptDifferentBytes(format!(
+            "the store answered {what} of {key} with ETag {answered}, but the MD5 of the bytes fencegate sent is {sent}: the store kept other bytes, so nothing was acknowledged and the next write to the key is refused as BypassDetected until the object is inspected; check for a proxy that rewrites bodies, or a store that parses bodies by their Content-Type (moto keeps an empty object for application/x-www-form-urlencoded; send the body as application/octet-stream)"
+        )))
     }
 
     pub fn set_conditional_delete(&self, honoured: bool) {
@@ -216,9 +246,13 @@ impl S3Backend {
             .send()
             .await
             .map_err(|e| classify("UploadPart", e).into_backend("UploadPart"))?;
-        out.e_tag()
+        let etag = out
+            .e_tag()
             .map(str::to_string)
-            .ok_or_else(|| BackendError::Failing("UploadPart returned no ETag".into()))
+            .ok_or_else(|| BackendError::Failing("UploadPart returned no ETag".into()))?;
+        let sent = format!("\"{}\"", hex::encode(md5));
+        self.check_kept("UploadPart", key, &sent, &etag)?;
+        Ok(etag)
     }
 
     /// Aborts a losing upload; a failure is only logged.
@@ -579,6 +613,10 @@ impl S3Backend {
             Some(etag) => etag,
             None => self.etag_after_commit(staged).await?,
         };
+        // A completion's ETag is not the MD5 of the bytes; each part's was checked instead.
+        if matches!(staged.body, StagedBody::Spooled(_)) {
+            self.check_kept("PutObject", &staged.key, &staged.etag, &etag)?;
+        }
         Ok(ObjectInfo {
             key: staged.key.clone(),
             size: staged.size,

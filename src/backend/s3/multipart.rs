@@ -13,6 +13,7 @@ use aws_sdk_s3::primitives::ByteStream as SdkStream;
 use aws_smithy_types::body::SdkBody;
 use bytes::Bytes;
 use futures::StreamExt;
+use md5::{Digest, Md5};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -176,6 +177,14 @@ impl S3Backend {
         size: Option<u64>,
     ) -> Result<PartInfo, BackendError> {
         let failed = BodyFailure::default();
+        // The MD5 of what went to the store, for its answer's ETag (S3Backend::check_kept).
+        let digest = std::sync::Arc::new(std::sync::Mutex::new(Md5::new()));
+        let hashing = digest.clone();
+        let body: ByteStream = Box::pin(body.inspect(move |chunk| {
+            if let Ok(bytes) = chunk {
+                hashing.lock().unwrap_or_else(|p| p.into_inner()).update(bytes);
+            }
+        }));
         let body = self.part_body(body, size, &failed).await?;
         // A streamed body cannot be replayed, so this goes through the client without retries.
         let sent = self
@@ -198,9 +207,12 @@ impl S3Backend {
             S3Failure::NotFound => BackendError::NoSuchUpload(handle.to_string()),
             other => other.into_backend("UploadPart"),
         })?;
+        let etag = out.e_tag().unwrap_or_default().to_string();
+        let sent = std::mem::take(&mut *digest.lock().unwrap_or_else(|p| p.into_inner()));
+        self.check_kept("UploadPart", key, &format!("\"{}\"", hex::encode(sent.finalize())), &etag)?;
         Ok(PartInfo {
             number,
-            etag: out.e_tag().unwrap_or_default().to_string(),
+            etag,
             size: size.unwrap_or_default(),
             last_modified_ms: crate::wall_clock::now_ms(),
         })

@@ -8,6 +8,9 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use std::time::Duration;
 
+/// What the probe writes.
+const PROBE_BODY: &[u8] = b"fencegate probe";
+
 /// An ETag no object has.
 const WRONG_ETAG: &str = "\"00000000000000000000000000000000\"";
 
@@ -17,6 +20,9 @@ pub struct ProbeReport {
     pub ignored: Vec<&'static str>,
     /// Conditional deletes are optional: without them a delete checks the ETag first.
     pub conditional_delete: bool,
+    /// The store answered the probe's PutObject with the MD5 of its body as the ETag, so its
+    /// answers can be checked against the bytes sent.
+    pub etags_are_md5: bool,
 }
 
 impl ProbeReport {
@@ -57,7 +63,7 @@ impl S3Backend {
             .put_object()
             .bucket(&self.bucket)
             .key(key)
-            .body(ByteStream::from_static(b"fencegate probe"))
+            .body(ByteStream::from_static(PROBE_BODY))
             .set_if_match(if_match.map(str::to_string))
             .set_if_none_match(if_none_match.then(|| "*".to_string()))
             .send()
@@ -228,9 +234,22 @@ impl S3Backend {
 
     async fn probe_on(&self, key: &str) -> Result<ProbeReport, String> {
         let mut report = ProbeReport::default();
-        self.probe_put(key, None, true)
+        let first = self
+            .clients
+            .writes
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(ByteStream::from_static(PROBE_BODY))
+            .if_none_match("*")
+            .send()
             .await
+            .map_err(|e| classify("PutObject", e))
             .map_err(|e| format!("cannot write the probe object {key}: {:?}", e))?;
+        let md5 = format!("{:x}", <md5::Md5 as md5::Digest>::digest(PROBE_BODY));
+        report.etags_are_md5 = first
+            .e_tag()
+            .is_some_and(|e| e.trim_matches('"').eq_ignore_ascii_case(&md5));
         let checks: [(&'static str, Outcome); 4] = [
             (
                 "If-None-Match: * on PutObject",
