@@ -234,15 +234,18 @@ impl Catalog {
             if self.config.buckets.contains_key(name) {
                 continue; // configured since: the configuration wins
             }
-            crate::server::record_scope(self.store.as_ref(), &self.config, name, policy)
-                .await
-                .map_err(|e| CatalogError::Failed(e.to_string()))?;
+            let created_ms =
+                crate::server::record_scope(self.store.as_ref(), &self.config, name, policy)
+                    .await
+                    .map_err(|e| CatalogError::Failed(e.to_string()))?;
             let backend = backends
                 .for_bucket(&self.config, name, policy)
                 .await
                 .map_err(CatalogError::Failed)?;
-            self.gate
-                .add_bucket(name, BucketEntry::new(policy.clone(), backend));
+            self.gate.add_bucket(
+                name,
+                BucketEntry::new(policy.clone(), backend).created_at(created_ms),
+            );
         }
         backends.serving();
         Ok(created.len())
@@ -281,13 +284,16 @@ impl Catalog {
             .for_bucket(&self.config, name, &policy)
             .await
             .map_err(CatalogError::Failed)?;
-        crate::server::record_scope(self.store.as_ref(), &self.config, name, &policy)
-            .await
-            .map_err(|e| CatalogError::Failed(e.to_string()))?;
+        let created_ms =
+            crate::server::record_scope(self.store.as_ref(), &self.config, name, &policy)
+                .await
+                .map_err(|e| CatalogError::Failed(e.to_string()))?;
         created.insert(name.to_string(), policy.clone());
         self.save(&created)?;
-        self.gate
-            .add_bucket(name, BucketEntry::new(policy, backend));
+        self.gate.add_bucket(
+            name,
+            BucketEntry::new(policy, backend).created_at(created_ms),
+        );
         tracing::info!(target: "fencegate::audit", bucket = name, "bucket created through the S3 API");
         Ok(())
     }

@@ -159,13 +159,14 @@ pub fn conditions(headers: &HeaderMap) -> Result<Conditions, GateError> {
     })
 }
 
-/// Content type and `x-amz-meta-*` user metadata.
+/// Content type, system metadata (Cache-Control, ...) and `x-amz-meta-*` user metadata.
 pub fn object_meta(headers: &HeaderMap) -> Result<ObjectMeta, GateError> {
     let mut meta = ObjectMeta {
         content_type: headers
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string),
+        headers: ObjectMeta::system_headers(headers),
         ..ObjectMeta::default()
     };
     let mut total = 0;

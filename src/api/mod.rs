@@ -186,6 +186,7 @@ fn request_span(req: &Request) -> tracing::Span {
         scope = Empty,
         token = Empty,
         outcome = Empty,
+        request_id = Empty,
         principal = Empty,
     )
 }
@@ -219,11 +220,13 @@ async fn s3_or_no_route(State(state): State<AppState>, req: Request) -> Response
     let Some(s3) = state.s3.clone().filter(|_| !native) else {
         return no_route(req).await;
     };
+    let id = crate::s3api::answer::request_id();
+    tracing::Span::current().record("request_id", id.as_str());
     if let Some(refusal) = crate::s3api::refused_before_s3s(&req) {
-        return refusal;
+        return crate::s3api::answer::finish(refusal, &id).await;
     }
     let req = req.map(s3s::Body::http_body_unsync);
-    match s3.call(req).await {
+    let resp = match s3.call(req).await {
         Ok(resp) => resp.map(axum::body::Body::new),
         Err(e) => {
             tracing::error!(error = ?e, "the S3 layer failed");
@@ -233,7 +236,8 @@ async fn s3_or_no_route(State(state): State<AppState>, req: Request) -> Response
                 "the S3 layer failed; see the server log".into(),
             )
         }
-    }
+    };
+    crate::s3api::answer::finish(resp, &id).await
 }
 
 async fn no_route(req: Request) -> Response {

@@ -21,9 +21,12 @@ pub(super) fn target(
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<(String, String), ApiError> {
     let Path((bucket, key)) = path.map_err(|e| {
-        GateError::InvalidKey(format!(
-            "the path could not be decoded ({e}); keys must be UTF-8, percent-encoded in the URL"
-        ))
+        GateError::InvalidKey {
+            message: format!(
+                "the path could not be decoded ({e}); keys must be UTF-8, percent-encoded in the URL"
+            ),
+            s3_code: "InvalidURI",
+        }
     })?;
     note_target(&bucket, &key);
     Ok((bucket, key))
@@ -135,6 +138,9 @@ fn object_headers(info: &ObjectInfo) -> HeaderMap {
     }
     for (k, v) in &info.meta.user_meta {
         set(&format!("x-amz-meta-{k}"), v);
+    }
+    for (k, v) in &info.meta.headers {
+        set(k, v);
     }
     h
 }

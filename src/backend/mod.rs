@@ -45,6 +45,47 @@ pub struct ObjectMeta {
     pub user_meta: BTreeMap<String, String>,
     /// The token that wrote the object, if any.
     pub token: Option<u64>,
+    /// S3's system metadata sent with the write ([`SYSTEM_HEADERS`]), by lowercase header name,
+    /// answered back on every read.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// The headers a write may set that every read answers with, as S3 keeps them.
+pub const SYSTEM_HEADERS: [&str; 5] = [
+    "cache-control",
+    "content-disposition",
+    "content-encoding",
+    "content-language",
+    "expires",
+];
+
+impl ObjectMeta {
+    /// The system metadata of a write's headers. `aws-chunked` names the transfer, not the
+    /// object, and is dropped from Content-Encoding as S3 drops it.
+    pub fn system_headers(headers: &http::HeaderMap) -> BTreeMap<String, String> {
+        SYSTEM_HEADERS
+            .iter()
+            .filter_map(|name| {
+                let value = headers.get(*name)?.to_str().ok()?.trim();
+                let value = if *name == "content-encoding" {
+                    value
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("aws-chunked"))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                } else {
+                    value.to_string()
+                };
+                (!value.is_empty()).then(|| (name.to_string(), value))
+            })
+            .collect()
+    }
+
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers.get(name).cloned()
+    }
 }
 
 /// An object as the backend holds it.
@@ -188,8 +229,20 @@ pub fn match_parts(
             }
         }
     }
+    if let Some(small) = out[..out.len() - 1].iter().find(|p| p.size < MIN_PART_BYTES) {
+        return Err(BackendError::Invalid {
+            code: "EntityTooSmall",
+            message: format!(
+                "part {} is {} bytes; every part but the last must be at least 5 MiB, as on S3",
+                small.number, small.size
+            ),
+        });
+    }
     Ok(out)
 }
+
+/// S3's smallest part, but for the last.
+pub const MIN_PART_BYTES: u64 = 5 * 1024 * 1024;
 
 /// One page of a listing, in key order.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -486,7 +539,7 @@ mod tests {
             PartInfo {
                 number: 1,
                 etag: "\"aa\"".into(),
-                size: 1,
+                size: MIN_PART_BYTES,
                 last_modified_ms: 0,
             },
             PartInfo {
@@ -517,6 +570,14 @@ mod tests {
             "InvalidPart"
         );
         assert_eq!(code(match_parts(&[], &uploaded)), "MalformedXML");
+        // Every part but the last is at least 5 MiB; the last may be anything.
+        let mut small = uploaded.clone();
+        small[0].size = MIN_PART_BYTES - 1;
+        assert_eq!(
+            code(match_parts(&[(1, "aa".into()), (2, "bb".into())], &small)),
+            "EntityTooSmall"
+        );
+        assert!(match_parts(&[(1, "aa".into())], &small).is_ok());
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub struct FenceRow {
     /// store shows the pending version or the time has passed.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "u")]
     pub unresolved_until_ms: Option<u64>,
+    /// Policy rows (`policy:bucket`): when fencegate first served the bucket (Unix ms), the
+    /// creation date ListBuckets answers.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "c")]
+    pub created_ms: Option<u64>,
     /// On a scope row: the objects of this scope (keys in the bucket) whose store request is
     /// unresolved, with the same deadline. A late request lands in the scope, so every write,
     /// advance and bound grant of the scope waits for it, not only those of its object.

@@ -13,6 +13,8 @@ pub struct BucketEntry {
     pub policy: BucketPolicy,
     pub backend: Arc<dyn Backend>,
     pub(super) in_flight: inflight::InFlight,
+    /// When fencegate first served the bucket (Unix ms; 0 when not known).
+    pub created_ms: u64,
 }
 
 impl BucketEntry {
@@ -21,11 +23,22 @@ impl BucketEntry {
             policy,
             backend,
             in_flight: Default::default(),
+            created_ms: 0,
         }
+    }
+
+    pub fn created_at(mut self, ms: u64) -> BucketEntry {
+        self.created_ms = ms;
+        self
     }
 }
 
 impl Gate {
+    /// When the bucket was first served (Unix ms), for ListBuckets; 0 when not known.
+    pub fn bucket_created_ms(&self, name: &str) -> u64 {
+        self.bucket(name).map_or(0, |b| b.created_ms)
+    }
+
     pub fn bucket(&self, name: &str) -> Result<Arc<BucketEntry>, GateError> {
         self.buckets
             .read()

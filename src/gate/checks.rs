@@ -57,6 +57,8 @@ pub(super) fn rows_restored(error: &GateError) -> bool {
     matches!(
         error,
         GateError::PreconditionFailed(_)
+            // If-Match on an absent object: a failed condition too.
+            | GateError::NoSuchKey { .. }
             | GateError::BypassDetected { .. }
             | GateError::Backend(BackendError::Conflict { .. })
             | GateError::Store(_)
@@ -155,8 +157,7 @@ impl Gate {
                 .or_else(|| found.as_ref().map(|_| String::new()))
         };
         req.conditions
-            .check(current_etag.as_deref())
-            .map_err(GateError::PreconditionFailed)?;
+            .judge(current_etag.as_deref(), &req.bucket, &req.key)?;
         Ok(Locked {
             scope_row,
             object_row,

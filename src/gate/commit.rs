@@ -381,9 +381,8 @@ impl Gate {
                                 ),
                             };
                             req.conditions
-                                .check(foreign.as_deref())
+                                .judge(foreign.as_deref(), &req.bucket, &req.key)
                                 .err()
-                                .map(GateError::PreconditionFailed)
                         }
                     };
                     if let Some(refused) = refused {
@@ -391,16 +390,17 @@ impl Gate {
                             .await?;
                         return Err(refused);
                     }
-                } else if let Err(failed) = req
-                    .conditions
-                    .check(object_row.etag_of(found.as_deref()).as_deref())
-                {
+                } else if let Err(failed) = req.conditions.judge(
+                    object_row.etag_of(found.as_deref()).as_deref(),
+                    &req.bucket,
+                    &req.key,
+                ) {
                     // One of fencegate's own versions, but not the one the client's conditions
                     // were judged against (a crash, or another instance's commit, left it):
                     // judged again on it (review round 12).
                     self.save(scope, scope_row, object_key, object_row, Durability::Synced)
                         .await?;
-                    return Err(GateError::PreconditionFailed(failed));
+                    return Err(failed);
                 }
                 Ok(commit(found).await?)
             }

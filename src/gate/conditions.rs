@@ -1,5 +1,7 @@
 //! `If-Match` / `If-None-Match` as the gate understands them, parsed by the surfaces.
 
+use super::error::GateError;
+
 /// One conditional header's value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EtagMatch {
@@ -51,6 +53,18 @@ pub struct Conditions {
 }
 
 impl Conditions {
+    /// [`Self::check`] as the gate answers it: If-Match on an object that does not exist is
+    /// 404 NoSuchKey, as S3 documents; any other failed condition is 412.
+    pub fn judge(&self, current: Option<&str>, bucket: &str, key: &str) -> Result<(), GateError> {
+        if self.if_match.is_some() && current.is_none() {
+            return Err(GateError::NoSuchKey {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+            });
+        }
+        self.check(current).map_err(GateError::PreconditionFailed)
+    }
+
     /// Checks the conditions against the object's current ETag.
     pub fn check(&self, current: Option<&str>) -> Result<(), String> {
         if let Some(m) = &self.if_match {

@@ -63,8 +63,13 @@ pub enum GateError {
     NoSuchBucket(String),
     #[error("no object {key:?} in bucket {bucket}")]
     NoSuchKey { bucket: String, key: String },
-    #[error("invalid key: {0}")]
-    InvalidKey(String),
+    /// `s3_code`: what S3 answers for the same key (InvalidURI for a control character,
+    /// KeyTooLongError), for the S3 gateway; the native API answers InvalidKey.
+    #[error("invalid key: {message}")]
+    InvalidKey {
+        message: String,
+        s3_code: &'static str,
+    },
     #[error("{0}")]
     InvalidArgument(String),
     #[error("{0}")]
@@ -102,7 +107,7 @@ impl GateError {
             GateError::InvalidFencingToken(_)
             | GateError::TokenJumpTooLarge { .. }
             | GateError::InvalidFencingScope(_)
-            | GateError::InvalidKey(_)
+            | GateError::InvalidKey { .. }
             | GateError::InvalidArgument(_) => 400,
             GateError::PreconditionFailed(_) => 412,
             GateError::BypassDetected { .. } => 409,
@@ -155,7 +160,7 @@ impl GateError {
             GateError::BucketClosing(_) | GateError::BucketBusy(_) => "OperationAborted",
             GateError::NoSuchBucket(_) => "NoSuchBucket",
             GateError::NoSuchKey { .. } => "NoSuchKey",
-            GateError::InvalidKey(_) => "InvalidKey",
+            GateError::InvalidKey { .. } => "InvalidKey",
             GateError::InvalidArgument(_) => "InvalidArgument",
             GateError::Body(BodyError::TooLarge { .. }) => "EntityTooLarge",
             GateError::Body(BodyError::Idle { .. }) => "RequestTimeout",

@@ -12,25 +12,35 @@ const MAX_SCOPE_NAME: usize = 256;
 /// included), and `.` or `..` segments, which mean directory traversal to every file tool.
 pub fn validate_key(key: &str) -> Result<(), GateError> {
     if key.is_empty() {
-        return Err(GateError::InvalidKey("the key is empty".into()));
+        return Err(invalid_key("the key is empty".into(), "InvalidArgument"));
     }
     if key.len() > MAX_KEY_BYTES {
-        return Err(GateError::InvalidKey(format!(
-            "the key is {} bytes long; the limit is {MAX_KEY_BYTES}",
-            key.len()
-        )));
+        return Err(invalid_key(
+            format!(
+                "the key is {} bytes long; the limit is {MAX_KEY_BYTES}",
+                key.len()
+            ),
+            "KeyTooLongError",
+        ));
     }
     if key.chars().any(char::is_control) {
-        return Err(GateError::InvalidKey(
+        return Err(invalid_key(
             "the key contains a control character (such as NUL)".into(),
+            "InvalidURI",
         ));
     }
     if key.split('/').any(|s| s == "." || s == "..") {
-        return Err(GateError::InvalidKey(
+        // S3 takes these; fencegate does not (README, "Differences from S3").
+        return Err(invalid_key(
             "the key has a `.` or `..` segment".into(),
+            "InvalidArgument",
         ));
     }
     Ok(())
+}
+
+fn invalid_key(message: String, s3_code: &'static str) -> GateError {
+    GateError::InvalidKey { message, s3_code }
 }
 
 /// The fence-table row name of one object; also its scope under `scope = "object"`.

@@ -91,6 +91,57 @@ fn common_prefixes(prefixes: Vec<String>) -> Vec<CommonPrefix> {
         .collect()
 }
 
+/// The owner of every bucket and object: fencegate has one account.
+fn owner() -> Owner {
+    Owner {
+        display_name: Some("fencegate".into()),
+        id: Some("fencegate".into()),
+    }
+}
+
+/// Everything but RFC 3986's unreserved characters and `/` is percent-encoded.
+const URL_ENCODED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
+
+/// `EncodingType=url`: keys, prefixes, delimiters and markers go out percent-encoded, so a
+/// key with characters XML cannot carry survives, and clients that ask for it by default
+/// (botocore does) decode `+` and `%20` back to what was written.
+struct Encoding(bool);
+
+impl Encoding {
+    fn of(requested: Option<&EncodingType>) -> Encoding {
+        Encoding(requested.is_some_and(|e| e.as_str() == EncodingType::URL))
+    }
+
+    fn apply(&self, text: String) -> String {
+        if self.0 {
+            percent_encoding::utf8_percent_encode(&text, URL_ENCODED).to_string()
+        } else {
+            text
+        }
+    }
+
+    fn opt(&self, text: Option<String>) -> Option<String> {
+        text.map(|t| self.apply(t))
+    }
+
+    fn listing(&self, listing: &mut Listing, with_owner: bool) {
+        for o in &mut listing.objects {
+            o.key = self.opt(o.key.take());
+            if with_owner {
+                o.owner = Some(owner());
+            }
+        }
+        for p in &mut listing.prefixes {
+            *p = self.apply(std::mem::take(p));
+        }
+    }
+}
+
 fn max_keys(requested: Option<i32>) -> S3Result<usize> {
     match requested {
         None => Ok(1000),
@@ -126,7 +177,7 @@ pub async fn list_objects_v2(
         Some(t) => Some(decode_token(t)?),
         None => input.start_after.clone(),
     };
-    let listing = list(
+    let mut listing = list(
         gw,
         &input.bucket,
         &prefix,
@@ -136,14 +187,17 @@ pub async fn list_objects_v2(
     )
     .await
     .map_err(s3_error)?;
+    let encoding = Encoding::of(input.encoding_type.as_ref());
+    encoding.listing(&mut listing, input.fetch_owner == Some(true));
     Ok(S3Response::new(ListObjectsV2Output {
         name: Some(input.bucket),
-        prefix: Some(prefix),
-        delimiter: input.delimiter,
+        prefix: Some(encoding.apply(prefix)),
+        // S3 echoes no empty delimiter.
+        delimiter: encoding.opt(input.delimiter.filter(|d| !d.is_empty())),
         max_keys: Some(max as i32),
         key_count: Some((listing.objects.len() + listing.prefixes.len()) as i32),
         continuation_token: input.continuation_token,
-        start_after: input.start_after,
+        start_after: encoding.opt(input.start_after),
         is_truncated: Some(listing.next.is_some()),
         next_continuation_token: listing.next.map(hex::encode),
         contents: Some(listing.objects),
@@ -160,7 +214,7 @@ pub async fn list_objects(
     let input = req.input;
     let prefix = input.prefix.clone().unwrap_or_default();
     let max = max_keys(input.max_keys)?;
-    let listing = list(
+    let mut listing = list(
         gw,
         &input.bucket,
         &prefix,
@@ -170,14 +224,18 @@ pub async fn list_objects(
     )
     .await
     .map_err(s3_error)?;
+    let encoding = Encoding::of(input.encoding_type.as_ref());
+    // v1 always names each object's owner.
+    encoding.listing(&mut listing, true);
     Ok(S3Response::new(ListObjectsOutput {
         name: Some(input.bucket),
-        prefix: Some(prefix),
-        delimiter: input.delimiter,
-        marker: input.marker,
+        prefix: Some(encoding.apply(prefix)),
+        delimiter: encoding.opt(input.delimiter.filter(|d| !d.is_empty())),
+        // Always present in v1 answers, empty when none was sent.
+        marker: Some(encoding.apply(input.marker.unwrap_or_default())),
         max_keys: Some(max as i32),
         is_truncated: Some(listing.next.is_some()),
-        next_marker: listing.next,
+        next_marker: encoding.opt(listing.next),
         contents: Some(listing.objects),
         common_prefixes: Some(common_prefixes(listing.prefixes)),
         encoding_type: input.encoding_type,
@@ -190,27 +248,50 @@ pub async fn list_buckets(
     req: S3Request<ListBucketsInput>,
 ) -> S3Result<S3Response<ListBucketsOutput>> {
     let who = gw.keys.s3_principal(req.credentials.as_ref())?;
-    let buckets = gw
+    let input = &req.input;
+    let max = match input.max_buckets {
+        None => usize::MAX,
+        Some(n) if (1..=10_000).contains(&n) => n as usize,
+        Some(_) => {
+            return Err(convert::invalid(
+                S3ErrorCode::InvalidArgument,
+                "max-buckets must be between 1 and 10000",
+            ))
+        }
+    };
+    let after = input
+        .continuation_token
+        .as_deref()
+        .map(decode_token)
+        .transpose()?;
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let mut names: Vec<String> = gw
         .gate
         .bucket_names()
         .into_iter()
+        .filter(|b| b.starts_with(&prefix) && after.as_ref().is_none_or(|a| b > a))
         .filter(|b| {
             gw.keys
                 .authorize(&who, crate::auth::Action::Read { bucket: b })
                 .is_ok()
         })
+        .collect();
+    names.sort();
+    let next = (names.len() > max).then(|| hex::encode(&names[max - 1]));
+    names.truncate(max);
+    let buckets = names
+        .into_iter()
         .map(|name| Bucket {
+            creation_date: Some(convert::timestamp(gw.gate.bucket_created_ms(&name))),
             name: Some(name),
-            creation_date: Some(convert::timestamp(0)),
             bucket_region: Some(gw.region.clone()),
         })
         .collect();
     Ok(S3Response::new(ListBucketsOutput {
         buckets: Some(buckets),
-        owner: Some(Owner {
-            display_name: Some("fencegate".into()),
-            id: Some("fencegate".into()),
-        }),
+        continuation_token: next,
+        prefix: input.prefix.clone(),
+        owner: Some(owner()),
         ..Default::default()
     }))
 }

@@ -21,7 +21,11 @@ pub fn s3_error(e: GateError) -> S3Error {
     } else {
         tracing::debug!(code = e.code(), error = %e, "request refused");
     }
-    let code = match e.code() {
+    let code = match &e {
+        GateError::InvalidKey { s3_code, .. } => s3_code,
+        _ => e.code(),
+    };
+    let code = match code {
         "NoSuchKey" => S3ErrorCode::NoSuchKey,
         "NoSuchBucket" => S3ErrorCode::NoSuchBucket,
         "NoSuchUpload" => S3ErrorCode::NoSuchUpload,
@@ -69,10 +73,12 @@ pub fn token(headers: &HeaderMap, metadata: Option<&Metadata>, lease: Option<u64
     }
 }
 
-/// User metadata to store: everything but the token, which the gate records itself.
+/// Metadata to store: the system metadata of the request's headers, and the user's, all but
+/// the token, which the gate records itself.
 pub fn object_meta(
     content_type: Option<String>,
     metadata: Option<&Metadata>,
+    headers: &http::HeaderMap,
 ) -> Result<ObjectMeta, S3Error> {
     let user_meta: std::collections::BTreeMap<String, String> = metadata
         .into_iter()
@@ -91,6 +97,7 @@ pub fn object_meta(
         content_type,
         user_meta,
         token: None,
+        headers: ObjectMeta::system_headers(headers),
     })
 }
 
@@ -105,6 +112,12 @@ pub fn metadata_of(meta: &ObjectMeta) -> Option<Metadata> {
         out.insert(TOKEN_META.to_string(), t.to_string());
     }
     (!out.is_empty()).then_some(out)
+}
+
+/// The stored Expires header, if it is an HTTP date (S3 answers nothing for one that is not).
+pub fn expires(meta: &ObjectMeta) -> Option<Timestamp> {
+    let text = meta.headers.get("expires")?;
+    Timestamp::parse(s3s::dto::TimestampFormat::HttpDate, text).ok()
 }
 
 pub fn etag(quoted: &str) -> ETag {
@@ -258,11 +271,11 @@ impl ReadConditions<'_> {
         }
         if let Some(c) = self.if_none_match {
             if condition_matches(c, &info.etag) {
-                return Err(not_modified(copy));
+                return Err(not_modified(copy, info));
             }
         } else if let Some(t) = self.if_modified_since {
             if modified_s <= millis(t) / 1000 {
-                return Err(not_modified(copy));
+                return Err(not_modified(copy, info));
             }
         }
         Ok(())
@@ -278,11 +291,21 @@ fn failed(which: &str) -> S3Error {
     err
 }
 
-fn not_modified(copy: bool) -> S3Error {
+/// 304 carries the object's ETag and Last-Modified, as S3's does, so a cache can revalidate.
+fn not_modified(copy: bool, info: &ObjectInfo) -> S3Error {
     if copy {
         return failed("the copy source condition");
     }
     let mut err = S3Error::new(S3ErrorCode::NotModified);
     err.set_status_code(StatusCode::NOT_MODIFIED);
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&info.etag) {
+        headers.insert(http::header::ETAG, v);
+    }
+    let modified = std::time::UNIX_EPOCH + std::time::Duration::from_millis(info.last_modified_ms);
+    if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(modified)) {
+        headers.insert(http::header::LAST_MODIFIED, v);
+    }
+    err.set_headers(headers);
     err
 }

@@ -3,6 +3,7 @@
 //! gate's. One file per group of operations, over the helpers here.
 
 mod access;
+pub mod answer;
 mod buckets;
 mod convert;
 mod multipart;

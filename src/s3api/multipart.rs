@@ -45,7 +45,7 @@ pub async fn create(
         scope_header: headers::scope(&req.headers).map_err(s3_error)?,
         scope_takeover: headers::scope_takeover(&req.headers).map_err(s3_error)?,
         conditions: Default::default(),
-        meta: convert::object_meta(input.content_type.clone(), input.metadata.as_ref())?,
+        meta: convert::object_meta(input.content_type.clone(), input.metadata.as_ref(), &req.headers)?,
         idempotency: None,
     };
     let upload = gw.gate.create_upload(write).await.map_err(s3_error)?;
@@ -112,6 +112,15 @@ fn source_range(range: Option<&str>, size: u64) -> S3Result<Option<(u64, u64)>> 
         .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)));
     match parsed {
         Some((first, last)) if first <= last && last < size => Ok(Some((first, last))),
+        // Well formed but outside the source: S3's 416.
+        Some((first, last)) if first <= last => {
+            let mut err = convert::invalid(
+                S3ErrorCode::InvalidRange,
+                format!("x-amz-copy-source-range {range:?} is outside the source's {size} bytes"),
+            );
+            err.set_status_code(http::StatusCode::RANGE_NOT_SATISFIABLE);
+            Err(err)
+        }
         _ => Err(convert::invalid(
             S3ErrorCode::InvalidArgument,
             format!("x-amz-copy-source-range {range:?} must be bytes=first-last within the source's {size} bytes"),

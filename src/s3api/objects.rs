@@ -68,7 +68,7 @@ pub async fn put_object(
         input.metadata.as_ref(),
         super::access::lease_token(&req.extensions),
     );
-    let meta = convert::object_meta(input.content_type.clone(), input.metadata.as_ref())?;
+    let meta = convert::object_meta(input.content_type.clone(), input.metadata.as_ref(), &req.headers)?;
     let write = write_request(&req.headers, (&input.bucket, &input.key, &who), token, meta)?;
     let body = convert::body(
         input.body,
@@ -174,6 +174,11 @@ pub async fn get_object(
         e_tag: Some(convert::etag(&info.etag)),
         last_modified: Some(convert::timestamp(info.last_modified_ms)),
         metadata: convert::metadata_of(&info.meta),
+        cache_control: info.meta.header("cache-control"),
+        content_disposition: info.meta.header("content-disposition"),
+        content_encoding: info.meta.header("content-encoding"),
+        content_language: info.meta.header("content-language"),
+        expires: convert::expires(&info.meta),
         accept_ranges: Some("bytes".into()),
         ..Default::default()
     });
@@ -207,6 +212,11 @@ pub async fn head_object(
         e_tag: Some(convert::etag(&info.etag)),
         last_modified: Some(convert::timestamp(info.last_modified_ms)),
         metadata: convert::metadata_of(&info.meta),
+        cache_control: info.meta.header("cache-control"),
+        content_disposition: info.meta.header("content-disposition"),
+        content_encoding: info.meta.header("content-encoding"),
+        content_language: info.meta.header("content-language"),
+        expires: convert::expires(&info.meta),
         accept_ranges: Some("bytes".into()),
         ..Default::default()
     }))
@@ -352,6 +362,20 @@ pub async fn copy_object(
     let input = req.input;
     note(&input.bucket, &input.key);
     let (src_bucket, src_key) = copy_source(gw, &input.copy_source, req.credentials.as_ref())?;
+    let replace = input
+        .metadata_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+    let changes = replace
+        || input.storage_class.is_some()
+        || input.server_side_encryption.is_some()
+        || input.website_redirect_location.is_some();
+    if (src_bucket, src_key) == (input.bucket.as_str(), input.key.as_str()) && !changes {
+        return Err(convert::invalid(
+            S3ErrorCode::InvalidRequest,
+            "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes; send x-amz-metadata-directive: REPLACE to rewrite it",
+        ));
+    }
     let (info, body) = gw.gate.get(src_bucket, src_key).await.map_err(s3_error)?;
     ReadConditions {
         if_match: input.copy_source_if_match.as_ref(),
@@ -360,10 +384,6 @@ pub async fn copy_object(
         if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
     }
     .check(&info, true)?;
-    let replace = input
-        .metadata_directive
-        .as_ref()
-        .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
     // The token is the request's own, never the source object's.
     let token = convert::token(
         &req.headers,
@@ -371,7 +391,7 @@ pub async fn copy_object(
         super::access::lease_token(&req.extensions),
     );
     let meta = if replace {
-        convert::object_meta(input.content_type.clone(), input.metadata.as_ref())?
+        convert::object_meta(input.content_type.clone(), input.metadata.as_ref(), &req.headers)?
     } else {
         crate::backend::ObjectMeta {
             token: None,

@@ -91,8 +91,12 @@ async fn build(
         took_ms = started.elapsed().as_millis() as u64,
         "fence table open"
     );
+    let mut created_ms = BTreeMap::new();
     for (bucket, policy) in &config.buckets {
-        record_scope(store.as_ref(), config, bucket, policy).await?;
+        created_ms.insert(
+            bucket,
+            record_scope(store.as_ref(), config, bucket, policy).await?,
+        );
     }
 
     let mut buckets = BTreeMap::new();
@@ -101,7 +105,8 @@ async fn build(
             .for_bucket(config, bucket, policy)
             .await
             .map_err(StartError::Gateway)?;
-        buckets.insert(bucket.clone(), BucketEntry::new(policy.clone(), backend));
+        let entry = BucketEntry::new(policy.clone(), backend).created_at(created_ms[bucket]);
+        buckets.insert(bucket.clone(), entry);
     }
     let mut gate = Gate::new(store.clone(), buckets)
         .with_idempotency_ttl(Duration::from_secs(config.server.idempotency_ttl_secs));
@@ -153,15 +158,19 @@ pub async fn record_scope(
     config: &Config,
     bucket: &str,
     policy: &BucketPolicy,
-) -> Result<(), StartError> {
+) -> Result<u64, StartError> {
     let key = format!("policy:{bucket}");
     let configured = Config::scope_kind(policy);
     // Instances sharing a table may start together: one records, the others read it again.
     let mut attempts = 0;
     loop {
         let row = store.get(&key).await?.unwrap_or_default();
+        match (&row.scope_kind, row.created_ms) {
+            (Some(recorded), Some(created)) if *recorded == configured => return Ok(created),
+            _ => {}
+        }
         match &row.scope_kind {
-            Some(recorded) if *recorded == configured => return Ok(()),
+            Some(recorded) if *recorded == configured => {}
             Some(recorded) if !config.accept_scope_change.contains(bucket) => {
                 return Err(StartError::ScopeChanged {
                     bucket: bucket.to_string(),
@@ -174,8 +183,11 @@ pub async fn record_scope(
             }
             None => {}
         }
+        // A row recorded before creation dates were kept gets today's.
+        let created = row.created_ms.unwrap_or_else(crate::wall_clock::now_ms);
         let row = FenceRow {
             scope_kind: Some(configured.clone()),
+            created_ms: Some(created),
             ..row
         };
         match store
@@ -183,7 +195,7 @@ pub async fn record_scope(
             .await
         {
             Err(StoreError::Conflict(_)) if attempts < 5 => attempts += 1,
-            other => return Ok(other.map(|_| ())?),
+            other => return Ok(other.map(|_| created)?),
         }
     }
 }

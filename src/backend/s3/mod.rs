@@ -34,6 +34,22 @@ use std::collections::HashMap;
 /// The metadata name that carries the token (`x-amz-meta-fencing-token`).
 pub const TOKEN_META: &str = "fencing-token";
 
+/// The system metadata of a HeadObject or GetObject answer.
+macro_rules! system_of {
+    ($out:expr) => {
+        [
+            ("cache-control", $out.cache_control()),
+            ("content-disposition", $out.content_disposition()),
+            ("content-encoding", $out.content_encoding()),
+            ("content-language", $out.content_language()),
+            ("expires", $out.expires_string()),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.to_string(), v.filter(|v| !v.is_empty())?.to_string())))
+        .collect()
+    };
+}
+
 pub struct S3Backend {
     clients: S3Clients,
     bucket: String,
@@ -165,6 +181,7 @@ impl S3Backend {
     fn object_meta(
         content_type: Option<&str>,
         metadata: Option<&HashMap<String, String>>,
+        headers: std::collections::BTreeMap<String, String>,
     ) -> ObjectMeta {
         let mut user_meta: std::collections::BTreeMap<String, String> = metadata
             .map(|m| {
@@ -178,6 +195,7 @@ impl S3Backend {
             content_type: content_type.map(str::to_string),
             user_meta,
             token,
+            headers,
         }
     }
 
@@ -211,6 +229,11 @@ impl S3Backend {
             .bucket(&self.bucket)
             .key(self.store_key(key))
             .set_content_type(meta.content_type.clone())
+                .set_cache_control(meta.header("cache-control"))
+                .set_content_disposition(meta.header("content-disposition"))
+                .set_content_encoding(meta.header("content-encoding"))
+                .set_content_language(meta.header("content-language"))
+                .set_expires(expires(meta))
             .set_metadata(Some(Self::metadata(meta)))
             .send()
             .await
@@ -476,6 +499,11 @@ impl S3Backend {
                 .set_content_md5(content_md5(&staged.etag))
                 .body(multipart::spooled_body(body))
                 .set_content_type(meta.content_type.clone())
+                .set_cache_control(meta.header("cache-control"))
+                .set_content_disposition(meta.header("content-disposition"))
+                .set_content_encoding(meta.header("content-encoding"))
+                .set_content_language(meta.header("content-language"))
+                .set_expires(expires(meta))
                 .set_metadata(Some(Self::metadata(meta)))
                 .set_if_match(if_match)
                 .set_if_none_match(if_none_match)
@@ -535,6 +563,9 @@ impl S3Backend {
                 }
                 for (k, v) in Self::metadata(meta) {
                     headers.push((format!("x-amz-meta-{k}"), v));
+                }
+                for (k, v) in &meta.headers {
+                    headers.push((k.clone(), v.clone()));
                 }
                 ("PutObject", "PUT", None, body.clone())
             }
@@ -720,7 +751,7 @@ impl S3Backend {
             out.e_tag(),
             total,
             out.last_modified(),
-            Self::object_meta(out.content_type(), out.metadata()),
+            Self::object_meta(out.content_type(), out.metadata(), system_of!(out)),
         );
         let stream = futures::stream::unfold(out.body, |mut body| async move {
             body.next()
@@ -729,6 +760,12 @@ impl S3Backend {
         });
         Ok(Some((info, Box::pin(stream))))
     }
+}
+
+/// The Expires header as the SDK takes it; one that is not an HTTP date is not sent.
+fn expires(meta: &ObjectMeta) -> Option<aws_smithy_types::DateTime> {
+    let text = meta.headers.get("expires")?;
+    aws_smithy_types::DateTime::from_str(text, aws_smithy_types::date_time::Format::HttpDate).ok()
 }
 
 /// The Content-MD5 header for a body whose ETag is its MD5 (`"hex"`), so the store checks
@@ -924,7 +961,7 @@ impl Backend for S3Backend {
                 out.e_tag(),
                 out.content_length(),
                 out.last_modified(),
-                Self::object_meta(out.content_type(), out.metadata()),
+                Self::object_meta(out.content_type(), out.metadata(), system_of!(out)),
             ))),
             Err(e) => match classify("HeadObject", e) {
                 S3Failure::NotFound => Ok(None),

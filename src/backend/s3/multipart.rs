@@ -178,11 +178,15 @@ impl S3Backend {
     ) -> Result<PartInfo, BackendError> {
         let failed = BodyFailure::default();
         // The MD5 of what went to the store, for its answer's ETag (S3Backend::check_kept).
-        let digest = std::sync::Arc::new(std::sync::Mutex::new(Md5::new()));
+        // Its length too: a part sent without Content-Length is measured here (EntityTooSmall
+        // is judged on it at completion).
+        let digest = std::sync::Arc::new(std::sync::Mutex::new((Md5::new(), 0u64)));
         let hashing = digest.clone();
         let body: ByteStream = Box::pin(body.inspect(move |chunk| {
             if let Ok(bytes) = chunk {
-                hashing.lock().unwrap_or_else(|p| p.into_inner()).update(bytes);
+                let mut seen = hashing.lock().unwrap_or_else(|p| p.into_inner());
+                seen.0.update(bytes);
+                seen.1 += bytes.len() as u64;
             }
         }));
         let body = self.part_body(body, size, &failed).await?;
@@ -208,12 +212,12 @@ impl S3Backend {
             other => other.into_backend("UploadPart"),
         })?;
         let etag = out.e_tag().unwrap_or_default().to_string();
-        let sent = std::mem::take(&mut *digest.lock().unwrap_or_else(|p| p.into_inner()));
+        let (sent, length) = std::mem::take(&mut *digest.lock().unwrap_or_else(|p| p.into_inner()));
         self.check_kept("UploadPart", key, &format!("\"{}\"", hex::encode(sent.finalize())), &etag)?;
         Ok(PartInfo {
             number,
             etag,
-            size: size.unwrap_or_default(),
+            size: length,
             last_modified_ms: crate::wall_clock::now_ms(),
         })
     }

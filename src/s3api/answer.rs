@@ -1,0 +1,101 @@
+//! What every S3 answer carries, whoever built it (s3s, an operation, a refusal before s3s):
+//! a request id in `x-amz-request-id`, repeated as `<RequestId>` in an error's XML so that a
+//! client's error report and the server's log name the same request, and no body on a 304.
+
+use axum::body::Body;
+use axum::response::Response;
+use http::{HeaderValue, StatusCode};
+
+/// Error bodies are small XML documents; anything larger is passed through untouched.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// A new request id: 16 upper-case hex digits, as S3's are.
+pub fn request_id() -> String {
+    format!("{:016X}", rand::random::<u64>())
+}
+
+/// Stamps `id` on an answer.
+pub async fn finish(resp: Response, id: &str) -> Response {
+    let (mut parts, body) = resp.into_parts();
+    if let Ok(v) = HeaderValue::from_str(id) {
+        parts.headers.insert("x-amz-request-id", v.clone());
+        parts.headers.insert("x-amz-id-2", v);
+    }
+    if parts.status == StatusCode::NOT_MODIFIED {
+        parts.headers.remove(http::header::CONTENT_TYPE);
+        parts.headers.remove(http::header::CONTENT_LENGTH);
+        return Response::from_parts(parts, Body::empty());
+    }
+    let xml = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/xml"));
+    if !parts.status.is_client_error() && !parts.status.is_server_error() || !xml {
+        return Response::from_parts(parts, body);
+    }
+    let bytes = match axum::body::to_bytes(body, MAX_ERROR_BODY).await {
+        Ok(bytes) => bytes,
+        Err(_) => return Response::from_parts(parts, Body::empty()),
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let stamped = match text.rfind("</Error>") {
+        Some(end) if !text.contains("<RequestId>") => {
+            format!("{}<RequestId>{id}</RequestId>{}", &text[..end], &text[end..])
+        }
+        _ => text.into_owned(),
+    };
+    parts.headers.insert(
+        http::header::CONTENT_LENGTH,
+        HeaderValue::from(stamped.len()),
+    );
+    Response::from_parts(parts, Body::from(stamped))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body_of(resp: Response) -> String {
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    fn xml(status: u16, body: &str) -> Response {
+        Response::builder()
+            .status(status)
+            .header("content-type", "application/xml")
+            .header("content-length", body.len())
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn errors_carry_the_id_of_their_header() {
+        let resp = finish(xml(404, "<Error><Code>NoSuchKey</Code></Error>"), "ABC").await;
+        assert_eq!(resp.headers()["x-amz-request-id"], "ABC");
+        assert_eq!(resp.headers()["content-length"], "55");
+        assert_eq!(
+            body_of(resp).await,
+            "<Error><Code>NoSuchKey</Code><RequestId>ABC</RequestId></Error>"
+        );
+    }
+
+    #[tokio::test]
+    async fn successes_and_not_modified_keep_or_lose_their_body() {
+        let ok = finish(xml(200, "<ListBucketResult/>"), "A").await;
+        assert_eq!(ok.headers()["x-amz-request-id"], "A");
+        assert_eq!(body_of(ok).await, "<ListBucketResult/>");
+        let not_modified = finish(xml(304, "<Error><Code>NotModified</Code></Error>"), "B").await;
+        assert!(not_modified.headers().get("content-type").is_none());
+        assert_eq!(body_of(not_modified).await, "");
+    }
+
+    #[test]
+    fn ids_look_like_s3s() {
+        let id = request_id();
+        assert_eq!(id.len(), 16);
+        assert!(id.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase()));
+    }
+}
