@@ -1,9 +1,10 @@
-//! One backend conformance suite, run against both `fs` and `s3` (a real moto server): every
-//! contract line the foundation proved, through the real binary. Each test body is written once
-//! and instantiated per backend at the bottom of the file.
+//! One backend conformance suite, run against `fs` and `s3` (a real moto server, with
+//! `unsafe_no_conditional_writes`, and a real ministack in the safe mode): every contract line
+//! the foundation proved, through the real binary. Each test body is written once and
+//! instantiated per backend at the bottom of the file.
 
 mod common;
-use common::moto::Moto;
+use common::store::{Store, StoreKind};
 use common::{client, get_bytes, put, Server};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -15,7 +16,20 @@ const THRESHOLD: usize = 5 * 1024 * 1024;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
     Fs,
+    /// The s3 backend on moto, with `unsafe_no_conditional_writes`.
     S3,
+    /// The s3 backend on ministack, without any opt-in: conditional commits.
+    S3Safe,
+}
+
+impl Kind {
+    fn store(self) -> Option<StoreKind> {
+        match self {
+            Kind::Fs => None,
+            Kind::S3 => Some(StoreKind::Moto),
+            Kind::S3Safe => Some(StoreKind::Ministack),
+        }
+    }
 }
 
 struct Fx {
@@ -23,7 +37,7 @@ struct Fx {
     _dir: tempfile::TempDir,
     data: PathBuf,
     config: String,
-    moto: Option<Moto>,
+    store: Option<Store>,
     server: Option<Server>,
 }
 
@@ -31,18 +45,19 @@ impl Fx {
     async fn start(kind: Kind) -> Fx {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        let (moto, config) = match kind {
-            Kind::Fs => (None, String::new()),
-            Kind::S3 => {
-                let moto = Moto::start();
-                moto.create_bucket(STORE_BUCKET).await;
-                // moto ignores If-Match on CompleteMultipartUpload, so the start-up probe
-                // refuses it unless told otherwise (tests/s3_backend.rs proves that).
+        let (store, config) = match kind.store() {
+            None => (None, String::new()),
+            Some(store_kind) => {
+                let store = Store::start(store_kind);
+                store.create_bucket(STORE_BUCKET).await;
+                // The opt-in on moto only: it ignores If-Match on CompleteMultipartUpload, so
+                // the start-up probe refuses it otherwise (tests/s3_backend.rs proves that).
                 let config = format!(
-                    "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nmultipart_threshold_bytes = {THRESHOLD}\nunsafe_no_conditional_writes = true\n\n[buckets.default]\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"tenant-a/\"\n",
-                    moto.endpoint()
+                    "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nmultipart_threshold_bytes = {THRESHOLD}\n{}\n\n[buckets.default]\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"tenant-a/\"\n",
+                    store.endpoint(),
+                    store_kind.opt_in()
                 );
-                (Some(moto), config)
+                (Some(store), config)
             }
         };
         let mut fx = Fx {
@@ -50,7 +65,7 @@ impl Fx {
             _dir: dir,
             data,
             config,
-            moto,
+            store,
             server: None,
         };
         fx.boot();
@@ -59,7 +74,11 @@ impl Fx {
 
     fn boot(&mut self) {
         let config = (!self.config.is_empty()).then_some(self.config.as_str());
-        self.server = Some(Server::start(&self.data, config));
+        let server = Server::start(&self.data, config);
+        if self.kind == Kind::S3Safe {
+            common::store::assert_safe_mode(&server);
+        }
+        self.server = Some(server);
     }
 
     fn s(&self) -> &Server {
@@ -81,8 +100,8 @@ impl Fx {
             Kind::Fs => {
                 std::fs::write(self.data.join(format!("objects/default/{key}.o")), body).unwrap()
             }
-            Kind::S3 => {
-                let c = self.moto.as_ref().unwrap().client();
+            Kind::S3 | Kind::S3Safe => {
+                let c = self.store.as_ref().unwrap().client();
                 c.put_object()
                     .bucket(STORE_BUCKET)
                     .key(format!("tenant-a/{key}"))
@@ -98,8 +117,8 @@ impl Fx {
     async fn read_behind(&self, key: &str) -> Vec<u8> {
         match self.kind {
             Kind::Fs => std::fs::read(self.data.join(format!("objects/default/{key}.o"))).unwrap(),
-            Kind::S3 => {
-                let c = self.moto.as_ref().unwrap().client();
+            Kind::S3 | Kind::S3Safe => {
+                let c = self.store.as_ref().unwrap().client();
                 let out = c
                     .get_object()
                     .bucket(STORE_BUCKET)
@@ -116,8 +135,8 @@ impl Fx {
     async fn staged_leftovers(&self) -> usize {
         match self.kind {
             Kind::Fs => common::files_below(&self.data.join("objects/.staging")).len(),
-            Kind::S3 => {
-                let c = self.moto.as_ref().unwrap().client();
+            Kind::S3 | Kind::S3Safe => {
+                let c = self.store.as_ref().unwrap().client();
                 let out = c
                     .list_multipart_uploads()
                     .bucket(STORE_BUCKET)
@@ -462,6 +481,10 @@ macro_rules! on_both_backends {
         mod s3 {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() { super::$name(super::Kind::S3).await })*
+        }
+        mod s3_safe {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Kind::S3Safe).await })*
         }
     };
 }

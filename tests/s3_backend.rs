@@ -1,10 +1,14 @@
-//! The s3 backend's own promises, against a real moto server: the start-up probe, backend
-//! faults (down, throttled, a commit whose outcome is unknown), the token stored on the object,
-//! and a 1 GiB object streamed both ways with bounded memory.
+//! The s3 backend's own promises: the start-up probe, backend faults (down, throttled, a commit
+//! whose outcome is unknown), the token stored on the object, and a 1 GiB object streamed both
+//! ways with bounded memory. Each promise that holds for any store runs twice (the macro at the
+//! bottom): on moto with `unsafe_no_conditional_writes`, and on ministack in the safe mode,
+//! where every commit is conditional. What only moto shows (the probe refusing it) and the
+//! memory bounds, which no commit mode changes, run on moto alone.
 
 mod common;
 use common::moto::Moto;
 use common::s3proxy::{Mode, S3Proxy};
+use common::store::{Store, StoreKind};
 use common::{client, get_bytes, put, Server};
 use std::process::Command;
 
@@ -17,29 +21,50 @@ fn config(endpoint: &str, extra: &str) -> String {
 }
 
 const UNSAFE: &str = "unsafe_no_conditional_writes = true";
-/// For tests where the store stalls on purpose.
-const UNSAFE_FAST_TIMEOUT: &str =
-    "unsafe_no_conditional_writes = true\nread_timeout_secs = 2\ncommit_deadline_secs = 2";
 
-/// moto, the misbehaving proxy in front of it, and fencegate in front of that.
+/// For tests where the store stalls on purpose.
+fn fast_timeout(kind: StoreKind) -> String {
+    format!(
+        "{}\nread_timeout_secs = 2\ncommit_deadline_secs = 2",
+        kind.opt_in()
+    )
+}
+
+/// Starts fencegate on `config_text`; on ministack, checks that it runs in the safe mode.
+fn start(kind: StoreKind, data: &std::path::Path, config_text: &str) -> Server {
+    let s = Server::start(data, Some(config_text));
+    if kind == StoreKind::Ministack {
+        common::store::assert_safe_mode(&s);
+    }
+    s
+}
+
+/// A store of `kind` with the test bucket in it.
+async fn store(kind: StoreKind) -> Store {
+    let store = Store::start(kind);
+    store.create_bucket(BUCKET).await;
+    store
+}
+
+/// The store, the misbehaving proxy in front of it, and fencegate in front of that.
 struct Rig {
-    moto: Moto,
+    _store: Store,
     proxy: S3Proxy,
     _dir: tempfile::TempDir,
     s: Server,
 }
 
-async fn behind_proxy(extra: &str) -> Rig {
-    let moto = Moto::start();
-    moto.create_bucket(BUCKET).await;
-    let proxy = S3Proxy::start(moto.endpoint()).await;
+async fn behind_proxy(kind: StoreKind, extra: &str) -> Rig {
+    let store = store(kind).await;
+    let proxy = S3Proxy::start(store.endpoint()).await;
     let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(
+    let s = start(
+        kind,
         &dir.path().join("data"),
-        Some(&config(&proxy.endpoint(), extra)),
+        &config(&proxy.endpoint(), extra),
     );
     Rig {
-        moto,
+        _store: store,
         proxy,
         _dir: dir,
         s,
@@ -105,24 +130,48 @@ async fn the_probe_refuses_stores_that_ignore_conditions() {
     // A missing store bucket is named.
     let err = refused_start(
         dir.path(),
-        &config(&moto.endpoint(), UNSAFE_FAST_TIMEOUT).replace(BUCKET, "no-such-bucket"),
+        &config(&moto.endpoint(), &fast_timeout(StoreKind::Moto)).replace(BUCKET, "no-such-bucket"),
     );
     assert!(err.contains("no-such-bucket"), "{err}");
 }
 
-/// A store that ignores If-Match on DeleteObject (here: the proxy drops the header; moto itself
-/// honours it) makes a delete a HEAD and an unconditional DELETE, and a late DELETE can remove a
-/// newer write. That needs its own opt-in, and the refusal says what is lost.
+/// The safe mode: a store that honours every condition (ministack) passes the probe with no
+/// opt-in at all, and the probe leaves neither its scratch objects nor an upload behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unconditional_deletes_need_their_own_opt_in() {
-    let moto = Moto::start();
-    moto.create_bucket(BUCKET).await;
-    let proxy = S3Proxy::start(moto.endpoint()).await;
+async fn the_probe_accepts_a_store_that_honours_conditions() {
+    let store = store(StoreKind::Ministack).await;
     let dir = tempfile::tempdir().unwrap();
-    // moto honours If-Match on DeleteObject: the write opt-in alone is enough there.
-    let s = Server::start(
-        &dir.path().join("moto"),
-        Some(&config(&moto.endpoint(), UNSAFE)),
+    let s = start(
+        StoreKind::Ministack,
+        &dir.path().join("data"),
+        &config(&store.endpoint(), ""),
+    );
+    drop(s);
+    let c = store.client();
+    let listed = c.list_objects_v2().bucket(BUCKET).send().await.unwrap();
+    assert_eq!(listed.key_count(), Some(0), "{listed:?}");
+    let uploads = c
+        .list_multipart_uploads()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .unwrap();
+    assert!(uploads.uploads().is_empty(), "{uploads:?}");
+}
+
+/// A store that ignores If-Match on DeleteObject (here: the proxy drops the header; moto and
+/// ministack themselves honour it) makes a delete a HEAD and an unconditional DELETE, and a
+/// late DELETE can remove a newer write. That needs its own opt-in, and the refusal says what
+/// is lost.
+async fn unconditional_deletes_need_their_own_opt_in(kind: StoreKind) {
+    let store = store(kind).await;
+    let proxy = S3Proxy::start(store.endpoint()).await;
+    let dir = tempfile::tempdir().unwrap();
+    // The store honours If-Match on DeleteObject: the write opt-in (on moto) alone is enough.
+    let s = start(
+        kind,
+        &dir.path().join("direct"),
+        &config(&store.endpoint(), kind.opt_in()),
     );
     drop(s);
 
@@ -160,14 +209,13 @@ async fn unconditional_deletes_need_their_own_opt_in() {
     assert_eq!(get_bytes(&c, &url).await.0, 404);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_token_is_stored_on_the_object() {
-    let moto = Moto::start();
-    moto.create_bucket(BUCKET).await;
+async fn the_token_is_stored_on_the_object(kind: StoreKind) {
+    let store = store(kind).await;
     let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(
+    let s = start(
+        kind,
         &dir.path().join("data"),
-        Some(&config(&moto.endpoint(), UNSAFE)),
+        &config(&store.endpoint(), kind.opt_in()),
     );
     assert_eq!(
         put(&client(), &s.object_url("default", "k"), Some("42"), b"v")
@@ -175,7 +223,7 @@ async fn the_token_is_stored_on_the_object() {
             .0,
         200
     );
-    let head = moto
+    let head = store
         .client()
         .head_object()
         .bucket(BUCKET)
@@ -186,22 +234,21 @@ async fn the_token_is_stored_on_the_object() {
     assert_eq!(head.metadata().unwrap()["fencing-token"], "42");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backend_that_goes_down_is_502_and_keeps_the_recorded_token() {
-    let mut moto = Moto::start();
-    moto.create_bucket(BUCKET).await;
+async fn a_backend_that_goes_down_is_502_and_keeps_the_recorded_token(kind: StoreKind) {
+    let mut store = store(kind).await;
     let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(
+    let s = start(
+        kind,
         &dir.path().join("data"),
-        Some(&config(
-            &moto.endpoint(),
-            "unsafe_no_conditional_writes = true\ncommit_deadline_secs = 2",
-        )),
+        &config(
+            &store.endpoint(),
+            &format!("{}\ncommit_deadline_secs = 2", kind.opt_in()),
+        ),
     );
     let c = client();
     let url = s.object_url("default", "k");
     assert_eq!(put(&c, &url, Some("5"), b"before").await.0, 200);
-    moto.stop();
+    store.stop();
     let (status, body) = put(&c, &url, Some("7"), b"while down").await;
     assert_eq!(
         (status, body["error"].as_str()),
@@ -213,9 +260,9 @@ async fn a_backend_that_goes_down_is_502_and_keeps_the_recorded_token() {
     // recorded (contract line 7), so the holder may retry with it and older holders stay out.
     assert_eq!(fence["highest"], 7);
     assert_eq!(put(&c, &url, Some("6"), b"older holder").await.0, 409);
-    // The store comes back (moto restarts empty): writes flow again...
-    let moto = Moto::start_on(moto.port);
-    moto.create_bucket(BUCKET).await;
+    // The store comes back (empty: both keep objects in memory): writes flow again...
+    let store = Store::start_on(kind, store.port);
+    store.create_bucket(BUCKET).await;
     assert_eq!(
         put(&c, &s.object_url("default", "fresh"), Some("7"), b"after")
             .await
@@ -241,14 +288,13 @@ async fn a_backend_that_goes_down_is_502_and_keeps_the_recorded_token() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn throttling_is_503_with_retry_after() {
+async fn throttling_is_503_with_retry_after(kind: StoreKind) {
     let Rig {
-        moto: _moto,
+        _store,
         proxy,
         _dir,
         s,
-    } = behind_proxy(UNSAFE).await;
+    } = behind_proxy(kind, kind.opt_in()).await;
     proxy.set(Mode::ThrottleWrites);
     let resp = client()
         .put(s.object_url("default", "k"))
@@ -263,14 +309,13 @@ async fn throttling_is_503_with_retry_after() {
     assert_eq!(body["error"], "BackendUnavailable");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_commit_with_unknown_outcome_is_read_back_not_resent() {
+async fn a_commit_with_unknown_outcome_is_read_back_not_resent(kind: StoreKind) {
     let Rig {
-        moto: _moto,
+        _store,
         proxy,
         _dir,
         s,
-    } = behind_proxy(UNSAFE_FAST_TIMEOUT).await;
+    } = behind_proxy(kind, &fast_timeout(kind)).await;
     let c = client();
     // The store applies the PutObject but its answer never arrives: fencegate times out,
     // reads the ETag back, sees its own write, and acknowledges it.
@@ -297,14 +342,13 @@ async fn a_commit_with_unknown_outcome_is_read_back_not_resent() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timed_out_commit_that_did_not_land_is_504_and_keeps_the_token() {
+async fn a_timed_out_commit_that_did_not_land_is_504_and_keeps_the_token(kind: StoreKind) {
     let Rig {
-        moto: _moto,
+        _store,
         proxy,
         _dir,
         s,
-    } = behind_proxy(UNSAFE_FAST_TIMEOUT).await;
+    } = behind_proxy(kind, &fast_timeout(kind)).await;
     let c = client();
     let url = s.object_url("default", "k");
     proxy.set(Mode::SwallowConditionalWrites);
@@ -447,14 +491,13 @@ async fn two_hundred_concurrent_7_mb_uploads_stay_in_bounded_memory() {
 /// Review round 3: a lost rewrite of the object's current bytes leaves the ETag unchanged, so
 /// the ETag cannot show that it landed. It stays unresolved (504, then 503 for later writes
 /// and fence advances), instead of being acknowledged and landing late over newer tokens.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_rewrite_of_the_same_bytes_is_not_taken_for_landed() {
+async fn a_lost_rewrite_of_the_same_bytes_is_not_taken_for_landed(kind: StoreKind) {
     let Rig {
-        moto: _moto,
+        _store,
         proxy,
         _dir,
         s,
-    } = behind_proxy(UNSAFE_FAST_TIMEOUT).await;
+    } = behind_proxy(kind, &fast_timeout(kind)).await;
     let c = client();
     let url = s.object_url("default", "same");
     assert_eq!(put(&c, &url, Some("1"), b"X").await.0, 200);
@@ -486,19 +529,19 @@ async fn a_lost_rewrite_of_the_same_bytes_is_not_taken_for_landed() {
 
 /// Review round 3 (low), closed: DeleteBucket on a created bucket waits for a store request of
 /// the bucket whose answer was lost, which could still land in the bucket answered deleted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delete_bucket_waits_for_a_lost_store_request() {
-    let moto = Moto::start();
-    moto.create_bucket(BUCKET).await;
-    moto.create_bucket("fencegate-made").await;
-    let proxy = S3Proxy::start(moto.endpoint()).await;
+async fn delete_bucket_waits_for_a_lost_store_request(kind: StoreKind) {
+    let store = store(kind).await;
+    store.create_bucket("fencegate-made").await;
+    let proxy = S3Proxy::start(store.endpoint()).await;
     let dir = tempfile::tempdir().unwrap();
     let extra = format!(
-        "{UNSAFE_FAST_TIMEOUT}\n\n[bucket_defaults]\nbackend = \"store\"\nbackend_bucket = \"fencegate-made\""
+        "{}\n\n[bucket_defaults]\nbackend = \"store\"\nbackend_bucket = \"fencegate-made\"",
+        fast_timeout(kind)
     );
-    let s = Server::start(
+    let s = start(
+        kind,
         &dir.path().join("data"),
-        Some(&config(&proxy.endpoint(), &extra)),
+        &config(&proxy.endpoint(), &extra),
     );
     let c = client();
     let bucket = s.url("/made-here");
@@ -516,3 +559,27 @@ async fn delete_bucket_waits_for_a_lost_store_request() {
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     assert_eq!(c.delete(&bucket).send().await.unwrap().status(), 204);
 }
+
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod moto {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::StoreKind::Moto).await })*
+        }
+        mod ministack {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::StoreKind::Ministack).await })*
+        }
+    };
+}
+
+on_both_stores!(
+    unconditional_deletes_need_their_own_opt_in,
+    the_token_is_stored_on_the_object,
+    a_backend_that_goes_down_is_502_and_keeps_the_recorded_token,
+    throttling_is_503_with_retry_after,
+    a_commit_with_unknown_outcome_is_read_back_not_resent,
+    a_timed_out_commit_that_did_not_land_is_504_and_keeps_the_token,
+    a_lost_rewrite_of_the_same_bytes_is_not_taken_for_landed,
+    delete_bucket_waits_for_a_lost_store_request,
+);

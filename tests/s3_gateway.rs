@@ -1,14 +1,14 @@
 //! The S3 gateway, driven by aws-sdk-s3 as an unmodified client, once per operation and on both
-//! backends (`fs`, and `s3` on a real moto server): fenced writes, multipart uploads (the
-//! zombie completion included), copies, batch deletes, reads with ranges and conditions,
-//! listing, buckets, SigV4 keys and presigned URLs.
+//! backends (`fs`, and `s3` on a real moto server and, in the safe mode, on a real ministack):
+//! fenced writes, multipart uploads (the zombie completion included), copies, batch deletes,
+//! reads with ranges and conditions, listing, buckets, SigV4 keys and presigned URLs.
 
 mod common;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
 use aws_sdk_s3::Client;
-use common::moto::Moto;
+use common::store::{Store, StoreKind};
 use common::Server;
 use std::path::PathBuf;
 
@@ -18,12 +18,25 @@ const PART: usize = 5 * 1024 * 1024;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
     Fs,
+    /// The s3 backend on moto, with `unsafe_no_conditional_writes`.
     S3,
+    /// The s3 backend on ministack, without any opt-in: conditional commits.
+    S3Safe,
+}
+
+impl Kind {
+    fn store(self) -> Option<StoreKind> {
+        match self {
+            Kind::Fs => None,
+            Kind::S3 => Some(StoreKind::Moto),
+            Kind::S3Safe => Some(StoreKind::Ministack),
+        }
+    }
 }
 
 struct Fx {
     _dir: tempfile::TempDir,
-    _moto: Option<Moto>,
+    _store: Option<Store>,
     server: Option<Server>,
     data: PathBuf,
     config: String,
@@ -56,37 +69,41 @@ impl Fx {
         Fx::start_with(kind, "").await
     }
 
-    /// Starts with `extra` appended to the configuration (`{store}` names the moto bucket).
+    /// Starts with `extra` appended to the configuration (`{store}` names the store's bucket).
     async fn start_with(kind: Kind, extra: &str) -> Fx {
         let dir = tempfile::tempdir().unwrap();
         let data: PathBuf = dir.path().join("data");
-        let (moto, buckets) = match kind {
-            Kind::Fs => (
+        let (store, buckets) = match kind.store() {
+            None => (
                 None,
                 "[buckets.default]\n\n[buckets.loose]\nfencing = \"optional\"\nfenced_deletes = false\n".to_string(),
             ),
-            Kind::S3 => {
-                let moto = Moto::start();
-                moto.create_bucket(STORE_BUCKET).await;
+            Some(store_kind) => {
+                let store = Store::start(store_kind);
+                store.create_bucket(STORE_BUCKET).await;
                 let text = format!(
-                    "[backends.local]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nmultipart_threshold_bytes = {PART}\nunsafe_no_conditional_writes = true\n\n[buckets.default]\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"default/\"\n\n[buckets.loose]\nfencing = \"optional\"\nfenced_deletes = false\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"loose/\"\n",
-                    moto.endpoint()
+                    "[backends.local]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nmultipart_threshold_bytes = {PART}\n{}\n\n[buckets.default]\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"default/\"\n\n[buckets.loose]\nfencing = \"optional\"\nfenced_deletes = false\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"loose/\"\n",
+                    store.endpoint(),
+                    store_kind.opt_in()
                 );
-                (Some(moto), text)
+                (Some(store), text)
             }
         };
         let extra = extra.replace("{store}", STORE_BUCKET);
         let config = format!("{buckets}\n{extra}\n{KEYS}");
         let server = Server::start(&data, Some(&config));
-        let store = moto.as_ref().map(|m| m.client());
+        if kind == Kind::S3Safe {
+            common::store::assert_safe_mode(&server);
+        }
+        let client = store.as_ref().map(|m| m.client());
         Fx {
             _dir: dir,
-            _moto: moto,
+            _store: store,
             server: Some(server),
             data,
             config,
             kind,
-            store,
+            store: client,
         }
     }
 
@@ -114,7 +131,7 @@ impl Fx {
                 let dir = self.s().data_dir.join("objects/.uploads");
                 std::fs::read_dir(dir).map_or(0, |d| d.count())
             }
-            Kind::S3 => self
+            Kind::S3 | Kind::S3Safe => self
                 .store
                 .as_ref()
                 .unwrap()
@@ -890,6 +907,10 @@ macro_rules! on_both_backends {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() { super::$name(super::Kind::S3).await })*
         }
+        mod s3_safe {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Kind::S3Safe).await })*
+        }
     };
 }
 
@@ -898,7 +919,7 @@ macro_rules! on_both_backends {
 async fn buckets_created_through_s3(kind: Kind) {
     let template = match kind {
         Kind::Fs => "[bucket_defaults]\nfenced_deletes = true\n",
-        Kind::S3 => {
+        Kind::S3 | Kind::S3Safe => {
             "[bucket_defaults]\nbackend_bucket = \"{store}\"\nbackend_prefix = \"created/\"\n"
         }
     };

@@ -13,7 +13,7 @@
 //! absent keys included, through the S3 gateway and the native API), `wrap` (tokens at the top
 //! of u64), `bound_race` (a bound lease grant racing a foreign writer) and `scope_switch`
 //! (header scopes: writing an object under another scope name). Each runs alone
-//! (`scripts/torture --class NAME [--backend fs|s3]`), a few seconds in CI (or
+//! (`scripts/torture --class NAME [--backend fs|s3|s3safe]`), a few seconds in CI (or
 //! FENCEGATE_TORTURE_SECS), records a history and has a checker; each checker is fed a
 //! synthetic bad history in CI (`checker_self_test_*`) and must flag it. FENCEGATE_BIN runs
 //! everything against another fencegate binary; FENCEGATE_TORTURE_HISTORY=DIR keeps the
@@ -22,6 +22,10 @@
 //! `cluster` runs several instances over one store with the fence table on a 3-member etcd
 //! (scripts/cluster), with instances paused and killed, the etcd leader killed and quorum lost
 //! (tests/torture/cluster.rs).
+//!
+//! The s3 backend runs on two stores: `s3` is moto with `unsafe_no_conditional_writes` (moto
+//! ignores If-Match on CompleteMultipartUpload), `s3safe` is ministack with no opt-in, where
+//! every commit is conditional (the mode fencegate is meant to run in).
 
 #[path = "torture/bound_race.rs"]
 mod bound_race;
@@ -99,6 +103,9 @@ struct Op {
     t0: f64,
     t1: f64,
     result: String,
+    /// "multipart" for the harness's slow multipart uploads; absent otherwise.
+    #[serde(default)]
+    via: String,
 }
 
 #[derive(Debug, Default)]
@@ -113,6 +120,9 @@ struct Report {
     store_stalls: usize,
     /// Slow streaming uploads started by the harness, overtaken by newer tokens or not.
     slow_uploads: usize,
+    /// Multipart writes through the gateway (s3 stores), by outcome: acknowledged, refused,
+    /// unknown.
+    multipart: [usize; 3],
     violations: Vec<String>,
 }
 
@@ -120,8 +130,21 @@ struct Report {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Store {
     Fs,
-    /// moto, behind the s3 backend.
+    /// moto, behind the s3 backend with `unsafe_no_conditional_writes`.
     S3,
+    /// ministack, behind the s3 backend in the safe mode (no opt-in: conditional commits).
+    S3Safe,
+}
+
+impl Store {
+    /// The S3 store process this run needs, if any.
+    fn s3_store(self) -> Option<common::store::StoreKind> {
+        match self {
+            Store::Fs => None,
+            Store::S3 => Some(common::store::StoreKind::Moto),
+            Store::S3Safe => Some(common::store::StoreKind::Ministack),
+        }
+    }
 }
 
 /// CLOCK_MONOTONIC in seconds: the clock Python's `time.monotonic()` reads, so the harness's
@@ -141,19 +164,41 @@ fn monotonic() -> f64 {
 /// A lock holder whose upload is slow: it takes the lease, fences, reads the list, lets the
 /// lease go (as a paused holder would lose it), then streams its write over about a second.
 /// Newer holders usually overtake it; then the write must be refused and leave no trace.
-async fn slow_upload(gate: String, lease: String, key: &'static str, n: usize, history: PathBuf) {
+/// `multipart`: the holder keeps its lease instead and writes at once, as an S3 multipart
+/// upload through the gateway (token fixed at creation, one part, then the completion), so that
+/// on the s3 backend the commit is the store's CompleteMultipartUpload: the commit the safe
+/// mode makes conditional and moto's unsafe mode reads before. Most are acknowledged; a paused
+/// store or a kill -9 makes some overrun the 200 ms lease and be overtaken.
+async fn slow_upload(
+    gate: String,
+    lease: String,
+    key: &'static str,
+    n: usize,
+    history: PathBuf,
+    multipart: bool,
+) {
     let c = client();
-    let holder = format!("slow-{n}");
-    let Ok(resp) = c
-        .post(format!("{lease}/acquire?name={key}&holder={holder}"))
-        .send()
-        .await
-    else {
+    let holder = format!("{}-{n}", if multipart { "multipart" } else { "slow" });
+    // The workers hold the leases nearly all the time: a single try would seldom get one, and
+    // the fault would seldom happen. Waiting as a worker's lease expires (200 ms) gets one.
+    let mut resp = None;
+    for _ in 0..50 {
+        let Ok(r) = c
+            .post(format!("{lease}/acquire?name={key}&holder={holder}"))
+            .send()
+            .await
+        else {
+            return;
+        };
+        if r.status() == 200 {
+            resp = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let Some(resp) = resp else {
         return;
     };
-    if resp.status() != 200 {
-        return;
-    }
     let token = resp.json::<serde_json::Value>().await.unwrap()["token"]
         .as_u64()
         .unwrap();
@@ -179,14 +224,23 @@ async fn slow_upload(gate: String, lease: String, key: &'static str, n: usize, h
             return;
         }
     };
-    let _ = c
-        .post(format!("{lease}/release?name={key}&holder={holder}"))
-        .send()
-        .await;
+    let release = || {
+        c.post(format!("{lease}/release?name={key}&holder={holder}"))
+            .send()
+    };
     let item = format!("{holder}-{token}");
     let mut list = items;
     list.push(item.clone());
     let body = serde_json::to_vec(&list).unwrap();
+    if multipart {
+        let t0 = monotonic();
+        let status = multipart_write(&gate, key, token, body).await;
+        let t1 = monotonic();
+        let _ = release().await;
+        record(&history, key, token, &item, (t0, t1), status, "multipart");
+        return;
+    }
+    let _ = release().await;
     let chunks: Vec<Vec<u8>> = body
         .chunks(body.len().div_ceil(4))
         .map(<[u8]>::to_vec)
@@ -206,12 +260,93 @@ async fn slow_upload(gate: String, lease: String, key: &'static str, n: usize, h
         .map(|r| r.status().as_u16())
         .ok();
     let t1 = monotonic();
+    record(&history, key, token, &item, (t0, t1), status, "stream");
+}
+
+/// A write as a multipart upload through the S3 gateway: the status of the first step that
+/// failed (None: no answer), or 200 once the completion was acknowledged.
+async fn multipart_write(gate: &str, key: &str, token: u64, body: Vec<u8>) -> Option<u16> {
+    use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+    fn status<T, E>(
+        r: &Result<
+            T,
+            aws_sdk_s3::error::SdkError<
+                E,
+                aws_smithy_runtime_api::client::orchestrator::HttpResponse,
+            >,
+        >,
+    ) -> Option<u16> {
+        r.as_ref()
+            .err()
+            .and_then(|e| e.raw_response().map(|r| r.status().as_u16()))
+    }
+    let s3 = common::moto::client_with(gate, "fencegate", "fencegate-dev-secret");
+    let tok = token.to_string();
+    let created = s3
+        .create_multipart_upload()
+        .bucket("torture")
+        .key(key)
+        .customize()
+        .mutate_request(move |req| {
+            req.headers_mut().insert("fencing-token", tok.clone());
+        })
+        .send()
+        .await;
+    let Ok(created) = created else {
+        return status(&created);
+    };
+    let id = created.upload_id().unwrap_or_default().to_string();
+    let part = s3
+        .upload_part()
+        .bucket("torture")
+        .key(key)
+        .upload_id(&id)
+        .part_number(1)
+        .body(body.into())
+        .send()
+        .await;
+    let Ok(part) = part else {
+        return status(&part);
+    };
+    let parts = CompletedMultipartUpload::builder()
+        .parts(
+            CompletedPart::builder()
+                .part_number(1)
+                .e_tag(part.e_tag().unwrap_or_default())
+                .build(),
+        )
+        .build();
+    let done = s3
+        .complete_multipart_upload()
+        .bucket("torture")
+        .key(key)
+        .upload_id(&id)
+        .multipart_upload(parts)
+        .send()
+        .await;
+    match done {
+        Ok(_) => Some(200),
+        Err(_) => status(&done),
+    }
+}
+
+/// Appends one slow write's outcome to the history: 200 acknowledged; 409, 428 or 400
+/// refused (it must not land); anything else, or no answer, may have landed.
+fn record(
+    history: &std::path::Path,
+    key: &str,
+    token: u64,
+    item: &str,
+    (t0, t1): (f64, f64),
+    status: Option<u16>,
+    via: &str,
+) {
     let result = match status {
         Some(200) => "ok",
         Some(409 | 428 | 400) => "fail",
         _ => "unknown",
     };
-    let line = serde_json::json!({"key": key, "token": token, "item": item, "t0": t0, "t1": t1, "result": result, "status": status});
+    let line = serde_json::json!({"key": key, "token": token, "item": item, "t0": t0, "t1": t1, "result": result, "status": status, "via": via});
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new()
         .create(true)
@@ -248,24 +383,28 @@ async fn torture(seed: u64, secs: f64, fencing: &str, store: Store) -> Report {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let listen = format!("127.0.0.1:{}", common::moto::free_port());
-    let moto = match store {
-        Store::Fs => None,
-        Store::S3 => {
-            let moto = common::moto::Moto::start();
-            moto.create_bucket("torture-store").await;
-            Some(moto)
+    let s3_store = match store.s3_store() {
+        None => None,
+        Some(kind) => {
+            let s3_store = common::store::Store::start(kind);
+            s3_store.create_bucket("torture-store").await;
+            Some(s3_store)
         }
     };
-    let config = match &moto {
+    let config = match &s3_store {
         None => format!("[buckets.torture]\nfencing = \"{fencing}\"\n"),
         // Short timeouts, so a stopped store turns into quick 504s (outcome unknown). moto
         // ignores If-Match only on CompleteMultipartUpload; these bodies are single PUTs.
         Some(m) => format!(
-            "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nconnect_timeout_secs = 1\nread_timeout_secs = 1\nread_attempts = 2\nunsafe_no_conditional_writes = true\ncommit_deadline_secs = 5\n\n[buckets.torture]\nbackend = \"store\"\nbackend_bucket = \"torture-store\"\nfencing = \"{fencing}\"\n",
-            m.endpoint()
+            "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nconnect_timeout_secs = 1\nread_timeout_secs = 1\nread_attempts = 2\n{}\ncommit_deadline_secs = 5\n\n[buckets.torture]\nbackend = \"store\"\nbackend_bucket = \"torture-store\"\nfencing = \"{fencing}\"\n",
+            m.endpoint(),
+            m.kind.opt_in()
         ),
     };
     let mut server = Some(Server::start_at(&data, Some(&config), &listen));
+    if store == Store::S3Safe {
+        common::store::assert_safe_mode(server.as_ref().unwrap());
+    }
     let gate_url = server.as_ref().unwrap().url("");
 
     let leases = Arc::new(Leases::default());
@@ -310,6 +449,25 @@ async fn torture(seed: u64, secs: f64, fencing: &str, store: Store) -> Report {
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let c = client();
     let mut slow = Vec::new();
+    if s3_store.is_some() {
+        // Beside the workers' PutObjects, a holder whose writes are multipart uploads (their
+        // commit is another request to the store), from its own seeded choice of keys.
+        let (gate, lease, history) = (
+            gate_url.clone(),
+            lease_url.clone(),
+            dir.path().join("history-slow.jsonl"),
+        );
+        slow.push(tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x6d70);
+            let mut n = 0;
+            while Instant::now() < deadline {
+                n += 1;
+                let key = KEYS[rng.random_range(0..KEYS.len())];
+                slow_upload(gate.clone(), lease.clone(), key, n, history.clone(), true).await;
+                tokio::time::sleep(Duration::from_millis(rng.random_range(50..250))).await;
+            }
+        }));
+    }
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(rng.random_range(100..400))).await;
         let roll: f64 = rng.random();
@@ -322,10 +480,11 @@ async fn torture(seed: u64, secs: f64, fencing: &str, store: Store) -> Report {
                 key,
                 report.slow_uploads,
                 dir.path().join("history-slow.jsonl"),
+                false,
             )));
-        } else if roll < 0.30 && moto.is_some() {
+        } else if roll < 0.30 && s3_store.is_some() {
             // The store stops mid-write and starts again.
-            let pid = moto.as_ref().and_then(|m| m.pid()).unwrap();
+            let pid = s3_store.as_ref().and_then(|m| m.pid()).unwrap();
             signal(pid, libc::SIGSTOP);
             tokio::time::sleep(Duration::from_millis(rng.random_range(300..1500))).await;
             signal(pid, libc::SIGCONT);
@@ -386,6 +545,12 @@ async fn torture(seed: u64, secs: f64, fencing: &str, store: Store) -> Report {
     report.accepted = ops.iter().filter(|o| o.result == "ok").count();
     report.stale = ops.iter().filter(|o| o.result == "fail").count();
     report.unknown = ops.iter().filter(|o| o.result == "unknown").count();
+    for (i, result) in ["ok", "fail", "unknown"].into_iter().enumerate() {
+        report.multipart[i] = ops
+            .iter()
+            .filter(|o| o.via == "multipart" && o.result == result)
+            .count();
+    }
     for key in KEYS {
         let resp = c
             .get(format!("{gate_url}/v1/objects/torture/{key}"))
@@ -430,10 +595,11 @@ async fn torture(seed: u64, secs: f64, fencing: &str, store: Store) -> Report {
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
-        "torture seed={seed} store={store:?} fencing={fencing}: operations {}, accepted {}, rejected as stale {}, unknown {}, faults injected {} (pauses {}, kill -9 {}, store stalls {}, slow uploads {}), violations {}",
+        "torture seed={seed} store={store:?} fencing={fencing}: operations {}, accepted {}, rejected as stale {}, unknown {}, faults injected {} (pauses {}, kill -9 {}, store stalls {}, slow uploads {}; multipart acknowledged {}, refused {}, unknown {}), violations {}",
         report.ops, report.accepted, report.stale, report.unknown,
         report.pauses + report.kills + report.store_stalls + report.slow_uploads,
-        report.pauses, report.kills, report.store_stalls, report.slow_uploads, report.violations.len()
+        report.pauses, report.kills, report.store_stalls, report.slow_uploads,
+        report.multipart[0], report.multipart[1], report.multipart[2], report.violations.len()
     );
     report
 }
@@ -467,8 +633,18 @@ async fn fenced_histories_have_no_violations() {
 /// The same harness on the s3 backend (moto), with the store stopped mid-write as a fault too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_backend_histories_have_no_violations() {
+    s3_histories(Store::S3).await
+}
+
+/// The same again on ministack, in the safe mode: every commit conditional, none read first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3safe_backend_histories_have_no_violations() {
+    s3_histories(Store::S3Safe).await
+}
+
+async fn s3_histories(store: Store) {
     let seed = seeds()[0];
-    let r = torture(seed, secs(), "required", Store::S3).await;
+    let r = torture(seed, secs(), "required", store).await;
     assert!(r.violations.is_empty(), "seed {seed}: {:#?}", r.violations);
     assert!(
         r.accepted > 0 && r.store_stalls > 0 && r.kills > 0,
@@ -557,6 +733,18 @@ async fn deletes_s3_histories_have_no_violations() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletes_s3safe_histories_have_no_violations() {
+    no_violations!(
+        |seed| class(seed, Store::S3Safe, "required", move || deletes::run(
+            seed,
+            rig::class_secs(3.0),
+            Store::S3Safe,
+            "required"
+        ))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrap_fs_histories_have_no_violations() {
     no_violations!(|seed| class(seed, Store::Fs, "required", move || wrap::run(
         seed,
@@ -589,6 +777,18 @@ async fn bound_race_s3_histories_have_no_violations() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bound_race_s3safe_histories_have_no_violations() {
+    no_violations!(
+        |seed| class(seed, Store::S3Safe, "required", move || bound_race::run(
+            seed,
+            rig::class_secs(3.0),
+            Store::S3Safe,
+            "required"
+        ))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scope_switch_fs_histories_have_no_violations() {
     no_violations!(
         |seed| class(seed, Store::Fs, "required", move || scope_switch::run(
@@ -612,6 +812,18 @@ async fn scope_switch_s3_histories_have_no_violations() {
     )
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scope_switch_s3safe_histories_have_no_violations() {
+    no_violations!(
+        |seed| class(seed, Store::S3Safe, "required", move || scope_switch::run(
+            seed,
+            rig::class_secs(2.0),
+            Store::S3Safe,
+            "required"
+        ))
+    )
+}
+
 // ---- Negative controls that need no old binary ----------------------------------------------
 
 /// Several instances, the fence table on etcd, the store ministack (a few seconds in CI;
@@ -619,7 +831,7 @@ async fn scope_switch_s3_histories_have_no_violations() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_histories_have_no_violations() {
     for seed in seeds().into_iter().take(1) {
-        let (report, _) = class(seed, Store::S3, "required", move || {
+        let (report, _) = class(seed, Store::S3Safe, "required", move || {
             cluster::run(seed, rig::class_secs(10.0), "required")
         })
         .await;
@@ -638,7 +850,10 @@ async fn cluster_histories_have_no_violations() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_with_fencing_off_is_caught() {
     let seed = seeds()[0];
-    let (r, _) = class(seed, Store::S3, "off", || cluster::run(seed, 6.0, "off")).await;
+    let (r, _) = class(seed, Store::S3Safe, "off", || {
+        cluster::run(seed, 6.0, "off")
+    })
+    .await;
     assert!(
         !r.violations.is_empty(),
         "class cluster with fencing off: the checker found nothing: {r:?}"

@@ -4,9 +4,11 @@
 
 pub mod cluster;
 pub mod etcd;
+pub mod ministack;
 pub mod moto;
 pub mod s3proxy;
 pub mod sign;
+pub mod store;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

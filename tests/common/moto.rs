@@ -1,32 +1,24 @@
-//! A real S3-compatible server for tests: moto's server (PyPI `moto[server]`), which
-//! `scripts/test` installs into `.venv`. Started on a free loopback port; stopped on drop.
+//! moto's server (PyPI `moto[server]`, which `scripts/test` installs into `.venv`) as the store
+//! behind the s3 backend, and the aws-sdk-s3 clients every store test uses. moto ignores
+//! If-Match on CompleteMultipartUpload, so fencegate runs on it only with
+//! `unsafe_no_conditional_writes`: the unsafe path. The process itself is a [`Store`].
 
-use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use super::store::{Store, StoreKind};
+use std::process::Command;
 
-pub struct Moto {
-    child: Option<Child>,
-    pub port: u16,
-}
+/// moto, started and stopped as any [`Store`] (which it dereferences to).
+pub struct Moto(Store);
 
-fn moto_server() -> PathBuf {
-    let path = std::env::var_os("FENCEGATE_MOTO_SERVER")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/.venv/bin/moto_server"
-            ))
-        });
-    assert!(
-        path.exists(),
-        "moto_server not found at {}: run scripts/test, which installs moto into .venv \
-         (or `python3 -m venv .venv && .venv/bin/pip install 'moto[server]'`)",
-        path.display()
+/// The command that runs moto on `port` (for [`Store::start`]).
+pub(super) fn command(port: u16) -> Command {
+    let mut cmd = super::store::program(
+        "FENCEGATE_MOTO_SERVER",
+        ".venv/bin/moto_server",
+        "moto_server",
+        "python3 -m venv .venv && .venv/bin/pip install 'moto[server]'",
     );
-    path
+    cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
+    cmd
 }
 
 pub fn free_port() -> u16 {
@@ -39,61 +31,25 @@ pub fn free_port() -> u16 {
 
 impl Moto {
     pub fn start() -> Moto {
-        Self::start_on(free_port())
+        Moto(Store::start(StoreKind::Moto))
     }
 
-    /// Starts moto on `port` and waits until it accepts connections.
+    /// Starts moto on `port` (a restart: it comes back empty) and waits until it listens.
     pub fn start_on(port: u16) -> Moto {
-        let child = Command::new(moto_server())
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("moto_server starts");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "moto_server did not listen on {port} within 60 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Moto {
-            child: Some(child),
-            port,
-        }
+        Moto(Store::start_on(StoreKind::Moto, port))
     }
+}
 
-    /// The server's process id (to pause it with SIGSTOP, say).
-    #[allow(dead_code)]
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
+impl std::ops::Deref for Moto {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        &self.0
     }
+}
 
-    pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// Kills the server (its in-memory contents are gone with it).
-    pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// A real aws-sdk-s3 client for this server.
-    pub fn client(&self) -> aws_sdk_s3::Client {
-        client_for(&self.endpoint())
-    }
-
-    pub async fn create_bucket(&self, name: &str) {
-        self.client()
-            .create_bucket()
-            .bucket(name)
-            .send()
-            .await
-            .unwrap();
+impl std::ops::DerefMut for Moto {
+    fn deref_mut(&mut self) -> &mut Store {
+        &mut self.0
     }
 }
 
@@ -114,10 +70,4 @@ pub fn client_with(endpoint: &str, id: &str, secret: &str) -> aws_sdk_s3::Client
         ))
         .build();
     aws_sdk_s3::Client::from_conf(conf)
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }

@@ -17,10 +17,11 @@ pub const S3_KEY: &str = "fencegate";
 pub const S3_SECRET: &str = "fencegate-dev-secret";
 const STORE_BUCKET: &str = "torture-holes";
 
-/// One fencegate (fs backend, or s3 backend on moto) with the buckets a class asks for.
+/// One fencegate (fs backend, or s3 backend on moto or, in the safe mode, on ministack) with
+/// the buckets a class asks for.
 pub struct Rig {
     _dir: tempfile::TempDir,
-    _moto: Option<common::moto::Moto>,
+    _store: Option<common::store::Store>,
     pub server: Server,
     pub url: String,
     pub data: PathBuf,
@@ -32,21 +33,22 @@ impl Rig {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         let mut config = String::new();
-        let moto = match store {
-            Store::Fs => None,
-            Store::S3 => {
-                let moto = common::moto::Moto::start();
-                moto.create_bucket(STORE_BUCKET).await;
+        let s3_store = match store.s3_store() {
+            None => None,
+            Some(kind) => {
+                let s3_store = common::store::Store::start(kind);
+                s3_store.create_bucket(STORE_BUCKET).await;
                 config.push_str(&format!(
-                    "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nunsafe_no_conditional_writes = true\n\n",
-                    moto.endpoint()
+                    "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n{}\n\n",
+                    s3_store.endpoint(),
+                    kind.opt_in()
                 ));
-                Some(moto)
+                Some(s3_store)
             }
         };
         for (name, policy) in buckets {
             config.push_str(&format!("[buckets.{name}]\n{policy}\n"));
-            if moto.is_some() {
+            if s3_store.is_some() {
                 config.push_str(&format!(
                     "backend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"{name}/\"\n"
                 ));
@@ -54,10 +56,13 @@ impl Rig {
             config.push('\n');
         }
         let server = Server::start(&data, Some(&config));
+        if store == Store::S3Safe {
+            common::store::assert_safe_mode(&server);
+        }
         let url = server.url("");
         Rig {
             _dir: dir,
-            _moto: moto,
+            _store: s3_store,
             server,
             url,
             data,
