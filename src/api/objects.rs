@@ -20,13 +20,11 @@ const MAX_LIST: usize = 1000;
 pub(super) fn target(
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<(String, String), ApiError> {
-    let Path((bucket, key)) = path.map_err(|e| {
-        GateError::InvalidKey {
-            message: format!(
-                "the path could not be decoded ({e}); keys must be UTF-8, percent-encoded in the URL"
-            ),
-            s3_code: "InvalidURI",
-        }
+    let Path((bucket, key)) = path.map_err(|e| GateError::InvalidKey {
+        message: format!(
+            "the path could not be decoded ({e}); keys must be UTF-8, percent-encoded in the URL"
+        ),
+        s3_code: "InvalidURI",
     })?;
     note_target(&bucket, &key);
     Ok((bucket, key))

@@ -229,7 +229,10 @@ pub fn match_parts(
             }
         }
     }
-    if let Some(small) = out[..out.len() - 1].iter().find(|p| p.size < MIN_PART_BYTES) {
+    if let Some(small) = out[..out.len() - 1]
+        .iter()
+        .find(|p| p.size < MIN_PART_BYTES)
+    {
         return Err(BackendError::Invalid {
             code: "EntityTooSmall",
             message: format!(

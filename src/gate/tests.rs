@@ -112,7 +112,13 @@ async fn error_table_rows() {
     let e = f.gate.get("b", "absent").await.err().unwrap();
     assert_eq!((e.status(), e.code()), (404, "NoSuchKey"));
 
+    // If-Match on an object that does not exist is S3's 404; on one with another ETag, 412.
     let mut cond = req("k", Some(1));
+    cond.conditions.if_match = EtagMatch::parse("\"nope\"");
+    let e = f.gate.put(cond, body(b"x")).await.unwrap_err();
+    assert_eq!((e.status(), e.code()), (404, "NoSuchKey"));
+    f.gate.put(req("k", Some(1)), body(b"x")).await.unwrap();
+    let mut cond = req("k", Some(2));
     cond.conditions.if_match = EtagMatch::parse("\"nope\"");
     let e = f.gate.put(cond, body(b"x")).await.unwrap_err();
     assert_eq!((e.status(), e.code()), (412, "PreconditionFailed"));

@@ -40,7 +40,11 @@ pub async fn finish(resp: Response, id: &str) -> Response {
     let text = String::from_utf8_lossy(&bytes);
     let stamped = match text.rfind("</Error>") {
         Some(end) if !text.contains("<RequestId>") => {
-            format!("{}<RequestId>{id}</RequestId>{}", &text[..end], &text[end..])
+            format!(
+                "{}<RequestId>{id}</RequestId>{}",
+                &text[..end],
+                &text[end..]
+            )
         }
         _ => text.into_owned(),
     };
@@ -75,7 +79,7 @@ mod tests {
     async fn errors_carry_the_id_of_their_header() {
         let resp = finish(xml(404, "<Error><Code>NoSuchKey</Code></Error>"), "ABC").await;
         assert_eq!(resp.headers()["x-amz-request-id"], "ABC");
-        assert_eq!(resp.headers()["content-length"], "55");
+        assert_eq!(resp.headers()["content-length"], "63");
         assert_eq!(
             body_of(resp).await,
             "<Error><Code>NoSuchKey</Code><RequestId>ABC</RequestId></Error>"
@@ -96,6 +100,8 @@ mod tests {
     fn ids_look_like_s3s() {
         let id = request_id();
         assert_eq!(id.len(), 16);
-        assert!(id.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase()));
+        assert!(id
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase()));
     }
 }

@@ -292,7 +292,6 @@ pub async fn list_buckets(
         continuation_token: next,
         prefix: input.prefix.clone(),
         owner: Some(owner()),
-        ..Default::default()
     }))
 }
 

@@ -133,27 +133,14 @@ pub fn millis(t: &Timestamp) -> u64 {
     (t.unix_timestamp_nanos() / 1_000_000).max(0) as u64
 }
 
-/// A client's body as the gate's stream: bounded in size and in idle time, and checked
-/// against the request's Content-MD5 when it has one (review round 19, finding 2: a body that
-/// does not match is refused with BadDigest and nothing is committed, as S3 does).
+/// A PUT body, bounded by size and idle time, and checked against every digest the request
+/// declared ([`super::digests`]).
 pub fn body(
     blob: Option<StreamingBlob>,
     limit: u64,
     idle: Duration,
-    content_md5: Option<&str>,
+    declared: super::digests::Declared,
 ) -> S3Result<ByteStream> {
-    let want = match content_md5 {
-        None => None,
-        Some(b64) => match aws_smithy_types::base64::decode(b64.trim()) {
-            Ok(digest) if digest.len() == 16 => Some(digest),
-            _ => {
-                return Err(S3Error::with_message(
-                    S3ErrorCode::InvalidDigest,
-                    "Content-MD5 must be the base64 of the body's 16-byte MD5",
-                ))
-            }
-        },
-    };
     let body = match blob {
         None => futures::stream::empty().boxed(),
         Some(blob) => headers::bound(
@@ -162,60 +149,7 @@ pub fn body(
             idle,
         ),
     };
-    Ok(match want {
-        Some(want) => verify_md5(body, want),
-        None => body,
-    })
-}
-
-/// Passes the body through, one chunk behind: the last chunk goes only once the MD5 of the
-/// whole body is known to be `want`, else an error goes in its place. A body streamed straight
-/// to the store with its length (an UploadPart on the s3 backend) is therefore cut short
-/// before the store has all of it, and one staged first fails before anything is committed.
-fn verify_md5(body: ByteStream, want: Vec<u8>) -> ByteStream {
-    use md5::{Digest, Md5};
-    struct State {
-        body: ByteStream,
-        md5: Option<Md5>,
-        held: Option<bytes::Bytes>,
-    }
-    let start = State {
-        body,
-        md5: Some(Md5::new()),
-        held: None,
-    };
-    futures::stream::unfold(start, move |mut st| {
-        let want = want.clone();
-        async move {
-            loop {
-                let hasher = st.md5.as_mut()?;
-                match st.body.next().await {
-                    Some(Ok(chunk)) => {
-                        hasher.update(&chunk);
-                        if let Some(prev) = st.held.replace(chunk) {
-                            return Some((Ok(prev), st));
-                        }
-                    }
-                    Some(Err(e)) => {
-                        st.md5 = None;
-                        return Some((Err(e), st));
-                    }
-                    None => {
-                        let got = st.md5.take().map(|h| h.finalize().to_vec());
-                        if got.as_deref() != Some(want.as_slice()) {
-                            let err = BodyError::BadDigest(
-                                "the body's MD5 is not the Content-MD5 the request declared; nothing was written (send the body again, or check what alters it on the way)".into(),
-                            );
-                            return Some((Err(err), st));
-                        }
-                        let last = st.held.take()?;
-                        return Some((Ok(last), st));
-                    }
-                }
-            }
-        }
-    })
-    .boxed()
+    Ok(super::digests::verify(body, declared))
 }
 
 /// An object's body for the client.

@@ -6,6 +6,7 @@ mod access;
 pub mod answer;
 mod buckets;
 mod convert;
+mod digests;
 mod multipart;
 mod objects;
 

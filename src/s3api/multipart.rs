@@ -45,7 +45,11 @@ pub async fn create(
         scope_header: headers::scope(&req.headers).map_err(s3_error)?,
         scope_takeover: headers::scope_takeover(&req.headers).map_err(s3_error)?,
         conditions: Default::default(),
-        meta: convert::object_meta(input.content_type.clone(), input.metadata.as_ref(), &req.headers)?,
+        meta: convert::object_meta(
+            input.content_type.clone(),
+            input.metadata.as_ref(),
+            &req.headers,
+        )?,
         idempotency: None,
     };
     let upload = gw.gate.create_upload(write).await.map_err(s3_error)?;
@@ -76,7 +80,11 @@ pub async fn upload_part(
         input.body,
         gw.max_body_bytes,
         gw.body_idle_timeout,
-        input.content_md5.as_deref(),
+        super::digests::Declared::of(
+            &req.headers,
+            req.trailing_headers.clone(),
+            input.content_md5.as_deref(),
+        )?,
     )?;
     let part = gw
         .gate

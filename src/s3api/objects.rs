@@ -68,13 +68,21 @@ pub async fn put_object(
         input.metadata.as_ref(),
         super::access::lease_token(&req.extensions),
     );
-    let meta = convert::object_meta(input.content_type.clone(), input.metadata.as_ref(), &req.headers)?;
+    let meta = convert::object_meta(
+        input.content_type.clone(),
+        input.metadata.as_ref(),
+        &req.headers,
+    )?;
     let write = write_request(&req.headers, (&input.bucket, &input.key, &who), token, meta)?;
     let body = convert::body(
         input.body,
         gw.max_body_bytes,
         gw.body_idle_timeout,
-        input.content_md5.as_deref(),
+        super::digests::Declared::of(
+            &req.headers,
+            req.trailing_headers.clone(),
+            input.content_md5.as_deref(),
+        )?,
     )?;
     let written = gw.gate.put(write, body).await.map_err(s3_error)?;
     let resp = S3Response::new(PutObjectOutput {
@@ -391,7 +399,11 @@ pub async fn copy_object(
         super::access::lease_token(&req.extensions),
     );
     let meta = if replace {
-        convert::object_meta(input.content_type.clone(), input.metadata.as_ref(), &req.headers)?
+        convert::object_meta(
+            input.content_type.clone(),
+            input.metadata.as_ref(),
+            &req.headers,
+        )?
     } else {
         crate::backend::ObjectMeta {
             token: None,

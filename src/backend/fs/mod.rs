@@ -799,6 +799,7 @@ mod tests {
             content_type: Some("text/plain".into()),
             user_meta: [("owner".to_string(), "a".to_string())].into(),
             token: Some(7),
+            headers: [("cache-control".to_string(), "no-store".to_string())].into(),
         };
         let staged = fs
             .stage("b", "x/y", meta.clone(), body(b"hello"))

@@ -114,8 +114,17 @@ impl S3Backend {
     /// bytes sent (`sent`, `"hex"`): the store kept other bytes (moto, for one, parses a body
     /// sent as `application/x-www-form-urlencoded` and keeps an empty object). Nothing is
     /// acknowledged then (issue 14 §3; docs/design.md, "The store's answer is checked").
-    fn check_kept(&self, what: &str, key: &str, sent: &str, answered: &str) -> Result<(), BackendError> {
-        if !self.etags_are_md5.load(std::sync::atomic::Ordering::Relaxed) {
+    fn check_kept(
+        &self,
+        what: &str,
+        key: &str,
+        sent: &str,
+        answered: &str,
+    ) -> Result<(), BackendError> {
+        if !self
+            .etags_are_md5
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
             return Ok(());
         }
         let bare = |e: &str| e.trim_matches('"').to_ascii_lowercase();
@@ -124,7 +133,13 @@ impl S3Backend {
         }
         metrics::counter!("fencegate_store_integrity_failures_total", "operation" => what.to_string())
             .increment(1);
-        tracing::error!(key, operation = what, sent, answered, "the store kept other bytes than fencegate sent");
+        tracing::error!(
+            key,
+            operation = what,
+            sent,
+            answered,
+            "the store kept other bytes than fencegate sent"
+        );
         Err(BackendError::KeptDifferentBytes(format!(
             "the store answered {what} of {key} with ETag {answered}, but the MD5 of the bytes fencegate sent is {sent}: the store kept other bytes, so nothing was acknowledged and the next write to the key is refused as BypassDetected until the object is inspected; check for a proxy that rewrites bodies, or a store that parses bodies by their Content-Type (moto keeps an empty object for application/x-www-form-urlencoded; send the body as application/octet-stream)"
         )))
@@ -229,11 +244,11 @@ impl S3Backend {
             .bucket(&self.bucket)
             .key(self.store_key(key))
             .set_content_type(meta.content_type.clone())
-                .set_cache_control(meta.header("cache-control"))
-                .set_content_disposition(meta.header("content-disposition"))
-                .set_content_encoding(meta.header("content-encoding"))
-                .set_content_language(meta.header("content-language"))
-                .set_expires(expires(meta))
+            .set_cache_control(meta.header("cache-control"))
+            .set_content_disposition(meta.header("content-disposition"))
+            .set_content_encoding(meta.header("content-encoding"))
+            .set_content_language(meta.header("content-language"))
+            .set_expires(expires(meta))
             .set_metadata(Some(Self::metadata(meta)))
             .send()
             .await

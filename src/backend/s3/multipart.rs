@@ -213,7 +213,12 @@ impl S3Backend {
         })?;
         let etag = out.e_tag().unwrap_or_default().to_string();
         let (sent, length) = std::mem::take(&mut *digest.lock().unwrap_or_else(|p| p.into_inner()));
-        self.check_kept("UploadPart", key, &format!("\"{}\"", hex::encode(sent.finalize())), &etag)?;
+        self.check_kept(
+            "UploadPart",
+            key,
+            &format!("\"{}\"", hex::encode(sent.finalize())),
+            &etag,
+        )?;
         Ok(PartInfo {
             number,
             etag,

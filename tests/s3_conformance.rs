@@ -1,0 +1,563 @@
+//! S3 parity (issue 14 §1): where a client looks, the gateway answers as AWS S3 does. Each
+//! behaviour is one test body, run on the fs backend and on the s3 backend over ministack in
+//! the safe mode (conditional commits), through aws-sdk-s3 as an unmodified client. Where
+//! fencegate differs on purpose, the README's "Differences from S3" says so.
+
+mod common;
+use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, EncodingType};
+use aws_sdk_s3::Client;
+use common::store::{Store, StoreKind};
+use common::Server;
+
+const STORE_BUCKET: &str = "fencegate-parity";
+const PART: usize = 5 * 1024 * 1024;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Fs,
+    S3Safe,
+}
+
+struct Fx {
+    _store: Option<Store>,
+    _dir: tempfile::TempDir,
+    server: Server,
+}
+
+impl Fx {
+    /// Development mode (no keys): the development key signs. Bucket `bkt` takes writes without
+    /// tokens, so each behaviour is S3's alone.
+    async fn start(kind: Kind) -> Fx {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, config) = match kind {
+            Kind::Fs => (
+                None,
+                "[buckets.bkt]\nfencing = \"optional\"\n\n[buckets.cat]\nfencing = \"optional\"\n"
+                    .to_string(),
+            ),
+            Kind::S3Safe => {
+                let store = Store::start(StoreKind::Ministack);
+                store.create_bucket(STORE_BUCKET).await;
+                let config = format!(
+                    "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nmultipart_threshold_bytes = {PART}\n\n[buckets.bkt]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"b/\"\n\n[buckets.cat]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"c/\"\n",
+                    store.endpoint()
+                );
+                (Some(store), config)
+            }
+        };
+        let server = Server::start(&dir.path().join("data"), Some(&config));
+        if kind == Kind::S3Safe {
+            common::store::assert_safe_mode(&server);
+        }
+        Fx {
+            _store: store,
+            _dir: dir,
+            server,
+        }
+    }
+
+    fn client(&self) -> Client {
+        common::moto::client_with(&self.server.url(""), "fencegate", "fencegate-dev-secret")
+    }
+}
+
+/// (status, code, raw header x-amz-request-id, raw body) of a failed call.
+fn refused<T: std::fmt::Debug, E: ProvideErrorMetadata + std::fmt::Debug>(
+    r: Result<
+        T,
+        aws_sdk_s3::error::SdkError<E, aws_smithy_runtime_api::client::orchestrator::HttpResponse>,
+    >,
+) -> (u16, String, String, String) {
+    let e = r.expect_err("the call should have been refused");
+    let raw = e.raw_response().expect("an HTTP answer");
+    let id = raw
+        .headers()
+        .get("x-amz-request-id")
+        .unwrap_or_default()
+        .to_string();
+    let body = String::from_utf8_lossy(raw.body().bytes().unwrap_or_default()).into_owned();
+    (
+        raw.status().as_u16(),
+        e.code().unwrap_or_default().to_string(),
+        id,
+        body,
+    )
+}
+
+async fn put(c: &Client, bucket: &str, key: &str, body: &[u8]) -> String {
+    c.put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from(body.to_vec()))
+        .send()
+        .await
+        .unwrap()
+        .e_tag()
+        .unwrap()
+        .to_string()
+}
+
+async fn part(c: &Client, key: &str, id: &str, n: i32, len: usize) -> String {
+    c.upload_part()
+        .bucket("bkt")
+        .key(key)
+        .upload_id(id)
+        .part_number(n)
+        .body(ByteStream::from(vec![n as u8; len]))
+        .send()
+        .await
+        .unwrap()
+        .e_tag()
+        .unwrap()
+        .to_string()
+}
+
+fn listed(parts: &[(i32, &str)]) -> CompletedMultipartUpload {
+    CompletedMultipartUpload::builder()
+        .set_parts(Some(
+            parts
+                .iter()
+                .map(|(n, e)| CompletedPart::builder().part_number(*n).e_tag(*e).build())
+                .collect(),
+        ))
+        .build()
+}
+
+async fn start(c: &Client, key: &str) -> String {
+    c.create_multipart_upload()
+        .bucket("bkt")
+        .key(key)
+        .send()
+        .await
+        .unwrap()
+        .upload_id()
+        .unwrap()
+        .to_string()
+}
+
+/// Completing again (the first answer was lost) is answered as the first completion; a part
+/// under 5 MiB but the last is EntityTooSmall, and the upload stays to be completed right.
+async fn multipart_completion(kind: Kind) {
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    let id = start(&c, "mp").await;
+    let small = part(&c, "mp", &id, 1, 100).await;
+    let last = part(&c, "mp", &id, 2, 10).await;
+    let (status, code, _, _) = refused(
+        c.complete_multipart_upload()
+            .bucket("bkt")
+            .key("mp")
+            .upload_id(&id)
+            .multipart_upload(listed(&[(1, &small), (2, &last)]))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "EntityTooSmall"));
+    let big = part(&c, "mp", &id, 1, PART).await;
+    let complete = || {
+        c.complete_multipart_upload()
+            .bucket("bkt")
+            .key("mp")
+            .upload_id(&id)
+            .multipart_upload(listed(&[(1, &big), (2, &last)]))
+            .send()
+    };
+    let first = complete().await.unwrap();
+    let again = complete()
+        .await
+        .expect("a second completion is answered like the first");
+    assert_eq!(first.e_tag(), again.e_tag());
+    assert!(first.e_tag().unwrap().ends_with("-2\""), "{first:?}");
+    let head = c
+        .head_object()
+        .bucket("bkt")
+        .key("mp")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length(), Some(PART as i64 + 10));
+}
+
+/// Cache-Control, Content-Disposition, Content-Encoding, Content-Language and Expires are kept
+/// and answered by HEAD and GET, as is user metadata; CopyObject keeps them unless REPLACE.
+async fn system_metadata(kind: Kind) {
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    let expires = aws_smithy_types::DateTime::from_secs(1_893_456_000); // 2030-01-01
+    c.put_object()
+        .bucket("bkt")
+        .key("meta")
+        .body(ByteStream::from_static(b"x"))
+        .cache_control("max-age=60")
+        .content_disposition("attachment; filename=a.txt")
+        .content_encoding("gzip")
+        .content_language("de")
+        .content_type("text/plain")
+        .expires(expires)
+        .metadata("owner", "etl")
+        .send()
+        .await
+        .unwrap();
+    let head = c
+        .head_object()
+        .bucket("bkt")
+        .key("meta")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.cache_control(), Some("max-age=60"));
+    assert_eq!(
+        head.content_disposition(),
+        Some("attachment; filename=a.txt")
+    );
+    assert_eq!(head.content_encoding(), Some("gzip"));
+    assert_eq!(head.content_language(), Some("de"));
+    assert_eq!(head.content_type(), Some("text/plain"));
+    assert_eq!(head.expires_string(), Some("Tue, 01 Jan 2030 00:00:00 GMT"));
+    assert_eq!(head.metadata().unwrap()["owner"], "etl");
+    let get = c
+        .get_object()
+        .bucket("bkt")
+        .key("meta")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.cache_control(), Some("max-age=60"));
+    assert_eq!(get.content_language(), Some("de"));
+    // A copy keeps them; a copy with REPLACE takes the request's.
+    c.copy_object()
+        .bucket("bkt")
+        .key("copy")
+        .copy_source("bkt/meta")
+        .send()
+        .await
+        .unwrap();
+    let copy = c
+        .head_object()
+        .bucket("bkt")
+        .key("copy")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        copy.content_disposition(),
+        Some("attachment; filename=a.txt")
+    );
+    c.copy_object()
+        .bucket("bkt")
+        .key("copy")
+        .copy_source("bkt/meta")
+        .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+        .cache_control("no-store")
+        .send()
+        .await
+        .unwrap();
+    let replaced = c
+        .head_object()
+        .bucket("bkt")
+        .key("copy")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replaced.cache_control(), Some("no-store"));
+    assert_eq!(replaced.content_disposition(), None);
+}
+
+/// EncodingType=url, v1's Marker and Owner, no empty Delimiter echoed, FetchOwner, and
+/// CommonPrefixes for delimiters that are not `/`.
+async fn listing(kind: Kind) {
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    for key in [
+        "a b",
+        "a+b",
+        "a%20c",
+        "a_x",
+        "a_y/z",
+        "foo/bar",
+        "foo/baz/x",
+        "fooz",
+    ] {
+        put(&c, "bkt", &format!("L/{key}"), b"1").await;
+    }
+    let v2 = c
+        .list_objects_v2()
+        .bucket("bkt")
+        .prefix("L/a")
+        .encoding_type(EncodingType::Url)
+        .send()
+        .await
+        .unwrap();
+    let keys: Vec<&str> = v2.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(
+        keys,
+        ["L/a%20b", "L/a%2520c", "L/a%2Bb", "L/a_x", "L/a_y/z"],
+        "percent-encoded, in the order of the keys' bytes"
+    );
+    assert_eq!(v2.prefix(), Some("L/a"));
+    assert!(
+        v2.contents()[0].owner().is_none(),
+        "no Owner unless FetchOwner"
+    );
+    let owned = c
+        .list_objects_v2()
+        .bucket("bkt")
+        .prefix("L/")
+        .fetch_owner(true)
+        .delimiter("")
+        .send()
+        .await
+        .unwrap();
+    assert!(owned.contents()[0].owner().is_some());
+    assert_eq!(owned.delimiter(), None, "an empty Delimiter is not echoed");
+    assert_eq!(owned.key_count(), Some(8));
+    let v1 = c
+        .list_objects()
+        .bucket("bkt")
+        .prefix("L/")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(v1.marker(), Some(""), "v1 always answers a Marker");
+    assert!(
+        v1.contents()[0].owner().is_some(),
+        "v1 always names the owner"
+    );
+    let folded = |delimiter: &'static str, prefix: &'static str| {
+        let c = c.clone();
+        async move {
+            let r = c
+                .list_objects_v2()
+                .bucket("bkt")
+                .prefix(prefix)
+                .delimiter(delimiter)
+                .send()
+                .await
+                .unwrap();
+            let keys: Vec<String> = r
+                .contents()
+                .iter()
+                .filter_map(|o| o.key().map(str::to_string))
+                .collect();
+            let prefixes: Vec<String> = r
+                .common_prefixes()
+                .iter()
+                .filter_map(|p| p.prefix().map(str::to_string))
+                .collect();
+            (keys, prefixes)
+        }
+    };
+    let (keys, prefixes) = folded("_", "L/").await;
+    assert_eq!(prefixes, ["L/a_"]);
+    assert_eq!(
+        keys,
+        [
+            "L/a b",
+            "L/a%20c",
+            "L/a+b",
+            "L/foo/bar",
+            "L/foo/baz/x",
+            "L/fooz"
+        ]
+    );
+    let (keys, prefixes) = folded("o/", "L/fo").await;
+    assert_eq!(
+        (keys, prefixes),
+        (vec!["L/fooz".to_string()], vec!["L/foo/".to_string()])
+    );
+    let (keys, prefixes) = folded("b", "L/").await;
+    assert_eq!(prefixes, ["L/a b", "L/a+b", "L/foo/b"]);
+    assert_eq!(keys, ["L/a%20c", "L/a_x", "L/a_y/z", "L/fooz"]);
+}
+
+/// ListBuckets pages with MaxBuckets and ContinuationToken and carries creation dates;
+/// creating a bucket one already owns is 409 BucketAlreadyOwnedByYou and keeps its objects.
+async fn buckets(kind: Kind) {
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    put(&c, "bkt", "kept", b"1").await;
+    let (status, code, _, _) = refused(c.create_bucket().bucket("bkt").send().await);
+    assert_eq!((status, code.as_str()), (409, "BucketAlreadyOwnedByYou"));
+    assert!(c
+        .head_object()
+        .bucket("bkt")
+        .key("kept")
+        .send()
+        .await
+        .is_ok());
+    let first = c.list_buckets().max_buckets(1).send().await.unwrap();
+    let names: Vec<&str> = first.buckets().iter().filter_map(|b| b.name()).collect();
+    assert_eq!(names, ["bkt"]);
+    let token = first.continuation_token().expect("more buckets follow");
+    let second = c
+        .list_buckets()
+        .max_buckets(1)
+        .continuation_token(token)
+        .send()
+        .await
+        .unwrap();
+    let names: Vec<&str> = second.buckets().iter().filter_map(|b| b.name()).collect();
+    assert_eq!(names, ["cat"]);
+    assert!(second.continuation_token().is_none());
+    let created = first.buckets()[0].creation_date().unwrap().secs();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    assert!(
+        (now - 600..=now + 5).contains(&created),
+        "created at {created}, now {now}"
+    );
+}
+
+/// The answers S3 documents for conditions and bad requests, each error with the RequestId of
+/// its `x-amz-request-id` header.
+async fn conditions_and_errors(kind: Kind) {
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    // If-Match on a key that does not exist: 404 NoSuchKey, for PutObject and completion.
+    let r = c
+        .put_object()
+        .bucket("bkt")
+        .key("absent")
+        .if_match("\"abc\"")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await;
+    let (status, code, id, body) = refused(r);
+    assert_eq!((status, code.as_str()), (404, "NoSuchKey"));
+    assert_eq!(id.len(), 16, "a request id: {id:?}");
+    assert!(
+        body.contains(&format!("<RequestId>{id}</RequestId>")),
+        "{body}"
+    );
+    let upload = start(&c, "absent").await;
+    let e = part(&c, "absent", &upload, 1, 10).await;
+    let (status, code, _, _) = refused(
+        c.complete_multipart_upload()
+            .bucket("bkt")
+            .key("absent")
+            .upload_id(&upload)
+            .if_match("\"abc\"")
+            .multipart_upload(listed(&[(1, &e)]))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (404, "NoSuchKey"));
+    // 304 carries the ETag and Last-Modified.
+    let etag = put(&c, "bkt", "here", b"hello").await;
+    let e = c
+        .get_object()
+        .bucket("bkt")
+        .key("here")
+        .if_none_match(&etag)
+        .send()
+        .await
+        .expect_err("304");
+    let raw = e.raw_response().unwrap();
+    assert_eq!(raw.status().as_u16(), 304);
+    assert_eq!(raw.headers().get("etag"), Some(etag.as_str()));
+    assert!(raw.headers().get("last-modified").is_some());
+    // CopyObject onto itself without a change is refused; with REPLACE it is a rewrite.
+    let (status, code, _, _) = refused(
+        c.copy_object()
+            .bucket("bkt")
+            .key("here")
+            .copy_source("bkt/here")
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "InvalidRequest"));
+    c.copy_object()
+        .bucket("bkt")
+        .key("here")
+        .copy_source("bkt/here")
+        .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+        .send()
+        .await
+        .unwrap();
+    // UploadPartCopy with a range outside the source: 416 InvalidRange.
+    let upload = start(&c, "copied").await;
+    let (status, code, _, _) = refused(
+        c.upload_part_copy()
+            .bucket("bkt")
+            .key("copied")
+            .upload_id(&upload)
+            .part_number(1)
+            .copy_source("bkt/here")
+            .copy_source_range("bytes=0-100")
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (416, "InvalidRange"));
+    // A control character in a key: S3's code for a URI it cannot take.
+    let (status, code, _, _) = refused(
+        c.put_object()
+            .bucket("bkt")
+            .key("a\u{1}b")
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "InvalidURI"));
+    // An expired presigned PUT is 403.
+    let presigned = c
+        .put_object()
+        .bucket("bkt")
+        .key("late")
+        .presigned(
+            aws_sdk_s3::presigning::PresigningConfig::builder()
+                .start_time(std::time::SystemTime::now() - std::time::Duration::from_secs(120))
+                .expires_in(std::time::Duration::from_secs(60))
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let resp = reqwest::Client::new()
+        .put(presigned.uri())
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 403);
+    let id = resp.headers()["x-amz-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let text = resp.text().await.unwrap();
+    assert!(
+        text.contains("<Code>AccessDenied</Code>") && text.contains(&id),
+        "{text}"
+    );
+    assert!(c
+        .head_object()
+        .bucket("bkt")
+        .key("late")
+        .send()
+        .await
+        .is_err());
+}
+
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod fs {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Kind::Fs).await })*
+        }
+        mod s3_safe {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Kind::S3Safe).await })*
+        }
+    };
+}
+
+on_both_backends!(
+    multipart_completion,
+    system_metadata,
+    listing,
+    buckets,
+    conditions_and_errors
+);
