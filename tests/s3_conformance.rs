@@ -502,6 +502,26 @@ async fn conditions_and_errors(kind: Kind) {
             .await,
     );
     assert_eq!((status, code.as_str()), (400, "InvalidURI"));
+    // A checksum the body does not have: 400 BadDigest, nothing written; the right one lands.
+    let (status, code, _, _) = refused(
+        c.put_object()
+            .bucket("bkt")
+            .key("summed")
+            .checksum_crc32("AAAAAA==")
+            .body(ByteStream::from_static(b"hello world"))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "BadDigest"));
+    assert!(c.head_object().bucket("bkt").key("summed").send().await.is_err());
+    c.put_object()
+        .bucket("bkt")
+        .key("summed")
+        .checksum_crc32("DUoRhQ==")
+        .body(ByteStream::from_static(b"hello world"))
+        .send()
+        .await
+        .expect("the body's own CRC32 is accepted");
     // An expired presigned PUT is 403.
     let presigned = c
         .put_object()

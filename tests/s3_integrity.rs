@@ -62,7 +62,11 @@ async fn put_typed(
 
 fn assert_refused(answer: &(u16, serde_json::Value)) {
     assert_eq!(answer.0, 502, "{:?}", answer.1);
-    assert_eq!(answer.1["error"], "StoreKeptDifferentBytes", "{:?}", answer.1);
+    assert_eq!(
+        answer.1["error"], "StoreKeptDifferentBytes",
+        "{:?}",
+        answer.1
+    );
     let message = answer.1["message"].as_str().unwrap();
     assert!(
         message.contains("nothing was acknowledged"),
@@ -74,7 +78,14 @@ fn assert_refused(answer: &(u16, serde_json::Value)) {
 async fn moto_parsing_a_form_body_is_refused_not_acknowledged() {
     let r = rig().await;
     // curl --data-binary's default Content-Type: moto parses the body as a form, keeps "".
-    let answer = put_typed(&r.s, "form", 1, "application/x-www-form-urlencoded", b"abc".to_vec()).await;
+    let answer = put_typed(
+        &r.s,
+        "form",
+        1,
+        "application/x-www-form-urlencoded",
+        b"abc".to_vec(),
+    )
+    .await;
     assert_refused(&answer);
     let message = answer.1["message"].as_str().unwrap();
     assert!(message.contains("application/octet-stream"), "{message}");
@@ -87,7 +98,14 @@ async fn moto_parsing_a_form_body_is_refused_not_acknowledged() {
     assert_eq!(next.0, 409, "{:?}", next.1);
     assert_eq!(next.1["error"], "BypassDetected");
     // Negative control: the same bytes as octet-stream are kept and acknowledged.
-    let ok = put_typed(&r.s, "octet", 1, "application/octet-stream", b"abc".to_vec()).await;
+    let ok = put_typed(
+        &r.s,
+        "octet",
+        1,
+        "application/octet-stream",
+        b"abc".to_vec(),
+    )
+    .await;
     assert_eq!(ok.0, 200, "{:?}", ok.1);
     assert_eq!(
         get_bytes(&client(), &r.s.object_url("default", "octet")).await,
@@ -100,7 +118,16 @@ async fn a_store_answering_with_another_etag_is_refused_for_puts_and_parts() {
     let r = rig().await;
     r.proxy.set(Mode::WrongPutEtags);
     // One PutObject.
-    assert_refused(&put_typed(&r.s, "small", 1, "application/octet-stream", b"abc".to_vec()).await);
+    assert_refused(
+        &put_typed(
+            &r.s,
+            "small",
+            1,
+            "application/octet-stream",
+            b"abc".to_vec(),
+        )
+        .await,
+    );
     // A body over the threshold: staged as parts, the first part's answer is refused and the
     // upload aborted.
     let big = vec![7u8; PART + 1000];
@@ -134,7 +161,14 @@ async fn a_store_answering_with_another_etag_is_refused_for_puts_and_parts() {
     );
     // Negative control: the same requests through an honest store are acknowledged.
     r.proxy.set(Mode::Pass);
-    let ok = put_typed(&r.s, "small2", 1, "application/octet-stream", b"abc".to_vec()).await;
+    let ok = put_typed(
+        &r.s,
+        "small2",
+        1,
+        "application/octet-stream",
+        b"abc".to_vec(),
+    )
+    .await;
     assert_eq!(ok.0, 200, "{:?}", ok.1);
     let ok = put_typed(&r.s, "big2", 1, "application/octet-stream", big.clone()).await;
     assert_eq!(ok.0, 200, "{:?}", ok.1);
@@ -161,7 +195,8 @@ async fn a_store_answering_with_another_etag_is_refused_for_puts_and_parts() {
         .unwrap();
     // An alert can count them (the SDK retries a 502, so a refused part may count more than once).
     for operation in ["PutObject", "UploadPart"] {
-        let prefix = format!("fencegate_store_integrity_failures_total{{operation=\"{operation}\"}} ");
+        let prefix =
+            format!("fencegate_store_integrity_failures_total{{operation=\"{operation}\"}} ");
         assert!(
             metrics.lines().any(|l| l.starts_with(&prefix)),
             "{operation} counted: {metrics}"
