@@ -513,7 +513,13 @@ async fn conditions_and_errors(kind: Kind) {
             .await,
     );
     assert_eq!((status, code.as_str()), (400, "BadDigest"));
-    assert!(c.head_object().bucket("bkt").key("summed").send().await.is_err());
+    assert!(c
+        .head_object()
+        .bucket("bkt")
+        .key("summed")
+        .send()
+        .await
+        .is_err());
     c.put_object()
         .bucket("bkt")
         .key("summed")
