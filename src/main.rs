@@ -66,19 +66,9 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 /// Raises the open-file limit to its hard maximum: every connection is a descriptor, and the
 /// usual soft default (1024) would cap a public-facing server at about a thousand clients.
 fn raise_fd_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct passed to them.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            let before = lim.rlim_cur;
-            lim.rlim_cur = lim.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
-                tracing::debug!(before, after = lim.rlim_cur, "raised the open-file limit");
-            }
-        }
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(now) => tracing::debug!(open_file_limit = now, "raised the open-file limit"),
+        Err(e) => tracing::debug!(error = %e, "the open-file limit could not be raised"),
     }
 }
 

@@ -1,5 +1,5 @@
 //! One backend conformance suite, run against `fs` and `s3` (a real moto server, with
-//! `unsafe_no_conditional_writes`, and a real ministack in the safe mode): every contract line
+//! `unsafe_no_conditional_writes`, and a real ministack in the safe mode): every contract line of docs/design.md
 //! the foundation proved, through the real binary. Each test body is written once and
 //! instantiated per backend at the bottom of the file.
 

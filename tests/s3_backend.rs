@@ -257,7 +257,7 @@ async fn a_backend_that_goes_down_is_502_and_keeps_the_recorded_token(kind: Stor
     );
     let fence: serde_json::Value = common::fence(&c, &s, "default", "k").await;
     // The token was recorded before the commit was attempted; a backend failure leaves it
-    // recorded (contract line 7), so the holder may retry with it and older holders stay out.
+    // recorded (docs/design.md, contract line 7), so the holder may retry with it and older holders stay out.
     assert_eq!(fence["highest"], 7);
     assert_eq!(put(&c, &url, Some("6"), b"older holder").await.0, 409);
     // The store comes back (empty: both keep objects in memory): writes flow again...
@@ -363,7 +363,7 @@ async fn a_timed_out_commit_that_did_not_land_is_504_and_keeps_the_token(kind: S
     let fence: serde_json::Value = common::fence(&c, &s, "default", "k").await;
     assert_eq!(
         fence["highest"], 5,
-        "contract line 7: the recorded token stays"
+        "docs/design.md, contract line 7: the recorded token stays"
     );
     assert_eq!(put(&c, &url, Some("4"), b"stale").await.0, 409);
     // The lost request may still land: the retry waits until the store shows it or the

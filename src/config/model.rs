@@ -320,7 +320,7 @@ pub enum ScopeKind {
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum TokenOrder {
-    /// Equal tokens pass: one holder may write many times (contract line 4).
+    /// Equal tokens pass: one holder may write many times (docs/design.md, contract line 4).
     #[default]
     NonDecreasing,
     /// Every accepted write needs a token above the recorded highest.

@@ -52,7 +52,7 @@ pub(super) fn pending_landed(row: &FenceRow, found: Option<&str>) -> bool {
     })
 }
 
-/// Whether the refusal already put the rows back as they were (contract line 7).
+/// Whether the refusal already put the rows back as they were (docs/design.md, contract line 7).
 pub(super) fn rows_restored(error: &GateError) -> bool {
     matches!(
         error,

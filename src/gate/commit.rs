@@ -336,7 +336,7 @@ impl Gate {
     /// The conditional commit. A conflict means the object is not at the version expected:
     /// either a crash left it at our own pending version (committed again on that), or a write
     /// made around fencegate changed it. That is refused, with the fence rows restored to
-    /// `before` so that the refused write leaves the table as it was (contract line 7), or,
+    /// `before` so that the refused write leaves the table as it was (docs/design.md, contract line 7), or,
     /// under `on_bypass = "adopt"`, committed once more over the foreign version.
     async fn commit_or_adopt(
         &self,

@@ -3,7 +3,7 @@
 //! the fence store or the backend; each time the "machine" loses power just before, or just
 //! after, that operation: everything the store had not synced is forgotten and a fresh gate
 //! starts on what is left. Then every acknowledged token must still fence out the token below
-//! it (contract line 2), and a new lock holder must be able to carry on without the gate's own
+//! it (docs/design.md, contract line 2), and a new lock holder must be able to carry on without the gate's own
 //! half-finished commits being taken for writes around it.
 
 use super::*;

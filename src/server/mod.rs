@@ -450,16 +450,9 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
 /// `max_connections`, lowered to leave room under the open-file limit for what each
 /// connection's request opens (staging files, the fence table, store connections).
 fn connection_budget(max_connections: usize) -> usize {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes the struct passed to it.
-    let files = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-        lim.rlim_cur as usize
-    } else {
-        usize::MAX
-    };
+    let files = rlimit::getrlimit(rlimit::Resource::NOFILE)
+        .map(|(soft, _hard)| usize::try_from(soft).unwrap_or(usize::MAX))
+        .unwrap_or(usize::MAX);
     // A quarter of the descriptors stays for what requests open: staging files, directories
     // fsynced, the fence table's files, connections to an s3 store.
     let fits = (files - files / 4).max(16);

@@ -1,5 +1,5 @@
 //! The start-up probe: some stores accept `If-Match` / `If-None-Match` and ignore them, which
-//! would silently void contract line 5. Before serving, fencegate proves on a scratch key that
+//! would silently void contract line 5 (docs/design.md). Before serving, fencegate proves on a scratch key that
 //! the store refuses each kind of conditional commit it relies on.
 
 use super::errors::{classify, S3Failure};
