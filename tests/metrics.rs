@@ -85,7 +85,10 @@ async fn exercised() -> (String, tempfile::TempDir) {
     let s = Server::start(&data, None);
     let c = common::client();
     let url = s.object_url("default", "report.csv");
-    assert_eq!(common::put(&c, &url, Some("5"), b"written by B").await.0, 200);
+    assert_eq!(
+        common::put(&c, &url, Some("5"), b"written by B").await.0,
+        200
+    );
     assert_eq!(common::put(&c, &url, Some("4"), b"zombie").await.0, 409);
     let (status, body) = common::get_bytes(&c, &url).await;
     assert_eq!((status, body.as_slice()), (200, &b"written by B"[..]));
@@ -100,7 +103,9 @@ async fn exercised() -> (String, tempfile::TempDir) {
         .await
         .unwrap();
     assert_eq!(put.status(), 200);
-    assert_eq!(c.get(&s3).send().await.unwrap().status(), 200);
+    let got = c.get(&s3).send().await.unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.text().await.unwrap(), "via s3");
     // Two leases: one left to expire, one held.
     for (name, ttl) in [("brief", 200), ("long", 60_000)] {
         let resp = c
@@ -136,7 +141,11 @@ async fn every_family_is_exposed_with_help_type_and_its_values() {
             Kind::Histogram => "histogram",
         };
         let type_line = format!("# TYPE {} {kind}\n", f.name);
-        assert!(text.contains(&type_line), "no `{}`:\n{text}", type_line.trim());
+        assert!(
+            text.contains(&type_line),
+            "no `{}`:\n{text}",
+            type_line.trim()
+        );
         if f.kind == Kind::Histogram {
             // A real histogram: cumulative buckets up to +Inf, a count and a sum.
             let inf = sum(&all, &format!("{}_bucket", f.name), &[("le", "+Inf")]);
@@ -149,7 +158,11 @@ async fn every_family_is_exposed_with_help_type_and_its_values() {
 
     // The stale write, counted for its bucket, and the gate's decisions.
     assert_eq!(
-        sum(&all, "fencegate_stale_rejections_total", &[("bucket", "default")]),
+        sum(
+            &all,
+            "fencegate_stale_rejections_total",
+            &[("bucket", "default")]
+        ),
         1.0
     );
     let decided = |outcome| {
@@ -162,13 +175,16 @@ async fn every_family_is_exposed_with_help_type_and_its_values() {
     assert_eq!(decided("stale"), 1.0);
     assert_eq!(decided("accepted"), 2.0);
     assert_eq!(
-        sum(&all, "fencegate_bypass_detected_total", &[("bucket", "default")]),
+        sum(
+            &all,
+            "fencegate_bypass_detected_total",
+            &[("bucket", "default")]
+        ),
         0.0
     );
     // Requests by surface, operation and outcome.
-    let requests = |labels: &[(&str, &str)]| {
-        sum(&all, "fencegate_request_duration_seconds_count", labels)
-    };
+    let requests =
+        |labels: &[(&str, &str)]| sum(&all, "fencegate_request_duration_seconds_count", labels);
     let put = [("surface", "native"), ("operation", "put_object")];
     assert_eq!(requests(&[put[0], put[1], ("outcome", "2xx")]), 1.0);
     assert_eq!(requests(&[put[0], put[1], ("outcome", "4xx")]), 1.0);
@@ -178,7 +194,11 @@ async fn every_family_is_exposed_with_help_type_and_its_values() {
         1.0
     );
     assert_eq!(
-        requests(&[("surface", "s3"), ("operation", "PutObject"), ("outcome", "2xx")]),
+        requests(&[
+            ("surface", "s3"),
+            ("operation", "PutObject"),
+            ("outcome", "2xx")
+        ]),
         1.0
     );
     assert_eq!(
@@ -197,16 +217,34 @@ async fn every_family_is_exposed_with_help_type_and_its_values() {
     assert_eq!(sum(&all, "fencegate_requests_in_flight", &[]), 1.0);
     // Bytes: the bodies read (12 + 1 native bytes; the stale write's 6 are refused before
     // its body is read, if they are read at all) and 6 through S3, and those sent back.
-    let native_in = sum(&all, "fencegate_request_body_bytes_total", &[("surface", "native")]);
+    let native_in = sum(
+        &all,
+        "fencegate_request_body_bytes_total",
+        &[("surface", "native")],
+    );
     assert!((13.0..=19.0).contains(&native_in), "{native_in}");
     assert_eq!(
-        sum(&all, "fencegate_request_body_bytes_total", &[("surface", "s3")]),
+        sum(
+            &all,
+            "fencegate_request_body_bytes_total",
+            &[("surface", "s3")]
+        ),
         6.0
     );
     assert!(
-        sum(&all, "fencegate_response_body_bytes_total", &[("surface", "native")]) >= 12.0
+        sum(
+            &all,
+            "fencegate_response_body_bytes_total",
+            &[("surface", "native")]
+        ) >= 12.0
     );
-    assert!(sum(&all, "fencegate_response_body_bytes_total", &[("surface", "s3")]) >= 6.0);
+    assert!(
+        sum(
+            &all,
+            "fencegate_response_body_bytes_total",
+            &[("surface", "s3")]
+        ) >= 6.0
+    );
     // Leases: two granted, the brief one expired, the long one held.
     assert_eq!(sum(&all, "fencegate_leases_granted_total", &[]), 2.0);
     assert_eq!(sum(&all, "fencegate_lease_expiries_total", &[]), 1.0);
@@ -230,7 +268,10 @@ async fn every_family_is_exposed_with_help_type_and_its_values() {
     // The fence table synced (and never failed); it was ready when probed.
     assert!(sum(&all, "fencegate_fence_sync_duration_seconds_count", &[]) >= 2.0);
     assert_eq!(sum(&all, "fencegate_fence_store_errors_total", &[]), 0.0);
-    assert_eq!(sum(&all, "fencegate_ready", &[("check", "fence_table")]), 1.0);
+    assert_eq!(
+        sum(&all, "fencegate_ready", &[("check", "fence_table")]),
+        1.0
+    );
     assert_eq!(
         sum(
             &all,
@@ -240,7 +281,10 @@ async fn every_family_is_exposed_with_help_type_and_its_values() {
         1.0
     );
     // No request data in any label.
-    assert!(!text.contains("report.csv") && !text.contains("s3.csv"), "{text}");
+    assert!(
+        !text.contains("report.csv") && !text.contains("s3.csv"),
+        "{text}"
+    );
 }
 
 /// Every `fencegate_...` name in `text`, histogram series reduced to their family.
@@ -276,7 +320,9 @@ async fn the_docs_name_only_exported_metrics() {
     let dashboard = std::fs::read_to_string(root.join("docs/grafana-dashboard.json")).unwrap();
     let dashboard_json: serde_json::Value =
         serde_json::from_str(&dashboard).expect("the dashboard is JSON");
-    assert!(dashboard_json["panels"].as_array().is_some_and(|p| p.len() >= 8));
+    assert!(dashboard_json["panels"]
+        .as_array()
+        .is_some_and(|p| p.len() >= 8));
     assert!(alerts.contains("groups:") && alerts.contains("alert:"));
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let design = std::fs::read_to_string(root.join("docs/design.md")).unwrap();
@@ -289,7 +335,10 @@ async fn the_docs_name_only_exported_metrics() {
         let names = names_in(body);
         assert!(!names.is_empty(), "{doc} names no metric");
         // The README's note on renamed families names the old names, on purpose.
-        let renamed = ["fencegate_requests_total", "fencegate_clock_ahead_of_store_ms"];
+        let renamed = [
+            "fencegate_requests_total",
+            "fencegate_clock_ahead_of_store_ms",
+        ];
         for name in names {
             if doc == "README.md" && renamed.contains(&name.as_str()) {
                 continue;

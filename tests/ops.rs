@@ -52,7 +52,11 @@ async fn readyz_names_an_unusable_fs_bucket_and_recovers() {
         (200, "ok\n".into())
     );
     assert_eq!(
-        c.get(format!("{admin}/metrics")).send().await.unwrap().status(),
+        c.get(format!("{admin}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
         401
     );
 
@@ -125,7 +129,10 @@ async fn readyz_fails_while_the_s3_store_hangs_and_recovers() {
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["failed"][0]["check"], "bucket:default", "{body}");
     assert_eq!(v["failed"][0]["backend"], "store", "{body}");
-    assert!(!body.contains("\"test\""), "no credentials in the answer: {body}");
+    assert!(
+        !body.contains("\"test\""),
+        "no credentials in the answer: {body}"
+    );
 
     readyz_becomes(&c, &url, 200).await;
 }
@@ -215,7 +222,11 @@ async fn json_logs_carry_the_request_span() {
         assert_eq!(span["bucket"], "default", "{served}");
         assert_eq!(span["token"], 3, "{served}");
         assert_eq!(span["outcome"], "accepted", "{served}");
-        assert_eq!(span["request_id"].as_str().map(str::len), Some(16), "{served}");
+        assert_eq!(
+            span["request_id"].as_str().map(str::len),
+            Some(16),
+            "{served}"
+        );
         assert_eq!(served["status"], 200, "{served}");
         assert_eq!(served["level"], "INFO", "{served}");
         assert!(served["timestamp"].is_string(), "{served}");

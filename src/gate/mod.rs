@@ -222,7 +222,13 @@ impl Gate {
         self.buckets
             .read()
             .iter()
-            .map(|(name, e)| (name.clone(), e.policy.backend.clone(), Arc::clone(&e.backend)))
+            .map(|(name, e)| {
+                (
+                    name.clone(),
+                    e.policy.backend.clone(),
+                    Arc::clone(&e.backend),
+                )
+            })
             .collect()
     }
 

@@ -428,7 +428,9 @@ impl Leases {
             census(&mut held);
             let removed = held.remove(name);
             census(&mut held);
-            removed.filter(|h| h.expires > now).map(|h| public(&h.grant))
+            removed
+                .filter(|h| h.expires > now)
+                .map(|h| public(&h.grant))
         };
         let credentials = self.credentials.revoke(name);
         if lease.is_none() && credentials == 0 {

@@ -12,7 +12,7 @@ use axum::extract::Request;
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
-use http_body::{Frame, SizeHint};
+use http_body::{Body as _, Frame, SizeHint};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -65,12 +65,7 @@ pub async fn track(mut req: Request, next: Next) -> Response {
         finished: false,
     };
     metrics::gauge!(super::REQUESTS_IN_FLIGHT).increment(1.0);
-    let req = req.map(|b| {
-        Body::new(Counted {
-            inner: b,
-            received,
-        })
-    });
+    let req = req.map(|b| Body::new(Counted { inner: b, received }));
     // Dropped here, if the client leaves before the answer (the tracker records "aborted").
     let resp = next.run(req).await;
     tracker.status = Some(resp.status().as_u16());
@@ -113,9 +108,8 @@ impl Drop for Tracker {
 
 /// The surface and the operation of a request, from fixed lists.
 fn classify(method: &Method, path: &str, s3: &S3Op) -> (&'static str, metrics::SharedString) {
-    let native = |op: &'static str| -> (&'static str, metrics::SharedString) {
-        ("native", op.into())
-    };
+    let native =
+        |op: &'static str| -> (&'static str, metrics::SharedString) { ("native", op.into()) };
     let segments = |prefix: &str| path.strip_prefix(prefix).map(|r| r.split('/').count());
     let m = method.as_str();
     if let Some(n) = segments("/v1/objects/") {
@@ -148,9 +142,8 @@ fn classify(method: &Method, path: &str, s3: &S3Op) -> (&'static str, metrics::S
     if path == "/v1" || path.starts_with("/v1/") {
         return native("other");
     }
-    let admin = |op: &'static str| -> (&'static str, metrics::SharedString) {
-        ("admin", op.into())
-    };
+    let admin =
+        |op: &'static str| -> (&'static str, metrics::SharedString) { ("admin", op.into()) };
     match (m, path) {
         (_, "/healthz") => return ("health", "healthz".into()),
         (_, "/readyz") => return ("health", "readyz".into()),
@@ -264,7 +257,11 @@ mod tests {
     #[test]
     fn operations_come_from_fixed_lists() {
         let cases = [
-            (Method::PUT, "/v1/objects/b/k/deep/key", ("native", "put_object")),
+            (
+                Method::PUT,
+                "/v1/objects/b/k/deep/key",
+                ("native", "put_object"),
+            ),
             (Method::GET, "/v1/objects/b", ("native", "list_objects")),
             (Method::HEAD, "/v1/objects/b/k", ("native", "head_object")),
             (Method::POST, "/v1/fences/b/k", ("native", "advance_fence")),
@@ -285,6 +282,9 @@ mod tests {
         assert_eq!(classify(&Method::GET, "/b/k", &s3).1.to_string(), "unknown");
         S3Op::resolved(&ext, "GetObject");
         let (surface, operation) = classify(&Method::GET, "/b/k", &s3);
-        assert_eq!((surface, operation.to_string().as_str()), ("s3", "GetObject"));
+        assert_eq!(
+            (surface, operation.to_string().as_str()),
+            ("s3", "GetObject")
+        );
     }
 }

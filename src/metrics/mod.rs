@@ -168,8 +168,12 @@ const UPKEEP: Duration = Duration::from_secs(5);
 pub fn install() -> Option<PrometheusHandle> {
     let builder = PrometheusBuilder::new()
         .set_buckets(SECONDS_BUCKETS)
-        .and_then(|b| b.set_buckets_for_metric(Matcher::Full(FENCE_GROUP_SIZE.into()), COUNT_BUCKETS))
-        .and_then(|b| b.set_buckets_for_metric(Matcher::Full(ETCD_BATCH_PUTS.into()), COUNT_BUCKETS));
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full(FENCE_GROUP_SIZE.into()), COUNT_BUCKETS)
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full(ETCD_BATCH_PUTS.into()), COUNT_BUCKETS)
+        });
     let handle = match builder.and_then(|b| b.install_recorder()) {
         Ok(h) => h,
         Err(e) => {
@@ -225,8 +229,7 @@ pub fn register_bucket(bucket: &str) {
 
 /// The gate's answer to one write, delete or multipart step.
 pub fn gate_decision(operation: &'static str, bucket: &str, outcome: &'static str) {
-    metrics::counter!(GATE_DECISIONS, "operation" => operation, "outcome" => outcome)
-        .increment(1);
+    metrics::counter!(GATE_DECISIONS, "operation" => operation, "outcome" => outcome).increment(1);
     if outcome == "stale" {
         metrics::counter!(STALE_REJECTIONS, "bucket" => bucket.to_string()).increment(1);
     }
@@ -273,8 +276,7 @@ pub fn fence_sync(puts: usize, took: Duration, group_histogram: &'static str) {
 }
 
 pub fn store_integrity_failure(operation: &str) {
-    metrics::counter!(STORE_INTEGRITY_FAILURES, "operation" => operation.to_string())
-        .increment(1);
+    metrics::counter!(STORE_INTEGRITY_FAILURES, "operation" => operation.to_string()).increment(1);
 }
 
 pub fn lease_granted() {
@@ -306,7 +308,14 @@ mod tests {
             assert!(f.name.starts_with("fencegate_"), "{}", f.name);
             assert!(seen.insert(f.name), "{} is listed twice", f.name);
             assert_eq!(f.kind == Counter, f.name.ends_with("_total"), "{}", f.name);
-            for unit in ["_ms", "_millis", "_milliseconds", "_kb", "_mib", "_bytes_count"] {
+            for unit in [
+                "_ms",
+                "_millis",
+                "_milliseconds",
+                "_kb",
+                "_mib",
+                "_bytes_count",
+            ] {
                 assert!(!f.name.contains(unit), "{} is not in a base unit", f.name);
             }
             assert!(f.help.len() > 20 && !f.help.contains('\n'), "{}", f.name);

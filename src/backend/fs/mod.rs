@@ -428,9 +428,10 @@ impl Backend for FsBackend {
 
     async fn check_ready(&self, bucket: &str) -> Result<(), BackendError> {
         let dir = self.root.join(bucket);
-        let probe = self
-            .staging_dir()
-            .join(format!("ready-{}.tmp", hex::encode(rand::random::<[u8; 8]>())));
+        let probe = self.staging_dir().join(format!(
+            "ready-{}.tmp",
+            hex::encode(rand::random::<[u8; 8]>())
+        ));
         let dirsyncs = self.dirsyncs.clone();
         blocking(move || {
             if let Some((failed, error)) = dirsyncs.any_failure() {
