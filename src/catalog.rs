@@ -76,8 +76,22 @@ impl Backends {
         self.staging_min_age = LIVE_STAGING_AGE;
     }
 
-    /// The backend for `bucket` under `policy`. An s3 bucket is probed before it is served.
+    /// The backend for `bucket` under `policy`, its calls timed and counted under the
+    /// backend's name. An s3 bucket is probed before it is served.
     pub async fn for_bucket(
+        &mut self,
+        config: &Config,
+        bucket: &str,
+        policy: &BucketPolicy,
+    ) -> Result<Arc<dyn Backend>, String> {
+        let backend = self.build(config, bucket, policy).await?;
+        Ok(crate::metrics::backend::Instrumented::wrap(
+            &policy.backend,
+            backend,
+        ))
+    }
+
+    async fn build(
         &mut self,
         config: &Config,
         bucket: &str,

@@ -90,4 +90,7 @@ pub struct ServeArgs {
     /// are above every token used before. Repeat for several buckets.
     #[arg(long, value_name = "BUCKET")]
     pub accept_scope_change: Vec<String>,
+    /// Log format on stderr, overriding [server] log_format (default text).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub log_format: Option<crate::logging::LogFormat>,
 }

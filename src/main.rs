@@ -8,18 +8,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
-                // s3s logs the expected signature of a failed request at debug: whoever reads
-                // that log could then sign as any key (review round 4). Capped, whatever
-                // RUST_LOG says.
-                .add_directive("s3s=info".parse().expect("a valid directive")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    fencegate::logging::init();
     match cli.command {
         Some(Command::CheckConfig { file }) => match Config::load(&file) {
             Ok(config) => {
@@ -46,9 +35,11 @@ fn load(args: &ServeArgs) -> Result<Config, ExitCode> {
         None => Ok(Config::embedded_default()),
     };
     match config {
-        Ok(c) => Ok(c
-            .with_overrides(args.listen, args.data_dir.clone())
-            .with_scope_change_accepted(&args.accept_scope_change)),
+        Ok(c) => {
+            fencegate::logging::use_format(args.log_format.unwrap_or(c.server.log_format));
+            Ok(c.with_overrides(args.listen, args.data_dir.clone())
+                .with_scope_change_accepted(&args.accept_scope_change))
+        }
         Err(e) => {
             eprintln!("error: {e}");
             Err(ExitCode::FAILURE)

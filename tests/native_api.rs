@@ -118,7 +118,10 @@ async fn error_table_rows_have_json_bodies() {
         .text()
         .await
         .unwrap();
-    assert!(metrics.contains("fencegate_requests_total"), "{metrics}");
+    assert!(
+        metrics.contains("fencegate_gate_decisions_total"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

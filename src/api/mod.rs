@@ -104,6 +104,7 @@ pub fn router(state: AppState, admin: AdminPlace) -> Router {
         ));
     let routes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(crate::health::readyz))
         .merge(v1)
         .fallback(s3_or_no_route)
         .method_not_allowed_fallback(wrong_method);
@@ -130,6 +131,8 @@ pub fn router(state: AppState, admin: AdminPlace) -> Router {
 pub fn admin_only_router(state: &AppState, admin: Router) -> Router {
     let routes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(crate::health::readyz))
+        .with_state(state.clone())
         .merge(admin)
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method);
@@ -174,6 +177,8 @@ fn with_layers(routes: Router, state: &AppState) -> Router {
                     },
                 ),
         )
+        // Outermost, so that what the layers above refuse is timed and counted too.
+        .layer(axum::middleware::from_fn(crate::metrics::http::track))
 }
 
 fn request_span(req: &Request) -> tracing::Span {
@@ -186,7 +191,8 @@ fn request_span(req: &Request) -> tracing::Span {
         scope = Empty,
         token = Empty,
         outcome = Empty,
-        request_id = Empty,
+        // The S3 gateway replaces it with the x-amz-request-id it answers with.
+        request_id = %crate::s3api::answer::request_id(),
         principal = Empty,
     )
 }
@@ -220,6 +226,7 @@ async fn s3_or_no_route(State(state): State<AppState>, req: Request) -> Response
     let Some(s3) = state.s3.clone().filter(|_| !native) else {
         return no_route(req).await;
     };
+    crate::metrics::http::S3Op::handed(req.extensions());
     let id = crate::s3api::answer::request_id();
     tracing::Span::current().record("request_id", id.as_str());
     if let Some(refusal) = crate::s3api::refused_before_s3s(&req) {

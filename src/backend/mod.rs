@@ -366,6 +366,13 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// Readiness (`GET /readyz`): whether `bucket` can be served now, checked cheaply (fs: its
+    /// directory and the staging area are usable; s3: HeadBucket). The memory double has
+    /// nothing that can become unreachable, hence the default.
+    async fn check_ready(&self, _bucket: &str) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// Drops a staged body that lost (or whose commit failed).
     async fn discard(&self, staged: Staged);
 

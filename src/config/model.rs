@@ -100,6 +100,8 @@ pub struct ServerConfig {
     /// How long the answer of a request sent with an `Idempotency-Key` is kept: a retry within
     /// this time is answered as the first request was, after it the key may be used afresh.
     pub idempotency_ttl_secs: u64,
+    /// `text` or `json` (one object per line); `--log-format` overrides it.
+    pub log_format: crate::logging::LogFormat,
 }
 
 impl Default for ServerConfig {
@@ -115,6 +117,7 @@ impl Default for ServerConfig {
             shutdown_grace_secs: 30,
             max_connections: 50_000,
             idempotency_ttl_secs: 86_400,
+            log_format: crate::logging::LogFormat::Text,
         }
     }
 }

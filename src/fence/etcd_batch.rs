@@ -120,7 +120,6 @@ async fn send_batches(members: Arc<Members>, queue: Arc<Mutex<mpsc::UnboundedRec
 
 /// One Txn for the whole batch (a lone put is sent as it is), and each put's own answer.
 async fn send(members: &Members, batch: Vec<Job>) {
-    metrics::histogram!("fencegate_etcd_batch_puts").record(batch.len() as f64);
     let inner = |job: &Job| {
         Txn::new()
             .when(job.compares.clone())
@@ -134,12 +133,18 @@ async fn send(members: &Members, batch: Vec<Job>) {
                 .collect::<Vec<_>>(),
         ),
     };
+    let started = std::time::Instant::now();
     let answer = members
         .call("a write", |c| {
             let txn = txn.clone();
             async move { c.kv_client().txn(txn).await }
         })
         .await;
+    crate::metrics::fence_sync(
+        batch.len(),
+        started.elapsed(),
+        crate::metrics::ETCD_BATCH_PUTS,
+    );
     let resp = match answer {
         Ok(resp) => resp,
         Err(e) => {

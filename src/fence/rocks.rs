@@ -114,13 +114,17 @@ fn committer(db: Arc<DB>, rx: mpsc::Receiver<Job>, stats: Arc<GroupStats>) {
                 batch.put(key.as_bytes(), row.encode());
             }
         }
+        let started = std::time::Instant::now();
         let result = db
             .write_opt(batch, &sync)
             .map_err(|e| StoreError::Io(e.to_string()));
         stats.syncs.fetch_add(1, Ordering::Relaxed);
         stats.puts.fetch_add(jobs.len() as u64, Ordering::Relaxed);
-        metrics::counter!("fencegate_fence_syncs_total").increment(1);
-        metrics::histogram!("fencegate_fence_group_size").record(jobs.len() as f64);
+        crate::metrics::fence_sync(
+            jobs.len(),
+            started.elapsed(),
+            crate::metrics::FENCE_GROUP_SIZE,
+        );
         if let Err(e) = &result {
             tracing::error!(error = %e, "fence table sync failed; the writes waiting on it are refused");
         }

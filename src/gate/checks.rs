@@ -442,8 +442,7 @@ impl Gate {
             .unwrap_or("absent")
             .to_string();
         let found = found.unwrap_or("absent").to_string();
-        metrics::counter!("fencegate_bypass_detected_total", "bucket" => req.bucket.clone())
-            .increment(1);
+        crate::metrics::bypass_detected(&req.bucket);
         match entry.policy.on_bypass {
             BypassPolicy::Reject => {
                 tracing::error!(bucket = %req.bucket, key = %req.key, %expected, %found,

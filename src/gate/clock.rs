@@ -20,6 +20,11 @@ impl Gate {
         }
     }
 
+    /// Why this instance's clock is not trusted now (`None`: it is, or no clock is watched).
+    pub fn clock_verdict(&self) -> Option<String> {
+        self.clock_verdict.lock().clone()
+    }
+
     /// Sets the watch's verdict (`None`: the clock is within bounds).
     pub fn set_clock_verdict(&self, verdict: Option<String>) {
         let mut current = self.clock_verdict.lock();
@@ -32,7 +37,7 @@ impl Gate {
             ),
             _ => {}
         }
-        metrics::gauge!("fencegate_clock_skewed").set(if verdict.is_some() { 1.0 } else { 0.0 });
+        crate::metrics::clock_skewed(verdict.is_some());
         *current = verdict;
     }
 
@@ -56,8 +61,7 @@ impl Gate {
                     return;
                 }
                 Some(Ok((ahead_min, ahead_max))) => {
-                    metrics::gauge!("fencegate_clock_ahead_of_store_ms")
-                        .set((ahead_min + ahead_max) as f64 / 2.0);
+                    crate::metrics::clock_ahead_ms((ahead_min + ahead_max) as f64 / 2.0);
                     if ahead_min > skew {
                         verdict = Some(format!(
                             "this instance's clock runs at least {ahead_min} ms ahead of the store's, more than max_clock_skew_ms = {skew}; synchronise the clocks (NTP), or send the request to another instance"

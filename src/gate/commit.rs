@@ -54,8 +54,9 @@ impl Gate {
         req: WriteRequest,
         body: ByteStream,
     ) -> Result<Written, GateError> {
+        let bucket = req.bucket.clone();
         let result = self.put_inner(req, body).await;
-        record_outcome("put", &result);
+        record_outcome("put", &bucket, &result);
         result
     }
 
@@ -440,8 +441,7 @@ impl Gate {
             return;
         };
         if crate::backend::same_version(found.as_deref(), Some(landed)) {
-            metrics::counter!("fencegate_stale_landings_total", "bucket" => req.bucket.clone())
-                .increment(1);
+            crate::metrics::stale_landing(&req.bucket);
             tracing::error!(bucket = %req.bucket, key = %req.key, token = t.0, highest = scope_row.highest,
                 "a stale write landed after a newer token's: the store applied this commit's request after its intent's deadline (check that the store refuses expired presigned requests and that the clocks agree, docs/design.md, \"Bounded intents\"); the next write of this object is refused as a bypass until an operator checks it");
         }

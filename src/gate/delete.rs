@@ -15,8 +15,9 @@ use std::sync::Arc;
 impl Gate {
     /// DELETE: fenced like a write; leaves a tombstone that keeps the highest token.
     pub async fn delete(self: &Arc<Self>, req: WriteRequest) -> Result<Written, GateError> {
+        let bucket = req.bucket.clone();
         let result = self.delete_inner(req).await;
-        record_outcome("delete", &result);
+        record_outcome("delete", &bucket, &result);
         result
     }
 

@@ -296,8 +296,7 @@ impl Gate {
                 "this Idempotency-Key was first used for a different request (another body, token or object); use a new key for a new request".into(),
             ));
         }
-        metrics::counter!("fencegate_idempotent_replays_total", "bucket" => req.bucket.clone())
-            .increment(1);
+        crate::metrics::idempotent_replay(&req.bucket);
         tracing::info!(bucket = %req.bucket, key = %req.key, "replaying the answer of an earlier request with the same Idempotency-Key");
         Ok(Some(Written {
             bucket: req.bucket.clone(),

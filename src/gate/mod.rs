@@ -212,6 +212,26 @@ impl Gate {
         scope::resolve(&entry.policy, bucket, key, scope_header)
     }
 
+    /// The fence table, for the readiness check's read.
+    pub fn fence_store(&self) -> &Arc<dyn FenceStore> {
+        &self.store
+    }
+
+    /// Every bucket served, with its backend's name and the backend, for the readiness check.
+    pub fn bucket_backends(&self) -> Vec<(String, String, Arc<dyn crate::backend::Backend>)> {
+        self.buckets
+            .read()
+            .iter()
+            .map(|(name, e)| {
+                (
+                    name.clone(),
+                    e.policy.backend.clone(),
+                    Arc::clone(&e.backend),
+                )
+            })
+            .collect()
+    }
+
     pub(super) async fn row(&self, key: &str) -> Result<FenceRow, GateError> {
         Ok(self.store.get(key).await?.unwrap_or_default())
     }
@@ -228,16 +248,12 @@ const CONFLICT_ATTEMPTS: u32 = 16;
 /// instances contending for one scope spread out. `attempt` counts the attempts taken.
 pub(crate) async fn again(e: &GateError, attempt: &mut u32) -> bool {
     match e {
-        GateError::Store(StoreError::Conflict(_)) => {
-            metrics::counter!("fencegate_fence_conflicts_total").increment(1)
-        }
-        GateError::CommitInProgress { .. } => {
-            metrics::counter!("fencegate_commit_waits_total").increment(1)
-        }
+        GateError::Store(StoreError::Conflict(_)) => crate::metrics::fence_conflict(),
+        GateError::CommitInProgress { .. } => crate::metrics::commit_wait(),
         // The store refused a request that arrived after its intent's deadline: nothing
         // landed, so the decision is taken again (where a newer token refuses it as stale).
         GateError::Backend(crate::backend::BackendError::Expired(_)) => {
-            metrics::counter!("fencegate_expired_requests_total").increment(1);
+            crate::metrics::expired_request();
             tracing::warn!(error = %e, "the store refused a commit as expired: it reached the store after its intent's deadline. If this repeats, this instance's clock may run behind the store's, or intent_ttl_secs is too short for the fence table's and the store's latency");
         }
         _ => return false,
@@ -260,13 +276,13 @@ fn no_such_key(bucket: &str, key: &str) -> GateError {
     }
 }
 
-fn record_outcome<T>(op: &'static str, result: &Result<T, GateError>) {
+fn record_outcome<T>(op: &'static str, bucket: &str, result: &Result<T, GateError>) {
     let outcome = match result {
         Ok(_) => "accepted",
         Err(e) => e.outcome(),
     };
     Span::current().record("outcome", outcome);
-    metrics::counter!("fencegate_requests_total", "op" => op, "outcome" => outcome).increment(1);
+    crate::metrics::gate_decision(op, bucket, outcome);
 }
 
 #[cfg(test)]

@@ -18,8 +18,9 @@ use tracing::Span;
 impl Gate {
     /// CreateMultipartUpload: checks the token early and registers the upload with it.
     pub async fn create_upload(&self, req: WriteRequest) -> Result<Upload, GateError> {
+        let bucket = req.bucket.clone();
         let result = self.create_upload_inner(req).await;
-        record_outcome("create_upload", &result);
+        record_outcome("create_upload", &bucket, &result);
         result
     }
 
@@ -144,7 +145,7 @@ impl Gate {
             }
         }
         .await;
-        record_outcome("upload_part", &result);
+        record_outcome("upload_part", bucket, &result);
         result
     }
 
@@ -167,8 +168,9 @@ impl Gate {
         id: &str,
         parts: &[(i32, String)],
     ) -> Result<Written, GateError> {
+        let bucket = req.bucket.clone();
         let result = self.complete_inner(req, id, parts).await;
-        record_outcome("complete_upload", &result);
+        record_outcome("complete_upload", &bucket, &result);
         result
     }
 

@@ -80,6 +80,27 @@ struct Held {
     expires: Instant,
     secret: String,
     owner: String,
+    /// Its expiry has been counted (`fencegate_lease_expiries_total`), once.
+    expiry_counted: bool,
+}
+
+/// Counts the leases that expired since the last look (each once), and sets the gauge of the
+/// leases held now. Expired entries stay in the map, as before: an expiry only frees the name.
+fn census(held: &mut HashMap<String, Held>) {
+    let now = Instant::now();
+    let (mut live, mut expired) = (0, 0);
+    for h in held.values_mut() {
+        if h.expires > now {
+            live += 1;
+        } else if !h.expiry_counted {
+            h.expiry_counted = true;
+            expired += 1;
+        }
+    }
+    if expired > 0 {
+        crate::metrics::leases_expired(expired);
+    }
+    crate::metrics::leases_held(live);
 }
 
 pub struct Leases {
@@ -185,22 +206,31 @@ impl Leases {
             }
             let mut grant = self.grant(&req).await?;
             let secret = random_secret();
-            let old = self.held.lock().insert(
-                req.name.clone(),
-                Held {
-                    grant: grant.clone(),
-                    expires: Instant::now() + req.ttl,
-                    secret: secret.clone(),
-                    owner: req.owner.clone(),
-                },
-            );
+            let old = {
+                let mut held = self.held.lock();
+                // Before the insert, so that a lease this grant replaces after its expiry is
+                // counted as expired.
+                census(&mut held);
+                let old = held.insert(
+                    req.name.clone(),
+                    Held {
+                        grant: grant.clone(),
+                        expires: Instant::now() + req.ttl,
+                        secret: secret.clone(),
+                        owner: req.owner.clone(),
+                        expiry_counted: false,
+                    },
+                );
+                census(&mut held);
+                old
+            };
             grant.lease_secret = Some(secret);
             drop(granting);
             if let Some(old) = old {
                 self.credentials.end(&old.grant.name, old.grant.token);
             }
             tracing::info!(target: "fencegate::audit", lease = %req.name, holder = %req.holder, principal = %req.owner, token = grant.token, "lease granted");
-            metrics::counter!("fencegate_leases_granted_total").increment(1);
+            crate::metrics::lease_granted();
             return Ok(grant);
         }
     }
@@ -296,6 +326,7 @@ impl Leases {
         let mut held = self.held.lock();
         Self::current(&mut held, name, proof)?;
         held.remove(name);
+        census(&mut held);
         self.credentials.end(name, proof.token);
         drop(held);
         self.freed.notify_waiters();
@@ -316,6 +347,54 @@ impl Leases {
                 name: name.to_string(),
             }),
         }
+    }
+
+    /// Keeps `fencegate_lease_expiries_total` and `fencegate_leases_held` current, every
+    /// second (every 10 s on a shared table, where looking means a scan of the lease rows).
+    pub fn watch(self: &Arc<Self>) {
+        let leases = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut seen = HashMap::new();
+            loop {
+                if leases.store.shared() {
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                    leases.census_shared(&mut seen).await;
+                } else {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    census(&mut leases.held.lock());
+                }
+            }
+        });
+    }
+
+    /// [`census`] on a shared table: `seen` holds each lease name's token and expiry as last
+    /// scanned. A lease gone from the scan (or replaced by another token) after its expiry
+    /// time has expired; one gone before it was released or revoked. Every instance counts
+    /// the expiries it sees.
+    async fn census_shared(&self, seen: &mut HashMap<String, (u64, u64)>) {
+        let live = match self.list_shared().await {
+            Ok(live) => live,
+            Err(e) => {
+                tracing::debug!(error = %e, "lease census: the lease rows cannot be read now");
+                return;
+            }
+        };
+        let now = now_ms();
+        let current: HashMap<String, (u64, u64)> = live
+            .iter()
+            .map(|(g, _)| (g.name.clone(), (g.token, g.expires_at_ms)))
+            .collect();
+        let expired = seen
+            .iter()
+            .filter(|(name, (token, expires))| {
+                *expires <= now && current.get(*name).map(|c| c.0) != Some(*token)
+            })
+            .count();
+        if expired > 0 {
+            crate::metrics::leases_expired(expired as u64);
+        }
+        crate::metrics::leases_held(current.len());
+        *seen = current;
     }
 
     /// Every live lease, by name (the admin surface), with the principal that holds it.
@@ -345,9 +424,11 @@ impl Leases {
             self.revoke_shared(name).await?
         } else {
             let now = Instant::now();
-            self.held
-                .lock()
-                .remove(name)
+            let mut held = self.held.lock();
+            census(&mut held);
+            let removed = held.remove(name);
+            census(&mut held);
+            removed
                 .filter(|h| h.expires > now)
                 .map(|h| public(&h.grant))
         };

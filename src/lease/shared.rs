@@ -110,7 +110,7 @@ impl Leases {
                     let mut grant = grant_of(&req.name, token, &held);
                     grant.lease_secret = Some(secret);
                     tracing::info!(target: "fencegate::audit", lease = %req.name, holder = %req.holder, principal = %req.owner, token, "lease granted");
-                    metrics::counter!("fencegate_leases_granted_total").increment(1);
+                    crate::metrics::lease_granted();
                     return Ok(grant);
                 }
             }

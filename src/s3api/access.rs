@@ -189,6 +189,9 @@ pub struct Access(pub Arc<KeyTable>);
 #[async_trait::async_trait]
 impl S3Access for Access {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        // The operation label of the request's metrics (first: refusals below count too).
+        let op_name = cx.s3_op().name().to_string();
+        crate::metrics::http::S3Op::resolved(cx.extensions_mut(), &op_name);
         if let Some(why) = refused_signature(cx.headers(), cx.uri(), cx.credentials().is_some()) {
             tracing::info!(target: "fencegate::audit", reason = %why, "S3 request refused");
             return Err(S3Error::with_message(S3ErrorCode::AccessDenied, why));

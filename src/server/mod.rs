@@ -86,7 +86,7 @@ async fn build(
     let created =
         crate::catalog::created_buckets(config).map_err(|e| StartError::Gateway(e.to_string()))?;
     config.check_namespaces(&created)?;
-    let store = open_store(config, &path).await?;
+    let store = crate::metrics::fence::Instrumented::wrap(open_store(config, &path).await?);
     tracing::info!(
         took_ms = started.elapsed().as_millis() as u64,
         "fence table open"
@@ -309,10 +309,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
-    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .map_err(|e| tracing::warn!(error = %e, "metrics are disabled"))
-        .ok();
+    let metrics = crate::metrics::install();
     // The registry first: the uploads clients started stay, other store uploads are swept.
     let uploads_dir = config.server.data_dir.join("uploads");
     let uploads =
@@ -329,6 +326,10 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     let gate = Arc::new(gate.with_uploads(uploads));
     // Cluster mode: the clock checked at start-up is checked again as it runs.
     gate.watch_clocks(Duration::from_secs(10));
+    for bucket in config.buckets.keys() {
+        crate::metrics::register_bucket(bucket);
+    }
+    crate::health::watch(gate.clone());
     let catalog = Arc::new(Catalog::new(
         config.clone(),
         gate.clone(),
@@ -340,6 +341,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         store,
         Duration::from_secs(config.leases.credential_grace_secs),
     ));
+    leases.watch();
     let created = catalog
         .load()
         .await

@@ -73,6 +73,16 @@ impl DirSyncs {
         }
     }
 
+    /// A directory whose fsync has failed, if any, with the error (for readiness: every change
+    /// in it fails until restart).
+    pub fn any_failure(&self) -> Option<(PathBuf, String)> {
+        lock(&self.groups)
+            .failed
+            .iter()
+            .next()
+            .map(|(dir, (_, msg))| (dir.clone(), msg.clone()))
+    }
+
     /// Returns once `dir` has been fsynced after this call began (blocking; call it from a
     /// blocking thread, after the change it must make durable).
     pub fn sync(

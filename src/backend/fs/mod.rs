@@ -426,6 +426,37 @@ impl Backend for FsBackend {
         .await
     }
 
+    async fn check_ready(&self, bucket: &str) -> Result<(), BackendError> {
+        let dir = self.root.join(bucket);
+        let probe = self.staging_dir().join(format!(
+            "ready-{}.tmp",
+            hex::encode(rand::random::<[u8; 8]>())
+        ));
+        let dirsyncs = self.dirsyncs.clone();
+        blocking(move || {
+            if let Some((failed, error)) = dirsyncs.any_failure() {
+                return Err(BackendError::Failing(format!(
+                    "an fsync of {} failed ({error}); changes there fail until fencegate restarts: check the disk, then restart",
+                    failed.display()
+                )));
+            }
+            let fail = |what: &Path, e: std::io::Error| {
+                BackendError::Failing(format!("{}: {e}", what.display()))
+            };
+            if !std::fs::metadata(&dir).map_err(|e| fail(&dir, e))?.is_dir() {
+                return Err(BackendError::Failing(format!(
+                    "{} is not a directory",
+                    dir.display()
+                )));
+            }
+            // A write where bodies are staged: the disk is mounted, writable, and not full.
+            std::fs::write(&probe, b"ready").map_err(|e| fail(&probe, e))?;
+            std::fs::remove_file(&probe).map_err(|e| fail(&probe, e))?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn discard(&self, staged: Staged) {
         let Ok(file) = staged.body.handle() else {
             return;

@@ -131,8 +131,7 @@ impl S3Backend {
         if bare(sent) == bare(answered) {
             return Ok(());
         }
-        metrics::counter!("fencegate_store_integrity_failures_total", "operation" => what.to_string())
-            .increment(1);
+        crate::metrics::store_integrity_failure(what);
         tracing::error!(
             key,
             operation = what,
@@ -860,6 +859,11 @@ impl Drop for UploadGuard {
 
 #[async_trait]
 impl Backend for S3Backend {
+    /// HeadBucket on the store bucket: the store answers, and our credentials still reach it.
+    async fn check_ready(&self, _bucket: &str) -> Result<(), BackendError> {
+        self.check_bucket().await
+    }
+
     async fn stage(
         &self,
         bucket: &str,

@@ -1,0 +1,115 @@
+//! Readiness (`GET /readyz`, on the main and the admin listener, without credentials, like
+//! `/healthz`). `/healthz` says the process answers; `/readyz` says it can serve writes now:
+//! the fence table answers a real read, every bucket's backend is reachable (fs: its directory
+//! and the staging area are usable; s3: HeadBucket), and in cluster mode the clock watch
+//! trusts this instance's clock. Each check has a short timeout, so a hung store makes the
+//! answer a prompt 503 rather than a hung probe. The same checks run every 10 s to keep the
+//! `fencegate_ready{check}` gauges current for alerting.
+
+use crate::api::AppState;
+use crate::gate::Gate;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long one check may take before it counts as failed.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often the gauges are refreshed without a probe asking.
+const WATCH_EVERY: Duration = Duration::from_secs(10);
+/// The row the fence-table check reads: never written, so the read is cheap and harmless.
+const PROBE_ROW: &str = "readyz:probe";
+
+/// One check's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// `fence_table`, `clock`, or `bucket:NAME`.
+    pub check: String,
+    pub ok: bool,
+    /// The bucket's backend (its name in the configuration).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    /// Why it failed. Error texts name paths and stores, never credentials.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Check {
+    fn of(check: String, backend: Option<String>, result: Result<(), String>) -> Check {
+        Check {
+            check,
+            ok: result.is_ok(),
+            backend,
+            error: result.err(),
+        }
+    }
+}
+
+async fn timed<E: std::fmt::Display>(
+    call: impl std::future::Future<Output = Result<(), E>>,
+) -> Result<(), String> {
+    match tokio::time::timeout(CHECK_TIMEOUT, call).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "no answer within {} s",
+            CHECK_TIMEOUT.as_secs_f64()
+        )),
+    }
+}
+
+/// Runs every check (concurrently) and records each in `fencegate_ready{check}`.
+pub async fn check(gate: &Gate) -> Vec<Check> {
+    let store = Arc::clone(gate.fence_store());
+    let fence = async move {
+        let read = timed(async { store.get(PROBE_ROW).await.map(|_| ()) }).await;
+        Check::of("fence_table".into(), None, read)
+    };
+    let buckets = gate
+        .bucket_backends()
+        .into_iter()
+        .map(|(bucket, name, backend)| async move {
+            let result = timed(backend.check_ready(&bucket)).await;
+            Check::of(format!("bucket:{bucket}"), Some(name), result)
+        });
+    let (fence, buckets) = futures::join!(fence, futures::future::join_all(buckets));
+    let mut checks = vec![fence];
+    checks.extend(buckets);
+    // Only cluster mode watches the clock; elsewhere this check always passes.
+    let clock = gate.clock_verdict().map_or(Ok(()), Err);
+    checks.push(Check::of("clock".into(), None, clock));
+    for c in &checks {
+        crate::metrics::ready_check(&c.check, c.ok);
+    }
+    checks
+}
+
+/// Keeps the readiness gauges current while nobody probes.
+pub fn watch(gate: Arc<Gate>) {
+    tokio::spawn(async move {
+        loop {
+            let failed: Vec<Check> = check(&gate).await.into_iter().filter(|c| !c.ok).collect();
+            if !failed.is_empty() {
+                tracing::warn!(failed = %serde_json::to_string(&failed).unwrap_or_default(), "not ready");
+            }
+            tokio::time::sleep(WATCH_EVERY).await;
+        }
+    });
+}
+
+/// `GET /readyz`: 200 `ok`, or 503 with the checks as JSON, the failed ones first named.
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    let checks = check(&state.gate).await;
+    let failed: Vec<&Check> = checks.iter().filter(|c| !c.ok).collect();
+    if failed.is_empty() {
+        return "ok\n".into_response();
+    }
+    let body = serde_json::json!({
+        "status": "unready",
+        "failed": failed,
+        "checks": checks,
+    });
+    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+}

@@ -1,0 +1,290 @@
+//! Request metrics for every listener: the duration of each request by surface, operation and
+//! outcome, the requests in flight, and the body bytes in and out. A request is timed until
+//! the last byte of its answer leaves (or the client goes away), not until the handler
+//! returns, so a slow download counts as slow.
+//!
+//! The operation is a name from a fixed list (the native routes below, or the S3 operation
+//! `s3s` resolved, which the gateway's access check notes in [`S3Op`]), never the path, so
+//! the label stays bounded whatever clients send.
+
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::Response;
+use http_body::{Body as _, Frame, SizeHint};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+/// The S3 operation of a request the gateway served, filled in by its access check. Present
+/// in every request's extensions; empty when the request never reached the S3 gateway.
+#[derive(Clone, Default)]
+pub struct S3Op(Arc<S3OpInner>);
+
+#[derive(Default)]
+struct S3OpInner {
+    /// The request was handed to the S3 gateway.
+    handed: std::sync::atomic::AtomicBool,
+    /// The operation `s3s` resolved (unset when it refused the request before resolving one).
+    name: OnceLock<String>,
+}
+
+impl S3Op {
+    /// The request is the S3 gateway's (called before it is handed over).
+    pub fn handed(extensions: &http::Extensions) {
+        if let Some(op) = extensions.get::<S3Op>() {
+            op.0.handed.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The operation `s3s` resolved for the request.
+    pub fn resolved(extensions: &http::Extensions, name: &str) {
+        if let Some(op) = extensions.get::<S3Op>() {
+            op.0.handed.store(true, Ordering::Relaxed);
+            let _ = op.0.name.set(name.to_string());
+        }
+    }
+}
+
+/// The middleware: outermost on every router, so refusals by the other layers count too.
+pub async fn track(mut req: Request, next: Next) -> Response {
+    let s3 = S3Op::default();
+    req.extensions_mut().insert(s3.clone());
+    let received = Arc::new(AtomicU64::new(0));
+    let mut tracker = Tracker {
+        started: Instant::now(),
+        method: req.method().clone(),
+        path: req.uri().path().to_string(),
+        s3,
+        received: received.clone(),
+        sent: 0,
+        status: None,
+        finished: false,
+    };
+    metrics::gauge!(super::REQUESTS_IN_FLIGHT).increment(1.0);
+    let req = req.map(|b| Body::new(Counted { inner: b, received }));
+    // Dropped here, if the client leaves before the answer (the tracker records "aborted").
+    let resp = next.run(req).await;
+    tracker.status = Some(resp.status().as_u16());
+    resp.map(|b| Body::new(Tracked { inner: b, tracker }))
+}
+
+/// One request's measurements, recorded when it is dropped: with the answer's body once sent
+/// (or abandoned), or with the request's future if the client left before an answer.
+struct Tracker {
+    started: Instant,
+    method: Method,
+    path: String,
+    s3: S3Op,
+    received: Arc<AtomicU64>,
+    sent: u64,
+    status: Option<u16>,
+    /// The answer's body reached its end.
+    finished: bool,
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        let (surface, operation) = classify(&self.method, &self.path, &self.s3);
+        let outcome = match self.status {
+            Some(_) if !self.finished => "aborted",
+            Some(s) if s < 300 => "2xx",
+            Some(s) if s < 400 => "3xx",
+            Some(s) if s < 500 => "4xx",
+            Some(_) => "5xx",
+            None => "aborted",
+        };
+        metrics::histogram!(super::REQUEST_DURATION, "surface" => surface, "operation" => operation, "outcome" => outcome)
+            .record(self.started.elapsed().as_secs_f64());
+        metrics::gauge!(super::REQUESTS_IN_FLIGHT).decrement(1.0);
+        metrics::counter!(super::REQUEST_BODY_BYTES, "surface" => surface)
+            .increment(self.received.load(Ordering::Relaxed));
+        metrics::counter!(super::RESPONSE_BODY_BYTES, "surface" => surface).increment(self.sent);
+    }
+}
+
+/// The surface and the operation of a request, from fixed lists.
+fn classify(method: &Method, path: &str, s3: &S3Op) -> (&'static str, metrics::SharedString) {
+    let native =
+        |op: &'static str| -> (&'static str, metrics::SharedString) { ("native", op.into()) };
+    let segments = |prefix: &str| path.strip_prefix(prefix).map(|r| r.split('/').count());
+    let m = method.as_str();
+    if let Some(n) = segments("/v1/objects/") {
+        return match (m, n) {
+            ("GET", 1) => native("list_objects"),
+            ("PUT", n) if n > 1 => native("put_object"),
+            ("GET", n) if n > 1 => native("get_object"),
+            ("HEAD", n) if n > 1 => native("head_object"),
+            ("DELETE", n) if n > 1 => native("delete_object"),
+            _ => native("other"),
+        };
+    }
+    if path.starts_with("/v1/fences/") {
+        return match m {
+            "GET" => native("get_fence"),
+            "POST" => native("advance_fence"),
+            _ => native("other"),
+        };
+    }
+    if let Some(n) = segments("/v1/leases/") {
+        let op = match (m, n) {
+            ("POST", 1) => "acquire",
+            ("PUT", 1) => "renew",
+            ("DELETE", 1) => "release",
+            ("GET", 1) => "show",
+            _ => "other",
+        };
+        return ("leases", op.into());
+    }
+    if path == "/v1" || path.starts_with("/v1/") {
+        return native("other");
+    }
+    let admin =
+        |op: &'static str| -> (&'static str, metrics::SharedString) { ("admin", op.into()) };
+    match (m, path) {
+        (_, "/healthz") => return ("health", "healthz".into()),
+        (_, "/readyz") => return ("health", "readyz".into()),
+        (_, "/metrics") => return admin("metrics"),
+        ("GET", "/admin/leases") => return admin("list_leases"),
+        ("DELETE", p) if p.starts_with("/admin/leases/") => return admin("revoke_lease"),
+        ("POST", p) if p.starts_with("/admin/fences/") => return admin("reset_fence"),
+        ("POST", "/admin/reload") => return admin("reload"),
+        (_, p) if p == "/admin" || p.starts_with("/admin/") => return admin("other"),
+        _ => {}
+    }
+    if s3.0.handed.load(Ordering::Relaxed) {
+        let op = s3.0.name.get().cloned().unwrap_or_else(|| "unknown".into());
+        return ("s3", op.into());
+    }
+    ("other", "no_route".into())
+}
+
+/// A request body that counts the bytes it passes.
+struct Counted {
+    inner: Body,
+    received: Arc<AtomicU64>,
+}
+
+impl http_body::Body for Counted {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                self.received
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A response body that counts the bytes it passes and carries the request's [`Tracker`],
+/// which records when the body is dropped.
+struct Tracked {
+    inner: Body,
+    tracker: Tracker,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.tracker.sent += data.len() as u64;
+                }
+                if this.inner.is_end_stream() {
+                    this.tracker.finished = true;
+                }
+            }
+            Poll::Ready(None) => this.tracker.finished = true,
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        // An empty body (a 204, a HEAD, most refusals) may never be polled.
+        if self.inner.is_end_stream() {
+            self.tracker.finished = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(method: Method, path: &str) -> (&'static str, String) {
+        let (s, o) = classify(&method, path, &S3Op::default());
+        (s, o.to_string())
+    }
+
+    #[test]
+    fn operations_come_from_fixed_lists() {
+        let cases = [
+            (
+                Method::PUT,
+                "/v1/objects/b/k/deep/key",
+                ("native", "put_object"),
+            ),
+            (Method::GET, "/v1/objects/b", ("native", "list_objects")),
+            (Method::HEAD, "/v1/objects/b/k", ("native", "head_object")),
+            (Method::POST, "/v1/fences/b/k", ("native", "advance_fence")),
+            (Method::POST, "/v1/leases/nightly", ("leases", "acquire")),
+            (Method::DELETE, "/admin/leases/x", ("admin", "revoke_lease")),
+            (Method::GET, "/readyz", ("health", "readyz")),
+            (Method::GET, "/metrics", ("admin", "metrics")),
+            (Method::PATCH, "/v1/objects/b/k", ("native", "other")),
+            (Method::GET, "/some-bucket/a/key", ("other", "no_route")),
+        ];
+        for (method, path, (surface, operation)) in cases {
+            assert_eq!(op(method, path), (surface, operation.to_string()), "{path}");
+        }
+        let s3 = S3Op::default();
+        let mut ext = http::Extensions::new();
+        ext.insert(s3.clone());
+        S3Op::handed(&ext);
+        assert_eq!(classify(&Method::GET, "/b/k", &s3).1.to_string(), "unknown");
+        S3Op::resolved(&ext, "GetObject");
+        let (surface, operation) = classify(&Method::GET, "/b/k", &s3);
+        assert_eq!(
+            (surface, operation.to_string().as_str()),
+            ("s3", "GetObject")
+        );
+    }
+}

@@ -1,0 +1,340 @@
+//! Every metric fencegate exports, named once: the families, their kind, labels and HELP text
+//! ([`FAMILIES`]), the histogram buckets, the recorder's installation, and the helpers the rest
+//! of the code calls, so that no other file spells a family's name.
+//!
+//! Names follow Prometheus's conventions: base units (`_seconds`, `_bytes`), `_total` on
+//! counters, one `fencegate_` prefix. Label values come from fixed lists (surfaces, operation
+//! names, outcomes) or from the configuration (bucket and backend names), never from a request
+//! (keys, paths, tokens, holders), so the number of series stays bounded whatever clients send.
+//!
+//! `http.rs` times every request by surface, `backend.rs` every backend call, `fence.rs`
+//! counts fence-table failures; docs/grafana-dashboard.json and docs/alerts.yaml use these
+//! families, and tests/metrics.rs checks that every name they use exists.
+
+pub mod backend;
+pub mod fence;
+pub mod http;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::time::Duration;
+
+pub const REQUEST_DURATION: &str = "fencegate_request_duration_seconds";
+pub const REQUESTS_IN_FLIGHT: &str = "fencegate_requests_in_flight";
+pub const REQUEST_BODY_BYTES: &str = "fencegate_request_body_bytes_total";
+pub const RESPONSE_BODY_BYTES: &str = "fencegate_response_body_bytes_total";
+pub const GATE_DECISIONS: &str = "fencegate_gate_decisions_total";
+pub const STALE_REJECTIONS: &str = "fencegate_stale_rejections_total";
+pub const BYPASS_DETECTED: &str = "fencegate_bypass_detected_total";
+pub const STALE_LANDINGS: &str = "fencegate_stale_landings_total";
+pub const IDEMPOTENT_REPLAYS: &str = "fencegate_idempotent_replays_total";
+pub const FENCE_CONFLICTS: &str = "fencegate_fence_conflicts_total";
+pub const COMMIT_WAITS: &str = "fencegate_commit_waits_total";
+pub const EXPIRED_REQUESTS: &str = "fencegate_expired_requests_total";
+pub const CLOCK_SKEWED: &str = "fencegate_clock_skewed";
+pub const CLOCK_AHEAD: &str = "fencegate_clock_ahead_of_store_seconds";
+pub const FENCE_SYNCS: &str = "fencegate_fence_syncs_total";
+pub const FENCE_GROUP_SIZE: &str = "fencegate_fence_group_size";
+pub const FENCE_SYNC_DURATION: &str = "fencegate_fence_sync_duration_seconds";
+pub const ETCD_BATCH_PUTS: &str = "fencegate_etcd_batch_puts";
+pub const FENCE_STORE_ERRORS: &str = "fencegate_fence_store_errors_total";
+pub const BACKEND_DURATION: &str = "fencegate_backend_request_duration_seconds";
+pub const BACKEND_ERRORS: &str = "fencegate_backend_errors_total";
+pub const STORE_INTEGRITY_FAILURES: &str = "fencegate_store_integrity_failures_total";
+pub const LEASE_GRANTS: &str = "fencegate_leases_granted_total";
+pub const LEASE_EXPIRIES: &str = "fencegate_lease_expiries_total";
+pub const LEASES_HELD: &str = "fencegate_leases_held";
+pub const READY: &str = "fencegate_ready";
+pub const BUILD_INFO: &str = "fencegate_build_info";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// When a family can appear in `/metrics`: most are there from start-up (zero-valued where
+/// nothing happened yet); a few only where their cause can exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// From start-up, or from the first request, on every deployment.
+    Always,
+    /// Once a bucket lives on an s3 backend and the store misbehaves.
+    S3Store,
+    /// Only with a shared fence table (`[fence_store] kind = "etcd"`).
+    Cluster,
+}
+
+pub struct Family {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub labels: &'static [&'static str],
+    pub help: &'static str,
+    pub seen: Seen,
+}
+
+const fn family(
+    name: &'static str,
+    kind: Kind,
+    labels: &'static [&'static str],
+    help: &'static str,
+    seen: Seen,
+) -> Family {
+    Family {
+        name,
+        kind,
+        labels,
+        help,
+        seen,
+    }
+}
+
+use Kind::{Counter, Gauge, Histogram};
+use Seen::{Always, Cluster, S3Store};
+
+/// Every family fencegate exports (README, "Operate it", lists them with these words).
+pub const FAMILIES: &[Family] = &[
+    family(REQUEST_DURATION, Histogram, &["surface", "operation", "outcome"],
+        "HTTP requests by surface (native, leases, s3, admin, health, other), operation and outcome (2xx, 3xx, 4xx, 5xx, or aborted: the client left before the answer was sent), from the request's head to the last byte of its answer", Always),
+    family(REQUESTS_IN_FLIGHT, Gauge, &[],
+        "HTTP requests received and not yet answered to their last byte", Always),
+    family(REQUEST_BODY_BYTES, Counter, &["surface"],
+        "Request body bytes received, by surface", Always),
+    family(RESPONSE_BODY_BYTES, Counter, &["surface"],
+        "Response body bytes sent, by surface", Always),
+    family(GATE_DECISIONS, Counter, &["operation", "outcome"],
+        "Writes, deletes and multipart steps decided by the gate, by operation and outcome (accepted, stale, bypass, precondition, busy, rejected, failed)", Always),
+    family(STALE_REJECTIONS, Counter, &["bucket"],
+        "Writes and deletes refused because their fencing token was below (or, for strictly increasing buckets, equal to) the scope's highest, or named another lock's scope", Always),
+    family(BYPASS_DETECTED, Counter, &["bucket"],
+        "Objects found changed on the backend behind fencegate's back at a commit (refused, or adopted under on_bypass = adopt)", Always),
+    family(STALE_LANDINGS, Counter, &["bucket"],
+        "Commits whose store request landed after a newer token's (the store applied an expired request): an integrity failure to investigate", Always),
+    family(IDEMPOTENT_REPLAYS, Counter, &["bucket"],
+        "Retries answered from an earlier request with the same Idempotency-Key", Always),
+    family(FENCE_CONFLICTS, Counter, &[],
+        "Decisions taken again because another instance changed a fence row in between (shared fence table)", Always),
+    family(COMMIT_WAITS, Counter, &[],
+        "Decisions taken again because another commit of the object was still in progress", Always),
+    family(EXPIRED_REQUESTS, Counter, &[],
+        "Store requests refused because they reached the store after their intent's deadline (cluster mode)", Always),
+    family(CLOCK_SKEWED, Gauge, &[],
+        "1 while this instance's clock runs further ahead of a store's than max_clock_skew_ms (cluster mode)", Cluster),
+    family(CLOCK_AHEAD, Gauge, &[],
+        "How far this instance's clock runs ahead of the store's, as last measured (negative: behind), in seconds (cluster mode)", Cluster),
+    family(FENCE_SYNCS, Counter, &[],
+        "Durable writes (WAL fsyncs on RocksDB, transactions on etcd) of the fence table", Always),
+    family(FENCE_GROUP_SIZE, Histogram, &[],
+        "Synced puts that shared one RocksDB WAL fsync (group commit)", Always),
+    family(FENCE_SYNC_DURATION, Histogram, &[],
+        "Time one durable write of the fence table took (a RocksDB WAL fsync, an etcd transaction)", Always),
+    family(ETCD_BATCH_PUTS, Histogram, &[],
+        "Puts sent to etcd in one transaction", Cluster),
+    family(FENCE_STORE_ERRORS, Counter, &["operation"],
+        "Fence-table reads and writes that failed (not counting cluster-mode conflicts, which are retried)", Always),
+    family(BACKEND_DURATION, Histogram, &["backend", "operation", "outcome"],
+        "Backend calls by backend name, operation and outcome (ok, conflict, rejected, error); stage includes reading the client's body, get ends when the body starts to stream", Always),
+    family(BACKEND_ERRORS, Counter, &["backend", "operation", "kind"],
+        "Backend calls that failed, by kind (unreachable, timeout, throttled, failing, corrupt, kept_different_bytes, expired)", Always),
+    family(STORE_INTEGRITY_FAILURES, Counter, &["operation"],
+        "Store answers carrying the digest of other bytes than fencegate sent (s3 backend)", S3Store),
+    family(LEASE_GRANTS, Counter, &[],
+        "Leases granted (each grant mints a new token)", Always),
+    family(LEASE_EXPIRIES, Counter, &[],
+        "Leases that reached their TTL without being renewed or released (on a shared fence table, as this instance observed them)", Always),
+    family(LEASES_HELD, Gauge, &[],
+        "Leases held now (live, not expired)", Always),
+    family(READY, Gauge, &["check"],
+        "1 when the readiness check passes (fence_table, clock, bucket:NAME), else 0; rechecked every 10 s and at every GET /readyz", Always),
+    family(BUILD_INFO, Gauge, &["version"],
+        "Always 1; its version label is the running fencegate's", Always),
+];
+
+/// Latency buckets, in seconds: a cached read answers in well under a millisecond, a commit
+/// on a slow store or a waited-for lease takes seconds.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+/// Buckets for the histograms that count things (puts per fsync or transaction).
+const COUNT_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+
+/// How often the exporter drains its histograms when nobody scrapes, so they never grow.
+const UPKEEP: Duration = Duration::from_secs(5);
+
+/// Installs the Prometheus recorder (histograms as real histograms, every family described)
+/// and starts its upkeep. `None` when a recorder is installed already (logged).
+pub fn install() -> Option<PrometheusHandle> {
+    let builder = PrometheusBuilder::new()
+        .set_buckets(SECONDS_BUCKETS)
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full(FENCE_GROUP_SIZE.into()), COUNT_BUCKETS)
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full(ETCD_BATCH_PUTS.into()), COUNT_BUCKETS)
+        });
+    let handle = match builder.and_then(|b| b.install_recorder()) {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics are disabled");
+            return None;
+        }
+    };
+    for f in FAMILIES {
+        match f.kind {
+            Counter => metrics::describe_counter!(f.name, f.help),
+            Gauge => metrics::describe_gauge!(f.name, f.help),
+            Histogram => metrics::describe_histogram!(f.name, f.help),
+        }
+    }
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    // Zero-valued from the start, so that rate() and increase() see the first event.
+    for name in [
+        FENCE_CONFLICTS,
+        COMMIT_WAITS,
+        EXPIRED_REQUESTS,
+        FENCE_SYNCS,
+        LEASE_GRANTS,
+        LEASE_EXPIRIES,
+    ] {
+        metrics::counter!(name).absolute(0);
+    }
+    for operation in ["get", "put", "scan"] {
+        metrics::counter!(FENCE_STORE_ERRORS, "operation" => operation).absolute(0);
+    }
+    metrics::gauge!(REQUESTS_IN_FLIGHT).set(0.0);
+    metrics::gauge!(LEASES_HELD).set(0.0);
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(UPKEEP).await;
+            upkeep.run_upkeep();
+        }
+    });
+    Some(handle)
+}
+
+/// The per-bucket counters at zero, so that an alert on their increase fires at the first one.
+pub fn register_bucket(bucket: &str) {
+    for name in [
+        STALE_REJECTIONS,
+        BYPASS_DETECTED,
+        STALE_LANDINGS,
+        IDEMPOTENT_REPLAYS,
+    ] {
+        metrics::counter!(name, "bucket" => bucket.to_string()).increment(0);
+    }
+}
+
+/// The gate's answer to one write, delete or multipart step.
+pub fn gate_decision(operation: &'static str, bucket: &str, outcome: &'static str) {
+    metrics::counter!(GATE_DECISIONS, "operation" => operation, "outcome" => outcome).increment(1);
+    if outcome == "stale" {
+        metrics::counter!(STALE_REJECTIONS, "bucket" => bucket.to_string()).increment(1);
+    }
+}
+
+pub fn bypass_detected(bucket: &str) {
+    metrics::counter!(BYPASS_DETECTED, "bucket" => bucket.to_string()).increment(1);
+}
+
+pub fn stale_landing(bucket: &str) {
+    metrics::counter!(STALE_LANDINGS, "bucket" => bucket.to_string()).increment(1);
+}
+
+pub fn idempotent_replay(bucket: &str) {
+    metrics::counter!(IDEMPOTENT_REPLAYS, "bucket" => bucket.to_string()).increment(1);
+}
+
+pub fn fence_conflict() {
+    metrics::counter!(FENCE_CONFLICTS).increment(1);
+}
+
+pub fn commit_wait() {
+    metrics::counter!(COMMIT_WAITS).increment(1);
+}
+
+pub fn expired_request() {
+    metrics::counter!(EXPIRED_REQUESTS).increment(1);
+}
+
+pub fn clock_skewed(skewed: bool) {
+    metrics::gauge!(CLOCK_SKEWED).set(if skewed { 1.0 } else { 0.0 });
+}
+
+/// `ahead_ms`: how far this instance's clock runs ahead of the store's, in milliseconds.
+pub fn clock_ahead_ms(ahead_ms: f64) {
+    metrics::gauge!(CLOCK_AHEAD).set(ahead_ms / 1000.0);
+}
+
+/// One durable write of the fence table: `puts` requests rode on it, and it took `took`.
+pub fn fence_sync(puts: usize, took: Duration, group_histogram: &'static str) {
+    metrics::counter!(FENCE_SYNCS).increment(1);
+    metrics::histogram!(group_histogram).record(puts as f64);
+    metrics::histogram!(FENCE_SYNC_DURATION).record(took.as_secs_f64());
+}
+
+pub fn store_integrity_failure(operation: &str) {
+    metrics::counter!(STORE_INTEGRITY_FAILURES, "operation" => operation.to_string()).increment(1);
+}
+
+pub fn lease_granted() {
+    metrics::counter!(LEASE_GRANTS).increment(1);
+}
+
+pub fn leases_expired(count: u64) {
+    metrics::counter!(LEASE_EXPIRIES).increment(count);
+}
+
+pub fn leases_held(count: usize) {
+    metrics::gauge!(LEASES_HELD).set(count as f64);
+}
+
+pub fn ready_check(check: &str, ok: bool) {
+    metrics::gauge!(READY, "check" => check.to_string()).set(if ok { 1.0 } else { 0.0 });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Prometheus's naming rules, for every family: the prefix, `_total` on counters and only
+    /// there, base units, HELP text, and no family named twice.
+    #[test]
+    fn families_follow_the_naming_rules() {
+        let mut seen = std::collections::HashSet::new();
+        for f in FAMILIES {
+            assert!(f.name.starts_with("fencegate_"), "{}", f.name);
+            assert!(seen.insert(f.name), "{} is listed twice", f.name);
+            assert_eq!(f.kind == Counter, f.name.ends_with("_total"), "{}", f.name);
+            for unit in [
+                "_ms",
+                "_millis",
+                "_milliseconds",
+                "_kb",
+                "_mib",
+                "_bytes_count",
+            ] {
+                assert!(!f.name.contains(unit), "{} is not in a base unit", f.name);
+            }
+            assert!(f.help.len() > 20 && !f.help.contains('\n'), "{}", f.name);
+            for label in f.labels {
+                assert!(
+                    !["key", "path", "token", "holder", "scope"].contains(label),
+                    "{} has an unbounded label {label}",
+                    f.name
+                );
+            }
+        }
+        // Histograms of durations are in seconds; the others count things.
+        for f in FAMILIES.iter().filter(|f| f.kind == Histogram) {
+            assert!(
+                f.name.ends_with("_seconds")
+                    || [FENCE_GROUP_SIZE, ETCD_BATCH_PUTS].contains(&f.name),
+                "{}",
+                f.name
+            );
+        }
+    }
+}
