@@ -590,9 +590,7 @@ pub async fn list(conn: &Connection, args: &ListArgs) -> Result<(), AdminError> 
         if let Some(found) = page["rows"].as_array() {
             rows.extend(found.iter().cloned());
         }
-        next = page["next_continuation_token"]
-            .as_str()
-            .map(str::to_string);
+        next = page["next_continuation_token"].as_str().map(str::to_string);
         if next.is_none() || (args.limit != 0 && rows.len() >= args.limit) {
             break;
         }
@@ -621,7 +619,14 @@ pub async fn list(conn: &Connection, args: &ListArgs) -> Result<(), AdminError> 
         print!(
             "{}",
             table(
-                &["SCOPE", "HIGHEST", "TOMBSTONE", "PENDING", "BOUND_TO", "ETAG"],
+                &[
+                    "SCOPE",
+                    "HIGHEST",
+                    "TOMBSTONE",
+                    "PENDING",
+                    "BOUND_TO",
+                    "ETAG"
+                ],
                 &cells
             )
         );
@@ -649,7 +654,10 @@ fn remaining(at_ms: &Value) -> String {
 }
 
 fn binding(lease: &Value) -> String {
-    match (lease["bound"]["bucket"].as_str(), lease["bound"]["key"].as_str()) {
+    match (
+        lease["bound"]["bucket"].as_str(),
+        lease["bound"]["key"].as_str(),
+    ) {
         (Some(b), Some(k)) => format!("{b}/{k}"),
         _ => "-".into(),
     }
@@ -681,7 +689,14 @@ pub async fn leases(conn: &Connection) -> Result<(), AdminError> {
     print!(
         "{}",
         table(
-            &["NAME", "HOLDER", "TOKEN", "EXPIRES_IN", "BOUND_TO", "PRINCIPAL"],
+            &[
+                "NAME",
+                "HOLDER",
+                "TOKEN",
+                "EXPIRES_IN",
+                "BOUND_TO",
+                "PRINCIPAL"
+            ],
             &cells
         )
     );

@@ -41,9 +41,9 @@ fn main() -> ExitCode {
                 key,
                 scope,
                 conn,
-            } => admin(async move {
-                admin_client::get(&conn, &bucket, &key, scope.as_deref()).await
-            }),
+            } => admin(
+                async move { admin_client::get(&conn, &bucket, &key, scope.as_deref()).await },
+            ),
             FencesCommand::Advance {
                 bucket,
                 key,
@@ -68,7 +68,9 @@ fn main() -> ExitCode {
 }
 
 /// Runs an admin command; a failure is printed with its hint and exits 1.
-fn admin(command: impl std::future::Future<Output = Result<(), admin_client::AdminError>>) -> ExitCode {
+fn admin(
+    command: impl std::future::Future<Output = Result<(), admin_client::AdminError>>,
+) -> ExitCode {
     let runtime = match runtime() {
         Ok(r) => r,
         Err(code) => return code,

@@ -115,20 +115,34 @@ async fn in_development_mode_fences_are_shown_and_advanced_never_lowered() {
             "no"
         ]
     );
-    let info = cli(&url, &["fences", "get", "default", "report.csv", "--json"], &[]).json();
+    let info = cli(
+        &url,
+        &["fences", "get", "default", "report.csv", "--json"],
+        &[],
+    )
+    .json();
     assert_eq!(info["scope"], "object:default/report.csv");
     assert_eq!(info["highest"], 33);
     assert_eq!(info["tombstone"], false);
     assert_eq!(info["etag"].as_str(), Some(rows[0][5].as_str()));
 
     // Advance: the new holder's token, and the old holder is fenced out without a write.
-    let adv = cli(&url, &["fences", "advance", "default", "report.csv", "40"], &[]);
+    let adv = cli(
+        &url,
+        &["fences", "advance", "default", "report.csv", "40"],
+        &[],
+    );
     assert_eq!(adv.header(), ["SCOPE", "WAS", "HIGHEST", "ADVANCED"]);
     assert_eq!(
         adv.rows(),
         [["object:default/report.csv", "33", "40", "yes"]]
     );
-    let info = cli(&url, &["fences", "get", "default", "report.csv", "--json"], &[]).json();
+    let info = cli(
+        &url,
+        &["fences", "get", "default", "report.csv", "--json"],
+        &[],
+    )
+    .json();
     assert_eq!(info["highest"], 40);
     assert_eq!(call(&c, put(39), None).await.0, 409);
     assert_eq!(
@@ -142,7 +156,14 @@ async fn in_development_mode_fences_are_shown_and_advanced_never_lowered() {
     for lower in ["35", "40"] {
         let adv = cli(
             &url,
-            &["fences", "advance", "default", "report.csv", lower, "--json"],
+            &[
+                "fences",
+                "advance",
+                "default",
+                "report.csv",
+                lower,
+                "--json",
+            ],
             &[],
         )
         .json();
@@ -150,27 +171,57 @@ async fn in_development_mode_fences_are_shown_and_advanced_never_lowered() {
         assert_eq!(adv["was"], 40);
         assert_eq!(adv["fence"]["highest"], 40);
     }
-    let adv = cli(&url, &["fences", "advance", "default", "report.csv", "35"], &[]);
+    let adv = cli(
+        &url,
+        &["fences", "advance", "default", "report.csv", "35"],
+        &[],
+    );
     assert_eq!(
         adv.rows(),
         [["object:default/report.csv", "40", "40", "no"]]
     );
     assert!(adv.err.contains("nothing changed"), "{}", adv.err);
-    assert_eq!(call(&c, put(40), None).await.0, 200, "the fence is still 40");
+    assert_eq!(
+        call(&c, put(40), None).await.0,
+        200,
+        "the fence is still 40"
+    );
 
     // The edges of the token space.
-    let adv = cli(&url, &["fences", "advance", "default", "zero", "0", "--json"], &[]).json();
-    assert_eq!((adv["was"].clone(), adv["fence"]["highest"].clone()), (Value::Null, json!(0)));
+    let adv = cli(
+        &url,
+        &["fences", "advance", "default", "zero", "0", "--json"],
+        &[],
+    )
+    .json();
+    assert_eq!(
+        (adv["was"].clone(), adv["fence"]["highest"].clone()),
+        (Value::Null, json!(0))
+    );
     assert_eq!(adv["advanced"], true);
     let top = "18446744073709551615";
-    let adv = cli(&url, &["fences", "advance", "default", "top", top, "--json"], &[]).json();
+    let adv = cli(
+        &url,
+        &["fences", "advance", "default", "top", top, "--json"],
+        &[],
+    )
+    .json();
     assert_eq!(adv["fence"]["highest"], json!(u64::MAX));
     let get = cli(&url, &["fences", "get", "default", "top"], &[]);
     assert_eq!(get.rows()[0][3], top);
-    let adv = cli(&url, &["fences", "advance", "default", "top", top, "--json"], &[]).json();
+    let adv = cli(
+        &url,
+        &["fences", "advance", "default", "top", top, "--json"],
+        &[],
+    )
+    .json();
     assert_eq!(adv["advanced"], false, "at the top already: {adv}");
     for bad in ["18446744073709551616", "abc", "-1", "+5", "0x10", "", "1 2"] {
-        let run = cli(&url, &["fences", "advance", "default", "report.csv", bad], &[]);
+        let run = cli(
+            &url,
+            &["fences", "advance", "default", "report.csv", bad],
+            &[],
+        );
         assert!(!run.ok, "{bad:?} was accepted: {}", run.out);
         assert!(
             run.err.contains("400 InvalidArgument") && run.err.contains("advance_to"),
@@ -178,7 +229,12 @@ async fn in_development_mode_fences_are_shown_and_advanced_never_lowered() {
             run.err
         );
     }
-    let info = cli(&url, &["fences", "get", "default", "report.csv", "--json"], &[]).json();
+    let info = cli(
+        &url,
+        &["fences", "get", "default", "report.csv", "--json"],
+        &[],
+    )
+    .json();
     assert_eq!(info["highest"], 40, "no refused advance changed the fence");
 
     let run = cli(&url, &["fences", "get", "nope", "k"], &[]);
@@ -192,9 +248,18 @@ async fn in_development_mode_fences_are_shown_and_advanced_never_lowered() {
     assert!(run.err.contains("InvalidKey"), "{}", run.err);
 
     // Nobody listening: the URL and what to check.
-    let run = cli("http://127.0.0.1:1", &["fences", "get", "default", "k"], &[]);
+    let run = cli(
+        "http://127.0.0.1:1",
+        &["fences", "get", "default", "k"],
+        &[],
+    );
     assert!(!run.ok);
-    assert!(run.err.contains("cannot reach fencegate at http://127.0.0.1:1"), "{}", run.err);
+    assert!(
+        run.err
+            .contains("cannot reach fencegate at http://127.0.0.1:1"),
+        "{}",
+        run.err
+    );
     assert!(run.err.contains("FENCEGATE_URL"), "{}", run.err);
 }
 
@@ -218,11 +283,22 @@ async fn a_revoked_lease_is_gone_and_its_holder_cannot_renew() {
     let list = cli(&url, &["leases", "list"], &[]);
     assert_eq!(
         list.header(),
-        ["NAME", "HOLDER", "TOKEN", "EXPIRES_IN", "BOUND_TO", "PRINCIPAL"]
+        [
+            "NAME",
+            "HOLDER",
+            "TOKEN",
+            "EXPIRES_IN",
+            "BOUND_TO",
+            "PRINCIPAL"
+        ]
     );
     let rows = list.rows();
     assert_eq!(rows.len(), 1, "{}", list.out);
-    assert_eq!(rows[0][..3], ["nightly-report", "worker-a", &token.to_string()]);
+    let shown_token = token.to_string();
+    assert_eq!(
+        rows[0][..3],
+        ["nightly-report", "worker-a", shown_token.as_str()]
+    );
     assert!(rows[0][3].ends_with('s'), "{}", list.out);
     assert_eq!(rows[0][4..], ["default/report.csv", "dev-mode"]);
     let listed = cli(&url, &["leases", "list", "--json"], &[]).json();
@@ -237,7 +313,7 @@ async fn a_revoked_lease_is_gone_and_its_holder_cannot_renew() {
     );
     assert_eq!(
         revoke.rows(),
-        [["nightly-report", "worker-a", &token.to_string(), "0"]]
+        [["nightly-report", "worker-a", shown_token.as_str(), "0"]]
     );
     assert_eq!(s.log_lines(&["lease revoked", "dev-mode"]).len(), 1);
 
@@ -250,7 +326,11 @@ async fn a_revoked_lease_is_gone_and_its_holder_cannot_renew() {
         None,
     )
     .await;
-    assert_eq!((status, body["error"].as_str()), (404, Some("NoSuchLease")), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("NoSuchLease")),
+        "{body}"
+    );
     let listed = cli(&url, &["leases", "list", "--json"], &[]).json();
     assert_eq!(listed["leases"], json!([]));
     let run = cli(&url, &["leases", "revoke", "nightly-report"], &[]);
@@ -294,19 +374,34 @@ async fn a_bucket_is_listed_by_prefix_page_after_page() {
     // Three pages of three behind one table.
     let list = cli(
         &url,
-        &["fences", "list", "default", "--prefix", "a/", "--page-size", "3"],
+        &[
+            "fences",
+            "list",
+            "default",
+            "--prefix",
+            "a/",
+            "--page-size",
+            "3",
+        ],
         &[],
     );
     assert_eq!(
         list.header(),
-        ["SCOPE", "HIGHEST", "TOMBSTONE", "PENDING", "BOUND_TO", "ETAG"]
+        [
+            "SCOPE",
+            "HIGHEST",
+            "TOMBSTONE",
+            "PENDING",
+            "BOUND_TO",
+            "ETAG"
+        ]
     );
     let rows = list.rows();
     let want: Vec<Vec<String>> = (1..=7u64)
         .map(|i| {
-            [&format!("object:default/a/{i}"), &(10 + i).to_string(), "no", "no", "-", "-"]
-                .map(str::to_string)
-                .to_vec()
+            let mut row = vec![format!("object:default/a/{i}"), (10 + i).to_string()];
+            row.extend(["no", "no", "-", "-"].map(str::to_string));
+            row
         })
         .collect();
     assert_eq!(rows, want);
@@ -316,7 +411,15 @@ async fn a_bucket_is_listed_by_prefix_page_after_page() {
     let first = cli(
         &url,
         &[
-            "fences", "list", "default", "--prefix", "a/", "--page-size", "3", "--limit", "5",
+            "fences",
+            "list",
+            "default",
+            "--prefix",
+            "a/",
+            "--page-size",
+            "3",
+            "--limit",
+            "5",
             "--json",
         ],
         &[],
@@ -331,17 +434,28 @@ async fn a_bucket_is_listed_by_prefix_page_after_page() {
             .collect()
     };
     assert_eq!(keys(&first), ["a/1", "a/2", "a/3", "a/4", "a/5"]);
-    let token = first["next_continuation_token"].as_str().unwrap().to_string();
+    let token = first["next_continuation_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let table = cli(
         &url,
-        &["fences", "list", "default", "--prefix", "a/", "--limit", "5"],
+        &[
+            "fences", "list", "default", "--prefix", "a/", "--limit", "5",
+        ],
         &[],
     );
     assert!(table.err.contains("--continuation-token"), "{}", table.err);
     let rest = cli(
         &url,
         &[
-            "fences", "list", "default", "--prefix", "a/", "--continuation-token", &token,
+            "fences",
+            "list",
+            "default",
+            "--prefix",
+            "a/",
+            "--continuation-token",
+            &token,
             "--json",
         ],
         &[],
@@ -355,9 +469,16 @@ async fn a_bucket_is_listed_by_prefix_page_after_page() {
     assert_eq!(all["rows"].as_array().unwrap().len(), 10, "{all}");
     let b1 = &all["rows"][7];
     assert_eq!(b1["scope"], "object:default/b/1");
-    assert_eq!((b1["highest"].clone(), b1["tombstone"].clone()), (json!(30), json!(true)));
+    assert_eq!(
+        (b1["highest"].clone(), b1["tombstone"].clone()),
+        (json!(30), json!(true))
+    );
     assert_eq!(all["rows"][8]["tombstone"], false);
-    let run = cli(&url, &["fences", "list", "default", "--page-size", "1001"], &[]);
+    let run = cli(
+        &url,
+        &["fences", "list", "default", "--page-size", "1001"],
+        &[],
+    );
     assert!(!run.ok);
     assert!(run.err.contains("--page-size"), "{}", run.err);
     let run = cli(&url, &["fences", "list", "nope"], &[]);
@@ -415,21 +536,35 @@ async fn the_server_caps_a_page_and_refuses_bad_listing_input() {
         "prefix=%01",
     ] {
         let (status, body) = call(&c, page(bad), None).await;
-        assert_eq!((status, body["error"].as_str()), (400, Some("InvalidArgument")), "{bad}: {body}");
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (400, Some("InvalidArgument")),
+            "{bad}: {body}"
+        );
     }
     let (status, body) = call(&c, c.get(s.url("/admin/fences/nope")), None).await;
-    assert_eq!((status, body["error"].as_str()), (404, Some("NoSuchBucket")), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("NoSuchBucket")),
+        "{body}"
+    );
     // advance_to and reset_to: one, and exactly one.
     let change = |query: &str| c.post(s.url(&format!("/admin/fences/default/many/0001?{query}")));
     for bad in ["", "advance_to=5&reset_to=1", "advance_to=5&advance_to=6"] {
         let (status, body) = call(&c, change(bad), None).await;
-        assert_eq!((status, body["error"].as_str()), (400, Some("InvalidArgument")), "{bad}: {body}");
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (400, Some("InvalidArgument")),
+            "{bad}: {body}"
+        );
     }
 
     // The CLI follows every page when asked for all.
     let all = cli(
         &url,
-        &["fences", "list", "default", "--prefix", "many/", "--limit", "0", "--json"],
+        &[
+            "fences", "list", "default", "--prefix", "many/", "--limit", "0", "--json",
+        ],
         &[],
     )
     .json();
@@ -504,17 +639,35 @@ lease_names = ["*"]
     ];
     let bearer = [("FENCEGATE_ADMIN_TOKEN", TOKEN)];
     let get = ["fences", "get", "default", "dir one/a+b", "--json"];
-    for (how, env) in [("bearer", &bearer[..]), ("key", &ops[..]), ("aws key", &aws_ops[..])] {
+    for (how, env) in [
+        ("bearer", &bearer[..]),
+        ("key", &ops[..]),
+        ("aws key", &aws_ops[..]),
+    ] {
         let info = cli(&admin_url, &get, env).json();
         assert_eq!(info["highest"], 7, "{how}: {info}");
     }
-    let info = cli(&admin_url, &[&get[..], &["--token-file", tf]].concat(), &[]).json();
+    let info = cli(
+        &admin_url,
+        &[&get[..], &["--token-file", tf][..]].concat(),
+        &[],
+    )
+    .json();
     assert_eq!(info["highest"], 7);
 
     // The query is signed too, a space and a `+` in it.
     let listed = cli(
         &admin_url,
-        &["fences", "list", "default", "--prefix", "dir one/a", "--page-size", "1", "--json"],
+        &[
+            "fences",
+            "list",
+            "default",
+            "--prefix",
+            "dir one/a",
+            "--page-size",
+            "1",
+            "--json",
+        ],
         &ops,
     )
     .json();
@@ -524,10 +677,20 @@ lease_names = ["*"]
         .iter()
         .map(|r| r["scope"].as_str().unwrap())
         .collect();
-    assert_eq!(scopes, ["object:default/dir one/a b", "object:default/dir one/a+b"]);
+    assert_eq!(
+        scopes,
+        ["object:default/dir one/a b", "object:default/dir one/a+b"]
+    );
     let listed = cli(
         &admin_url,
-        &["fences", "list", "default", "--prefix", "dir one/a+", "--json"],
+        &[
+            "fences",
+            "list",
+            "default",
+            "--prefix",
+            "dir one/a+",
+            "--json",
+        ],
         &ops,
     )
     .json();
@@ -539,7 +702,10 @@ lease_names = ["*"]
         &ops,
     )
     .json();
-    assert_eq!((adv["was"].clone(), adv["fence"]["highest"].clone()), (json!(9), json!(12)));
+    assert_eq!(
+        (adv["was"].clone(), adv["fence"]["highest"].clone()),
+        (json!(9), json!(12))
+    );
     assert_eq!(
         s.log_lines(&["fence advanced by an admin", "key:ops", "token=12"])
             .len(),
@@ -547,7 +713,16 @@ lease_names = ["*"]
     );
     let adv = cli(
         &admin_url,
-        &["fences", "advance", "default", "dir one/c", "13", "--token-file", tf, "--json"],
+        &[
+            "fences",
+            "advance",
+            "default",
+            "dir one/c",
+            "13",
+            "--token-file",
+            tf,
+            "--json",
+        ],
         &[],
     )
     .json();
@@ -563,7 +738,11 @@ lease_names = ["*"]
         ("FENCEGATE_ACCESS_KEY_ID", "app-key"),
         ("FENCEGATE_SECRET_ACCESS_KEY", "app-secret"),
     ];
-    let run = cli(&admin_url, &["fences", "advance", "default", "dir one/c", "99"], &writer);
+    let run = cli(
+        &admin_url,
+        &["fences", "advance", "default", "dir one/c", "99"],
+        &writer,
+    );
     assert!(!run.ok);
     assert!(run.err.contains("403 AccessDenied"), "{}", run.err);
     assert!(run.err.contains("admin = true"), "{}", run.err);
@@ -580,18 +759,33 @@ lease_names = ["*"]
     assert!(!run.ok);
     assert!(run.err.contains("401 MissingCredentials"), "{}", run.err);
     assert!(run.err.contains("FENCEGATE_ADMIN_TOKEN"), "{}", run.err);
-    let run = cli(&admin_url, &["leases", "list"], &[("FENCEGATE_ADMIN_TOKEN", "not-the-token")]);
+    let run = cli(
+        &admin_url,
+        &["leases", "list"],
+        &[("FENCEGATE_ADMIN_TOKEN", "not-the-token")],
+    );
     assert!(run.err.contains("403 AccessDenied"), "{}", run.err);
     assert!(run.err.contains("bearer token was refused"), "{}", run.err);
     let run = cli(
         &admin_url,
         &["leases", "list"],
-        &[("FENCEGATE_ACCESS_KEY_ID", "ops-key"), ("FENCEGATE_SECRET_ACCESS_KEY", "wrong")],
+        &[
+            ("FENCEGATE_ACCESS_KEY_ID", "ops-key"),
+            ("FENCEGATE_SECRET_ACCESS_KEY", "wrong"),
+        ],
     );
     assert!(run.err.contains("403 SignatureDoesNotMatch"), "{}", run.err);
-    let run = cli(&admin_url, &["leases", "list"], &[("FENCEGATE_ACCESS_KEY_ID", "ops-key")]);
+    let run = cli(
+        &admin_url,
+        &["leases", "list"],
+        &[("FENCEGATE_ACCESS_KEY_ID", "ops-key")],
+    );
     assert!(!run.ok);
-    assert!(run.err.contains("FENCEGATE_SECRET_ACCESS_KEY is not"), "{}", run.err);
+    assert!(
+        run.err.contains("FENCEGATE_SECRET_ACCESS_KEY is not"),
+        "{}",
+        run.err
+    );
     let run = cli(&base(&s), &["leases", "list"], &bearer);
     assert!(!run.ok);
     assert!(run.err.contains("404 NoSuchRoute"), "{}", run.err);
@@ -600,14 +794,23 @@ lease_names = ["*"]
     // Leases with the bearer token: listed with the key that holds them, and revoked.
     let (status, grant) = call(
         &c,
-        c.post(s.url("/v1/leases/etl")).json(&json!({"holder": "spark", "ttl_ms": 600000})),
+        c.post(s.url("/v1/leases/etl"))
+            .json(&json!({"holder": "spark", "ttl_ms": 600000})),
         Some(WRITER),
     )
     .await;
     assert_eq!(status, 200, "{grant}");
     let rows = cli(&admin_url, &["leases", "list"], &bearer).rows();
     assert_eq!(rows.len(), 1);
-    assert_eq!((rows[0][0].as_str(), rows[0][1].as_str(), rows[0][4].as_str(), rows[0][5].as_str()), ("etl", "spark", "-", "key:app"));
+    assert_eq!(
+        (
+            rows[0][0].as_str(),
+            rows[0][1].as_str(),
+            rows[0][4].as_str(),
+            rows[0][5].as_str()
+        ),
+        ("etl", "spark", "-", "key:app")
+    );
     let run = cli(&admin_url, &["leases", "revoke", "etl", "--json"], &ops);
     assert_eq!(run.json()["lease"]["holder"], "spark");
     assert_eq!(s.log_lines(&["lease revoked", "key:ops"]).len(), 1);
@@ -622,6 +825,53 @@ lease_names = ["*"]
     assert_eq!(status, 404, "{body}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_https_the_cli_trusts_the_ca_file_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck =
+        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let (pem, key) = (dir.path().join("live.pem"), dir.path().join("live.key"));
+    std::fs::write(&pem, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
+    let config = format!(
+        "[server.tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n\n[buckets.default]\n",
+        pem.display(),
+        key.display()
+    );
+    let s = Server::start(&dir.path().join("data"), Some(&config));
+    let url = format!("https://127.0.0.1:{}", s.addr.port());
+    let run = cli(&url, &["fences", "advance", "default", "k", "3"], &[]);
+    assert!(!run.ok, "an unknown CA was trusted: {}", run.out);
+    assert!(run.err.contains("--ca-file"), "{}", run.err);
+    let pem = pem.to_str().unwrap();
+    let run = cli(
+        &url,
+        &["fences", "advance", "default", "k", "3", "--ca-file", pem],
+        &[],
+    );
+    assert_eq!(run.rows(), [["object:default/k", "-", "3", "yes"]]);
+    let run = cli(
+        &url,
+        &["fences", "get", "default", "k", "--json"],
+        &[("FENCEGATE_CA_FILE", pem)],
+    );
+    assert_eq!(run.json()["highest"], 3);
+    let run = cli(
+        &url,
+        &[
+            "fences",
+            "get",
+            "default",
+            "k",
+            "--ca-file",
+            "/nonexistent.pem",
+        ],
+        &[],
+    );
+    assert!(!run.ok);
+    assert!(run.err.contains("/nonexistent.pem"), "{}", run.err);
+}
+
 /// The list on a fence table shared on etcd: rows advanced through one instance are listed,
 /// page after page, through the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -631,9 +881,13 @@ async fn on_an_etcd_table_the_list_pages_through_rows_of_every_instance() {
         eprintln!("SKIPPED: etcd is not installed (scripts/test installs etcd-server)");
         return;
     }
-    let ministack = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-ministack/bin/ministack");
+    let ministack =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-ministack/bin/ministack");
     if !ministack.exists() {
-        eprintln!("SKIPPED: ministack is not installed at {} (scripts/test installs it)", ministack.display());
+        eprintln!(
+            "SKIPPED: ministack is not installed at {} (scripts/test installs it)",
+            ministack.display()
+        );
         return;
     }
     let cluster = common::cluster::Cluster::up(2, "ministack");
@@ -651,7 +905,16 @@ async fn on_an_etcd_table_the_list_pages_through_rows_of_every_instance() {
     let url2 = cluster.url(2, "");
     let listed = cli(
         &url2,
-        &["fences", "list", "default", "--prefix", "shared/", "--page-size", "2", "--json"],
+        &[
+            "fences",
+            "list",
+            "default",
+            "--prefix",
+            "shared/",
+            "--page-size",
+            "2",
+            "--json",
+        ],
         &[],
     )
     .json();
@@ -664,7 +927,9 @@ async fn on_an_etcd_table_the_list_pages_through_rows_of_every_instance() {
     assert_eq!(highest, [101, 102, 103, 104, 105], "{listed}");
     let page = cli(
         &url2,
-        &["fences", "list", "default", "--prefix", "shared/", "--limit", "2", "--json"],
+        &[
+            "fences", "list", "default", "--prefix", "shared/", "--limit", "2", "--json",
+        ],
         &[],
     )
     .json();
@@ -672,16 +937,32 @@ async fn on_an_etcd_table_the_list_pages_through_rows_of_every_instance() {
     let rest = cli(
         &url2,
         &[
-            "fences", "list", "default", "--prefix", "shared/",
-            "--continuation-token", "object:default/shared/2", "--json",
+            "fences",
+            "list",
+            "default",
+            "--prefix",
+            "shared/",
+            "--continuation-token",
+            "object:default/shared/2",
+            "--json",
         ],
         &[],
     )
     .json();
     assert_eq!(rest["rows"].as_array().unwrap().len(), 3);
     // An advance through instance 2 is seen through instance 1.
-    let adv = cli(&url2, &["fences", "advance", "default", "shared/1", "200", "--json"], &[]).json();
+    let adv = cli(
+        &url2,
+        &["fences", "advance", "default", "shared/1", "200", "--json"],
+        &[],
+    )
+    .json();
     assert_eq!(adv["was"], 101);
-    let info = cli(&cluster.url(1, ""), &["fences", "get", "default", "shared/1", "--json"], &[]).json();
+    let info = cli(
+        &cluster.url(1, ""),
+        &["fences", "get", "default", "shared/1", "--json"],
+        &[],
+    )
+    .json();
     assert_eq!(info["highest"], 200);
 }

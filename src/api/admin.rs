@@ -7,12 +7,12 @@
 use super::{ApiError, AppState};
 use crate::auth::Principal;
 use crate::gate::GateError;
+use crate::gate::MAX_FENCE_PAGE;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use crate::gate::MAX_FENCE_PAGE;
 use axum::{Json, Router};
 use serde::Deserialize;
 use std::sync::Arc;
@@ -166,11 +166,15 @@ async fn list_fences(
     let Query(q) = query.map_err(|e| GateError::InvalidArgument(format!("bad query: {e}")))?;
     let limit = match q.max_rows.as_deref() {
         None => MAX_FENCE_PAGE,
-        Some(raw) => raw.parse::<usize>().ok().filter(|n| (1..=MAX_FENCE_PAGE).contains(n)).ok_or_else(|| {
-            GateError::InvalidArgument(format!(
-                "max_rows={raw:?} is not a number from 1 to {MAX_FENCE_PAGE}"
-            ))
-        })?,
+        Some(raw) => raw
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_FENCE_PAGE).contains(n))
+            .ok_or_else(|| {
+                GateError::InvalidArgument(format!(
+                    "max_rows={raw:?} is not a number from 1 to {MAX_FENCE_PAGE}"
+                ))
+            })?,
     };
     let listing = state
         .gate

@@ -153,7 +153,10 @@ mod tests {
         let rest = scan(Some("object:b/0299"), usize::MAX);
         assert_eq!(rest.len(), 300);
         assert_eq!(rest[0], "object:b/0300");
-        assert_eq!(scan(Some("object:a/x"), 2), ["object:b/0000", "object:b/0001"]);
+        assert_eq!(
+            scan(Some("object:a/x"), 2),
+            ["object:b/0000", "object:b/0001"]
+        );
         assert!(scan(Some("object:b/0599"), usize::MAX).is_empty());
     }
 }

@@ -156,7 +156,7 @@ impl FenceStore for RocksFenceStore {
             if !key.starts_with(prefix.as_bytes()) {
                 break;
             }
-            if after.is_some_and(|a| *key <= *a.as_bytes()) {
+            if after.is_some_and(|a| key.as_ref() <= a.as_bytes()) {
                 continue;
             }
             let key = String::from_utf8_lossy(&key);
@@ -257,7 +257,13 @@ mod tests {
     async fn a_scan_resumes_after_a_key() {
         let dir = tempfile::tempdir().unwrap();
         let s = RocksFenceStore::open(dir.path()).unwrap();
-        let rows = ["object:a/x", "object:b/1", "object:b/2", "object:b/3", "object:c/y"];
+        let rows = [
+            "object:a/x",
+            "object:b/1",
+            "object:b/2",
+            "object:b/3",
+            "object:c/y",
+        ];
         let put: Vec<_> = rows.iter().map(|k| (k.to_string(), row(1))).collect();
         s.put(put, Durability::Synced).await.unwrap();
         let scan = |after: Option<&str>| {
@@ -271,9 +277,15 @@ mod tests {
         };
         assert_eq!(scan(Some("object:b/1")), ["object:b/2", "object:b/3"]);
         assert_eq!(scan(Some("object:b/15")), ["object:b/2", "object:b/3"]);
-        assert_eq!(scan(Some("object:a/x")), ["object:b/1", "object:b/2", "object:b/3"]);
+        assert_eq!(
+            scan(Some("object:a/x")),
+            ["object:b/1", "object:b/2", "object:b/3"]
+        );
         assert!(scan(Some("object:b/3")).is_empty());
-        assert!(scan(Some("object:c/")).is_empty(), "after the prefix: nothing");
+        assert!(
+            scan(Some("object:c/")).is_empty(),
+            "after the prefix: nothing"
+        );
     }
 
     #[tokio::test]

@@ -485,8 +485,14 @@ mod tests {
         store.put(put, Durability::Synced).await.unwrap();
         let mut buckets = BTreeMap::new();
         let backend = Arc::new(MemoryBackend::new());
-        buckets.insert("b".to_string(), super::super::BucketEntry::new(policy.clone(), backend.clone()));
-        buckets.insert("bb".to_string(), super::super::BucketEntry::new(policy, backend));
+        buckets.insert(
+            "b".to_string(),
+            super::super::BucketEntry::new(policy.clone(), backend.clone()),
+        );
+        buckets.insert(
+            "bb".to_string(),
+            super::super::BucketEntry::new(policy, backend),
+        );
         Arc::new(Gate::new(store, buckets))
     }
 
@@ -513,7 +519,13 @@ mod tests {
         let all = gate.list_fences("b", "", None, 1000).await.unwrap();
         assert_eq!(
             scopes(&all),
-            ["bucket:b", "header:b#lock one", "object:b/k1", "object:b/k2", "prefix:b/t"]
+            [
+                "bucket:b",
+                "header:b#lock one",
+                "object:b/k1",
+                "object:b/k2",
+                "prefix:b/t"
+            ]
         );
         assert_eq!(all.next_continuation_token, None);
         let kinds: Vec<&str> = all.rows.iter().map(|r| r.kind).collect();
@@ -541,7 +553,10 @@ mod tests {
         let page = gate.list_fences("b", "t", None, 1000).await.unwrap();
         assert_eq!(scopes(&page), ["prefix:b/t"]);
         // `bucket:b` itself as a continuation: the exact row is not repeated.
-        let page = gate.list_fences("b", "", Some("bucket:b"), 1).await.unwrap();
+        let page = gate
+            .list_fences("b", "", Some("bucket:b"), 1)
+            .await
+            .unwrap();
         assert_eq!(scopes(&page), ["header:b#lock one"]);
     }
 
@@ -556,8 +571,15 @@ mod tests {
             ("", Some("policy:b"), 10),
             ("k", Some("bucket:b"), 10),
         ] {
-            let e = gate.list_fences("b", prefix, token, limit).await.unwrap_err();
-            assert_eq!(e.code(), "InvalidArgument", "{prefix:?} {token:?} {limit}: {e}");
+            let e = gate
+                .list_fences("b", prefix, token, limit)
+                .await
+                .unwrap_err();
+            assert_eq!(
+                e.code(),
+                "InvalidArgument",
+                "{prefix:?} {token:?} {limit}: {e}"
+            );
         }
         let long = "k".repeat(scope::MAX_KEY_BYTES + 1);
         let e = gate.list_fences("b", &long, None, 10).await.unwrap_err();
@@ -569,21 +591,43 @@ mod tests {
     #[tokio::test]
     async fn an_admin_advance_raises_and_never_lowers() {
         let gate = gate_with(&[("object:b/k", 10)], BucketPolicy::default()).await;
-        let done = gate.admin_advance("b", "k", None, 12, "key:ops").await.unwrap();
-        assert_eq!((done.was, done.advanced, done.fence.highest), (Some(10), true, Some(12)));
+        let done = gate
+            .admin_advance("b", "k", None, 12, "key:ops")
+            .await
+            .unwrap();
+        assert_eq!(
+            (done.was, done.advanced, done.fence.highest),
+            (Some(10), true, Some(12))
+        );
         for lower in [0, 11, 12] {
-            let done = gate.admin_advance("b", "k", None, lower, "key:ops").await.unwrap();
-            assert_eq!((done.was, done.advanced, done.fence.highest), (Some(12), false, Some(12)), "{lower}");
+            let done = gate
+                .admin_advance("b", "k", None, lower, "key:ops")
+                .await
+                .unwrap();
+            assert_eq!(
+                (done.was, done.advanced, done.fence.highest),
+                (Some(12), false, Some(12)),
+                "{lower}"
+            );
         }
-        let done = gate.admin_advance("b", "new", None, u64::MAX, "key:ops").await.unwrap();
-        assert_eq!((done.was, done.advanced, done.fence.highest), (None, true, Some(u64::MAX)));
+        let done = gate
+            .admin_advance("b", "new", None, u64::MAX, "key:ops")
+            .await
+            .unwrap();
+        assert_eq!(
+            (done.was, done.advanced, done.fence.highest),
+            (None, true, Some(u64::MAX))
+        );
         // The bucket's jump limit holds for admins too.
         let policy = BucketPolicy {
             max_token_jump: Some(100),
             ..BucketPolicy::default()
         };
         let gate = gate_with(&[("object:b/k", 10)], policy).await;
-        let e = gate.admin_advance("b", "k", None, 1000, "key:ops").await.unwrap_err();
+        let e = gate
+            .admin_advance("b", "k", None, 1000, "key:ops")
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), "TokenJumpTooLarge");
         // A header-scoped bucket needs the lock's name.
         let policy = BucketPolicy {
@@ -591,9 +635,15 @@ mod tests {
             ..BucketPolicy::default()
         };
         let gate = gate_with(&[], policy).await;
-        let e = gate.admin_advance("b", "k", None, 5, "key:ops").await.unwrap_err();
+        let e = gate
+            .admin_advance("b", "k", None, 5, "key:ops")
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), "InvalidFencingScope");
-        let done = gate.admin_advance("b", "k", Some(b"lock"), 5, "key:ops").await.unwrap();
+        let done = gate
+            .admin_advance("b", "k", Some(&b"lock"[..]), 5, "key:ops")
+            .await
+            .unwrap();
         assert_eq!(done.fence.scope, "header:b#lock");
     }
 }
