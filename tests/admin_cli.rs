@@ -585,10 +585,6 @@ fn enc(s: &str) -> String {
 }
 
 const TOKEN: &str = "admin-bearer-token-for-the-cli-tests-01";
-const ADMIN: Creds = Creds {
-    key: "ops-key",
-    secret: "ops-secret",
-};
 const WRITER: Creds = Creds {
     key: "app-key",
     secret: "app-secret",
