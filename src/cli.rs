@@ -68,9 +68,11 @@ pub enum FencesCommand {
         #[command(flatten)]
         conn: Connection,
     },
-    /// Raise a scope's highest token to TOKEN without writing, fencing out every holder of a
-    /// lower token. Never lowers a fence: at or below the highest it changes nothing and
-    /// says so (exit 0). Lowering one is POST /admin/fences/...?reset_to=N.
+    /// Raise a scope's highest token to TOKEN without writing.
+    ///
+    /// Every holder of a lower token is fenced out. It never lowers a fence: at or below the
+    /// highest it changes nothing and says so (exit 0). Lowering one is
+    /// POST /admin/fences/{bucket}/{key}?reset_to=N.
     Advance {
         bucket: String,
         key: String,
