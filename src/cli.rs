@@ -1,5 +1,7 @@
-//! The command line: `fencegate [serve]` and `fencegate check-config FILE`.
+//! The command line: `fencegate [serve]`, `fencegate check-config FILE`, `fencegate fences
+//! ...` and `fencegate leases ...` (the admin ones: src/admin_client.rs).
 
+pub use crate::admin_client::{Connection, ListArgs};
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,6 +15,7 @@ use std::path::PathBuf;
 ///   fencegate                                  # serve the embedded default
 ///   fencegate serve --config config/fencegate.toml
 ///   fencegate check-config config/fencegate.toml
+///   fencegate fences get default report.csv    # on a running instance (see --help)
 ///
 ///   curl -X PUT -H 'Fencing-Token: 34' --data-binary @file http://127.0.0.1:8080/v1/objects/default/report.csv
 ///
@@ -40,15 +43,55 @@ pub enum Command {
         /// The TOML file to check.
         file: PathBuf,
     },
-    /// Operate on the fence table (run these while fencegate is stopped).
+    /// Show, advance and list the fences of a running instance (through its admin surface),
+    /// or rebuild a bucket's fences offline.
     Fences {
         #[command(subcommand)]
         command: FencesCommand,
+    },
+    /// List or revoke the live leases of a running instance (through its admin surface).
+    Leases {
+        #[command(subcommand)]
+        command: LeasesCommand,
     },
 }
 
 #[derive(Subcommand, Debug)]
 pub enum FencesCommand {
+    /// Show the scope a key maps to and its highest token.
+    Get {
+        bucket: String,
+        key: String,
+        /// The lock's name (Fencing-Scope), for a bucket with scope = "header".
+        #[arg(long, value_name = "NAME")]
+        scope: Option<String>,
+        #[command(flatten)]
+        conn: Connection,
+    },
+    /// Raise a scope's highest token to TOKEN without writing.
+    ///
+    /// Every holder of a lower token is fenced out. It never lowers a fence: at or below the
+    /// highest it changes nothing and says so (exit 0). Lowering one is
+    /// POST /admin/fences/{bucket}/{key}?reset_to=N.
+    Advance {
+        bucket: String,
+        key: String,
+        /// The new highest token, 0 to 18446744073709551615 (the server checks it).
+        #[arg(allow_hyphen_values = true)]
+        token: String,
+        /// The lock's name (Fencing-Scope), for a bucket with scope = "header".
+        #[arg(long, value_name = "NAME")]
+        scope: Option<String>,
+        #[command(flatten)]
+        conn: Connection,
+    },
+    /// List a bucket's recorded fence rows: scope, highest token, tombstone, commit in flight.
+    List {
+        #[command(flatten)]
+        list: ListArgs,
+        #[command(flatten)]
+        conn: Connection,
+    },
     /// Rebuild a bucket's fence rows from its objects, after the data directory was lost.
     ///
     /// Every object carries the token that wrote it (x-amz-meta-fencing-token on s3, the
@@ -68,6 +111,22 @@ pub enum FencesCommand {
         bucket: String,
         #[command(flatten)]
         config: ServeArgs,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LeasesCommand {
+    /// Every live lease: name, holder, token, expiry, binding, the key that holds it.
+    List {
+        #[command(flatten)]
+        conn: Connection,
+    },
+    /// End a lease now, whoever holds it, and every S3 credential it issued. Its holder's
+    /// renewals fail from now on; the next grant fences its token out.
+    Revoke {
+        name: String,
+        #[command(flatten)]
+        conn: Connection,
     },
 }
 

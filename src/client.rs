@@ -125,10 +125,10 @@ pub struct Client {
 }
 
 /// An access key from fencegate's `[keys]` and its secret.
-struct SigningKey {
-    access_key_id: String,
-    secret: String,
-    region: String,
+pub(crate) struct SigningKey {
+    pub(crate) access_key_id: String,
+    pub(crate) secret: String,
+    pub(crate) region: String,
 }
 
 async fn refusal(resp: reqwest::Response, token: Option<u64>) -> ClientError {
@@ -406,19 +406,19 @@ impl Drop for Lease {
     }
 }
 
-fn urlencode(s: &str) -> String {
+pub(crate) fn urlencode(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
 /// Keys keep their `/` separators.
-fn urlencode_key(key: &str) -> String {
+pub(crate) fn urlencode_key(key: &str) -> String {
     key.split('/').map(urlencode).collect::<Vec<_>>().join("/")
 }
 
 /// Signs `req` with SigV4 as S3 clients do: `x-amz-content-sha256` carries the body's SHA-256
 /// when the body is in memory, `UNSIGNED-PAYLOAD` when it streams. Every header present is
 /// signed, `Fencing-Token` among them, as fencegate demands.
-fn sign(req: &mut reqwest::Request, key: &SigningKey) -> Result<(), ClientError> {
+pub(crate) fn sign(req: &mut reqwest::Request, key: &SigningKey) -> Result<(), ClientError> {
     use aws_sigv4::http_request::{
         sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest,
         SigningSettings, UriPathNormalizationMode,

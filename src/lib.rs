@@ -4,6 +4,7 @@
 //! (policy, scope, token, commit protocol); the [`fence`] store records tokens durably and a
 //! [`backend`] holds the bytes. Every surface authenticates against one key table ([`auth`]).
 
+pub mod admin_client;
 pub mod api;
 pub mod auth;
 pub mod backend;

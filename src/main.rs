@@ -2,7 +2,8 @@
 //! library.
 
 use clap::Parser;
-use fencegate::cli::{Cli, Command, FencesCommand, ServeArgs};
+use fencegate::admin_client;
+use fencegate::cli::{Cli, Command, FencesCommand, LeasesCommand, ServeArgs};
 use fencegate::config::Config;
 use std::process::ExitCode;
 
@@ -22,10 +23,53 @@ fn main() -> ExitCode {
             }
         },
         Some(Command::Serve(args)) => serve(args),
-        Some(Command::Fences {
-            command: FencesCommand::Rebuild { bucket, config },
-        }) => rebuild(&bucket, config),
+        Some(Command::Fences { command }) => match command {
+            FencesCommand::Rebuild { bucket, config } => rebuild(&bucket, config),
+            FencesCommand::Get {
+                bucket,
+                key,
+                scope,
+                conn,
+            } => admin(
+                async move { admin_client::get(&conn, &bucket, &key, scope.as_deref()).await },
+            ),
+            FencesCommand::Advance {
+                bucket,
+                key,
+                token,
+                scope,
+                conn,
+            } => admin(async move {
+                admin_client::advance(&conn, &bucket, &key, &token, scope.as_deref()).await
+            }),
+            FencesCommand::List { list, conn } => {
+                admin(async move { admin_client::list(&conn, &list).await })
+            }
+        },
+        Some(Command::Leases { command }) => match command {
+            LeasesCommand::List { conn } => admin(async move { admin_client::leases(&conn).await }),
+            LeasesCommand::Revoke { name, conn } => {
+                admin(async move { admin_client::revoke(&conn, &name).await })
+            }
+        },
         None => serve(cli.serve),
+    }
+}
+
+/// Runs an admin command; a failure is printed with its hint and exits 1.
+fn admin(
+    command: impl std::future::Future<Output = Result<(), admin_client::AdminError>>,
+) -> ExitCode {
+    let runtime = match runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    match runtime.block_on(command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

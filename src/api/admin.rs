@@ -1,11 +1,14 @@
-//! The admin surface: `/metrics`, live leases (list, revoke), fence resets and reloads. It is
-//! served on `[admin] listen` when set, else beside the native API, and always behind
-//! [`crate::auth::admin`]. Every change here is an audit line naming the principal.
+//! The admin surface: `/metrics`, live leases (list, revoke), fences (show, list a bucket's,
+//! advance, reset) and reloads. It is served on `[admin] listen` when set, else beside the
+//! native API, and always behind [`crate::auth::admin`]. Every change here is an audit line
+//! naming the principal. `fencegate fences ...` and `fencegate leases ...` (src/admin_client.rs)
+//! are its command line.
 
 use super::{ApiError, AppState};
 use crate::auth::Principal;
 use crate::gate::GateError;
-use axum::extract::rejection::PathRejection;
+use crate::gate::MAX_FENCE_PAGE;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -20,7 +23,11 @@ pub fn routes(state: AppState, auth: Arc<crate::auth::admin::AdminAuth>) -> Rout
         .route("/metrics", get(metrics))
         .route("/admin/leases", get(list_leases))
         .route("/admin/leases/{name}", axum::routing::delete(revoke_lease))
-        .route("/admin/fences/{bucket}/{*key}", post(reset_fence))
+        .route("/admin/fences/{bucket}", get(list_fences))
+        .route(
+            "/admin/fences/{bucket}/{*key}",
+            get(show_fence).post(change_fence),
+        )
         .route("/admin/reload", post(reload))
         .route_layer(axum::middleware::from_fn_with_state(
             auth,
@@ -75,35 +82,110 @@ async fn revoke_lease(
 }
 
 #[derive(Deserialize)]
-struct ResetQuery {
+struct ChangeQuery {
     reset_to: Option<String>,
+    advance_to: Option<String>,
 }
 
-async fn reset_fence(
+/// A token named in a query: the native API's token grammar (1 to 20 digits, at most
+/// u64::MAX), refused as `InvalidArgument` naming the parameter.
+fn token_param(name: &str, raw: &str) -> Result<u64, GateError> {
+    crate::token::parse_token(raw.as_bytes())
+        .map(|t| t.0)
+        .map_err(|e| {
+            GateError::InvalidArgument(format!(
+                "{name}={raw:?} is not a token from 0 to 18446744073709551615: {e}"
+            ))
+        })
+}
+
+async fn show_fence(
     State(state): State<AppState>,
-    Extension(who): Extension<Principal>,
     path: Result<Path<(String, String)>, PathRejection>,
-    query: Result<Query<ResetQuery>, axum::extract::rejection::QueryRejection>,
     h: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (bucket, key) = super::objects::target(path)?;
-    let to = query
-        .ok()
-        .and_then(|Query(q)| q.reset_to)
-        .ok_or_else(|| GateError::InvalidArgument(
-            "name the new highest token: POST /admin/fences/{bucket}/{key}?reset_to=N (N below the current highest)".into(),
-        ))?;
-    let to = to.parse::<u64>().map_err(|_| {
-        GateError::InvalidArgument(format!(
-            "reset_to={to:?} is not a number from 0 to 18446744073709551615"
-        ))
-    })?;
     let scope = super::headers::scope(&h)?;
-    let (was, info) = state
+    let info = state
         .gate
-        .reset_fence(&bucket, &key, scope.as_deref(), to, who.name())
+        .fence_info(&bucket, &key, scope.as_deref())
         .await?;
-    Ok(Json(serde_json::json!({ "was": was, "fence": info })).into_response())
+    Ok(Json(info).into_response())
+}
+
+/// `?advance_to=N` raises the fence (never lowers it), `?reset_to=N` lowers it: exactly one.
+async fn change_fence(
+    State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: Result<Query<ChangeQuery>, QueryRejection>,
+    h: HeaderMap,
+) -> Result<Response, ApiError> {
+    let (bucket, key) = super::objects::target(path)?;
+    let Query(q) = query.map_err(|e| GateError::InvalidArgument(format!("bad query: {e}")))?;
+    let scope = super::headers::scope(&h)?;
+    match (q.advance_to, q.reset_to) {
+        (Some(to), None) => {
+            let to = token_param("advance_to", &to)?;
+            let done = state
+                .gate
+                .admin_advance(&bucket, &key, scope.as_deref(), to, &who.name())
+                .await?;
+            Ok(Json(done).into_response())
+        }
+        (None, Some(to)) => {
+            let to = token_param("reset_to", &to)?;
+            let (was, info) = state
+                .gate
+                .reset_fence(&bucket, &key, scope.as_deref(), to, who.name())
+                .await?;
+            Ok(Json(serde_json::json!({ "was": was, "fence": info })).into_response())
+        }
+        _ => Err(GateError::InvalidArgument(
+            "name exactly one of advance_to=N (raise the highest token to N; never lowers) and reset_to=N (lower it to N): POST /admin/fences/{bucket}/{key}?advance_to=N".into(),
+        )
+        .into()),
+    }
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    prefix: Option<String>,
+    continuation_token: Option<String>,
+    max_rows: Option<String>,
+}
+
+async fn list_fences(
+    State(state): State<AppState>,
+    bucket: Result<Path<String>, PathRejection>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Path(bucket) = bucket.map_err(|e| {
+        GateError::InvalidArgument(format!("the bucket in the path could not be decoded: {e}"))
+    })?;
+    let Query(q) = query.map_err(|e| GateError::InvalidArgument(format!("bad query: {e}")))?;
+    let limit = match q.max_rows.as_deref() {
+        None => MAX_FENCE_PAGE,
+        Some(raw) => raw
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_FENCE_PAGE).contains(n))
+            .ok_or_else(|| {
+                GateError::InvalidArgument(format!(
+                    "max_rows={raw:?} is not a number from 1 to {MAX_FENCE_PAGE}"
+                ))
+            })?,
+    };
+    let listing = state
+        .gate
+        .list_fences(
+            &bucket,
+            q.prefix.as_deref().unwrap_or(""),
+            q.continuation_token.as_deref(),
+            limit,
+        )
+        .await?;
+    Ok(Json(listing).into_response())
 }
 
 async fn reload(State(state): State<AppState>, Extension(who): Extension<Principal>) -> Response {

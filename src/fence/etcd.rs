@@ -222,9 +222,10 @@ impl FenceStore for EtcdFenceStore {
         }
     }
 
-    fn scan_prefix(
+    fn scan_after(
         &self,
         prefix: &str,
+        after: Option<&str>,
         visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
     ) -> Result<(), StoreError> {
         // Called off the async workers (a blocking-pool thread), which may block on the
@@ -234,7 +235,17 @@ impl FenceStore for EtcdFenceStore {
         let full = self.key(prefix);
         let end = prefix_end(full.as_bytes());
         let mut from = full.clone().into_bytes();
+        if let Some(after) = after {
+            // The first key after `after` is `after` followed by NUL.
+            let mut next = self.key(after).into_bytes();
+            next.push(0);
+            from = from.max(next);
+        }
         loop {
+            if end != [0] && from >= end {
+                // `after` lies past every key of the prefix: nothing is left to read.
+                return Ok(());
+            }
             let resp = handle.block_on(self.members.call("a scan", |c| {
                 let (from, end) = (from.clone(), end.clone());
                 async move {

@@ -6,7 +6,7 @@
 use super::{Durability, FenceRow, FenceStore, StoreError};
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 #[derive(Default)]
 pub struct MemoryFenceStore {
@@ -15,9 +15,10 @@ pub struct MemoryFenceStore {
 
 #[derive(Default)]
 struct Inner {
-    live: HashMap<String, FenceRow>,
+    /// Ordered, so that a scan pages through a range as the real stores do.
+    live: BTreeMap<String, FenceRow>,
     /// The state a power loss would leave: everything up to the last synced put.
-    durable: HashMap<String, FenceRow>,
+    durable: BTreeMap<String, FenceRow>,
     /// Shared mode: the store's revision, bumped by every put, and each row's last one.
     shared: bool,
     revision: i64,
@@ -53,25 +54,40 @@ impl FenceStore for MemoryFenceStore {
         }))
     }
 
-    fn scan_prefix(
+    fn scan_after(
         &self,
         prefix: &str,
+        after: Option<&str>,
         visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
     ) -> Result<(), StoreError> {
-        let rows: std::collections::BTreeMap<String, FenceRow> = self
-            .inner
-            .lock()
-            .live
-            .iter()
-            .filter(|(k, _)| k.starts_with(prefix))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        for (k, v) in &rows {
-            if !visit(k, v) {
-                break;
+        use std::ops::Bound;
+        // In batches, so that `visit` never runs under the lock (it may call the store) and a
+        // visitor that stops early never copies the whole table.
+        const BATCH: usize = 256;
+        let mut from = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a.to_string()),
+            _ => Bound::Included(prefix.to_string()),
+        };
+        loop {
+            let batch: Vec<(String, FenceRow)> = self
+                .inner
+                .lock()
+                .live
+                .range((from.clone(), Bound::Unbounded))
+                .take_while(|(k, _)| k.starts_with(prefix))
+                .take(BATCH)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            for (k, v) in &batch {
+                if !visit(k, v) {
+                    return Ok(());
+                }
+            }
+            match batch.last() {
+                Some((last, _)) if batch.len() == BATCH => from = Bound::Excluded(last.clone()),
+                _ => return Ok(()),
             }
         }
-        Ok(())
     }
 
     async fn put(
@@ -105,5 +121,42 @@ impl FenceStore for MemoryFenceStore {
 
     fn shared(&self) -> bool {
         self.inner.lock().shared
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pages past its internal batch, resumes after a key, and stops when told.
+    #[tokio::test]
+    async fn a_scan_resumes_after_a_key_in_batches() {
+        let s = MemoryFenceStore::new();
+        let mut rows: Vec<(String, FenceRow)> = (0..600)
+            .map(|i| (format!("object:b/{i:04}"), FenceRow::default()))
+            .collect();
+        rows.push(("object:bb/x".into(), FenceRow::default()));
+        rows.push(("object:a/x".into(), FenceRow::default()));
+        s.put(rows, Durability::Synced).await.unwrap();
+        let scan = |after: Option<&str>, stop: usize| {
+            let mut seen = Vec::new();
+            s.scan_after("object:b/", after, &mut |k, _| {
+                seen.push(k.to_string());
+                seen.len() < stop
+            })
+            .unwrap();
+            seen
+        };
+        let all = scan(None, usize::MAX);
+        assert_eq!(all.len(), 600);
+        assert_eq!(all[599], "object:b/0599");
+        let rest = scan(Some("object:b/0299"), usize::MAX);
+        assert_eq!(rest.len(), 300);
+        assert_eq!(rest[0], "object:b/0300");
+        assert_eq!(
+            scan(Some("object:a/x"), 2),
+            ["object:b/0000", "object:b/0001"]
+        );
+        assert!(scan(Some("object:b/0599"), usize::MAX).is_empty());
     }
 }

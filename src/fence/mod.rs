@@ -199,6 +199,18 @@ pub trait FenceStore: Send + Sync + 'static {
         &self,
         prefix: &str,
         visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
+    ) -> Result<(), StoreError> {
+        self.scan_after(prefix, None, visit)
+    }
+    /// As [`FenceStore::scan_prefix`], starting after the key `after` (a page of a listing
+    /// resumes where the last one ended, without walking the rows before it again). Stores
+    /// read ahead of `visit` by a bounded batch at most, so a visitor that stops after N rows
+    /// costs N rows plus that batch, however large the table. Blocking.
+    fn scan_after(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
     ) -> Result<(), StoreError>;
     /// Writes `rows` atomically. On a shared table, only if every row is still at the
     /// revision it carries (else [`StoreError::Conflict`], nothing written); returns the

@@ -144,16 +144,24 @@ impl FenceStore for RocksFenceStore {
         }
     }
 
-    fn scan_prefix(
+    fn scan_after(
         &self,
         prefix: &str,
+        after: Option<&str>,
         visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
     ) -> Result<(), StoreError> {
-        let mode = rocksdb::IteratorMode::From(prefix.as_bytes(), rocksdb::Direction::Forward);
+        let start = match after {
+            Some(a) if a > prefix => a,
+            _ => prefix,
+        };
+        let mode = rocksdb::IteratorMode::From(start.as_bytes(), rocksdb::Direction::Forward);
         for item in self.db.iterator(mode) {
             let (key, value) = item.map_err(|e| StoreError::Io(e.to_string()))?;
             if !key.starts_with(prefix.as_bytes()) {
                 break;
+            }
+            if after.is_some_and(|a| key.as_ref() <= a.as_bytes()) {
+                continue;
             }
             let key = String::from_utf8_lossy(&key);
             if !visit(&key, &FenceRow::decode(&value)?) {
@@ -246,6 +254,42 @@ mod tests {
         })
         .unwrap();
         assert_eq!(first, ["object:a/x"], "the visitor stops the scan");
+    }
+
+    /// A page resumes after the key it names, inside the prefix only, whatever `after` is.
+    #[tokio::test]
+    async fn a_scan_resumes_after_a_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = RocksFenceStore::open(dir.path()).unwrap();
+        let rows = [
+            "object:a/x",
+            "object:b/1",
+            "object:b/2",
+            "object:b/3",
+            "object:c/y",
+        ];
+        let put: Vec<_> = rows.iter().map(|k| (k.to_string(), row(1))).collect();
+        s.put(put, Durability::Synced).await.unwrap();
+        let scan = |after: Option<&str>| {
+            let mut seen = Vec::new();
+            s.scan_after("object:b/", after, &mut |k, _| {
+                seen.push(k.to_string());
+                true
+            })
+            .unwrap();
+            seen
+        };
+        assert_eq!(scan(Some("object:b/1")), ["object:b/2", "object:b/3"]);
+        assert_eq!(scan(Some("object:b/15")), ["object:b/2", "object:b/3"]);
+        assert_eq!(
+            scan(Some("object:a/x")),
+            ["object:b/1", "object:b/2", "object:b/3"]
+        );
+        assert!(scan(Some("object:b/3")).is_empty());
+        assert!(
+            scan(Some("object:c/")).is_empty(),
+            "after the prefix: nothing"
+        );
     }
 
     #[tokio::test]

@@ -161,12 +161,13 @@ impl FenceStore for Interleaved {
         }
         Ok(row)
     }
-    fn scan_prefix(
+    fn scan_after(
         &self,
         prefix: &str,
+        after: Option<&str>,
         visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
     ) -> Result<(), StoreError> {
-        self.inner.scan_prefix(prefix, visit)
+        self.inner.scan_after(prefix, after, visit)
     }
     async fn put(&self, rows: Vec<(String, FenceRow)>, d: Durability) -> Result<i64, StoreError> {
         tokio::task::yield_now().await;

@@ -52,12 +52,13 @@ impl FenceStore for CrashStore {
     async fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError> {
         self.inner.get(key).await
     }
-    fn scan_prefix(
+    fn scan_after(
         &self,
         prefix: &str,
+        after: Option<&str>,
         visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
     ) -> Result<(), crate::fence::StoreError> {
-        self.inner.scan_prefix(prefix, visit)
+        self.inner.scan_after(prefix, after, visit)
     }
     async fn put(&self, rows: Vec<(String, FenceRow)>, d: Durability) -> Result<i64, StoreError> {
         match self.power.step() {
@@ -433,12 +434,13 @@ impl FenceStore for Dead {
     async fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError> {
         self.inner.get(key).await
     }
-    fn scan_prefix(
+    fn scan_after(
         &self,
         prefix: &str,
+        after: Option<&str>,
         visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
     ) -> Result<(), StoreError> {
-        self.inner.scan_prefix(prefix, visit)
+        self.inner.scan_after(prefix, after, visit)
     }
     async fn put(&self, rows: Vec<(String, FenceRow)>, d: Durability) -> Result<i64, StoreError> {
         if self.dead.load(Ordering::SeqCst) {

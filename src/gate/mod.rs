@@ -37,6 +37,7 @@ pub use buckets::BucketEntry;
 pub use commit::run_to_end;
 pub use conditions::{Conditions, EtagMatch};
 pub use error::GateError;
+pub use fences::{AdminAdvance, FenceListRow, FenceListing, MAX_FENCE_PAGE};
 pub use idempotency::Idempotency;
 pub use inflight::{Closing, WriteTicket};
 pub use locks::ScopeLocks;

@@ -376,12 +376,13 @@ impl FenceStore for SlowStore {
     async fn get(&self, key: &str) -> Result<Option<FenceRow>, crate::fence::StoreError> {
         self.inner.get(key).await
     }
-    fn scan_prefix(
+    fn scan_after(
         &self,
         prefix: &str,
+        after: Option<&str>,
         visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
     ) -> Result<(), crate::fence::StoreError> {
-        self.inner.scan_prefix(prefix, visit)
+        self.inner.scan_after(prefix, after, visit)
     }
     async fn put(
         &self,
