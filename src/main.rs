@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use fencegate::cli::{Cli, Command, FencesCommand, ServeArgs};
-use fencegate::config::Config;
+use fencegate::config::{Config, Sources};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli.command {
-        Some(Command::CheckConfig { file }) => match Config::load(&file) {
+        Some(Command::CheckConfig { file }) => match Config::from_env(Some(&file)) {
             Ok(config) => {
                 print!("{}", config.describe());
                 println!("ok: {} is valid", file.display());
@@ -41,14 +41,16 @@ fn main() -> ExitCode {
 }
 
 fn load(args: &ServeArgs) -> Result<Config, ExitCode> {
-    let config = match &args.config {
-        Some(path) => Config::load(path),
-        None => Ok(Config::embedded_default()),
+    // The same sources are read again on a reload (SIGHUP, POST /admin/reload).
+    let sources = Sources {
+        file: args.config.clone(),
+        env: true,
+        listen: args.listen,
+        data_dir: args.data_dir.clone(),
+        accept_scope_change: args.accept_scope_change.clone(),
     };
-    match config {
-        Ok(c) => Ok(c
-            .with_overrides(args.listen, args.data_dir.clone())
-            .with_scope_change_accepted(&args.accept_scope_change)),
+    match sources.load() {
+        Ok(c) => Ok(c),
         Err(e) => {
             eprintln!("error: {e}");
             Err(ExitCode::FAILURE)
