@@ -280,3 +280,37 @@ async fn an_admin_flag_removed_closes_the_admin_surface_to_that_key() {
     assert_eq!(fx.put("k", Some("1"), OPS2).await, 200);
     assert_eq!(fx.admin_leases(OPS).await, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_bearer_token_file_is_taken_and_the_old_token_refused() {
+    const OLD: &str = "old-admin-bearer-token-0123456789";
+    const NEW_TOKEN: &str = "new-admin-bearer-token-9876543210";
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, OLD).unwrap();
+    let text = format!(
+        "[admin]\nbearer_token_file = \"{}\"\n{OPS_KEY}{BUCKETS}",
+        token_file.display()
+    );
+    let fx = Fixture::start(&text);
+    let leases = fx.s.url("/admin/leases");
+    let with = |token: &str| fx.c.get(&leases).bearer_auth(token);
+    assert_eq!(call(&fx.c, with(OLD), None).await.0, 200);
+    write_atomically(&token_file, NEW_TOKEN);
+    let (status, body) = call(
+        &fx.c,
+        fx.c.post(fx.s.url("/admin/reload")).bearer_auth(OLD),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["admin_token"], true);
+    assert_eq!(call(&fx.c, with(OLD), None).await.0, 403);
+    assert_eq!(call(&fx.c, with(NEW_TOKEN), None).await.0, 200);
+    assert!(fx.s.log_lines(&[OLD]).is_empty() && fx.s.log_lines(&[NEW_TOKEN]).is_empty());
+    // Removing the token altogether needs a restart: refused, the new token still works.
+    fx.rewrite(&format!("{OPS_KEY}{BUCKETS}"));
+    let (status, body) = fx.admin_reload(OPS).await;
+    assert_eq!((status, body["error"].as_str()), (409, Some("RestartRequired")));
+    assert_eq!(call(&fx.c, with(NEW_TOKEN), None).await.0, 200);
+}

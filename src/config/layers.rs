@@ -76,6 +76,15 @@ impl EnvLayer {
             .map(String::as_str)
     }
 
+    /// A variable that set something below `path` (a table the file does not have).
+    fn below(&self, path: &[&str]) -> Option<&str> {
+        let prefix = format!("{}.", path.join("."));
+        self.vars
+            .iter()
+            .find(|(k, _)| path.is_empty() || k.starts_with(&prefix))
+            .map(|(_, v)| v.as_str())
+    }
+
     /// Whether any configuration variable is set.
     pub fn is_empty(&self) -> bool {
         self.vars.is_empty()
@@ -175,8 +184,24 @@ impl<'a> Origins<'a> {
         if let Some(var) = self.env.variable(path) {
             return Place::Variable(var.to_string());
         }
+        let (span, whole) = self.in_file(path, key);
+        if !whole {
+            // Not in the file: a variable may have set the table it is about.
+            if let Some(var) = self.env.below(path) {
+                return Place::Variable(var.to_string());
+            }
+        }
+        span.map_or(Place::Nowhere, |span| {
+            let (line, col) = line_col(self.text, span.start);
+            Place::File(line, col)
+        })
+    }
+
+    /// The span of `path` in the file, or of the nearest parent it has, and whether the whole
+    /// path was found.
+    fn in_file(&self, path: &[&str], key: bool) -> (Option<std::ops::Range<usize>>, bool) {
         let Some(doc) = &self.doc else {
-            return Place::Nowhere;
+            return (None, false);
         };
         let mut item = doc.as_item();
         let mut best = None;
@@ -185,7 +210,7 @@ impl<'a> Origins<'a> {
                 .as_table_like()
                 .and_then(|t| t.get_key_value(segment))
             else {
-                break;
+                return (best, false);
             };
             let last = i + 1 == path.len();
             best = match (last && key, child.span(), k.span()) {
@@ -195,10 +220,7 @@ impl<'a> Origins<'a> {
             };
             item = child;
         }
-        best.map_or(Place::Nowhere, |span| {
-            let (line, col) = line_col(self.text, span.start);
-            Place::File(line, col)
-        })
+        (best, true)
     }
 }
 

@@ -1084,6 +1084,8 @@ mod tests {
         assert_eq!(e.variable.as_deref(), Some("FENCEGATE_SERVER__MAX_BODY_BYTES"));
         let e = layered("", &[("FENCEGATE_SERVER__LISTN", "x")]).unwrap_err();
         assert_eq!(e.variable.as_deref(), Some("FENCEGATE_SERVER__LISTN"));
+        let e = layered("", &[("FENCEGATE_NOPE__X", "1")]).unwrap_err();
+        assert_eq!(e.variable.as_deref(), Some("FENCEGATE_NOPE__X"), "{e}");
         // A secret's value is never repeated, even when it is the wrong type.
         let e = layered(
             "[keys.a]\naccess_key_id = \"A\"\n",

@@ -355,9 +355,14 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         Some(files) => Some(tls::Tls::load(&files.cert_file, &files.key_file)?),
         None => None,
     };
+    let admin_auth = Arc::new(crate::auth::admin::AdminAuth::new(
+        keys.clone(),
+        config.admin_token.clone(),
+    ));
     let reloader = Arc::new(reload::Reloader::new(
         config.clone(),
         keys.clone(),
+        admin_auth.clone(),
         gate.clone(),
         tls.clone(),
     ));
@@ -385,10 +390,6 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         reloader,
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let admin_auth = Arc::new(crate::auth::admin::AdminAuth {
-        keys,
-        token: config.admin_token.clone(),
-    });
     let admin_routes = api::admin::routes(state.clone(), admin_auth);
     // Every listener is bound before any is served, so a taken port fails the start.
     let listener = bind(config.listen).await?;

@@ -1,19 +1,21 @@
 //! Reloading the configuration while serving (SIGHUP, `POST /admin/reload`). The sources the
 //! process started with (the file or the embedded default, the `FENCEGATE_*__*` variables,
-//! the command line's overrides) are read again, and three things are swapped: the key table,
-//! the configured buckets' policies and the TLS certificate. All three, or none.
+//! the command line's overrides) are read again, and these are swapped: the key table, the
+//! configured buckets' policies, the admin bearer token (a rotated file) and the TLS
+//! certificate. All of them, or none.
 //!
 //! Everything is read and checked before anything is swapped; the swaps that follow cannot
 //! fail. A configuration that does not validate, a certificate that does not load, a change
 //! of a bucket's scope kind (its fence rows are keyed by it: the recorded tokens and
 //! tombstones would be forgotten), and a change of anything else, which this process took at
 //! start-up (listeners, data_dir, the fence store, backends, the set of buckets, a bucket's
-//! backend or store prefix, `[bucket_defaults]`, `[admin]`, limits, development mode on or
-//! off), refuse the whole reload: the configuration in use stays as it was, whole, and the
+//! backend or store prefix, `[bucket_defaults]`, `[admin] listen`, a bearer token set or
+//! removed, limits, development mode on or off), refuse the whole reload: the configuration in use stays as it was, whole, and the
 //! answer says why. A file is then never half applied, so what runs is always one file's
 //! configuration.
 
 use super::tls::{Tls, TlsError};
+use crate::auth::admin::AdminAuth;
 use crate::auth::{KeySet, KeyTable};
 use crate::config::{BucketPolicy, Config, ConfigError};
 use crate::gate::Gate;
@@ -75,6 +77,8 @@ pub struct KeyChanges {
 pub struct ReloadReport {
     pub reloaded: bool,
     pub keys: KeyChanges,
+    /// Whether the admin bearer token changed (its file was rewritten).
+    pub admin_token: bool,
     /// Each bucket whose policy changed, with the fields that did.
     pub buckets: BTreeMap<String, Vec<String>>,
     /// `"reloaded"`, or `"off"` without `[server.tls]`.
@@ -88,6 +92,7 @@ impl ReloadReport {
             && self.keys.removed.is_empty()
             && self.keys.changed.is_empty()
             && self.buckets.is_empty()
+            && !self.admin_token
     }
 }
 
@@ -97,15 +102,23 @@ pub struct Reloader {
     /// configuration.
     current: tokio::sync::Mutex<Config>,
     keys: Arc<KeyTable>,
+    admin: Arc<AdminAuth>,
     gate: Arc<Gate>,
     tls: Option<Tls>,
 }
 
 impl Reloader {
-    pub fn new(config: Config, keys: Arc<KeyTable>, gate: Arc<Gate>, tls: Option<Tls>) -> Reloader {
+    pub fn new(
+        config: Config,
+        keys: Arc<KeyTable>,
+        admin: Arc<AdminAuth>,
+        gate: Arc<Gate>,
+        tls: Option<Tls>,
+    ) -> Reloader {
         Reloader {
             current: tokio::sync::Mutex::new(config),
             keys,
+            admin,
             gate,
             tls,
         }
@@ -123,6 +136,7 @@ impl Reloader {
                 keys_removed = ?report.keys.removed,
                 keys_changed = ?report.keys.changed,
                 buckets_changed = ?report.buckets.keys().collect::<Vec<_>>(),
+                admin_token_rotated = report.admin_token,
                 tls = report.tls,
                 "configuration reloaded"
             ),
@@ -150,10 +164,10 @@ impl Reloader {
             return Err(ReloadError::NeedsRestart(restart));
         }
         for (bucket, policy) in &new.buckets {
-            let (from, to) = (
-                Config::scope_kind(&current.buckets[bucket]),
-                Config::scope_kind(policy),
-            );
+            let Some(was) = current.buckets.get(bucket) else {
+                continue;
+            };
+            let (from, to) = (Config::scope_kind(was), Config::scope_kind(policy));
             if from != to {
                 return Err(ReloadError::ScopeChange {
                     bucket: bucket.clone(),
@@ -177,16 +191,36 @@ impl Reloader {
         let mut buckets = BTreeMap::new();
         let mut policies = BTreeMap::new();
         for (name, policy) in &new.buckets {
-            let fields = changed_fields(&current.buckets[name], policy);
+            let Some(was) = current.buckets.get(name) else {
+                continue;
+            };
+            let fields = changed_fields(was, policy);
             if !fields.is_empty() {
                 buckets.insert(name.clone(), fields);
                 policies.insert(name.clone(), policy.clone());
             }
         }
-        // Nothing below fails but the key table's own check, taken first.
-        self.keys
+        // What the swaps below refuse, checked against what is live before any of them runs
+        // (`needs_restart` compared the configurations already), so that none fails halfway.
+        if self.keys.dev_mode() != new.keys.is_empty()
+            || self.admin.has_token() != new.admin_token.is_some()
+        {
+            return Err(ReloadError::NeedsRestart(vec![
+                "development mode or the admin bearer token set or removed".into(),
+            ]));
+        }
+        let admin_token = current.admin_token != new.admin_token;
+        let swapped = self
+            .keys
             .replace(KeySet::new(new.keys.values().cloned()))
-            .map_err(|e| ReloadError::NeedsRestart(vec![e.to_string()]))?;
+            .and_then(|()| match admin_token {
+                true => self.admin.replace_token(new.admin_token.clone()),
+                false => Ok(()),
+            });
+        if let Err(e) = swapped {
+            // Not reached: both conditions were checked above.
+            return Err(ReloadError::Internal(e.to_string()));
+        }
         let missing = self.gate.replace_policies(&policies);
         if !missing.is_empty() {
             // Configured buckets are served from start-up on; this is not expected.
@@ -203,6 +237,7 @@ impl Reloader {
         Ok(ReloadReport {
             reloaded: true,
             keys,
+            admin_token,
             buckets,
             tls,
         })
@@ -267,8 +302,8 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<String> {
     if old.admin_listen != new.admin_listen {
         out.push("admin.listen".into());
     }
-    if old.admin_token != new.admin_token {
-        out.push("admin bearer token".into());
+    if old.admin_token.is_some() != new.admin_token.is_some() {
+        out.push("admin bearer token set or removed".into());
     }
     if old.keys.is_empty() != new.keys.is_empty() {
         out.push("development mode (no [keys]) on or off".into());
