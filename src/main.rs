@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli.command {
-        Some(Command::CheckConfig { file }) => match Config::from_env(Some(&file)) {
+        Some(Command::CheckConfig { file }) => match Config::from_env(Some(file.as_path())) {
             Ok(config) => {
                 print!("{}", config.describe());
                 println!("ok: {} is valid", file.display());

@@ -306,3 +306,42 @@ fn denial(who: &Principal, action: Action<'_>) -> String {
         Action::Admin => format!("{who} is not an admin key"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str, id: &str, admin: bool) -> Key {
+        Key {
+            name: name.into(),
+            access_key_id: id.into(),
+            secret_access_key: format!("{id}-secret"),
+            buckets: BTreeMap::new(),
+            lease_names: vec![],
+            admin,
+        }
+    }
+
+    #[test]
+    fn a_replaced_table_serves_the_new_keys_only() {
+        let table = KeyTable::new([key("a", "A", true), key("b", "B", false)]);
+        let (_, who) = table.lookup("A").unwrap();
+        assert!(table.authorize(&who, Action::Admin).is_ok());
+        table
+            .replace(KeySet::new([key("a", "A", false), key("c", "C", false)]))
+            .unwrap();
+        assert_eq!(
+            table.lookup("B").unwrap_err(),
+            AuthError::UnknownKey("B".into())
+        );
+        assert!(table.lookup("C").is_ok());
+        let (_, who) = table.lookup("A").unwrap();
+        assert!(table.authorize(&who, Action::Admin).is_err());
+        // Development mode is decided at start-up: no switching either way.
+        assert!(table.replace(KeySet::new([])).is_err());
+        assert!(table.lookup("C").is_ok());
+        let dev = KeyTable::new([]);
+        assert!(dev.replace(KeySet::new([key("a", "A", true)])).is_err());
+        assert!(dev.anonymous().is_ok());
+    }
+}

@@ -62,7 +62,9 @@ impl EnvLayer {
             }
             let var = variable_name(&key);
             let value = structured(&value).map_err(|problem| (var.clone(), problem))?;
-            merge(&mut layer.data, figment::util::nest(&key, value));
+            if let Value::Dict(_, nested) = figment::util::nest(&key, value) {
+                merge(&mut layer.data, nested);
+            }
             layer.vars.insert(key, var);
         }
         Ok(layer)
@@ -242,19 +244,24 @@ pub fn is_secret(field: &str) -> bool {
 /// message that never repeats a secret's value.
 pub fn figment_problem(e: figment::Error) -> (Vec<String>, bool, String) {
     use figment::error::Kind;
-    let e = e.into_iter().next().expect("an error holds at least itself");
-    let mut path = e.path.clone();
-    let key = match &e.kind {
-        Kind::UnknownField(field, _) => {
-            path.push(field.clone());
-            true
-        }
-        Kind::DuplicateField(field) => {
-            path.push(field.to_string());
-            true
-        }
-        _ => false,
+    // An error iterates over itself and the errors chained to it: the first is the one.
+    let Some(e) = e.into_iter().next() else {
+        return (Vec::new(), false, "the configuration cannot be read".into());
     };
+    let mut path = e.path.clone();
+    // figment's path of a wrong key ends with the key itself (or, in some of serde's paths,
+    // with its table only).
+    let key = match &e.kind {
+        Kind::UnknownField(field, _) => Some(field.clone()),
+        Kind::DuplicateField(field) => Some(field.to_string()),
+        _ => None,
+    };
+    if let Some(field) = &key {
+        if path.last() != Some(field) {
+            path.push(field.clone());
+        }
+    }
+    let key = key.is_some();
     let secret = !key && path.last().is_some_and(|f| is_secret(f));
     let message = match &e.kind {
         Kind::InvalidType(_, expected) | Kind::InvalidValue(_, expected) if secret => {
