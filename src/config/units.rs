@@ -11,6 +11,8 @@ use std::time::Duration;
 
 /// A value as it was written, before its unit is applied.
 enum Raw {
+    /// JSON's `null` (an unset optional field in `buckets.json`).
+    Null,
     Int(u64),
     Text(String),
     Bool(bool),
@@ -42,6 +44,14 @@ impl<'de> Visitor<'de> for RawVisitor {
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<Raw, E> {
         Ok(Raw::Bool(v))
     }
+
+    fn visit_none<E: de::Error>(self) -> Result<Raw, E> {
+        Ok(Raw::Null)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Raw, E> {
+        Ok(Raw::Null)
+    }
 }
 
 fn raw<'de, D: Deserializer<'de>>(d: D, expecting: &'static str) -> Result<Raw, D::Error> {
@@ -64,7 +74,9 @@ fn duration<'de, D: Deserializer<'de>>(
 ) -> Result<u64, D::Error> {
     let text = match raw(d, expecting)? {
         Raw::Int(n) => return Ok(n),
-        Raw::Bool(_) => return Err(de::Error::custom(format!("expected {expecting}"))),
+        Raw::Bool(_) | Raw::Null => {
+            return Err(de::Error::custom(format!("expected {expecting}")))
+        }
         Raw::Text(t) => t,
     };
     if let Some(n) = plain_integer(&text) {
@@ -109,7 +121,9 @@ pub fn bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     const EXPECTING: &str = "a number of bytes or a size such as \"64MiB\" or \"5GiB\"";
     let text = match raw(d, EXPECTING)? {
         Raw::Int(n) => return Ok(n),
-        Raw::Bool(_) => return Err(de::Error::custom(format!("expected {EXPECTING}"))),
+        Raw::Bool(_) | Raw::Null => {
+            return Err(de::Error::custom(format!("expected {EXPECTING}")))
+        }
         Raw::Text(t) => t,
     };
     if let Some(n) = plain_integer(&text) {
@@ -128,8 +142,18 @@ pub fn bytes_usize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
 
 /// A count: `10000` or `"10000"`.
 pub fn int<'de, D: Deserializer<'de>, T: TryFrom<u64>>(d: D) -> Result<T, D::Error> {
+    opt_int_of(d)?.ok_or_else(|| de::Error::custom("expected a non-negative integer"))
+}
+
+/// An optional count: `null` (JSON) is `None`.
+pub fn opt_int<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    opt_int_of(d)
+}
+
+fn opt_int_of<'de, D: Deserializer<'de>, T: TryFrom<u64>>(d: D) -> Result<Option<T>, D::Error> {
     const EXPECTING: &str = "a non-negative integer";
     let n = match raw(d, EXPECTING)? {
+        Raw::Null => return Ok(None),
         Raw::Int(n) => n,
         Raw::Bool(_) => return Err(de::Error::custom(format!("expected {EXPECTING}"))),
         Raw::Text(t) => match plain_integer(&t) {
@@ -141,21 +165,24 @@ pub fn int<'de, D: Deserializer<'de>, T: TryFrom<u64>>(d: D) -> Result<T, D::Err
             }
         },
     };
-    T::try_from(n).map_err(|_| de::Error::custom(format!("{n} is out of range")))
-}
-
-/// An optional count (the field's absence is `None`).
-pub fn opt_int<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    int(d).map(Some)
+    T::try_from(n)
+        .map(Some)
+        .map_err(|_| de::Error::custom(format!("{n} is out of range")))
 }
 
 /// `true` or `false`, as a TOML boolean or a string.
 pub fn boolean<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    opt_boolean(d)?.ok_or_else(|| de::Error::custom("expected true or false"))
+}
+
+/// An optional boolean: `null` (JSON) is `None`.
+pub fn opt_boolean<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
     const EXPECTING: &str = "true or false";
     match raw(d, EXPECTING)? {
-        Raw::Bool(b) => Ok(b),
-        Raw::Text(t) if t.eq_ignore_ascii_case("true") => Ok(true),
-        Raw::Text(t) if t.eq_ignore_ascii_case("false") => Ok(false),
+        Raw::Null => Ok(None),
+        Raw::Bool(b) => Ok(Some(b)),
+        Raw::Text(t) if t.eq_ignore_ascii_case("true") => Ok(Some(true)),
+        Raw::Text(t) if t.eq_ignore_ascii_case("false") => Ok(Some(false)),
         Raw::Text(t) => Err(de::Error::custom(format!(
             "{t:?} is not a boolean; expected {EXPECTING}"
         ))),
@@ -165,10 +192,6 @@ pub fn boolean<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     }
 }
 
-/// An optional boolean (the field's absence is `None`).
-pub fn opt_boolean<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
-    boolean(d).map(Some)
-}
 
 #[cfg(test)]
 mod tests {
@@ -217,6 +240,19 @@ mod tests {
         assert_eq!(probe("b = \"64MiB\"").unwrap().b, 64 * 1024 * 1024);
         assert_eq!(probe("b = \"5GB\"").unwrap().b, 5_000_000_000);
         assert!(probe("b = \"lots\"").unwrap_err().contains("not a size"));
+    }
+
+    #[test]
+    fn a_policy_round_trips_through_json_with_its_unset_fields() {
+        let policy = crate::config::BucketPolicy::default();
+        let json = serde_json::to_string(&policy).unwrap();
+        assert!(json.contains("\"max_token_jump\":null"), "{json}");
+        let back: crate::config::BucketPolicy = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.max_token_jump, None);
+        let backend: crate::config::S3BackendConfig =
+            serde_json::from_str(&serde_json::to_string(&crate::config::S3BackendConfig::default()).unwrap())
+                .unwrap();
+        assert_eq!(backend.path_style, None);
     }
 
     #[test]
