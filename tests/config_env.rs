@@ -109,16 +109,30 @@ fn a_variable_overrides_a_file_field_and_units_are_accepted() {
     assert!(ok, "{err}");
     assert!(out.contains("listen: 127.0.0.1:2\n"), "{out}");
     assert!(out.contains("max body: 67108864 bytes"), "{out}");
-    assert!(out.contains("bucket logs: backend=local fencing=Off"), "{out}");
-    assert!(out.contains("FENCEGATE_SERVER__LISTEN"), "the source names the variables: {out}");
+    assert!(
+        out.contains("bucket logs: backend=local fencing=Off"),
+        "{out}"
+    );
+    assert!(
+        out.contains("FENCEGATE_SERVER__LISTEN"),
+        "the source names the variables: {out}"
+    );
 }
 
 #[test]
 fn each_refused_field_carries_its_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
     for (text, place, needle) in [
-        ("[server]\nlisten = \"localhost\"\n", "bad.toml:2:10:", "listen"),
-        ("[server]\nmax_body_bytes = 0\n", "bad.toml:2:18:", "max_body_bytes"),
+        (
+            "[server]\nlisten = \"localhost\"\n",
+            "bad.toml:2:10:",
+            "listen",
+        ),
+        (
+            "[server]\nmax_body_bytes = 0\n",
+            "bad.toml:2:18:",
+            "max_body_bytes",
+        ),
         (
             "[server]\nbody_idle_timeout_secs = \"0s\"\n",
             "bad.toml:2:26:",
@@ -223,7 +237,12 @@ async fn a_key_secret_and_a_policy_from_the_environment_serve() {
     .unwrap();
     let data = dir.path().join("data");
     let s = serve(
-        &["--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
         &[
             // --config through its own variable, beside the field variables.
             ("FENCEGATE_CONFIG", file.to_str().unwrap()),
@@ -241,10 +260,16 @@ async fn a_key_secret_and_a_policy_from_the_environment_serve() {
         key: "AKETL",
         secret: "not-it",
     };
-    assert_eq!(common::put_as(&c, &url, None, b"x", Some(wrong)).await.0, 403);
+    assert_eq!(
+        common::put_as(&c, &url, None, b"x", Some(wrong)).await.0,
+        403
+    );
     let big: &'static [u8] = Box::leak(vec![b'x'; 2048].into_boxed_slice());
     assert_eq!(common::put_as(&c, &url, None, big, Some(ETL)).await.0, 413);
     let log = s.log.lock().unwrap().join("\n");
-    assert!(log.contains("FENCEGATE_KEYS__ETL__SECRET_ACCESS_KEY"), "{log}");
+    assert!(
+        log.contains("FENCEGATE_KEYS__ETL__SECRET_ACCESS_KEY"),
+        "{log}"
+    );
     assert!(!log.contains(ETL.secret), "the secret reached the log");
 }

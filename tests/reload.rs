@@ -32,7 +32,8 @@ const NEWER: Creds = Creds {
     secret: "newer-secret",
 };
 
-const OPS_KEY: &str = "[keys.ops]\naccess_key_id = \"ops-key\"\nsecret_access_key = \"ops-secret\"\nadmin = true\n";
+const OPS_KEY: &str =
+    "[keys.ops]\naccess_key_id = \"ops-key\"\nsecret_access_key = \"ops-secret\"\nadmin = true\n";
 const OPS2_ADMIN: &str = "[keys.ops2]\naccess_key_id = \"ops2-key\"\nsecret_access_key = \"ops2-secret\"\nadmin = true\n";
 const OPS2_PLAIN: &str = "[keys.ops2]\naccess_key_id = \"ops2-key\"\nsecret_access_key = \"ops2-secret\"\nbuckets = { \"*\" = [\"read\", \"write\"] }\n";
 const APP_KEY: &str = "[keys.app]\naccess_key_id = \"app-key\"\nsecret_access_key = \"app-secret\"\nbuckets = { \"*\" = [\"read\", \"write\", \"delete\", \"fence\"] }\n";
@@ -66,7 +67,12 @@ impl Fixture {
     }
 
     async fn admin_reload(&self, creds: Creds) -> (u16, serde_json::Value) {
-        call(&self.c, self.c.post(self.s.url("/admin/reload")), Some(creds)).await
+        call(
+            &self.c,
+            self.c.post(self.s.url("/admin/reload")),
+            Some(creds),
+        )
+        .await
     }
 
     fn sighup(&self) {
@@ -78,9 +84,15 @@ impl Fixture {
     }
 
     async fn put_in(&self, bucket: &str, key: &str, token: Option<&str>, creds: Creds) -> u16 {
-        common::put_as(&self.c, &self.s.object_url(bucket, key), token, b"x", Some(creds))
-            .await
-            .0
+        common::put_as(
+            &self.c,
+            &self.s.object_url(bucket, key),
+            token,
+            b"x",
+            Some(creds),
+        )
+        .await
+        .0
     }
 
     /// A path-style S3 GetObject, signed with SigV4.
@@ -95,9 +107,13 @@ impl Fixture {
     }
 
     async fn admin_leases(&self, creds: Creds) -> u16 {
-        call(&self.c, self.c.get(self.s.url("/admin/leases")), Some(creds))
-            .await
-            .0
+        call(
+            &self.c,
+            self.c.get(self.s.url("/admin/leases")),
+            Some(creds),
+        )
+        .await
+        .0
     }
 
     /// Waits (bounded) for the log line a SIGHUP reload leaves.
@@ -174,7 +190,10 @@ async fn a_removed_key_is_refused_on_every_surface_once_the_reload_answers() {
         Some(APP),
     )
     .await;
-    assert_eq!((status, body["error"].as_str()), (403, Some("InvalidAccessKeyId")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("InvalidAccessKeyId"))
+    );
     let (status, body) = fx.s3_get("k", APP).await;
     assert_eq!(status, 403);
     assert!(body.contains("InvalidAccessKeyId"), "{body}");
@@ -220,9 +239,15 @@ async fn a_scope_change_is_refused_and_nothing_of_the_file_applies() {
         "{OPS_KEY}[buckets.default]\nscope = \"prefix\"\n[buckets.lenient]\nfencing = \"required\"\n"
     ));
     let (status, body) = fx.admin_reload(OPS).await;
-    assert_eq!((status, body["error"].as_str()), (409, Some("ScopeChangeRefused")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("ScopeChangeRefused"))
+    );
     let message = body["message"].as_str().unwrap();
-    assert!(message.contains("--accept-scope-change default"), "{message}");
+    assert!(
+        message.contains("--accept-scope-change default"),
+        "{message}"
+    );
     // The old policy is still in force: the object scope, and the token recorded under it.
     let fence = common::fence_as(&fx.c, &fx.s, "default", "a/k", Some(APP)).await;
     assert_eq!(fence["scope"], "object:default/a/k");
@@ -231,7 +256,11 @@ async fn a_scope_change_is_refused_and_nothing_of_the_file_applies() {
     assert_eq!(fx.put_in("lenient", "k", None, APP).await, 200);
     assert!(!fx
         .s
-        .log_lines(&["configuration reload refused", "principal=key:ops", "ScopeChangeRefused"])
+        .log_lines(&[
+            "configuration reload refused",
+            "principal=key:ops",
+            "ScopeChangeRefused"
+        ])
         .is_empty());
 }
 
@@ -241,14 +270,21 @@ async fn a_broken_file_or_a_restart_setting_changes_nothing() {
     // A syntax error, with its line.
     fx.rewrite(&format!("{OPS_KEY}[keys.app\n{BUCKETS}"));
     let (status, body) = fx.admin_reload(OPS).await;
-    assert_eq!((status, body["error"].as_str()), (422, Some("InvalidConfiguration")));
-    assert!(body["message"].as_str().unwrap().contains(".toml:5:"), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (422, Some("InvalidConfiguration"))
+    );
+    assert!(
+        body["message"].as_str().unwrap().contains(".toml:5:"),
+        "{body}"
+    );
     // A value that does not validate, by SIGHUP: refused and logged, the server keeps going.
     fx.rewrite(&format!("{OPS_KEY}{APP_KEY}{BUCKETS}[s3]\nmax_parts = 0\n"));
     fx.sighup();
     fx.after_sighup(1).await;
     assert_eq!(
-        fx.s.log_lines(&["reload on SIGHUP was refused", "max_parts"]).len(),
+        fx.s.log_lines(&["reload on SIGHUP was refused", "max_parts"])
+            .len(),
         1
     );
     assert_eq!(fx.put("k", Some("1"), APP).await, 200);
@@ -257,7 +293,10 @@ async fn a_broken_file_or_a_restart_setting_changes_nothing() {
         "{OPS_KEY}{BUCKETS}[server]\nmax_body_bytes = \"1MiB\"\n[buckets.more]\n"
     ));
     let (status, body) = fx.admin_reload(OPS).await;
-    assert_eq!((status, body["error"].as_str()), (409, Some("RestartRequired")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("RestartRequired"))
+    );
     let message = body["message"].as_str().unwrap();
     assert!(message.contains("server.max_body_bytes"), "{message}");
     assert!(message.contains("buckets.more (added)"), "{message}");
@@ -311,6 +350,9 @@ async fn a_rotated_bearer_token_file_is_taken_and_the_old_token_refused() {
     // Removing the token altogether needs a restart: refused, the new token still works.
     fx.rewrite(&format!("{OPS_KEY}{BUCKETS}"));
     let (status, body) = fx.admin_reload(OPS).await;
-    assert_eq!((status, body["error"].as_str()), (409, Some("RestartRequired")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("RestartRequired"))
+    );
     assert_eq!(call(&fx.c, with(NEW_TOKEN), None).await.0, 200);
 }

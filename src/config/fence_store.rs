@@ -84,7 +84,8 @@ pub fn check(
         return Ok(None);
     }
     if raw.path.is_some() {
-        return Err((at("path"),
+        return Err((
+            at("path"),
             "[fence_store] sets path, a rocksdb setting, but kind is \"etcd\"".into(),
             "remove path: the table lives in etcd, under prefix".into(),
         ));
@@ -100,13 +101,15 @@ pub fn check(
         .iter()
         .find(|e| !(e.starts_with("http://") || e.starts_with("https://")) || e.len() > 512)
     {
-        return Err((at("endpoints"),
+        return Err((
+            at("endpoints"),
             format!("[fence_store] endpoint {bad:?} is not an http:// or https:// URL"),
             "write each endpoint as a URL, e.g. \"http://127.0.0.1:2379\"".into(),
         ));
     }
     if raw.prefix.is_empty() || raw.prefix.len() > 128 || raw.prefix.chars().any(char::is_control) {
-        return Err((at("prefix"),
+        return Err((
+            at("prefix"),
             format!(
                 "[fence_store] prefix {:?} is empty, too long or has control characters",
                 raw.prefix
@@ -115,7 +118,8 @@ pub fn check(
         ));
     }
     if !(100..=60_000).contains(&raw.timeout_ms) {
-        return Err((at("timeout_ms"),
+        return Err((
+            at("timeout_ms"),
             format!(
                 "[fence_store] timeout_ms = {} is outside 100..=60000",
                 raw.timeout_ms
@@ -152,7 +156,8 @@ pub fn check(
     }
     let password = match (&raw.password_file, &raw.password_env) {
         (Some(_), Some(_)) => {
-            return Err((at("password_env"),
+            return Err((
+                at("password_env"),
                 "[fence_store] sets both password_file and password_env".into(),
                 "keep one".into(),
             ))
@@ -184,7 +189,8 @@ pub fn check(
     let user = match (&raw.username, password) {
         (Some(u), Some(p)) => Some((u.clone(), p)),
         (None, None) => None,
-        _ => return Err((at("username"),
+        _ => return Err((
+            at("username"),
             "[fence_store] sets a username without a password, or a password without a username"
                 .into(),
             "set username and one of password_file / password_env together".into(),
@@ -194,7 +200,8 @@ pub fn check(
         (Some(c), Some(k)) => Some((c.clone(), k.clone())),
         (None, None) => None,
         _ => {
-            return Err((at("cert_file"),
+            return Err((
+                at("cert_file"),
                 "[fence_store] sets only one of cert_file and key_file".into(),
                 "set both (fencegate's client certificate and its key), or neither".into(),
             ))
@@ -207,7 +214,8 @@ pub fn check(
     ] {
         if let Some(path) = path {
             if let Err(e) = std::fs::metadata(path) {
-                return Err((at(what),
+                return Err((
+                    at(what),
                     format!(
                         "[fence_store] {what} {} cannot be read: {e}",
                         path.display()

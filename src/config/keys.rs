@@ -284,7 +284,11 @@ pub fn table(
     let mut ids = std::collections::BTreeSet::new();
     for key in out.values() {
         if !ids.insert(key.access_key_id.as_str()) {
-            let section: &[&str] = if raw.contains_key(&key.name) { &["keys"] } else { &["s3", "keys"] };
+            let section: &[&str] = if raw.contains_key(&key.name) {
+                &["keys"]
+            } else {
+                &["s3", "keys"]
+            };
             return Err((
                 path(section, &key.name, Some("access_key_id")),
                 format!(

@@ -48,8 +48,12 @@ impl EnvLayer {
     ) -> Result<EnvLayer, EnvProblem> {
         let keys = pairs.into_iter().filter_map(|(name, value)| {
             let rest = name.get(PREFIX.len()..)?;
-            (name[..PREFIX.len()].eq_ignore_ascii_case(PREFIX) && rest.contains("__"))
-                .then(|| (rest.to_ascii_lowercase().replace("__", "."), value.to_string()))
+            (name[..PREFIX.len()].eq_ignore_ascii_case(PREFIX) && rest.contains("__")).then(|| {
+                (
+                    rest.to_ascii_lowercase().replace("__", "."),
+                    value.to_string(),
+                )
+            })
         });
         EnvLayer::from_keys(keys)
     }
@@ -119,7 +123,11 @@ fn structured(raw: &str) -> Result<Value, String> {
             format!(
                 "starts with `{}` but is not a TOML {} ({})",
                 &trimmed[..1],
-                if trimmed.starts_with('[') { "array" } else { "inline table" },
+                if trimmed.starts_with('[') {
+                    "array"
+                } else {
+                    "inline table"
+                },
                 e.message()
             )
         })
@@ -208,9 +216,7 @@ impl<'a> Origins<'a> {
         let mut item = doc.as_item();
         let mut best = None;
         for (i, segment) in path.iter().enumerate() {
-            let Some((k, child)) = item
-                .as_table_like()
-                .and_then(|t| t.get_key_value(segment))
+            let Some((k, child)) = item.as_table_like().and_then(|t| t.get_key_value(segment))
             else {
                 return (best, false);
             };
@@ -294,8 +300,9 @@ mod tests {
         );
         assert_eq!(env.variable(&["config"]), None);
         assert_eq!(env.names().len(), 3);
-        let secret = &env.data["keys"].as_dict().unwrap()["etl"].as_dict().unwrap()
-            ["secret_access_key"];
+        let secret = &env.data["keys"].as_dict().unwrap()["etl"]
+            .as_dict()
+            .unwrap()["secret_access_key"];
         assert_eq!(secret.as_str(), Some("0123"));
         assert!(env.data["fence_store"].as_dict().unwrap()["endpoints"]
             .as_array()
@@ -313,9 +320,15 @@ mod tests {
         let o = Origins::new(text, &env);
         assert_eq!(o.place(&["server", "listen"], false), Place::File(2, 10));
         assert_eq!(o.place(&["server", "listen"], true), Place::File(2, 1));
-        assert_eq!(o.place(&["buckets", "logs", "fencing"], false), Place::File(5, 11));
+        assert_eq!(
+            o.place(&["buckets", "logs", "fencing"], false),
+            Place::File(5, 11)
+        );
         // An absent field: its table.
-        assert_eq!(o.place(&["buckets", "logs", "backend"], false), Place::File(4, 1));
+        assert_eq!(
+            o.place(&["buckets", "logs", "backend"], false),
+            Place::File(4, 1)
+        );
         assert_eq!(
             o.place(&["s3", "max_parts"], false),
             Place::Variable("FENCEGATE_S3__MAX_PARTS".into())

@@ -760,7 +760,11 @@ pub fn parse_layered(text: &str, name: &str, env: &EnvLayer) -> Result<Config, C
         }
         let is_s3 = matches!(backends[&policy.backend], BackendConfig::S3(_));
         if !is_s3 && (policy.backend_bucket.is_some() || !policy.backend_prefix.is_empty()) {
-            let field = if policy.backend_bucket.is_some() { "backend_bucket" } else { "backend_prefix" };
+            let field = if policy.backend_bucket.is_some() {
+                "backend_bucket"
+            } else {
+                "backend_prefix"
+            };
             return Err(err(
                 &["buckets", name.as_str(), field],
                 format!("bucket {name:?} sets backend_bucket or backend_prefix, but its backend {:?} is not s3", policy.backend),
@@ -858,7 +862,11 @@ pub fn parse_layered(text: &str, name: &str, env: &EnvLayer) -> Result<Config, C
             )
         })?),
     };
-    let token_field = if raw.admin.bearer_token_file.is_some() { "bearer_token_file" } else { "bearer_token_env" };
+    let token_field = if raw.admin.bearer_token_file.is_some() {
+        "bearer_token_file"
+    } else {
+        "bearer_token_env"
+    };
     let admin_token = admin_token(&raw.admin, &|v| std::env::var(v).ok())
         .map_err(|message| err(&["admin", token_field], format!("[admin] {message}"), format!("generate one with `openssl rand -hex 32` into a file readable by fencegate only, and name it in bearer_token_file (or bearer_token_env); at least {MIN_ADMIN_TOKEN_LEN} characters")))?;
     if let Some(tls) = &raw.server.tls {
@@ -1023,7 +1031,10 @@ mod tests {
                 ("FENCEGATE_BUCKETS__DEFAULT__MAX_TOKEN_JUMP", "1000"),
                 ("FENCEGATE_KEYS__ETL__ACCESS_KEY_ID", "12345"),
                 ("FENCEGATE_KEYS__ETL__SECRET_ACCESS_KEY", "0123"),
-                ("FENCEGATE_KEYS__ETL__BUCKETS", "{ \"logs-*\" = [\"read\"] }"),
+                (
+                    "FENCEGATE_KEYS__ETL__BUCKETS",
+                    "{ \"logs-*\" = [\"read\"] }",
+                ),
             ],
         )
         .unwrap();
@@ -1081,7 +1092,10 @@ mod tests {
         let e = layered("", &[("FENCEGATE_SERVER__LISTEN", "nowhere")]).unwrap_err();
         assert_eq!(e.variable.as_deref(), Some("FENCEGATE_SERVER__LISTEN"));
         let e = layered("", &[("FENCEGATE_SERVER__MAX_BODY_BYTES", "lots")]).unwrap_err();
-        assert_eq!(e.variable.as_deref(), Some("FENCEGATE_SERVER__MAX_BODY_BYTES"));
+        assert_eq!(
+            e.variable.as_deref(),
+            Some("FENCEGATE_SERVER__MAX_BODY_BYTES")
+        );
         let e = layered("", &[("FENCEGATE_SERVER__LISTN", "x")]).unwrap_err();
         assert_eq!(e.variable.as_deref(), Some("FENCEGATE_SERVER__LISTN"));
         let e = layered("", &[("FENCEGATE_NOPE__X", "1")]).unwrap_err();

@@ -74,9 +74,7 @@ fn duration<'de, D: Deserializer<'de>>(
 ) -> Result<u64, D::Error> {
     let text = match raw(d, expecting)? {
         Raw::Int(n) => return Ok(n),
-        Raw::Bool(_) | Raw::Null => {
-            return Err(de::Error::custom(format!("expected {expecting}")))
-        }
+        Raw::Bool(_) | Raw::Null => return Err(de::Error::custom(format!("expected {expecting}"))),
         Raw::Text(t) => t,
     };
     if let Some(n) = plain_integer(&text) {
@@ -121,9 +119,7 @@ pub fn bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     const EXPECTING: &str = "a number of bytes or a size such as \"64MiB\" or \"5GiB\"";
     let text = match raw(d, EXPECTING)? {
         Raw::Int(n) => return Ok(n),
-        Raw::Bool(_) | Raw::Null => {
-            return Err(de::Error::custom(format!("expected {EXPECTING}")))
-        }
+        Raw::Bool(_) | Raw::Null => return Err(de::Error::custom(format!("expected {EXPECTING}"))),
         Raw::Text(t) => t,
     };
     if let Some(n) = plain_integer(&text) {
@@ -131,7 +127,11 @@ pub fn bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     }
     text.parse::<bytesize::ByteSize>()
         .map(|b| b.as_u64())
-        .map_err(|e| de::Error::custom(format!("{text:?} is not a size ({e}); expected {EXPECTING}")))
+        .map_err(|e| {
+            de::Error::custom(format!(
+                "{text:?} is not a size ({e}); expected {EXPECTING}"
+            ))
+        })
 }
 
 /// A `*_bytes` field held as a `usize`.
@@ -192,7 +192,6 @@ pub fn opt_boolean<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::E
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use serde::Deserialize;
@@ -227,7 +226,9 @@ mod tests {
         assert!(probe("s = \"1500ms\"")
             .unwrap_err()
             .contains("whole number of seconds"));
-        assert!(probe("s = \"soon\"").unwrap_err().contains("not a duration"));
+        assert!(probe("s = \"soon\"")
+            .unwrap_err()
+            .contains("not a duration"));
         assert!(probe("s = -1").unwrap_err().contains("negative"));
         assert!(probe("s = true").is_err());
         assert!(probe("s = 1.5").is_err());
@@ -249,16 +250,19 @@ mod tests {
         assert!(json.contains("\"max_token_jump\":null"), "{json}");
         let back: crate::config::BucketPolicy = serde_json::from_str(&json).unwrap();
         assert_eq!(back.max_token_jump, None);
-        let backend: crate::config::S3BackendConfig =
-            serde_json::from_str(&serde_json::to_string(&crate::config::S3BackendConfig::default()).unwrap())
-                .unwrap();
+        let backend: crate::config::S3BackendConfig = serde_json::from_str(
+            &serde_json::to_string(&crate::config::S3BackendConfig::default()).unwrap(),
+        )
+        .unwrap();
         assert_eq!(backend.path_style, None);
     }
 
     #[test]
     fn counts_and_booleans_take_strings() {
         assert_eq!(probe("n = \"10000\"").unwrap().n, 10000);
-        assert!(probe("n = 5000000000").unwrap_err().contains("out of range"));
+        assert!(probe("n = 5000000000")
+            .unwrap_err()
+            .contains("out of range"));
         assert!(probe("n = \"ten\"").unwrap_err().contains("not a number"));
         assert!(probe("flag = \"true\"").unwrap().flag);
         assert!(!probe("flag = \"FALSE\"").unwrap().flag);

@@ -54,7 +54,10 @@ impl Gate {
     /// from its start to its end, and every request admitted after this returns sees the new
     /// one. The caller has checked that each change keeps the bucket's scope kind (which keys
     /// the fence rows) and its backend. Buckets not served are skipped and returned.
-    pub fn replace_policies(&self, policies: &std::collections::BTreeMap<String, BucketPolicy>) -> Vec<String> {
+    pub fn replace_policies(
+        &self,
+        policies: &std::collections::BTreeMap<String, BucketPolicy>,
+    ) -> Vec<String> {
         let mut buckets = self.buckets.write();
         let mut missing = Vec::new();
         for (name, policy) in policies {

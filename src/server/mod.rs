@@ -484,7 +484,9 @@ fn connection_budget(max_connections: usize) -> usize {
 /// configuration in use stays.
 async fn reload_on_sighup(reloader: Arc<reload::Reloader>) {
     let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-        tracing::warn!("SIGHUP cannot be watched; reload the configuration with POST /admin/reload");
+        tracing::warn!(
+            "SIGHUP cannot be watched; reload the configuration with POST /admin/reload"
+        );
         return;
     };
     while hup.recv().await.is_some() {

@@ -284,7 +284,12 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<String> {
         &json(&new.fence_store),
         &mut out,
     );
-    diff("backends", &json(&old.backends), &json(&new.backends), &mut out);
+    diff(
+        "backends",
+        &json(&old.backends),
+        &json(&new.backends),
+        &mut out,
+    );
     // The deprecated [s3.keys] are keys, and reload with the others.
     let gateway = |c: &Config| {
         let mut s3 = c.s3.clone();
@@ -385,7 +390,11 @@ mod tests {
         ));
         assert_eq!(
             needs_restart(&old, &moved),
-            ["server.listen", "server.max_body_bytes", "buckets.more (added)"]
+            [
+                "server.listen",
+                "server.max_body_bytes",
+                "buckets.more (added)"
+            ]
         );
         let dev = config("[buckets.logs]\n");
         assert_eq!(
