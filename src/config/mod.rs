@@ -700,22 +700,21 @@ pub fn parse_layered(text: &str, name: &str, env: &EnvLayer) -> Result<Config, C
                     "has multipart_threshold_bytes outside S3's part limits",
                     "use \"5MiB\" (5242880) to \"5GiB\" (5368709120); the default is \"8MiB\"",
                 ))
-            } else if let Some(field) = [
-                ("read_attempts", u64::from(s3.read_attempts)),
-                ("connect_timeout_secs", s3.connect_timeout_secs),
-                ("read_timeout_secs", s3.read_timeout_secs),
-            ]
-            .iter()
-            .find(|(_, v)| *v == 0)
-            .map(|(f, _)| *f)
-            {
-                Some((
-                    field,
-                    "has a zero timeout or attempt count",
-                    "use positive values (defaults: connect 5 s, read 30 s, 3 attempts)",
-                ))
             } else {
-                None
+                [
+                    ("read_attempts", u64::from(s3.read_attempts)),
+                    ("connect_timeout_secs", s3.connect_timeout_secs),
+                    ("read_timeout_secs", s3.read_timeout_secs),
+                ]
+                .iter()
+                .find(|(_, v)| *v == 0)
+                .map(|(field, _)| {
+                    (
+                        *field,
+                        "has a zero timeout or attempt count",
+                        "use positive values (defaults: connect 5 s, read 30 s, 3 attempts)",
+                    )
+                })
             };
             if let Some((field, what, fix)) = problem {
                 return Err(err(
