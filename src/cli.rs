@@ -133,7 +133,8 @@ pub enum LeasesCommand {
 #[derive(Args, Debug, Default, Clone)]
 pub struct ServeArgs {
     /// Configuration file (TOML). Without it, the embedded default is used.
-    /// Every field is documented in config/fencegate.toml.
+    /// Every field is documented in config/fencegate.toml, and can also be set from a
+    /// FENCEGATE_SECTION__FIELD variable (e.g. FENCEGATE_SERVER__LISTEN), over the file.
     #[arg(long, short, env = "FENCEGATE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on, overriding [server] listen (default 127.0.0.1:8080).

@@ -4,14 +4,14 @@
 use clap::Parser;
 use fencegate::admin_client;
 use fencegate::cli::{Cli, Command, FencesCommand, LeasesCommand, ServeArgs};
-use fencegate::config::Config;
+use fencegate::config::{Config, Sources};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     fencegate::logging::init();
     match cli.command {
-        Some(Command::CheckConfig { file }) => match Config::load(&file) {
+        Some(Command::CheckConfig { file }) => match Config::from_env(Some(file.as_path())) {
             Ok(config) => {
                 print!("{}", config.describe());
                 println!("ok: {} is valid", file.display());
@@ -74,15 +74,18 @@ fn admin(
 }
 
 fn load(args: &ServeArgs) -> Result<Config, ExitCode> {
-    let config = match &args.config {
-        Some(path) => Config::load(path),
-        None => Ok(Config::embedded_default()),
+    // The same sources are read again on a reload (SIGHUP, POST /admin/reload).
+    let sources = Sources {
+        file: args.config.clone(),
+        env: true,
+        listen: args.listen,
+        data_dir: args.data_dir.clone(),
+        accept_scope_change: args.accept_scope_change.clone(),
     };
-    match config {
+    match sources.load() {
         Ok(c) => {
             fencegate::logging::use_format(args.log_format.unwrap_or(c.server.log_format));
-            Ok(c.with_overrides(args.listen, args.data_dir.clone())
-                .with_scope_change_accepted(&args.accept_scope_change))
+            Ok(c)
         }
         Err(e) => {
             eprintln!("error: {e}");

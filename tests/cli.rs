@@ -55,7 +55,8 @@ fn a_bad_file_names_the_file_the_line_and_the_fix() {
     .unwrap();
     let (ok, _, err) = fencegate(&["check-config", file.to_str().unwrap()]);
     assert!(!ok);
-    assert!(err.contains("bad.toml:1:"), "{err}");
+    // The line and column of the value that names it.
+    assert!(err.contains("bad.toml:3:11:"), "{err}");
     assert!(err.contains("fix:"), "{err}");
     // serve refuses to start on it too.
     let (ok, _, err) = fencegate(&[

@@ -188,19 +188,15 @@ async fn list_fences(
     Ok(Json(listing).into_response())
 }
 
+/// Reloads keys, bucket policies and the TLS certificate from the sources the process started
+/// with, all or nothing; the answer says what changed, or why nothing did.
 async fn reload(State(state): State<AppState>, Extension(who): Extension<Principal>) -> Response {
-    let Some(tls) = &state.tls else {
-        return Json(serde_json::json!({ "tls": "off" })).into_response();
-    };
-    match tls.reload() {
-        Ok(()) => {
-            tracing::info!(target: "fencegate::audit", principal = %who.name(), cert = %tls.cert_file().display(), "TLS certificate reloaded");
-            Json(serde_json::json!({ "tls": "reloaded" })).into_response()
-        }
+    match state.reloader.reload(&who.name()).await {
+        Ok(report) => Json(report).into_response(),
         Err(e) => super::error::plain(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "TlsReloadFailed",
-            format!("{e}; the certificate in use stays"),
+            StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY),
+            e.code(),
+            format!("{e}; the configuration in use stays"),
         ),
     }
 }

@@ -34,8 +34,8 @@ pub struct AppState {
     pub leases: Arc<crate::lease::Leases>,
     /// The key table every `/v1` request authenticates against.
     pub keys: Arc<crate::auth::KeyTable>,
-    /// The listeners' TLS, for `POST /admin/reload`.
-    pub tls: Option<crate::server::tls::Tls>,
+    /// Reloads keys, policies and the TLS certificate, for `POST /admin/reload`.
+    pub reloader: Arc<crate::server::reload::Reloader>,
 }
 
 /// Where the admin surface is served.

@@ -130,23 +130,46 @@ impl From<sigv4::SigError> for AuthError {
 }
 
 /// The configured keys by access key id, plus the lease service's short-lived ones.
+///
+/// The configured keys are one snapshot, swapped whole by a reload ([`KeyTable::replace`]):
+/// every surface holds this same table, so a key removed by a reload is refused by each of
+/// them from the swap on, and a lookup never sees half of one configuration and half of
+/// another.
 pub struct KeyTable {
-    by_id: BTreeMap<String, Arc<Key>>,
-    dev: bool,
+    current: arc_swap::ArcSwap<KeySet>,
     leases: Option<Arc<Leases>>,
     gate: Option<Arc<Gate>>,
+}
+
+/// One configuration's keys.
+pub struct KeySet {
+    by_id: BTreeMap<String, Arc<Key>>,
+    dev: bool,
+}
+
+impl KeySet {
+    /// No keys: development mode.
+    pub fn new(keys: impl IntoIterator<Item = Key>) -> KeySet {
+        let by_id: BTreeMap<_, _> = keys
+            .into_iter()
+            .map(|k| (k.access_key_id.clone(), Arc::new(k)))
+            .collect();
+        KeySet {
+            dev: by_id.is_empty(),
+            by_id,
+        }
+    }
+
+    pub fn dev_mode(&self) -> bool {
+        self.dev
+    }
 }
 
 impl KeyTable {
     /// No keys: development mode.
     pub fn new(keys: impl IntoIterator<Item = Key>) -> KeyTable {
-        let by_id: BTreeMap<_, _> = keys
-            .into_iter()
-            .map(|k| (k.access_key_id.clone(), Arc::new(k)))
-            .collect();
         KeyTable {
-            dev: by_id.is_empty(),
-            by_id,
+            current: arc_swap::ArcSwap::from_pointee(KeySet::new(keys)),
             leases: None,
             gate: None,
         }
@@ -160,13 +183,24 @@ impl KeyTable {
         self
     }
 
+    /// Serves `keys` from now on: every lookup that starts after this returns sees them and
+    /// only them. Switching between development mode and keys is refused: protected mode
+    /// (loopback only) was decided at start-up on the keys the process started with.
+    pub fn replace(&self, keys: KeySet) -> Result<(), &'static str> {
+        if keys.dev != self.current.load().dev {
+            return Err("switching between development mode (no keys) and keys needs a restart");
+        }
+        self.current.store(Arc::new(keys));
+        Ok(())
+    }
+
     pub fn dev_mode(&self) -> bool {
-        self.dev
+        self.current.load().dev
     }
 
     /// The principal of a request that carries no credentials.
     pub fn anonymous(&self) -> Result<Principal, AuthError> {
-        if self.dev {
+        if self.dev_mode() {
             Ok(Principal::Dev)
         } else {
             Err(AuthError::Missing)
@@ -175,10 +209,12 @@ impl KeyTable {
 
     /// The secret that signs for `access_key`, and who that is.
     pub fn lookup(&self, access_key: &str) -> Result<(String, Principal), AuthError> {
-        if self.dev && access_key == DEV_KEY.0 {
+        // One snapshot for the whole lookup.
+        let keys = self.current.load();
+        if keys.dev && access_key == DEV_KEY.0 {
             return Ok((DEV_KEY.1.to_string(), Principal::Dev));
         }
-        if let Some(k) = self.by_id.get(access_key) {
+        if let Some(k) = keys.by_id.get(access_key) {
             return Ok((k.secret_access_key.clone(), Principal::Key(k.clone())));
         }
         if let Some(leases) = &self.leases {
@@ -268,5 +304,44 @@ fn denial(who: &Principal, action: Action<'_>) -> String {
         Action::CreateBucket { bucket } => format!("{who} needs \"write\" on {bucket} to create it (lease credentials never create buckets)"),
         Action::DeleteBucket { bucket } => format!("{who} needs \"delete\" on {bucket} to delete it (lease credentials never delete buckets)"),
         Action::Admin => format!("{who} is not an admin key"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str, id: &str, admin: bool) -> Key {
+        Key {
+            name: name.into(),
+            access_key_id: id.into(),
+            secret_access_key: format!("{id}-secret"),
+            buckets: BTreeMap::new(),
+            lease_names: vec![],
+            admin,
+        }
+    }
+
+    #[test]
+    fn a_replaced_table_serves_the_new_keys_only() {
+        let table = KeyTable::new([key("a", "A", true), key("b", "B", false)]);
+        let (_, who) = table.lookup("A").unwrap();
+        assert!(table.authorize(&who, Action::Admin).is_ok());
+        table
+            .replace(KeySet::new([key("a", "A", false), key("c", "C", false)]))
+            .unwrap();
+        assert_eq!(
+            table.lookup("B").unwrap_err(),
+            AuthError::UnknownKey("B".into())
+        );
+        assert!(table.lookup("C").is_ok());
+        let (_, who) = table.lookup("A").unwrap();
+        assert!(table.authorize(&who, Action::Admin).is_err());
+        // Development mode is decided at start-up: no switching either way.
+        assert!(table.replace(KeySet::new([])).is_err());
+        assert!(table.lookup("C").is_ok());
+        let dev = KeyTable::new([]);
+        assert!(dev.replace(KeySet::new([key("a", "A", true)])).is_err());
+        assert!(dev.anonymous().is_ok());
     }
 }

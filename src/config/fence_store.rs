@@ -38,8 +38,24 @@ impl std::fmt::Debug for EtcdConfig {
     }
 }
 
-/// A problem and its fix.
-type Problem = (String, String);
+/// Where a problem is (a key path), the problem and its fix.
+type Problem = (Vec<String>, String, String);
+
+fn at(field: &str) -> Vec<String> {
+    vec!["fence_store".into(), field.into()]
+}
+
+/// `what` is `bucket "NAME"` or `[bucket_defaults]`.
+fn bucket_at(what: &str, field: &str) -> Vec<String> {
+    match what.strip_prefix("bucket ") {
+        Some(quoted) => vec![
+            "buckets".into(),
+            quoted.trim_matches('"').into(),
+            field.into(),
+        ],
+        None => vec!["bucket_defaults".into(), field.into()],
+    }
+}
 
 /// Checks `[fence_store]` against the backends and buckets it must serve.
 pub fn check(
@@ -60,7 +76,7 @@ pub fn check(
     ];
     if raw.kind == FenceStoreKind::Rocksdb {
         if let Some((name, _)) = etcd_only.iter().find(|(_, set)| *set) {
-            return Err((
+            return Err((at(name),
                 format!("[fence_store] sets {name}, an etcd setting, but kind is \"rocksdb\""),
                 "set kind = \"etcd\" to share the table between instances, or remove the etcd settings".into(),
             ));
@@ -69,12 +85,13 @@ pub fn check(
     }
     if raw.path.is_some() {
         return Err((
+            at("path"),
             "[fence_store] sets path, a rocksdb setting, but kind is \"etcd\"".into(),
             "remove path: the table lives in etcd, under prefix".into(),
         ));
     }
     if raw.endpoints.is_empty() {
-        return Err((
+        return Err((at("endpoints"),
             "[fence_store] kind = \"etcd\" names no endpoints".into(),
             "list the members' client URLs: endpoints = [\"http://10.0.0.1:2379\", \"http://10.0.0.2:2379\", \"http://10.0.0.3:2379\"]".into(),
         ));
@@ -85,12 +102,14 @@ pub fn check(
         .find(|e| !(e.starts_with("http://") || e.starts_with("https://")) || e.len() > 512)
     {
         return Err((
+            at("endpoints"),
             format!("[fence_store] endpoint {bad:?} is not an http:// or https:// URL"),
             "write each endpoint as a URL, e.g. \"http://127.0.0.1:2379\"".into(),
         ));
     }
     if raw.prefix.is_empty() || raw.prefix.len() > 128 || raw.prefix.chars().any(char::is_control) {
         return Err((
+            at("prefix"),
             format!(
                 "[fence_store] prefix {:?} is empty, too long or has control characters",
                 raw.prefix
@@ -100,6 +119,7 @@ pub fn check(
     }
     if !(100..=60_000).contains(&raw.timeout_ms) {
         return Err((
+            at("timeout_ms"),
             format!(
                 "[fence_store] timeout_ms = {} is outside 100..=60000",
                 raw.timeout_ms
@@ -108,7 +128,7 @@ pub fn check(
         ));
     }
     if !(2..=300).contains(&raw.intent_ttl_secs) {
-        return Err((
+        return Err((at("intent_ttl_secs"),
             format!(
                 "[fence_store] intent_ttl_secs = {} is outside 2..=300",
                 raw.intent_ttl_secs
@@ -117,7 +137,7 @@ pub fn check(
         ));
     }
     if raw.store_apply_secs > 3600 {
-        return Err((
+        return Err((at("store_apply_secs"),
             format!(
                 "[fence_store] store_apply_secs = {} is above 3600",
                 raw.store_apply_secs
@@ -126,7 +146,7 @@ pub fn check(
         ));
     }
     if raw.max_clock_skew_ms > 60_000 {
-        return Err((
+        return Err((at("max_clock_skew_ms"),
             format!(
                 "[fence_store] max_clock_skew_ms = {} is above 60000",
                 raw.max_clock_skew_ms
@@ -137,6 +157,7 @@ pub fn check(
     let password = match (&raw.password_file, &raw.password_env) {
         (Some(_), Some(_)) => {
             return Err((
+                at("password_env"),
                 "[fence_store] sets both password_file and password_env".into(),
                 "keep one".into(),
             ))
@@ -145,6 +166,7 @@ pub fn check(
             std::fs::read_to_string(path)
                 .map_err(|e| {
                     (
+                        at("password_file"),
                         format!(
                             "[fence_store] cannot read password_file {}: {e}",
                             path.display()
@@ -157,6 +179,7 @@ pub fn check(
         ),
         (None, Some(var)) => Some(env(var).ok_or_else(|| {
             (
+                at("password_env"),
                 format!("[fence_store] names password_env {var:?}, which is not set"),
                 format!("export {var} with the etcd user's password, or use password_file"),
             )
@@ -167,6 +190,7 @@ pub fn check(
         (Some(u), Some(p)) => Some((u.clone(), p)),
         (None, None) => None,
         _ => return Err((
+            at("username"),
             "[fence_store] sets a username without a password, or a password without a username"
                 .into(),
             "set username and one of password_file / password_env together".into(),
@@ -177,6 +201,7 @@ pub fn check(
         (None, None) => None,
         _ => {
             return Err((
+                at("cert_file"),
                 "[fence_store] sets only one of cert_file and key_file".into(),
                 "set both (fencegate's client certificate and its key), or neither".into(),
             ))
@@ -190,6 +215,7 @@ pub fn check(
         if let Some(path) = path {
             if let Err(e) = std::fs::metadata(path) {
                 return Err((
+                    at(what),
                     format!(
                         "[fence_store] {what} {} cannot be read: {e}",
                         path.display()
@@ -205,7 +231,7 @@ pub fn check(
         .chain(bucket_defaults.map(|p| ("[bucket_defaults]".to_string(), p)));
     for (what, policy) in served {
         if policy.scope != ScopeKind::Object {
-            return Err((
+            return Err((bucket_at(&what, "scope"),
                 format!("{what} fences a scope wider than one object, and the fence table is shared (kind = \"etcd\")"),
                 "across instances only the store's conditional write orders commits, and it orders the writes of one object only: use scope = \"object\" (the default) with a shared table, or run one instance on rocksdb".into(),
             ));
@@ -214,14 +240,14 @@ pub fn check(
             Some(BackendConfig::S3(s3))
                 if s3.unsafe_no_conditional_writes || s3.unsafe_unconditional_deletes =>
             {
-                return Err((
+                return Err((bucket_at(&what, "backend"),
                     format!("{what} uses backend {:?}, which sets unsafe_no_conditional_writes or unsafe_unconditional_deletes, and the fence table is shared (kind = \"etcd\")", policy.backend),
                     "several instances are ordered only by the store's conditional writes: use a store that honours If-Match and If-None-Match, or run one instance on rocksdb".into(),
                 ));
             }
             Some(BackendConfig::S3(_)) | None => {}
             Some(BackendConfig::Fs { .. }) => {
-                return Err((
+                return Err((bucket_at(&what, "backend"),
                     format!("{what} uses backend {:?}, a local directory, and the fence table is shared (kind = \"etcd\")", policy.backend),
                     "several instances cannot order their commits on a local directory: put the bucket on an s3 backend, or run one instance on rocksdb".into(),
                 ));

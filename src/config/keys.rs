@@ -42,7 +42,7 @@ pub struct RawKey {
     #[serde(default)]
     pub lease_names: Vec<String>,
     /// Everything, everywhere: fence resets, every bucket and lease.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::units::boolean")]
     pub admin: bool,
 }
 
@@ -186,9 +186,27 @@ pub fn resolve(
     })
 }
 
+/// A key-table problem: the key path it is at, the problem and its fix.
+pub type KeyProblem = (Vec<String>, String, String);
+
 /// The key table from `[keys]` and the deprecated `[s3.keys]`, each secret resolved; or the
-/// problem and its fix.
-type KeyTableResult = Result<(BTreeMap<String, Key>, Vec<String>), (String, String)>;
+/// problem, where it is and its fix.
+type KeyTableResult = Result<(BTreeMap<String, Key>, Vec<String>), KeyProblem>;
+
+/// The field of `[keys.NAME]` a problem from [`resolve`] is about, for its position.
+fn field_of(raw: &RawKey, problem: &str) -> Option<&'static str> {
+    if problem.contains("secret_access_key_file") {
+        Some("secret_access_key_file")
+    } else if problem.contains("secret_access_key_env") && raw.secret_access_key_env.is_some() {
+        Some("secret_access_key_env")
+    } else if problem.contains("access_key_id") && !problem.contains("secret") {
+        Some("access_key_id")
+    } else if problem.contains("lease_names") {
+        Some("buckets")
+    } else {
+        None
+    }
+}
 
 pub fn table(
     raw: &BTreeMap<String, RawKey>,
@@ -198,20 +216,39 @@ pub fn table(
     let mut out = BTreeMap::new();
     let mut warnings = Vec::new();
     let fix = "give each key a unique access_key_id, one secret source, and permissions such as buckets = { \"*\" = [\"read\", \"write\"] } (config/fencegate.toml documents [keys])";
+    let path = |section: &[&str], name: &str, field: Option<&str>| -> Vec<String> {
+        section
+            .iter()
+            .copied()
+            .chain([name])
+            .chain(field)
+            .map(str::to_string)
+            .collect()
+    };
     for (name, k) in raw {
-        let key =
-            resolve(name, k, env).map_err(|p| (format!("[keys.{name}] {p}"), fix.to_string()))?;
+        let key = resolve(name, k, env).map_err(|p| {
+            (
+                path(&["keys"], name, field_of(k, &p)),
+                format!("[keys.{name}] {p}"),
+                fix.to_string(),
+            )
+        })?;
         out.insert(name.clone(), key);
     }
     for (name, k) in &s3.keys {
         if out.contains_key(name) {
             return Err((
+                path(&["s3", "keys"], name, None),
                 format!("[s3.keys.{name}] and [keys.{name}] both exist"),
                 "move the key to [keys.NAME] only".into(),
             ));
         }
         if k.buckets.is_empty() {
-            return Err((format!("[s3.keys.{name}] lists no buckets"), fix.into()));
+            return Err((
+                path(&["s3", "keys"], name, Some("buckets")),
+                format!("[s3.keys.{name}] lists no buckets"),
+                fix.into(),
+            ));
         }
         let mut perms = vec![Permission::Read];
         if k.write {
@@ -230,8 +267,13 @@ pub fn table(
             lease_names: vec![],
             admin: false,
         };
-        let key = resolve(name, &raw, env)
-            .map_err(|p| (format!("[s3.keys.{name}] {p}"), fix.to_string()))?;
+        let key = resolve(name, &raw, env).map_err(|p| {
+            (
+                path(&["s3", "keys"], name, field_of(&raw, &p)),
+                format!("[s3.keys.{name}] {p}"),
+                fix.to_string(),
+            )
+        })?;
         warnings.push(format!(
             "[s3.keys.{name}] is deprecated: move it to [keys.{name}] with buckets = {{ \"{}\" = {:?} }}; it now serves every surface, not only S3",
             k.buckets.join(","),
@@ -242,7 +284,13 @@ pub fn table(
     let mut ids = std::collections::BTreeSet::new();
     for key in out.values() {
         if !ids.insert(key.access_key_id.as_str()) {
+            let section: &[&str] = if raw.contains_key(&key.name) {
+                &["keys"]
+            } else {
+                &["s3", "keys"]
+            };
             return Err((
+                path(section, &key.name, Some("access_key_id")),
                 format!(
                     "[keys.{}] reuses the access_key_id {:?} of another key",
                     key.name, key.access_key_id

@@ -3,7 +3,9 @@
 
 mod fence_store;
 pub mod keys;
+pub mod layers;
 mod model;
+mod units;
 
 pub use fence_store::EtcdConfig;
 
@@ -13,6 +15,7 @@ pub use model::{
     LeaseConfig, S3BackendConfig, S3GatewayConfig, S3Key, ScopeKind, ServerConfig, TokenOrder,
 };
 
+use layers::{EnvLayer, Origins, Place};
 use model::RawConfig;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -53,6 +56,65 @@ pub struct Config {
     pub admin_listen: Option<SocketAddr>,
     /// The admin surface's bearer token, when one is configured.
     pub admin_token: Option<AdminToken>,
+    /// Where this configuration was read from, so that a reload reads the same.
+    pub sources: Sources,
+}
+
+/// Where a configuration comes from: a file (or the embedded default), the environment's
+/// `FENCEGATE_SECTION__FIELD` variables over it, and the command line's overrides over both.
+/// Kept in the [`Config`] so that a reload (SIGHUP, `POST /admin/reload`) reads the same
+/// sources the process started with.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// The file; `None` is the embedded default.
+    pub file: Option<PathBuf>,
+    /// Layer the process's `FENCEGATE_*__*` variables over the file.
+    pub env: bool,
+    /// `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--accept-scope-change`.
+    pub accept_scope_change: Vec<String>,
+}
+
+impl Sources {
+    /// Reads and validates the configuration these sources give.
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        let (text, name) = match &self.file {
+            Some(path) => (read_file(path)?, path.display().to_string()),
+            None => (String::new(), "embedded default".to_string()),
+        };
+        let env = if self.env {
+            EnvLayer::from_process().map_err(|(var, problem)| ConfigError {
+                source_name: name.clone(),
+                location: None,
+                variable: Some(var),
+                message: problem,
+                fix: "set the variable to a plain value, or to a TOML array or inline table for a list or a table field".into(),
+            })?
+        } else {
+            EnvLayer::none()
+        };
+        let mut config = parse_layered(&text, &name, &env)?
+            .with_overrides(self.listen, self.data_dir.clone())
+            .with_scope_change_accepted(&self.accept_scope_change);
+        if !env.is_empty() {
+            config.source = format!("{name} + {}", env.names().join(", "));
+        }
+        config.sources = self.clone();
+        Ok(config)
+    }
+}
+
+fn read_file(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError {
+        source_name: path.display().to_string(),
+        location: None,
+        variable: None,
+        message: format!("cannot read the file: {e}"),
+        fix: "check the path given to --config (run `fencegate serve` with no --config to use the embedded default)".into(),
+    })
 }
 
 /// The admin bearer token; never printed.
@@ -70,13 +132,26 @@ pub const MIN_ADMIN_TOKEN_LEN: usize = 24;
 
 /// A configuration problem, with where it is and what to do about it.
 #[derive(Debug, thiserror::Error)]
-#[error("{source_name}{}: {message}\n  fix: {fix}", location.map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default())]
 pub struct ConfigError {
     pub source_name: String,
-    /// 1-based line and column.
+    /// 1-based line and column in the file.
     pub location: Option<(usize, usize)>,
+    /// The environment variable that set the value, when the environment did.
+    pub variable: Option<String>,
     pub message: String,
     pub fix: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.source_name)?;
+        match (&self.variable, self.location) {
+            (Some(var), _) => write!(f, ": environment variable {var}")?,
+            (None, Some((line, col))) => write!(f, ":{line}:{col}")?,
+            (None, None) => {}
+        }
+        write!(f, ": {}\n  fix: {}", self.message, self.fix)
+    }
 }
 
 impl Config {
@@ -86,16 +161,29 @@ impl Config {
         parse("", "embedded default").expect("the embedded default is valid")
     }
 
-    /// Reads and validates a file.
+    /// Reads and validates a file, without the environment.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            source_name: name.clone(),
-            location: None,
-            message: format!("cannot read the file: {e}"),
-            fix: "check the path given to --config (run `fencegate serve` with no --config to use the embedded default)".into(),
-        })?;
-        parse(&text, &name)
+        let text = read_file(path)?;
+        let mut config = parse(&text, &path.display().to_string())?;
+        config.sources.file = Some(path.to_path_buf());
+        Ok(config)
+    }
+
+    /// Reads the file (or the embedded default) with the process's `FENCEGATE_*__*`
+    /// variables layered over it.
+    pub fn from_env(file: Option<&Path>) -> Result<Config, ConfigError> {
+        Sources {
+            file: file.map(Path::to_path_buf),
+            env: true,
+            ..Sources::default()
+        }
+        .load()
+    }
+
+    /// Reads this configuration's sources again (a reload): the same file, the same
+    /// variables and the same command-line overrides.
+    pub fn reread(&self) -> Result<Config, ConfigError> {
+        self.sources.load()
     }
 
     /// Applies command-line overrides, which win over the file.
@@ -107,9 +195,11 @@ impl Config {
         if let Some(listen) = listen {
             self.listen = listen;
             self.server.listen = listen.to_string();
+            self.sources.listen = Some(listen);
         }
         if let Some(dir) = data_dir {
-            self.server.data_dir = dir;
+            self.server.data_dir = dir.clone();
+            self.sources.data_dir = Some(dir);
         }
         self
     }
@@ -118,6 +208,11 @@ impl Config {
     /// their writers); the new scope is recorded.
     pub fn with_scope_change_accepted(mut self, buckets: &[String]) -> Config {
         self.accept_scope_change.extend(buckets.iter().cloned());
+        for b in buckets {
+            if !self.sources.accept_scope_change.contains(b) {
+                self.sources.accept_scope_change.push(b.clone());
+            }
+        }
         self
     }
 
@@ -424,12 +519,24 @@ impl Config {
         &self,
         created: &BTreeMap<String, BucketPolicy>,
     ) -> Result<(), ConfigError> {
-        let err = |message: String, fix: String| ConfigError {
-            source_name: self.source.clone(),
-            location: None,
-            message,
-            fix,
-        };
+        match self.namespace_conflict(created) {
+            None => Ok(()),
+            Some((_, message, fix)) => Err(ConfigError {
+                source_name: self.source.clone(),
+                location: None,
+                variable: None,
+                message,
+                fix,
+            }),
+        }
+    }
+
+    /// The first overlap [`Config::check_namespaces`] refuses: the bucket it is found at, the
+    /// problem and the fix.
+    fn namespace_conflict(
+        &self,
+        created: &BTreeMap<String, BucketPolicy>,
+    ) -> Option<(String, String, String)> {
         let mut all: Vec<(String, &str, Namespace)> = Vec::new();
         for (name, policy) in &self.buckets {
             all.push((format!("bucket {name}"), name, self.namespace(name, policy)));
@@ -444,9 +551,9 @@ impl Config {
             }
         }
         for (i, (a, _, na)) in all.iter().enumerate() {
-            for (b, _, nb) in &all[i + 1..] {
+            for (b, bucket, nb) in &all[i + 1..] {
                 if na.overlaps(nb) {
-                    return Err(err(
+                    return Some((bucket.to_string(),
                         format!("{a} and {b} overlap in the store: {a} is {na}, {b} is {nb}, so one object would have two fences and a delete through one could be undone through the other"),
                         "give each its own place: backend_prefix values of which neither is a prefix of the other (an empty prefix takes the whole store bucket), a different backend_bucket, or a different fs root; then move the objects there".to_string(),
                     ));
@@ -454,16 +561,16 @@ impl Config {
             }
         }
         if let Some(root) = self.created_root() {
-            for (a, _, na) in &all {
+            for (a, bucket, na) in &all {
                 if na.contains(&root) {
-                    return Err(err(
+                    return Some((bucket.to_string(),
                         format!("{a} is {na}, which holds every bucket [bucket_defaults] creates through the S3 API ({root}), so their objects would also be {a}'s"),
                         format!("give {a} a backend_prefix of its own that [bucket_defaults] does not use, or set [bucket_defaults] backend_prefix (or backend_bucket) to a place outside it"),
                     ));
                 }
             }
         }
-        Ok(())
+        None
     }
 
     /// Why a bucket named `name`, created with the `[bucket_defaults]` policy `policy`, cannot
@@ -487,32 +594,59 @@ impl Config {
     }
 }
 
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, col)
-}
-
 /// Parses and validates configuration text; `name` is used in messages.
 pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
-    let err = |span: Option<std::ops::Range<usize>>, message: String, fix: String| ConfigError {
-        source_name: name.to_string(),
-        location: span.map(|s| line_col(text, s.start)),
-        message,
-        fix,
+    parse_layered(text, name, &EnvLayer::none())
+}
+
+/// Parses configuration text with the variables of `env` layered over it, and validates the
+/// result. Every refusal names its place: the file's `line:column`, or the variable.
+pub fn parse_layered(text: &str, name: &str, env: &EnvLayer) -> Result<Config, ConfigError> {
+    // The text's syntax first, with toml's own span: figment would keep only its message.
+    if let Err(e) = toml_edit::ImDocument::parse(text) {
+        return Err(ConfigError {
+            source_name: name.to_string(),
+            location: e.span().map(|s| layers::line_col(text, s.start)),
+            variable: None,
+            message: e.message().to_string(),
+            fix: "correct the TOML syntax at that line; every field is documented in config/fencegate.toml".into(),
+        });
+    }
+    let origins = Origins::new(text, env);
+    let at = |path: &[&str], key: bool, message: String, fix: String| {
+        let mut e = ConfigError {
+            source_name: name.to_string(),
+            location: None,
+            variable: None,
+            message,
+            fix,
+        };
+        match origins.place(path, key) {
+            Place::File(line, col) => e.location = Some((line, col)),
+            Place::Variable(v) => e.variable = Some(v),
+            Place::Nowhere => {}
+        }
+        e
     };
-    let raw: RawConfig = toml::from_str(text).map_err(|e| {
-        err(
-            e.span(),
-            e.message().to_string(),
-            "correct the value or field name at that line; every field is documented in config/fencegate.toml".into(),
+    let err = |path: &[&str], message: String, fix: String| at(path, false, message, fix);
+    let owned = |path: &[String], message: String, fix: String| {
+        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        at(&path, false, message, fix)
+    };
+    let raw: RawConfig = layers::figment(text, env).extract().map_err(|e| {
+        let (path, key, message) = layers::figment_problem(e);
+        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        at(
+            &path,
+            key,
+            message,
+            "correct the value or field name there; every field is documented in config/fencegate.toml (durations: 30 or \"30s\"; sizes: 5368709120 or \"5GiB\")".into(),
         )
     })?;
 
     let listen: SocketAddr = raw.server.listen.parse().map_err(|_| {
         err(
-            None,
+            &["server", "listen"],
             format!(
                 "[server] listen = {:?} is not an IP address and port",
                 raw.server.listen
@@ -522,70 +656,75 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
     })?;
     if raw.server.max_body_bytes == 0 {
         return Err(err(
-            None,
+            &["server", "max_body_bytes"],
             "[server] max_body_bytes is 0".into(),
-            "set a positive size in bytes, e.g. 5368709120 (5 GiB)".into(),
+            "set a positive size, e.g. \"5GiB\" (5368709120 bytes)".into(),
         ));
     }
     if raw.server.body_idle_timeout_secs == 0 {
         return Err(err(
-            None,
+            &["server", "body_idle_timeout_secs"],
             "[server] body_idle_timeout_secs is 0".into(),
-            "set a positive number of seconds, e.g. 30".into(),
+            "set a positive duration, e.g. 30 or \"30s\"".into(),
         ));
     }
     if !(60..=30 * 86400).contains(&raw.server.idempotency_ttl_secs) {
         return Err(err(
-            None,
+            &["server", "idempotency_ttl_secs"],
             format!(
                 "[server] idempotency_ttl_secs is {}",
                 raw.server.idempotency_ttl_secs
             ),
-            "set it between 60 (a minute) and 2592000 (30 days); the default is 86400 (24 h), as Stripe's".into(),
+            "set it between 60 (a minute) and 2592000 (30 days); the default is 86400 (\"24h\"), as Stripe's".into(),
         ));
     }
 
     let mut backends = BTreeMap::new();
     for (name, b) in raw.backends {
-        if !valid_backend_name(name.get_ref()) {
-            return Err(err(
-                Some(name.span()),
-                format!("backend name {:?} is not allowed", name.get_ref()),
+        if !valid_backend_name(&name) {
+            return Err(at(
+                &["backends", name.as_str()],
+                true,
+                format!("backend name {name:?} is not allowed"),
                 "use lowercase letters, digits, `-` and `_`".into(),
             ));
         }
-        let span = b.span();
-        let b = b.into_inner();
         if let BackendConfig::S3(s3) = &b {
             let problem = if s3.access_key_id.is_some() != s3.secret_access_key.is_some() {
-                Some(("sets only one of access_key_id and secret_access_key", "set both, or neither to use the SDK's credential chain (AWS_ACCESS_KEY_ID, profiles, roles)"))
+                Some((if s3.access_key_id.is_some() { "access_key_id" } else { "secret_access_key" }, "sets only one of access_key_id and secret_access_key", "set both, or neither to use the SDK's credential chain (AWS_ACCESS_KEY_ID, profiles, roles)"))
             } else if s3.multipart_threshold_bytes < 5 * 1024 * 1024
                 || s3.multipart_threshold_bytes > 5 * 1024 * 1024 * 1024
             {
                 Some((
+                    "multipart_threshold_bytes",
                     "has multipart_threshold_bytes outside S3's part limits",
-                    "use 5242880 (5 MiB) to 5368709120 (5 GiB); the default is 8388608",
-                ))
-            } else if s3.read_attempts == 0
-                || s3.connect_timeout_secs == 0
-                || s3.read_timeout_secs == 0
-            {
-                Some((
-                    "has a zero timeout or attempt count",
-                    "use positive values (defaults: connect 5 s, read 30 s, 3 attempts)",
+                    "use \"5MiB\" (5242880) to \"5GiB\" (5368709120); the default is \"8MiB\"",
                 ))
             } else {
-                None
+                [
+                    ("read_attempts", u64::from(s3.read_attempts)),
+                    ("connect_timeout_secs", s3.connect_timeout_secs),
+                    ("read_timeout_secs", s3.read_timeout_secs),
+                ]
+                .iter()
+                .find(|(_, v)| *v == 0)
+                .map(|(field, _)| {
+                    (
+                        *field,
+                        "has a zero timeout or attempt count",
+                        "use positive values (defaults: connect 5 s, read 30 s, 3 attempts)",
+                    )
+                })
             };
-            if let Some((what, fix)) = problem {
+            if let Some((field, what, fix)) = problem {
                 return Err(err(
-                    Some(span),
-                    format!("backend {:?} {what}", name.get_ref()),
+                    &["backends", name.as_str(), field],
+                    format!("backend {name:?} {what}"),
                     fix.into(),
                 ));
             }
         }
-        backends.insert(name.into_inner(), b);
+        backends.insert(name, b);
     }
     if backends.is_empty() {
         backends.insert(
@@ -596,22 +735,20 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
 
     let mut buckets = BTreeMap::new();
     for (name, policy) in raw.buckets {
-        if let Some(why) = bucket_name_problem(name.get_ref()) {
-            return Err(err(
-                Some(name.span()),
-                format!("bucket name {:?} {why}", name.get_ref()),
+        if let Some(why) = bucket_name_problem(&name) {
+            return Err(at(
+                &["buckets", name.as_str()],
+                true,
+                format!("bucket name {name:?} {why}"),
                 "use 3-63 characters: lowercase letters, digits, `-` and `.`, starting and ending with a letter or digit".into(),
             ));
         }
-        let span = policy.span();
-        let policy = policy.into_inner();
         if !backends.contains_key(&policy.backend) {
             let known: Vec<_> = backends.keys().cloned().collect();
             return Err(err(
-                Some(span),
+                &["buckets", name.as_str(), "backend"],
                 format!(
-                    "bucket {:?} uses backend {:?}, which is not defined",
-                    name.get_ref(),
+                    "bucket {name:?} uses backend {:?}, which is not defined",
                     policy.backend
                 ),
                 format!(
@@ -622,23 +759,25 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
         }
         let is_s3 = matches!(backends[&policy.backend], BackendConfig::S3(_));
         if !is_s3 && (policy.backend_bucket.is_some() || !policy.backend_prefix.is_empty()) {
+            let field = if policy.backend_bucket.is_some() {
+                "backend_bucket"
+            } else {
+                "backend_prefix"
+            };
             return Err(err(
-                Some(span),
-                format!("bucket {:?} sets backend_bucket or backend_prefix, but its backend {:?} is not s3", name.get_ref(), policy.backend),
+                &["buckets", name.as_str(), field],
+                format!("bucket {name:?} sets backend_bucket or backend_prefix, but its backend {:?} is not s3", policy.backend),
                 "remove them; an fs backend keeps each bucket in its own directory".into(),
             ));
         }
         if policy.scope == ScopeKind::Prefix && policy.prefix_segments == 0 {
             return Err(err(
-                Some(span),
-                format!(
-                    "bucket {:?} has scope = \"prefix\" with prefix_segments = 0",
-                    name.get_ref()
-                ),
+                &["buckets", name.as_str(), "prefix_segments"],
+                format!("bucket {name:?} has scope = \"prefix\" with prefix_segments = 0"),
                 "set prefix_segments to 1 or more (1 fences `tenant/` in `tenant/file`)".into(),
             ));
         }
-        buckets.insert(name.into_inner(), policy);
+        buckets.insert(name, policy);
     }
     if buckets.is_empty() {
         let backend = backends.keys().next().cloned().unwrap_or_default();
@@ -653,22 +792,20 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
 
     let bucket_defaults = match raw.bucket_defaults {
         None => None,
-        Some(template) => {
-            let span = template.span();
-            let policy = template.into_inner();
+        Some(policy) => {
             let problem = match backends.get(&policy.backend) {
-                None => Some(format!("uses backend {:?}, which is not defined", policy.backend)),
-                Some(BackendConfig::S3(_)) if policy.backend_bucket.is_none() => Some(
-                    "uses an s3 backend but sets no backend_bucket: created buckets live in that store bucket, under backend_prefix + the bucket's name + \"/\"".into(),
+                None => Some(("backend", format!("uses backend {:?}, which is not defined", policy.backend))),
+                Some(BackendConfig::S3(_)) if policy.backend_bucket.is_none() => Some(("backend", 
+                    "uses an s3 backend but sets no backend_bucket: created buckets live in that store bucket, under backend_prefix + the bucket's name + \"/\"".into()),
                 ),
                 Some(BackendConfig::Fs { .. }) if policy.backend_bucket.is_some() || !policy.backend_prefix.is_empty() => {
-                    Some("sets backend_bucket or backend_prefix, but its backend is not s3".into())
+                    Some((if policy.backend_bucket.is_some() { "backend_bucket" } else { "backend_prefix" }, "sets backend_bucket or backend_prefix, but its backend is not s3".into()))
                 }
                 _ => None,
             };
-            if let Some(problem) = problem {
+            if let Some((field, problem)) = problem {
                 return Err(err(
-                    Some(span),
+                    &["bucket_defaults", field],
                     format!("[bucket_defaults] {problem}"),
                     "name a backend from [backends], and for s3 the store bucket that will hold created buckets".into(),
                 ));
@@ -683,13 +820,13 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
         bucket_defaults.as_ref(),
         &|v| std::env::var(v).ok(),
     )
-    .map_err(|(message, fix)| err(None, message, fix))?;
+    .map_err(|(path, message, fix)| owned(&path, message, fix))?;
     let s3 = raw.s3;
     let s3_listen = match &s3.listen {
         None => None,
         Some(l) => Some(l.parse::<SocketAddr>().map_err(|_| {
             err(
-                None,
+                &["s3", "listen"],
                 format!("[s3] listen = {l:?} is not an IP address and port"),
                 "write it as \"127.0.0.1:9000\", or remove it to serve S3 on the native listener"
                     .into(),
@@ -698,30 +835,44 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
     };
     if s3.max_parts == 0 || s3.max_parts > 10_000 {
         return Err(err(
-            None,
+            &["s3", "max_parts"],
             format!("[s3] max_parts = {} is outside 1..=10000", s3.max_parts),
             "use at most 10000, S3's own limit (the default)".into(),
         ));
     }
+    if let Some(domain) = &s3.domain {
+        if let Some(problem) = s3_domain_problem(domain) {
+            return Err(err(
+                &["s3", "domain"],
+                format!("[s3] domain = {domain:?} {problem}"),
+                "write a domain name like \"s3.example.com\" (no scheme, port or path), or remove it for path-style requests only".into(),
+            ));
+        }
+    }
     let (keys, warnings) = keys::table(&raw.keys, &s3, &|v| std::env::var(v).ok())
-        .map_err(|(message, fix)| err(None, message, fix))?;
+        .map_err(|(path, message, fix)| owned(&path, message, fix))?;
     let admin_listen = match &raw.admin.listen {
         None => None,
         Some(l) => Some(l.parse::<SocketAddr>().map_err(|_| {
             err(
-                None,
+                &["admin", "listen"],
                 format!("[admin] listen = {l:?} is not an IP address and port"),
                 "write it as \"127.0.0.1:9091\", or remove it to serve /metrics and /admin on the native listener".into(),
             )
         })?),
     };
+    let token_field = if raw.admin.bearer_token_file.is_some() {
+        "bearer_token_file"
+    } else {
+        "bearer_token_env"
+    };
     let admin_token = admin_token(&raw.admin, &|v| std::env::var(v).ok())
-        .map_err(|message| err(None, format!("[admin] {message}"), format!("generate one with `openssl rand -hex 32` into a file readable by fencegate only, and name it in bearer_token_file (or bearer_token_env); at least {MIN_ADMIN_TOKEN_LEN} characters")))?;
+        .map_err(|message| err(&["admin", token_field], format!("[admin] {message}"), format!("generate one with `openssl rand -hex 32` into a file readable by fencegate only, and name it in bearer_token_file (or bearer_token_env); at least {MIN_ADMIN_TOKEN_LEN} characters")))?;
     if let Some(tls) = &raw.server.tls {
         for (what, path) in [("cert_file", &tls.cert_file), ("key_file", &tls.key_file)] {
             if let Err(e) = std::fs::metadata(path) {
                 return Err(err(
-                    None,
+                    &["server", "tls", what],
                     format!("[server.tls] {what} {} cannot be read: {e}", path.display()),
                     "name PEM files that exist and that fencegate may read".into(),
                 ));
@@ -746,9 +897,23 @@ pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
         warnings,
         admin_listen,
         admin_token,
+        sources: Sources::default(),
     };
-    config.check_namespaces(&BTreeMap::new())?;
+    if let Some((bucket, message, fix)) = config.namespace_conflict(&BTreeMap::new()) {
+        return Err(err(&["buckets", bucket.as_str()], message, fix));
+    }
     Ok(config)
+}
+
+/// Why `[s3] domain` cannot name the virtual hosts' base domain, if it cannot.
+pub fn s3_domain_problem(domain: &str) -> Option<&'static str> {
+    if domain.is_empty() {
+        return Some("is empty");
+    }
+    if domain.contains([':', '/', ' ']) {
+        return Some("is not a domain name: it has a scheme, a port, a path or a space");
+    }
+    None
 }
 
 /// The admin bearer token from its file or variable (at most one of them).
@@ -842,7 +1007,105 @@ mod tests {
         let e = parse("[buckets.logs]\nbackend = \"nas\"\n", "f.toml").unwrap_err();
         assert!(e.message.contains("nas"), "{e}");
         assert!(e.fix.contains("[backends.nas]"), "{e}");
-        assert_eq!(e.location.map(|l| l.0), Some(1));
+        // The value that names it.
+        assert_eq!(e.location, Some((2, 11)));
+    }
+
+    fn layered(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let env = EnvLayer::from_pairs(vars.iter().copied()).unwrap();
+        parse_layered(text, "f.toml", &env)
+    }
+
+    #[test]
+    fn variables_override_the_file_and_parse_from_strings() {
+        let text = "[server]\nlisten = \"127.0.0.1:1\"\nmax_body_bytes = \"64MiB\"\n";
+        let c = layered(
+            text,
+            &[
+                ("FENCEGATE_SERVER__LISTEN", "127.0.0.1:2"),
+                ("FENCEGATE_SERVER__BODY_IDLE_TIMEOUT_SECS", "2m"),
+                ("FENCEGATE_SERVER__PROTECTED_MODE", "false"),
+                ("FENCEGATE_S3__MAX_PARTS", "500"),
+                ("FENCEGATE_BUCKETS__DEFAULT__FENCING", "optional"),
+                ("FENCEGATE_BUCKETS__DEFAULT__MAX_TOKEN_JUMP", "1000"),
+                ("FENCEGATE_KEYS__ETL__ACCESS_KEY_ID", "12345"),
+                ("FENCEGATE_KEYS__ETL__SECRET_ACCESS_KEY", "0123"),
+                (
+                    "FENCEGATE_KEYS__ETL__BUCKETS",
+                    "{ \"logs-*\" = [\"read\"] }",
+                ),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:2");
+        assert_eq!(c.server.max_body_bytes, 64 * 1024 * 1024);
+        assert_eq!(c.server.body_idle_timeout_secs, 120);
+        assert!(!c.server.protected_mode);
+        assert_eq!(c.s3.max_parts, 500);
+        assert_eq!(c.buckets["default"].fencing, FencingMode::Optional);
+        assert_eq!(c.buckets["default"].max_token_jump, Some(1000));
+        let key = &c.keys["etl"];
+        assert_eq!(
+            (key.access_key_id.as_str(), key.secret_access_key.as_str()),
+            ("12345", "0123")
+        );
+        assert!(key.allows(Permission::Read, "logs-1"));
+        // A secret never reaches the description.
+        assert!(!c.describe().contains("0123"));
+    }
+
+    #[test]
+    fn every_rejected_field_has_a_place() {
+        for (text, line) in [
+            ("[server]\nlisten = \"nowhere\"\n", 2),
+            ("[server]\n\nmax_body_bytes = 0\n", 3),
+            ("[server]\nbody_idle_timeout_secs = \"0s\"\n", 2),
+            ("[server]\nbody_idle_timeout_secs = \"soon\"\n", 2),
+            ("[s3]\nlisten = \"x\"\n", 2),
+            ("[s3]\nregion = \"r\"\nmax_parts = 10001\n", 3),
+            ("[s3]\ndomain = \"http://s3.example.com\"\n", 2),
+            (
+                "[keys.a]\naccess_key_id = \"A\"\nsecret_access_key_env = \"FENCEGATE_UNSET_FOR_TESTS\"\n",
+                3,
+            ),
+            ("[keys.a]\naccess_key_id = \"A\"\n", 1),
+            (
+                "[keys.a]\naccess_key_id = \"A\"\nsecret_access_key = \"s\"\n[keys.b]\naccess_key_id = \"A\"\nsecret_access_key = \"t\"\n",
+                5,
+            ),
+            ("[fence_store]\nkind = \"etcd\"\nendpoints = [\"x\"]\n", 3),
+        ] {
+            let e = parse(text, "f.toml").unwrap_err();
+            assert_eq!(e.location.map(|l| l.0), Some(line), "{text}: {e}");
+            assert!(e.to_string().starts_with(&format!("f.toml:{line}:")), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_variable_is_named_instead_of_a_position() {
+        let e = layered("", &[("FENCEGATE_S3__MAX_PARTS", "0")]).unwrap_err();
+        assert_eq!(e.variable.as_deref(), Some("FENCEGATE_S3__MAX_PARTS"));
+        assert!(e
+            .to_string()
+            .starts_with("f.toml: environment variable FENCEGATE_S3__MAX_PARTS: "));
+        let e = layered("", &[("FENCEGATE_SERVER__LISTEN", "nowhere")]).unwrap_err();
+        assert_eq!(e.variable.as_deref(), Some("FENCEGATE_SERVER__LISTEN"));
+        let e = layered("", &[("FENCEGATE_SERVER__MAX_BODY_BYTES", "lots")]).unwrap_err();
+        assert_eq!(
+            e.variable.as_deref(),
+            Some("FENCEGATE_SERVER__MAX_BODY_BYTES")
+        );
+        let e = layered("", &[("FENCEGATE_SERVER__LISTN", "x")]).unwrap_err();
+        assert_eq!(e.variable.as_deref(), Some("FENCEGATE_SERVER__LISTN"));
+        let e = layered("", &[("FENCEGATE_NOPE__X", "1")]).unwrap_err();
+        assert_eq!(e.variable.as_deref(), Some("FENCEGATE_NOPE__X"), "{e}");
+        // A secret's value is never repeated, even when it is the wrong type.
+        let e = layered(
+            "[keys.a]\naccess_key_id = \"A\"\n",
+            &[("FENCEGATE_KEYS__A__SECRET_ACCESS_KEY", "[\"hunter2\"]")],
+        )
+        .unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
     }
 
     #[test]

@@ -4,7 +4,6 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use toml::Spanned;
 
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -14,15 +13,15 @@ pub struct RawConfig {
     #[serde(default)]
     pub fence_store: FenceStoreConfig,
     #[serde(default)]
-    pub backends: BTreeMap<Spanned<String>, Spanned<BackendConfig>>,
+    pub backends: BTreeMap<String, BackendConfig>,
     #[serde(default)]
-    pub buckets: BTreeMap<Spanned<String>, Spanned<BucketPolicy>>,
+    pub buckets: BTreeMap<String, BucketPolicy>,
     #[serde(default)]
     pub s3: S3GatewayConfig,
     /// The policy of buckets created through the S3 API (CreateBucket). Without it, buckets
     /// come only from the configuration.
     #[serde(default)]
-    pub bucket_defaults: Option<Spanned<BucketPolicy>>,
+    pub bucket_defaults: Option<BucketPolicy>,
     #[serde(default)]
     pub leases: LeaseConfig,
     /// The key table of every surface (`[keys.NAME]`).
@@ -61,6 +60,7 @@ pub struct TlsFiles {
 pub struct LeaseConfig {
     /// How long lease-bound S3 credentials keep working after their lease ends (released,
     /// expired or replaced), so a write already in flight is judged by the fence.
+    #[serde(deserialize_with = "super::units::secs")]
     pub credential_grace_secs: u64,
 }
 
@@ -80,25 +80,32 @@ pub struct ServerConfig {
     /// Everything fencegate keeps on disk lives below this directory by default.
     pub data_dir: PathBuf,
     /// Largest accepted request body, in bytes.
+    #[serde(deserialize_with = "super::units::bytes")]
     pub max_body_bytes: u64,
     /// A client that sends no body bytes for this long is cut off (slowloris guard).
+    #[serde(deserialize_with = "super::units::secs")]
     pub body_idle_timeout_secs: u64,
     /// Largest accepted request head (all header names and values), in bytes: 431 above it.
+    #[serde(deserialize_with = "super::units::bytes_usize")]
     pub max_header_bytes: usize,
     /// Without keys fencegate runs in development mode (anonymous access), and then refuses
     /// to listen on anything but loopback. `false` lifts that refusal: anyone who reaches the
     /// port may then do anything. Logged loudly at every start.
+    #[serde(deserialize_with = "super::units::boolean")]
     pub protected_mode: bool,
     /// TLS on every listener (native, S3, admin). Unset: plain HTTP.
     pub tls: Option<TlsFiles>,
     /// On SIGTERM or SIGINT, how long requests in flight may still take before the process
     /// exits anyway (a commit cut short is a crash, which the commit protocol survives).
+    #[serde(deserialize_with = "super::units::secs")]
     pub shutdown_grace_secs: u64,
     /// Most connections open at once, over every listener; more wait in the kernel's backlog.
     /// Lowered at start-up to fit the open-file limit.
+    #[serde(deserialize_with = "super::units::int")]
     pub max_connections: usize,
     /// How long the answer of a request sent with an `Idempotency-Key` is kept: a retry within
     /// this time is answered as the first request was, after it the key may be used afresh.
+    #[serde(deserialize_with = "super::units::secs")]
     pub idempotency_ttl_secs: u64,
     /// `text` or `json` (one object per line); `--log-format` overrides it.
     pub log_format: crate::logging::LogFormat,
@@ -144,21 +151,26 @@ pub struct FenceStoreConfig {
     pub key_file: Option<PathBuf>,
     /// etcd: the deadline of each call. A cluster without quorum answers nothing, and a
     /// write then gets 503 FenceStoreUnavailable after this long.
+    #[serde(deserialize_with = "super::units::millis")]
     pub timeout_ms: u64,
     /// etcd: how long after its intent a commit's or delete's store request may land. The
     /// request is presigned to expire then, so the store refuses it later; until then other
     /// instances wait for its outcome (503 CommitInProgress if it is not over in about a
     /// second). Whole seconds; large uploads' bodies go in parts before the intent.
+    #[serde(deserialize_with = "super::units::secs")]
     pub intent_ttl_secs: u64,
     /// etcd: how long the store may still be applying a commit it admitted just before its
     /// expiry (a large multipart completion, a body still streaming). Instances wait this much
     /// longer than an intent's deadline.
+    #[serde(deserialize_with = "super::units::secs")]
     pub store_apply_secs: u64,
     /// etcd: the most any instance's clock may run ahead of the store's. Instances wait this
     /// much longer than an intent's deadline before deciding without its answer.
+    #[serde(deserialize_with = "super::units::millis")]
     pub max_clock_skew_ms: u64,
     /// No longer needed: cluster mode was experimental until review round 18 and started only
     /// with this set. Still accepted, so that older configurations keep working; ignored.
+    #[serde(deserialize_with = "super::units::boolean")]
     pub unsafe_experimental_cluster: bool,
 }
 
@@ -213,33 +225,42 @@ pub struct S3BackendConfig {
     pub access_key_id: Option<String>,
     pub secret_access_key: Option<String>,
     /// Path-style addressing (`endpoint/bucket/key`); defaults to true when `endpoint` is set.
+    #[serde(deserialize_with = "super::units::opt_boolean")]
     pub path_style: Option<bool>,
+    #[serde(deserialize_with = "super::units::secs")]
     pub connect_timeout_secs: u64,
     /// Longest wait for the next bytes of a response.
+    #[serde(deserialize_with = "super::units::secs")]
     pub read_timeout_secs: u64,
     /// Attempts for reads (HEAD, GET, LIST, part uploads); conditional commits are never
     /// re-sent blindly.
+    #[serde(deserialize_with = "super::units::int")]
     pub read_attempts: u32,
     /// Bodies up to this size are buffered and committed with one PutObject; larger ones
     /// stream into a multipart upload in parts of this size. At least 5 MiB.
+    #[serde(deserialize_with = "super::units::bytes")]
     pub multipart_threshold_bytes: u64,
     /// Start even if the store ignores If-Match / If-None-Match (the start-up probe fails).
     /// Writes behind fencegate's back racing a commit can then be overwritten silently.
+    #[serde(deserialize_with = "super::units::boolean")]
     pub unsafe_no_conditional_writes: bool,
     /// Start even if the store ignores If-Match on DeleteObject. Deletes are then a HEAD and an
     /// unconditional DELETE: a DELETE that times out and lands late can remove an object a
     /// newer token wrote in between.
+    #[serde(deserialize_with = "super::units::boolean")]
     pub unsafe_unconditional_deletes: bool,
     /// A PEM file of CA certificates trusted for an https endpoint, besides the system roots.
     pub ca_file: Option<PathBuf>,
     /// At start-up, multipart uploads under a bucket's prefix that fencegate's upload registry
     /// does not know and that began more than this many seconds ago are aborted (left by a
     /// crash or a cancelled request). 0 aborts every unknown upload.
+    #[serde(deserialize_with = "super::units::secs")]
     pub abandoned_upload_secs: u64,
     /// After a commit or delete whose outcome the store did not confirm (a timeout, a reset, a
     /// 5xx), the object is refused (503 `CommitUnresolved`) until the store shows that outcome
     /// or this many seconds have passed: the longest a request can be in flight and still be
     /// applied. 900 is the SigV4 window (stores refuse a request signed 15 minutes earlier).
+    #[serde(deserialize_with = "super::units::secs")]
     pub commit_deadline_secs: u64,
 }
 
@@ -349,9 +370,11 @@ pub struct BucketPolicy {
     pub fencing: FencingMode,
     pub scope: ScopeKind,
     /// With `scope = "prefix"`: how many leading key segments name the scope.
+    #[serde(deserialize_with = "super::units::int")]
     pub prefix_segments: u32,
     pub tokens: TokenOrder,
     /// Deletes need a token (and leave a tombstone) like writes do.
+    #[serde(deserialize_with = "super::units::boolean")]
     pub fenced_deletes: bool,
     pub on_bypass: BypassPolicy,
     /// s3 backends: the store's bucket (defaults to this bucket's name).
@@ -362,6 +385,7 @@ pub struct BucketPolicy {
     /// The largest step a write, delete or fence advance may take above the scope's highest
     /// token (from 0 for a fresh scope); unset, any. Guards against one request fencing a
     /// scope at the top of the token space by mistake or on purpose.
+    #[serde(deserialize_with = "super::units::opt_int")]
     pub max_token_jump: Option<u64>,
 }
 
@@ -387,6 +411,7 @@ impl Default for BucketPolicy {
 #[serde(deny_unknown_fields, default)]
 pub struct S3GatewayConfig {
     /// Serve the S3 REST API at all.
+    #[serde(deserialize_with = "super::units::boolean")]
     pub enabled: bool,
     /// A second address for the S3 API; unset, it shares the native API's listener (every path
     /// that is not `/v1/...`, `/healthz` or `/metrics`).
@@ -397,6 +422,7 @@ pub struct S3GatewayConfig {
     /// The region clients sign for and GetBucketLocation reports.
     pub region: String,
     /// Most parts a multipart upload may have (S3's own limit is 10000).
+    #[serde(deserialize_with = "super::units::int")]
     pub max_parts: u32,
     /// Deprecated: the keys of the S3 gateway only, before `[keys.NAME]` served every
     /// surface. Still read, as read + write + delete on their buckets, with a warning.
@@ -426,7 +452,7 @@ pub struct S3Key {
     #[serde(default = "all_buckets")]
     pub buckets: Vec<String>,
     /// Whether the key may write (put, copy, delete, multipart, create and delete buckets).
-    #[serde(default = "yes")]
+    #[serde(default = "yes", deserialize_with = "super::units::boolean")]
     pub write: bool,
 }
 

@@ -12,7 +12,9 @@ use std::sync::Arc;
 pub struct BucketEntry {
     pub policy: BucketPolicy,
     pub backend: Arc<dyn Backend>,
-    pub(super) in_flight: inflight::InFlight,
+    /// Shared with the entry a policy reload replaces this one by, so that DeleteBucket still
+    /// sees the writes admitted under the old policy.
+    pub(super) in_flight: Arc<inflight::InFlight>,
     /// When fencegate first served the bucket (Unix ms; 0 when not known).
     pub created_ms: u64,
 }
@@ -45,6 +47,33 @@ impl Gate {
             .get(name)
             .cloned()
             .ok_or_else(|| GateError::NoSuchBucket(name.to_string()))
+    }
+
+    /// The policies of these buckets from now on (a configuration reload): each entry is
+    /// replaced whole, with its backend and its writes in flight, so a request sees one policy
+    /// from its start to its end, and every request admitted after this returns sees the new
+    /// one. The caller has checked that each change keeps the bucket's scope kind (which keys
+    /// the fence rows) and its backend. Buckets not served are skipped and returned.
+    pub fn replace_policies(
+        &self,
+        policies: &std::collections::BTreeMap<String, BucketPolicy>,
+    ) -> Vec<String> {
+        let mut buckets = self.buckets.write();
+        let mut missing = Vec::new();
+        for (name, policy) in policies {
+            let Some(old) = buckets.get(name) else {
+                missing.push(name.clone());
+                continue;
+            };
+            let entry = BucketEntry {
+                policy: policy.clone(),
+                backend: old.backend.clone(),
+                in_flight: old.in_flight.clone(),
+                created_ms: old.created_ms,
+            };
+            buckets.insert(name.clone(), Arc::new(entry));
+        }
+        missing
     }
 
     /// Serves a new bucket; false if one by that name exists. Its fence rows, if a bucket by

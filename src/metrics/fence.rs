@@ -41,6 +41,17 @@ impl FenceStore for Instrumented {
         result
     }
 
+    fn scan_after(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
+    ) -> Result<(), StoreError> {
+        let result = self.inner.scan_after(prefix, after, visit);
+        count("scan", &result);
+        result
+    }
+
     async fn put(
         &self,
         rows: Vec<(String, FenceRow)>,

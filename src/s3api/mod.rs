@@ -42,9 +42,11 @@ pub fn service(gateway: S3Gateway, cfg: &S3GatewayConfig) -> Result<S3Service, S
         s3s_limits(),
     ))));
     if let Some(domain) = &cfg.domain {
-        if domain.is_empty() || domain.contains([':', '/', ' ']) {
+        // Also checked with the rest of the configuration (check-config); kept here for a
+        // gateway built from a configuration that did not come through it.
+        if let Some(problem) = crate::config::s3_domain_problem(domain) {
             return Err(format!(
-                "[s3] domain = {domain:?} is not a domain name; write it like \"s3.example.com\""
+                "[s3] domain = {domain:?} {problem}; write it like \"s3.example.com\""
             ));
         }
         builder.set_host(VirtualHosts {

@@ -3,6 +3,7 @@
 //! holds the accept loop every listener runs, `tls.rs` the certificates it offers.
 
 mod listen;
+pub mod reload;
 mod stall;
 pub mod tls;
 
@@ -356,9 +357,20 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         Some(files) => Some(tls::Tls::load(&files.cert_file, &files.key_file)?),
         None => None,
     };
+    let admin_auth = Arc::new(crate::auth::admin::AdminAuth::new(
+        keys.clone(),
+        config.admin_token.clone(),
+    ));
+    let reloader = Arc::new(reload::Reloader::new(
+        config.clone(),
+        keys.clone(),
+        admin_auth.clone(),
+        gate.clone(),
+        tls.clone(),
+    ));
     // Always watched: SIGHUP's default action ends the process, and `systemctl reload` or a
     // logrotate hook sends it (review round 7).
-    tokio::spawn(reload_on_sighup(tls.clone()));
+    tokio::spawn(reload_on_sighup(reloader.clone()));
     let s3 = if config.s3.enabled {
         Some(s3_service(&config, gate.clone(), catalog, keys.clone())?)
     } else {
@@ -377,13 +389,9 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         max_header_bytes: config.server.max_header_bytes,
         leases,
         keys: keys.clone(),
-        tls: tls.clone(),
+        reloader,
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let admin_auth = Arc::new(crate::auth::admin::AdminAuth {
-        keys,
-        token: config.admin_token.clone(),
-    });
     let admin_routes = api::admin::routes(state.clone(), admin_auth);
     // Every listener is bound before any is served, so a taken port fails the start.
     let listener = bind(config.listen).await?;
@@ -466,24 +474,24 @@ fn connection_budget(max_connections: usize) -> usize {
     max_connections.max(1)
 }
 
-/// SIGHUP reloads the TLS certificate (a renewal copied into place); a bad file is logged and
-/// the certificate in use stays.
-async fn reload_on_sighup(tls: Option<tls::Tls>) {
+/// SIGHUP reloads the configuration: keys, bucket policies and the TLS certificate (a renewal
+/// copied into place), all or nothing (`reload.rs`); a refused reload is logged and the
+/// configuration in use stays.
+async fn reload_on_sighup(reloader: Arc<reload::Reloader>) {
     let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-        tracing::warn!("SIGHUP cannot be watched; reload the certificate with POST /admin/reload");
+        tracing::warn!(
+            "SIGHUP cannot be watched; reload the configuration with POST /admin/reload"
+        );
         return;
     };
     while hup.recv().await.is_some() {
-        let Some(tls) = &tls else {
-            tracing::info!("SIGHUP: nothing to reload ([server.tls] is not set)");
-            continue;
-        };
-        match tls.reload() {
-            Ok(()) => {
-                tracing::info!(target: "fencegate::audit", cert = %tls.cert_file().display(), "TLS certificate reloaded on SIGHUP")
-            }
+        match reloader.reload("SIGHUP").await {
+            Ok(report) if report.unchanged() && report.tls == "off" => tracing::info!(
+                "SIGHUP: nothing to reload (the keys and policies are unchanged, and [server.tls] is not set)"
+            ),
+            Ok(_) => tracing::info!("SIGHUP: the configuration was reloaded"),
             Err(e) => {
-                tracing::error!(error = %e, "the TLS reload on SIGHUP failed; the certificate in use stays")
+                tracing::error!(error = %e, "the reload on SIGHUP was refused; the configuration in use stays")
             }
         }
     }

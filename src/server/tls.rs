@@ -23,6 +23,9 @@ pub enum TlsError {
     Rustls(#[from] rustls::Error),
 }
 
+/// A certificate read and checked, not yet offered ([`Tls::prepare`]).
+pub struct Prepared(Arc<ServerConfig>);
+
 /// The live server configuration of the TLS listeners, swapped whole on reload.
 #[derive(Clone)]
 pub struct Tls {
@@ -45,9 +48,20 @@ impl Tls {
     /// Reads the files again. On an error the certificate in use stays, so a half-copied
     /// renewal never takes a listener down.
     pub fn reload(&self) -> Result<(), TlsError> {
-        let config = server_config(&self.cert_file, &self.key_file)?;
-        *self.current.write() = config;
+        let config = self.prepare()?;
+        self.install(config);
         Ok(())
+    }
+
+    /// Reads and checks the files without serving them yet: a configuration reload installs
+    /// them only once everything else it changes has been checked too.
+    pub fn prepare(&self) -> Result<Prepared, TlsError> {
+        server_config(&self.cert_file, &self.key_file).map(Prepared)
+    }
+
+    /// Offers a prepared certificate to every new connection.
+    pub fn install(&self, prepared: Prepared) {
+        *self.current.write() = prepared.0;
     }
 
     /// The acceptor for the next connection.
