@@ -9,20 +9,28 @@
 //! logged), so the subscriber is installed with text and switched once the format is known,
 //! through a reload handle, before anything is served.
 
-use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
 use tracing_subscriber::layer::{Layered, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Layer, Registry};
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// Human-readable lines (ANSI colours on a terminal).
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
+pub use crate::config::LogFormat;
+
+// `--log-format text|json`: the config's type, so the flag and the file take the same words.
+impl clap::ValueEnum for LogFormat {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[LogFormat::Text, LogFormat::Json]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(match self {
+            LogFormat::Text => clap::builder::PossibleValue::new("text")
+                .help("Human-readable lines (ANSI colours on a terminal)"),
+            LogFormat::Json => {
+                clap::builder::PossibleValue::new("json").help("One JSON object per line")
+            }
+        })
+    }
 }
 
 type Filtered = Layered<EnvFilter, Registry>;

@@ -12,7 +12,8 @@ pub use fence_store::EtcdConfig;
 pub use keys::{Key, Permission};
 pub use model::{
     BackendConfig, BucketPolicy, BypassPolicy, FenceStoreConfig, FenceStoreKind, FencingMode,
-    LeaseConfig, S3BackendConfig, S3GatewayConfig, S3Key, ScopeKind, ServerConfig, TokenOrder,
+    LeaseConfig, LogFormat, S3BackendConfig, S3GatewayConfig, S3Key, ScopeKind, ServerConfig,
+    TokenOrder,
 };
 
 use layers::{EnvLayer, Origins, Place};

@@ -108,7 +108,19 @@ pub struct ServerConfig {
     #[serde(deserialize_with = "super::units::secs")]
     pub idempotency_ttl_secs: u64,
     /// `text` or `json` (one object per line); `--log-format` overrides it.
-    pub log_format: crate::logging::LogFormat,
+    pub log_format: LogFormat,
+}
+
+/// How logs are written (`[server] log_format`, `--log-format`). Defined here, not in
+/// `crate::logging`, so that the config loader compiles on its own (the fuzz target).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines (ANSI colours on a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 impl Default for ServerConfig {
@@ -124,7 +136,7 @@ impl Default for ServerConfig {
             shutdown_grace_secs: 30,
             max_connections: 50_000,
             idempotency_ttl_secs: 86_400,
-            log_format: crate::logging::LogFormat::Text,
+            log_format: LogFormat::Text,
         }
     }
 }
