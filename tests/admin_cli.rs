@@ -146,7 +146,7 @@ async fn in_development_mode_fences_are_shown_and_advanced_never_lowered() {
     assert_eq!(info["highest"], 40);
     assert_eq!(call(&c, put(39), None).await.0, 409);
     assert_eq!(
-        s.log_lines(&["fence advanced by an admin", "dev-mode", "token=40"])
+        s.awaited_log_lines(&["fence advanced by an admin", "dev-mode", "token=40"], 1)
             .len(),
         1,
         "the audit line names the principal"
@@ -315,7 +315,10 @@ async fn a_revoked_lease_is_gone_and_its_holder_cannot_renew() {
         revoke.rows(),
         [["nightly-report", "worker-a", shown_token.as_str(), "0"]]
     );
-    assert_eq!(s.log_lines(&["lease revoked", "dev-mode"]).len(), 1);
+    assert_eq!(
+        s.awaited_log_lines(&["lease revoked", "dev-mode"], 1).len(),
+        1
+    );
 
     // The holder finds out at its next renewal.
     let (status, body) = call(
@@ -703,7 +706,7 @@ lease_names = ["*"]
         (json!(9), json!(12))
     );
     assert_eq!(
-        s.log_lines(&["fence advanced by an admin", "key:ops", "token=12"])
+        s.awaited_log_lines(&["fence advanced by an admin", "key:ops", "token=12"], 1)
             .len(),
         1
     );
@@ -724,8 +727,11 @@ lease_names = ["*"]
     .json();
     assert_eq!(adv["fence"]["highest"], 13);
     assert_eq!(
-        s.log_lines(&["fence advanced by an admin", "admin-token", "token=13"])
-            .len(),
+        s.awaited_log_lines(
+            &["fence advanced by an admin", "admin-token", "token=13"],
+            1
+        )
+        .len(),
         1
     );
 
@@ -809,7 +815,10 @@ lease_names = ["*"]
     );
     let run = cli(&admin_url, &["leases", "revoke", "etl", "--json"], &ops);
     assert_eq!(run.json()["lease"]["holder"], "spark");
-    assert_eq!(s.log_lines(&["lease revoked", "key:ops"]).len(), 1);
+    assert_eq!(
+        s.awaited_log_lines(&["lease revoked", "key:ops"], 1).len(),
+        1
+    );
     let (status, body) = call(
         &c,
         c.put(s.url("/v1/leases/etl")).json(&json!({

@@ -356,3 +356,86 @@ async fn a_rotated_bearer_token_file_is_taken_and_the_old_token_refused() {
     );
     assert_eq!(call(&fx.c, with(NEW_TOKEN), None).await.0, 200);
 }
+
+/// Review round 23, F1: a multipart upload begun without a token while the bucket's tokens
+/// were optional, completed after a reload made them required and after the holder wrote with
+/// token 5 and deleted with 6, is refused (428, the upload dropped): the tombstone stays and
+/// the zombie's bytes never land. A tokenless write admitted after the reload is refused too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tokenless_upload_begun_before_tokens_became_required_cannot_complete() {
+    use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+    let fx = Fixture::start(&format!("{OPS_KEY}{APP_KEY}{BUCKETS}"));
+    let s3 = common::moto::client_with(&fx.s.url(""), APP.key, APP.secret);
+    let upload = s3
+        .create_multipart_upload()
+        .bucket("lenient")
+        .key("report")
+        .send()
+        .await
+        .expect("a tokenless upload in an optional bucket");
+    let id = upload.upload_id().unwrap().to_string();
+    let part = s3
+        .upload_part()
+        .bucket("lenient")
+        .key("report")
+        .upload_id(&id)
+        .part_number(1)
+        .body(b"zombie bytes".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+
+    fx.rewrite(&format!(
+        "{OPS_KEY}{APP_KEY}[buckets.default]\n[buckets.lenient]\nfencing = \"required\"\n"
+    ));
+    let (status, body) = fx.admin_reload(OPS).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(fx.put_in("lenient", "report", None, APP).await, 428);
+    assert_eq!(fx.put_in("lenient", "report", Some("5"), APP).await, 200);
+    let (status, body) = call(
+        &fx.c,
+        fx.c.delete(fx.s.object_url("lenient", "report"))
+            .header("Fencing-Token", "6"),
+        Some(APP),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+
+    let done = s3
+        .complete_multipart_upload()
+        .bucket("lenient")
+        .key("report")
+        .upload_id(&id)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .parts(
+                    CompletedPart::builder()
+                        .part_number(1)
+                        .e_tag(part.e_tag().unwrap())
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await;
+    let err = done.expect_err("the zombie's completion is refused");
+    let raw = err.raw_response().expect("an HTTP answer");
+    assert_eq!(raw.status().as_u16(), 428, "{err:?}");
+    // The tombstone holds: nothing to read, and the fence still at 6 with its tombstone.
+    let read = common::sign::send(
+        &fx.c,
+        fx.c.get(fx.s.object_url("lenient", "report")),
+        Some(APP),
+    )
+    .await;
+    assert_eq!(read.status().as_u16(), 404, "the object came back");
+    let (status, fence) = call(
+        &fx.c,
+        fx.c.get(fx.s.url("/v1/fences/lenient/report")),
+        Some(APP),
+    )
+    .await;
+    assert_eq!(status, 200, "{fence}");
+    assert_eq!(fence["highest"], 6, "{fence}");
+    assert_eq!(fence["tombstone"], true, "{fence}");
+}

@@ -65,8 +65,28 @@ fn plain_integer(text: &str) -> Option<Result<u64, String>> {
     })
 }
 
-/// A duration in whole units of `unit` (1 s or 1 ms).
+/// The longest duration any field takes: longer ones overflow the clock arithmetic of the
+/// timers they set (review round 23, F3 and F5: a grace of u64::MAX seconds panicked every
+/// request made with lease credentials).
+const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// A duration in whole units of `unit` (1 s or 1 ms), at most [`LONGEST`].
 fn duration<'de, D: Deserializer<'de>>(
+    d: D,
+    unit: Duration,
+    unit_name: &'static str,
+    expecting: &'static str,
+) -> Result<u64, D::Error> {
+    let n = unbounded_duration(d, unit, unit_name, expecting)?;
+    if u128::from(n) * unit.as_nanos() > LONGEST.as_nanos() {
+        return Err(de::Error::custom(format!(
+            "{n} {unit_name} is longer than 100 years, the longest duration fencegate takes"
+        )));
+    }
+    Ok(n)
+}
+
+fn unbounded_duration<'de, D: Deserializer<'de>>(
     d: D,
     unit: Duration,
     unit_name: &'static str,
@@ -125,13 +145,28 @@ pub fn bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     if let Some(n) = plain_integer(&text) {
         return n.map_err(de::Error::custom);
     }
-    text.parse::<bytesize::ByteSize>()
+    let size = text
+        .parse::<bytesize::ByteSize>()
         .map(|b| b.as_u64())
         .map_err(|e| {
             de::Error::custom(format!(
                 "{text:?} is not a size ({e}); expected {EXPECTING}"
             ))
-        })
+        })?;
+    // bytesize saturates and truncates: "99999999999999EiB" would be u64::MAX and "1.9B" one
+    // byte (review round 23, F5). Neither is what was written.
+    if size == u64::MAX {
+        return Err(de::Error::custom(format!(
+            "{text:?} is larger than 18446744073709551615 bytes"
+        )));
+    }
+    let unit = text.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.' || c == ' ');
+    if text.contains('.') && (unit.is_empty() || unit.eq_ignore_ascii_case("b")) {
+        return Err(de::Error::custom(format!(
+            "{text:?} is not a whole number of bytes"
+        )));
+    }
+    Ok(size)
 }
 
 /// A `*_bytes` field held as a `usize`.
@@ -232,6 +267,18 @@ mod tests {
         assert!(probe("s = -1").unwrap_err().contains("negative"));
         assert!(probe("s = true").is_err());
         assert!(probe("s = 1.5").is_err());
+    }
+
+    #[test]
+    fn sizes_and_durations_that_mean_something_else_are_refused() {
+        // Review round 23, F3 and F5.
+        assert!(probe(r#"b = "1.9B""#).is_err());
+        assert!(probe(r#"b = "99999999999999EiB""#).is_err());
+        assert!(probe(r#"s = "18446744073709551615""#).is_err());
+        assert!(probe(r#"ms = "18446744073709551615""#).is_err());
+        assert!(probe(r#"s = "101y""#).is_err());
+        assert_eq!(probe(r#"s = "99y""#).unwrap().s, 99 * 31_557_600);
+        assert_eq!(probe(r#"b = "1.5KiB""#).unwrap().b, 1536);
     }
 
     #[test]

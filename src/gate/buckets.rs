@@ -50,9 +50,9 @@ impl Gate {
     }
 
     /// The policies of these buckets from now on (a configuration reload): each entry is
-    /// replaced whole, with its backend and its writes in flight, so a request sees one policy
-    /// from its start to its end, and every request admitted after this returns sees the new
-    /// one. The caller has checked that each change keeps the bucket's scope kind (which keys
+    /// replaced whole, with its backend and its writes in flight. Every request admitted after
+    /// this returns sees the new policy, and so does the token check under the scope's lock
+    /// of every write and delete still in flight (`Gate::lock_checks`). The caller has checked that each change keeps the bucket's scope kind (which keys
     /// the fence rows) and its backend. Buckets not served are skipped and returned.
     pub fn replace_policies(
         &self,

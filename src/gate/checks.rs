@@ -75,6 +75,7 @@ impl Gate {
     /// a pending version is never trusted: the commit that wrote it ended without confirming
     /// (fencegate crashed, or the backend failed), the backend may hold either version, and the
     /// client's conditions must be judged against the one it really holds.
+    #[allow(clippy::too_many_arguments)] // one call site each for writes and deletes
     pub(super) async fn lock_checks(
         &self,
         req: &WriteRequest,
@@ -83,6 +84,7 @@ impl Gate {
         object_key: &str,
         token: Option<Token>,
         trust_row: bool,
+        is_delete: bool,
     ) -> Result<Locked, GateError> {
         let scope_row = self.row(scope).await?;
         let object_row = if object_key == scope {
@@ -117,8 +119,17 @@ impl Gate {
                 replay: Some(replay),
             });
         }
-        if let Some(t) = token {
-            check_token(&entry.policy, t.0, &scope_row, scope)?;
+        // The token is judged under the bucket's policy as it is now, not as the request found
+        // it: a reload may have made tokens required (or strictly increasing) since this
+        // request, or the multipart upload it completes, began, and a write begun before must
+        // not land after the holder's token or tombstone under the old rules (review round
+        // 23, F1 and F6). After the replay above, which writes nothing.
+        let now = self.bucket(&req.bucket)?;
+        match token {
+            None => {
+                Self::admit(&req.bucket, &now.policy, Ok(None), is_delete)?;
+            }
+            Some(t) => check_token(&now.policy, t.0, &scope_row, scope)?,
         }
         self.check_binding(req, entry, scope, &object_row, token)
             .await?;

@@ -171,7 +171,7 @@ impl Gate {
         let mut attempt = 0;
         loop {
             let result = match self
-                .lock_checks(req, entry, scope, &object_key, token, trust_row)
+                .lock_checks(req, entry, scope, &object_key, token, trust_row, false)
                 .await
             {
                 Ok(locked) => {

@@ -75,7 +75,7 @@ impl Gate {
             replay,
             ..
         } = self
-            .lock_checks(req, entry, scope, object_key, token, false)
+            .lock_checks(req, entry, scope, object_key, token, false, true)
             .await?;
         if let Some(replay) = replay {
             return Ok(replay);

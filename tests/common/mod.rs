@@ -115,6 +115,19 @@ impl Server {
             .collect()
     }
 
+    /// The log lines that contain every one of `parts`, once there are `want` of them: the log
+    /// arrives through a pipe and a thread, a moment after the answer it belongs to.
+    pub fn awaited_log_lines(&self, parts: &[&str], want: usize) -> Vec<String> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let lines = self.log_lines(parts);
+            if lines.len() >= want || std::time::Instant::now() > deadline {
+                return lines;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits up to `limit` for the process to exit on its own.
     pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         let deadline = std::time::Instant::now() + limit;
