@@ -8,11 +8,10 @@
 mod common;
 
 use common::ministack::Ministack;
-use std::io::{BufRead, BufReader};
+use common::Server;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -52,74 +51,27 @@ fn strings(v: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
-/// A fencegate started with a deployment file's command line.
-struct Running {
-    child: Child,
-    addr: String,
+/// A fencegate started with a deployment file's command line (its data directory is the one
+/// the arguments or the environment name).
+fn serve(args: &[String], env: &[(&str, String)]) -> Server {
+    let mut cmd = Command::new(common::binary());
+    cmd.args(args).env("RUST_LOG", "info").stdout(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Server::spawn(cmd, Path::new("."))
 }
 
-impl Running {
-    fn start(args: &[String], env: &[(&str, String)]) -> Running {
-        let mut cmd = Command::new(common::binary());
-        cmd.args(args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if l.contains("fencegate is listening") {
-                    if let Some(a) = l
-                        .split("addr=")
-                        .nth(1)
-                        .and_then(|r| r.split_whitespace().next())
-                    {
-                        let _ = tx.send(Ok(a.to_string()));
-                    }
-                }
-                if l.contains("ERROR") {
-                    let _ = tx.send(Err(l.clone()));
-                }
-                if std::env::var_os("FENCEGATE_TEST_LOG").is_some() {
-                    eprintln!("[fencegate] {l}");
-                }
-            }
-        });
-        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(Ok(addr)) => addr,
-            other => panic!("`fencegate {}` did not start: {other:?}", args.join(" ")),
-        };
-        Running { child, addr }
-    }
-
-    /// SIGTERM, as `docker stop` and systemd send; the exit must come within `limit`.
-    fn stop_within(mut self, limit: Duration) {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(
-                    status.success(),
-                    "fencegate exited with {status} on SIGTERM"
-                );
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("fencegate did not exit within {limit:?} of SIGTERM");
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// SIGTERM, as `docker stop` and systemd send; a clean exit must come within `limit`.
+fn stop_within(mut server: Server, limit: Duration) {
+    unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+    let status = server
+        .wait_exit(limit)
+        .unwrap_or_else(|| panic!("fencegate did not exit within {limit:?} of SIGTERM"));
+    assert!(
+        status.success(),
+        "fencegate exited with {status} on SIGTERM"
+    );
 }
 
 /// A compose healthcheck's `test` (`["CMD", program, args...]`), run here with its address
@@ -209,7 +161,7 @@ fn the_image_command_runs() {
         "FENCEGATE_SERVER__DATA_DIR",
         data.path().display().to_string(),
     ));
-    let running = Running::start(&args, &env);
+    let running = serve(&args, &env);
     let health = dockerfile
         .lines()
         .find_map(|l| {
@@ -218,10 +170,10 @@ fn the_image_command_runs() {
                 .filter(|_| l.starts_with("HEALTHCHECK"))
         })
         .expect("a HEALTHCHECK");
-    let health = health.replace("127.0.0.1:8080", &running.addr);
+    let health = health.replace("127.0.0.1:8080", &running.addr.to_string());
     let ok = Command::new("sh").arg("-c").arg(&health).status().unwrap();
     assert!(ok.success(), "the HEALTHCHECK failed: {health}");
-    running.stop_within(Duration::from_secs(30));
+    stop_within(running, Duration::from_secs(30));
 }
 
 /// docker/compose.yaml: one fencegate in front of a store service, with its config file, the
@@ -308,14 +260,14 @@ async fn the_single_instance_compose_file_runs() {
         data.path().display().to_string(),
     ));
     env.push(("FENCEGATE_BACKENDS__STORE__ENDPOINT", store.endpoint()));
-    let running = Running::start(&args, &env);
+    let running = serve(&args, &env);
     assert!(
-        healthcheck(&fg["healthcheck"]["test"], &running.addr),
+        healthcheck(&fg["healthcheck"]["test"], &running.addr.to_string()),
         "the compose healthcheck failed"
     );
     // Keys are on: an unsigned write is refused, a signed one lands in the store.
     let (status, _) = common::raw_request(
-        running.addr.parse().unwrap(),
+        running.addr,
         "PUT /v1/objects/default/k HTTP/1.1\r\nHost: x\r\nFencing-Token: 1\r\nContent-Length: 1\r\n\r\n",
         b"x",
     );
@@ -345,7 +297,7 @@ async fn the_single_instance_compose_file_runs() {
         kept.body.collect().await.unwrap().into_bytes().as_ref(),
         b"through compose's command line"
     );
-    running.stop_within(Duration::from_secs(grace));
+    stop_within(running, Duration::from_secs(grace));
 }
 
 /// docker/cluster.compose.yaml and docker/cluster.toml: the config loads (with the same
@@ -440,7 +392,7 @@ fn the_systemd_unit_runs_its_command_lines() {
     let start = value("ExecStart");
     assert_eq!(start.len(), 1);
     assert!(start[0].starts_with("/usr/local/bin/fencegate serve"));
-    let running = Running::start(
+    let running = serve(
         &local(&start[0]),
         &[("FENCEGATE_SERVER__LISTEN", "127.0.0.1:0".into())],
     );
@@ -456,10 +408,10 @@ fn the_systemd_unit_runs_its_command_lines() {
         String::from_utf8_lossy(&check.stderr)
     );
     assert_eq!(reloads[1], "/bin/kill -HUP $MAINPID");
-    unsafe { libc::kill(running.child.id() as i32, libc::SIGHUP) };
+    unsafe { libc::kill(running.pid() as i32, libc::SIGHUP) };
     std::thread::sleep(Duration::from_millis(500));
     let (status, _) = common::raw_request(
-        running.addr.parse().unwrap(),
+        running.addr,
         "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
         b"",
     );
@@ -469,5 +421,5 @@ fn the_systemd_unit_runs_its_command_lines() {
     assert!(stop > config.server.shutdown_grace_secs);
     assert_eq!(value("KillSignal"), ["SIGTERM"]);
     assert_eq!(value("StateDirectory"), ["fencegate"]);
-    running.stop_within(Duration::from_secs(stop));
+    stop_within(running, Duration::from_secs(stop));
 }

@@ -16,10 +16,8 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -28,7 +26,6 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 enum Step {
     Serve {
         args: Vec<String>,
-        line: usize,
     },
     File {
         name: String,
@@ -57,7 +54,6 @@ fn steps(readme: &str) -> Vec<Step> {
             if let Some(args) = directive.strip_prefix("serve") {
                 steps.push(Step::Serve {
                     args: args.split_whitespace().map(String::from).collect(),
-                    line: n,
                 });
             } else {
                 assert!(
@@ -184,64 +180,22 @@ fn shows(output: &str, expect: &[String]) -> bool {
     true
 }
 
-/// A fencegate started as the README says.
-struct Instance {
-    child: Child,
-    addr: String,
+/// A fencegate started as the README says (`fencegate serve ARGS` in the work directory).
+fn serve(work: &Path, args: &[String]) -> common::Server {
+    let mut cmd = Command::new(common::binary());
+    cmd.arg("serve")
+        .args(args)
+        .args(["--listen", "127.0.0.1:0"])
+        .current_dir(work)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null());
+    common::Server::spawn(cmd, &work.join("data"))
 }
 
-impl Instance {
-    fn start(work: &Path, args: &[String], line: usize) -> Instance {
-        let mut child = Command::new(common::binary())
-            .arg("serve")
-            .args(args)
-            .args(["--listen", "127.0.0.1:0"])
-            .current_dir(work)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the fencegate binary starts");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = l
-                    .contains("fencegate is listening")
-                    .then(|| l.split("addr=").nth(1))
-                    .flatten()
-                    .and_then(|rest| rest.split_whitespace().next())
-                {
-                    let _ = tx.send(addr.to_string());
-                }
-                if std::env::var_os("FENCEGATE_TEST_LOG").is_some() {
-                    eprintln!("[fencegate] {l}");
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| {
-                panic!(
-                    "README.md:{line}: `fencegate serve {}` did not start",
-                    args.join(" ")
-                )
-            });
-        Instance { child, addr }
-    }
-
-    /// SIGTERM, as a reader's Ctrl-C, and wait for the exit.
-    fn stop(mut self) {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// SIGTERM, as a reader's Ctrl-C, and wait for the exit.
+fn stop(mut server: common::Server) {
+    unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+    server.wait_exit(Duration::from_secs(60));
 }
 
 fn with_addr(text: &str, addr: &str) -> String {
@@ -339,22 +293,22 @@ fn the_readme_runs_as_written() {
     for dir in ["config", "scripts", "examples"] {
         std::os::unix::fs::symlink(Path::new(ROOT).join(dir), work.join(dir)).unwrap();
     }
-    let mut instance: Option<Instance> = None;
+    let mut instance: Option<common::Server> = None;
     let mut ran = 0;
     for step in &steps {
         match step {
-            Step::Serve { args, line } => {
+            Step::Serve { args } => {
                 if let Some(old) = instance.take() {
-                    old.stop();
+                    stop(old);
                 }
-                instance = Some(Instance::start(&work, args, *line));
+                instance = Some(serve(&work, args));
             }
             Step::File { name, body } => std::fs::write(work.join(name), body).unwrap(),
             Step::Run { lang, body, line } => {
                 // Before the first `serve`, blocks (setting up a shell) talk to nothing.
                 let addr = instance
                     .as_ref()
-                    .map_or_else(|| "127.0.0.1:8080".to_string(), |i| i.addr.clone());
+                    .map_or_else(|| "127.0.0.1:8080".to_string(), |i| i.addr.to_string());
                 if lang == "python" {
                     let (code, text) = run(&work, "python", &with_addr(body, &addr), &addr);
                     assert_eq!(

@@ -56,6 +56,13 @@ impl Server {
             std::fs::write(&path, text).unwrap();
             cmd.arg("--config").arg(path);
         }
+        Server::spawn(cmd, data_dir)
+    }
+
+    /// Runs `cmd` (a fencegate command line, stderr piped) and waits until it listens; its
+    /// log is kept as it comes. Panics with the log if it exits first.
+    pub fn spawn(mut cmd: Command, data_dir: &Path) -> Server {
+        cmd.stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("the fencegate binary starts");
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();
@@ -81,7 +88,12 @@ impl Server {
         });
         let addr = rx
             .recv_timeout(Duration::from_secs(60))
-            .expect("fencegate printed its listening address within 60 s");
+            .unwrap_or_else(|e| {
+                panic!(
+                    "fencegate printed no listening address within 60 s ({e}); its log:\n{}",
+                    log.lock().unwrap().join("\n")
+                )
+            });
         Server {
             child,
             addr,
