@@ -18,6 +18,8 @@ const PART: usize = 5 * 1024 * 1024;
 enum Kind {
     Fs,
     S3Safe,
+    /// moto, in the unsafe mode: only for what moto itself does differently.
+    S3Moto,
 }
 
 struct Fx {
@@ -37,12 +39,17 @@ impl Fx {
                 "[buckets.bkt]\nfencing = \"optional\"\n\n[buckets.cat]\nfencing = \"optional\"\n"
                     .to_string(),
             ),
-            Kind::S3Safe => {
-                let store = Store::start(StoreKind::Ministack);
+            Kind::S3Safe | Kind::S3Moto => {
+                let store_kind = match kind {
+                    Kind::S3Moto => StoreKind::Moto,
+                    _ => StoreKind::Ministack,
+                };
+                let store = Store::start(store_kind);
                 store.create_bucket(STORE_BUCKET).await;
                 let config = format!(
-                    "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nmultipart_threshold_bytes = {PART}\n\n[buckets.bkt]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"b/\"\n\n[buckets.cat]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"c/\"\n",
-                    store.endpoint()
+                    "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nmultipart_threshold_bytes = {PART}\n{}\n\n[buckets.bkt]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"b/\"\n\n[buckets.cat]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"c/\"\n",
+                    store.endpoint(),
+                    store_kind.opt_in()
                 );
                 (Some(store), config)
             }
@@ -567,6 +574,267 @@ async fn conditions_and_errors(kind: Kind) {
         .is_err());
 }
 
+/// The status and headers of a GetObject or HeadObject by `partNumber`, sent presigned, as
+/// the wire carries them (the SDK does not show a success's status).
+async fn raw_part(
+    c: &Client,
+    key: &str,
+    number: i32,
+    head: bool,
+) -> (u16, reqwest::header::HeaderMap) {
+    let config =
+        aws_sdk_s3::presigning::PresigningConfig::expires_in(std::time::Duration::from_secs(60))
+            .unwrap();
+    let request = if head {
+        c.head_object()
+            .bucket("bkt")
+            .key(key)
+            .part_number(number)
+            .presigned(config)
+            .await
+            .unwrap()
+    } else {
+        c.get_object()
+            .bucket("bkt")
+            .key(key)
+            .part_number(number)
+            .presigned(config)
+            .await
+            .unwrap()
+    };
+    let http = reqwest::Client::new();
+    let method = if head {
+        reqwest::Method::HEAD
+    } else {
+        reqwest::Method::GET
+    };
+    let resp = http.request(method, request.uri()).send().await.unwrap();
+    (resp.status().as_u16(), resp.headers().clone())
+}
+
+/// GetObject and HeadObject `partNumber`: a completed upload's parts by number (206, its
+/// Content-Range and x-amz-mp-parts-count, the whole object's ETag); an object written whole
+/// has the one part 1, whatever fencegate did to store it (the s3 backend splits a body over
+/// its multipart threshold into parts of its own); a part beyond them is 416
+/// InvalidPartNumber; a part number outside 1 to 10,000 or beside a Range is refused.
+async fn parts_by_number(kind: Kind) {
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    let id = start(&c, "mp").await;
+    let etags = [
+        part(&c, "mp", &id, 1, PART).await,
+        part(&c, "mp", &id, 2, PART).await,
+        part(&c, "mp", &id, 3, 10).await,
+    ];
+    let done = c
+        .complete_multipart_upload()
+        .bucket("bkt")
+        .key("mp")
+        .upload_id(&id)
+        .multipart_upload(listed(&[(1, &etags[0]), (2, &etags[1]), (3, &etags[2])]))
+        .send()
+        .await
+        .unwrap();
+    let total = 2 * PART + 10;
+    for (number, offset, len) in [(1, 0, PART), (2, PART, PART), (3, 2 * PART, 10)] {
+        let got = c
+            .get_object()
+            .bucket("bkt")
+            .key("mp")
+            .part_number(number)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(got.parts_count(), Some(3), "part {number}");
+        assert_eq!(got.content_length(), Some(len as i64));
+        let range = format!("bytes {offset}-{}/{total}", offset + len - 1);
+        assert_eq!(got.content_range(), Some(range.as_str()));
+        assert_eq!(
+            got.e_tag(),
+            done.e_tag(),
+            "a part answers the object's ETag"
+        );
+        let bytes = got.body.collect().await.unwrap().into_bytes();
+        assert_eq!(bytes.len(), len);
+        assert!(
+            bytes.iter().all(|b| *b == number as u8),
+            "part {number}'s bytes"
+        );
+        let head = c
+            .head_object()
+            .bucket("bkt")
+            .key("mp")
+            .part_number(number)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(head.parts_count(), Some(3));
+        assert_eq!(head.content_length(), Some(len as i64));
+        assert_eq!(head.content_range(), Some(range.as_str()));
+    }
+    for head in [false, true] {
+        let (status, headers) = raw_part(&c, "mp", 2, head).await;
+        assert_eq!(status, 206, "head {head}");
+        assert_eq!(headers["x-amz-mp-parts-count"], "3");
+        let (status, _) = raw_part(&c, "mp", 4, head).await;
+        assert_eq!(status, 416, "head {head}: a part beyond the object's");
+    }
+    let (status, code, _, _) = refused(
+        c.get_object()
+            .bucket("bkt")
+            .key("mp")
+            .part_number(4)
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (416, "InvalidPartNumber"));
+    for number in [0, -1, 10_001] {
+        let (status, code, _, _) = refused(
+            c.get_object()
+                .bucket("bkt")
+                .key("mp")
+                .part_number(number)
+                .send()
+                .await,
+        );
+        assert_eq!(
+            (status, code.as_str()),
+            (400, "InvalidArgument"),
+            "part {number}"
+        );
+    }
+    let (status, code, _, _) = refused(
+        c.get_object()
+            .bucket("bkt")
+            .key("mp")
+            .part_number(1)
+            .range("bytes=0-1")
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "InvalidRequest"));
+    // The conditions judge the whole object.
+    let (status, _, _, _) = refused(
+        c.get_object()
+            .bucket("bkt")
+            .key("mp")
+            .part_number(1)
+            .if_match("\"0123\"")
+            .send()
+            .await,
+    );
+    assert_eq!(status, 412);
+
+    // Written whole: small, and (on s3) over the multipart threshold, which fencegate stores
+    // in parts of its own.
+    for (key, len) in [("one", 1000), ("big", PART + 1)] {
+        let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let etag = put(&c, "bkt", key, &body).await;
+        let got = c
+            .get_object()
+            .bucket("bkt")
+            .key(key)
+            .part_number(1)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(got.parts_count(), None, "{key}");
+        assert_eq!(got.content_length(), Some(len as i64), "{key}");
+        assert_eq!(got.e_tag(), Some(etag.as_str()));
+        let bytes = got.body.collect().await.unwrap().into_bytes();
+        assert!(bytes == body, "{key}: part 1 is the whole object");
+        let head = c
+            .head_object()
+            .bucket("bkt")
+            .key(key)
+            .part_number(1)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(head.content_length(), Some(len as i64), "{key}");
+        assert_eq!(head.parts_count(), None, "{key}");
+        let (status, _) = raw_part(&c, key, 1, false).await;
+        assert_eq!(status, 206, "{key}");
+        let (status, code, _, _) = refused(
+            c.get_object()
+                .bucket("bkt")
+                .key(key)
+                .part_number(2)
+                .send()
+                .await,
+        );
+        assert_eq!((status, code.as_str()), (416, "InvalidPartNumber"), "{key}");
+    }
+    let (status, code, _, _) = refused(
+        c.get_object()
+            .bucket("bkt")
+            .key("absent")
+            .part_number(1)
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (404, "NoSuchKey"));
+}
+
+/// moto answers GetObject `partNumber` on a multipart object with the whole object (and
+/// HeadObject with no Content-Range): fencegate refuses to pass that off as the part (501), and
+/// still serves part 1 of an object written whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_ignores_part_numbers_is_not_trusted() {
+    let fx = Fx::start(Kind::S3Moto).await;
+    let c = fx.client();
+    let id = start(&c, "mp").await;
+    let etags = [
+        part(&c, "mp", &id, 1, PART).await,
+        part(&c, "mp", &id, 2, 10).await,
+    ];
+    c.complete_multipart_upload()
+        .bucket("bkt")
+        .key("mp")
+        .upload_id(&id)
+        .multipart_upload(listed(&[(1, &etags[0]), (2, &etags[1])]))
+        .send()
+        .await
+        .unwrap();
+    let (status, code, _, _) = refused(
+        c.get_object()
+            .bucket("bkt")
+            .key("mp")
+            .part_number(2)
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (501, "NotImplemented"));
+    let (status, _) = raw_part(&c, "mp", 1, true).await;
+    assert_eq!(status, 501, "HeadObject");
+    let (status, code, _, _) = refused(
+        c.get_object()
+            .bucket("bkt")
+            .key("mp")
+            .part_number(3)
+            .send()
+            .await,
+    );
+    assert_eq!(
+        (status, code.as_str()),
+        (416, "InvalidPartNumber"),
+        "its ETag names 2 parts"
+    );
+    put(&c, "bkt", "one", b"whole").await;
+    let got = c
+        .get_object()
+        .bucket("bkt")
+        .key("one")
+        .part_number(1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        b"whole"
+    );
+}
+
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod fs {
@@ -582,6 +850,7 @@ macro_rules! on_both_backends {
 
 on_both_backends!(
     multipart_completion,
+    parts_by_number,
     system_metadata,
     listing,
     buckets,

@@ -36,6 +36,7 @@ impl MemoryBackend {
             version: format!("m{}", self.next_version.fetch_add(1, Ordering::Relaxed)),
             last_modified_ms: 0,
             meta,
+            parts: Vec::new(),
         }
     }
 

@@ -101,6 +101,67 @@ pub struct ObjectInfo {
     pub last_modified_ms: u64,
     #[serde(flatten)]
     pub meta: ObjectMeta,
+    /// The sizes of the parts it was completed from, in order, when the backend knows them
+    /// (fs); empty for an object written whole. GetObject `partNumber` reads by them.
+    #[serde(skip)]
+    pub parts: Vec<u64>,
+}
+
+/// Where one part of an object lies, for GetObject and HeadObject `partNumber`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartSpan {
+    /// The part's first byte in the object.
+    pub offset: u64,
+    pub len: u64,
+    /// The object's part count (`x-amz-mp-parts-count`) when it was completed from parts;
+    /// `None` for an object written whole, whose only part is the object itself.
+    pub count: Option<u32>,
+}
+
+impl PartSpan {
+    /// Part `number` of an object of `size` bytes completed from parts of `sizes` (empty:
+    /// written whole). Parts are numbered 1 to their count in order, as S3 numbers a completed
+    /// object's parts; an object written whole has the one part 1.
+    pub fn of(sizes: &[u64], size: u64, number: u32) -> Result<PartSpan, BackendError> {
+        let missing = || BackendError::NoSuchPart {
+            number,
+            count: sizes.len().max(1) as u32,
+        };
+        if sizes.is_empty() {
+            return match number {
+                1 => Ok(PartSpan {
+                    offset: 0,
+                    len: size,
+                    count: None,
+                }),
+                _ => Err(missing()),
+            };
+        }
+        let index = (number as usize).checked_sub(1).ok_or_else(missing)?;
+        let len = *sizes.get(index).ok_or_else(missing)?;
+        Ok(PartSpan {
+            offset: sizes[..index].iter().sum(),
+            len,
+            count: Some(sizes.len() as u32),
+        })
+    }
+
+    /// The part's bytes out of the whole object's stream.
+    pub fn slice(&self, body: ByteStream) -> ByteStream {
+        match self.len {
+            0 => Box::pin(futures::stream::empty()),
+            len => slice_stream(body, self.offset, self.offset + len - 1),
+        }
+    }
+}
+
+/// One part of an object (GetObject / HeadObject `partNumber`), all of one version.
+pub struct ObjectPart {
+    /// The whole object.
+    pub info: ObjectInfo,
+    pub span: PartSpan,
+    /// The part's bytes, when they were asked for.
+    pub body: Option<ByteStream>,
 }
 
 /// A body written where no reader can see it yet.
@@ -284,6 +345,9 @@ pub enum BackendError {
     Invalid { code: &'static str, message: String },
     #[error("no multipart upload {0:?}; it was completed or aborted, or never existed")]
     NoSuchUpload(String),
+    /// GetObject / HeadObject `partNumber` beyond the object's parts: 416 InvalidPartNumber.
+    #[error("the object has no part {number}; it has {count} (an object written whole has the one part 1); ask for a part from 1 to {count}, or for a Range")]
+    NoSuchPart { number: u32, count: u32 },
     #[error("this backend does not support {0}")]
     Unsupported(&'static str),
     /// The store refused a request sent with a deadline (cluster mode, [`Backend::commit_by`])
@@ -412,6 +476,27 @@ pub trait Backend: Send + Sync + 'static {
             return Ok(None);
         };
         Ok(Some((info, slice_stream(body, start, end))))
+    }
+
+    /// Part `number` of the object (GetObject / HeadObject `partNumber`), with its bytes when
+    /// `body`; `None`: absent. [`BackendError::NoSuchPart`] when the object has no such part.
+    /// The default reads the whole object once and slices it by [`ObjectInfo::parts`].
+    async fn get_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        number: u32,
+        body: bool,
+    ) -> Result<Option<ObjectPart>, BackendError> {
+        let Some((info, stream)) = self.get(bucket, key).await? else {
+            return Ok(None);
+        };
+        let span = PartSpan::of(&info.parts, info.size, number)?;
+        Ok(Some(ObjectPart {
+            info,
+            span,
+            body: body.then(|| span.slice(stream)),
+        }))
     }
 
     /// Starts a multipart upload whose object will carry `meta`; returns the backend's handle.
@@ -588,6 +673,55 @@ mod tests {
             "EntityTooSmall"
         );
         assert!(match_parts(&[(1, "aa".into())], &small).is_ok());
+    }
+
+    #[tokio::test]
+    async fn parts_are_numbered_in_order_and_a_whole_object_is_part_one() {
+        let sizes = [MIN_PART_BYTES, MIN_PART_BYTES, 3];
+        let total = 2 * MIN_PART_BYTES + 3;
+        assert_eq!(
+            PartSpan::of(&sizes, total, 2).unwrap(),
+            PartSpan {
+                offset: MIN_PART_BYTES,
+                len: MIN_PART_BYTES,
+                count: Some(3)
+            }
+        );
+        assert_eq!(PartSpan::of(&sizes, total, 3).unwrap().offset, total - 3);
+        for number in [0, 4, u32::MAX] {
+            match PartSpan::of(&sizes, total, number) {
+                Err(BackendError::NoSuchPart { count: 3, .. }) => {}
+                other => panic!("part {number}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            PartSpan::of(&[], 10, 1).unwrap(),
+            PartSpan {
+                offset: 0,
+                len: 10,
+                count: None
+            }
+        );
+        assert!(matches!(
+            PartSpan::of(&[], 10, 2),
+            Err(BackendError::NoSuchPart { count: 1, .. })
+        ));
+        // The slice is the part's bytes, an empty part none.
+        let body = || -> ByteStream {
+            Box::pin(futures::stream::iter(vec![
+                Ok(Bytes::from_static(b"abc")),
+                Ok(Bytes::from_static(b"defg")),
+            ]))
+        };
+        let span = PartSpan::of(&[2, 4, 0, 1], 7, 2).unwrap();
+        let got: Vec<u8> = span
+            .slice(body())
+            .map(|c| c.unwrap().to_vec())
+            .concat()
+            .await;
+        assert_eq!(got, b"cdef");
+        let empty = PartSpan::of(&[2, 4, 0, 1], 7, 3).unwrap();
+        assert_eq!(empty.slice(body()).count().await, 0);
     }
 
     #[test]

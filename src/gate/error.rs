@@ -130,6 +130,7 @@ impl GateError {
             GateError::Backend(BackendError::Conflict { .. }) => 409,
             GateError::Backend(BackendError::Invalid { .. }) => 400,
             GateError::Backend(BackendError::NoSuchUpload(_)) => 404,
+            GateError::Backend(BackendError::NoSuchPart { .. }) => 416,
             GateError::Backend(BackendError::Unsupported(_)) => 501,
             GateError::Backend(_) | GateError::Store(_) => 503,
         }
@@ -170,6 +171,7 @@ impl GateError {
             GateError::Auth(a) => a.code(),
             GateError::Backend(BackendError::Invalid { code, .. }) => code,
             GateError::Backend(BackendError::NoSuchUpload(_)) => "NoSuchUpload",
+            GateError::Backend(BackendError::NoSuchPart { .. }) => "InvalidPartNumber",
             GateError::Backend(BackendError::Unsupported(_)) => "NotImplemented",
             GateError::Backend(BackendError::KeptDifferentBytes(_)) => "StoreKeptDifferentBytes",
             GateError::Backend(_) => "BackendUnavailable",
@@ -233,6 +235,7 @@ impl GateError {
             GateError::Backend(
                 BackendError::Invalid { .. }
                 | BackendError::NoSuchUpload(_)
+                | BackendError::NoSuchPart { .. }
                 | BackendError::Unsupported(_),
             ) => "rejected",
             GateError::Backend(_) | GateError::Store(_) => "failed",

@@ -2,7 +2,7 @@
 //! read never changes what a later write is judged against.
 
 use super::{no_such_key, scope, Gate, GateError};
-use crate::backend::{ByteStream, ListPage, ObjectInfo};
+use crate::backend::{ByteStream, ListPage, ObjectInfo, ObjectPart};
 
 impl Gate {
     pub async fn head(&self, bucket: &str, key: &str) -> Result<ObjectInfo, GateError> {
@@ -42,6 +42,24 @@ impl Gate {
         entry
             .backend
             .get_range(bucket, key, start, end)
+            .await?
+            .ok_or_else(|| no_such_key(bucket, key))
+    }
+
+    /// Part `number` of an object (GetObject / HeadObject `partNumber`), with its bytes when
+    /// `body`.
+    pub async fn get_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        number: u32,
+        body: bool,
+    ) -> Result<ObjectPart, GateError> {
+        let entry = self.bucket(bucket)?;
+        scope::validate_key(key)?;
+        entry
+            .backend
+            .get_part(bucket, key, number, body)
             .await?
             .ok_or_else(|| no_such_key(bucket, key))
     }

@@ -3,7 +3,8 @@
 //! and the surfaces never see the difference.
 
 use crate::backend::{
-    Backend, BackendError, ByteStream, ListPage, ObjectInfo, ObjectMeta, PartInfo, Staged,
+    Backend, BackendError, ByteStream, ListPage, ObjectInfo, ObjectMeta, ObjectPart, PartInfo,
+    Staged,
 };
 use async_trait::async_trait;
 use std::future::Future;
@@ -53,6 +54,7 @@ fn outcome(error: Option<&BackendError>) -> (&'static str, Option<&'static str>)
         BackendError::Body(_)
         | BackendError::Invalid { .. }
         | BackendError::NoSuchUpload(_)
+        | BackendError::NoSuchPart { .. }
         | BackendError::Unsupported(_) => return ("rejected", None),
         BackendError::Unreachable(_) => "unreachable",
         BackendError::Timeout(_) => "timeout",
@@ -179,6 +181,18 @@ impl Backend for Instrumented {
         end: u64,
     ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
         self.timed("get", self.inner.get_range(bucket, key, start, end))
+            .await
+    }
+
+    async fn get_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        number: u32,
+        body: bool,
+    ) -> Result<Option<ObjectPart>, BackendError> {
+        let operation = if body { "get" } else { "head" };
+        self.timed(operation, self.inner.get_part(bucket, key, number, body))
             .await
     }
 

@@ -1,6 +1,8 @@
 //! What every S3 answer carries, whoever built it (s3s, an operation, a refusal before s3s):
 //! a request id in `x-amz-request-id`, repeated as `<RequestId>` in an error's XML so that a
-//! client's error report and the server's log name the same request, and no body on a 304.
+//! client's error report and the server's log name the same request, no body on a 304, and 206
+//! on an answer with a Content-Range (s3s makes it so for GetObject only; HeadObject with a
+//! `partNumber` answers one too).
 
 use axum::body::Body;
 use axum::response::Response;
@@ -20,6 +22,9 @@ pub async fn finish(resp: Response, id: &str) -> Response {
     if let Ok(v) = HeaderValue::from_str(id) {
         parts.headers.insert("x-amz-request-id", v.clone());
         parts.headers.insert("x-amz-id-2", v);
+    }
+    if parts.status == StatusCode::OK && parts.headers.contains_key(http::header::CONTENT_RANGE) {
+        parts.status = StatusCode::PARTIAL_CONTENT;
     }
     if parts.status == StatusCode::NOT_MODIFIED {
         parts.headers.remove(http::header::CONTENT_TYPE);

@@ -117,18 +117,28 @@ pub async fn get_object(
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let input = req.input;
     note(&input.bucket, &input.key);
-    if input.part_number.is_some() {
-        return Err(S3Error::with_message(
-            S3ErrorCode::NotImplemented,
-            "GetObject by partNumber is not supported; use a Range",
-        ));
-    }
     let conditions = ReadConditions {
         if_match: input.if_match.as_ref(),
         if_none_match: input.if_none_match.as_ref(),
         if_modified_since: input.if_modified_since.as_ref(),
         if_unmodified_since: input.if_unmodified_since.as_ref(),
     };
+    if let Some(number) = input.part_number {
+        let number = part_number(number, input.range.is_some())?;
+        let part = gw
+            .gate
+            .get_part(&input.bucket, &input.key, number, true)
+            .await
+            .map_err(s3_error)?;
+        conditions.check(&part.info, false)?;
+        let range = part_range(&part);
+        let body = part.body.expect("the part's bytes were asked for");
+        // 206, as s3s answers any GetObject with a Content-Range (and answer::finish a HEAD).
+        return Ok(S3Response::new(GetObjectOutput {
+            parts_count: part.span.count.map(|c| c as i32),
+            ..object_output(&part.info, body, part.span.len, range)
+        }));
+    }
     let (info, body, range) = match &input.range {
         None => {
             let (info, body) = gw
@@ -174,10 +184,56 @@ pub async fn get_object(
     };
     conditions.check(&info, false)?;
     let length = range.map_or(info.size, |(f, l)| (l - f).saturating_add(1));
-    let mut resp = S3Response::new(GetObjectOutput {
+    let content_range = range.map(|(f, l)| format!("bytes {f}-{l}/{}", info.size));
+    Ok(S3Response::new(object_output(
+        &info,
+        body,
+        length,
+        content_range,
+    )))
+}
+
+/// A `partNumber` as S3 takes it: 1 to 10,000, and never with a Range.
+fn part_number(number: i32, with_range: bool) -> S3Result<u32> {
+    if with_range {
+        return Err(convert::invalid(
+            S3ErrorCode::InvalidRequest,
+            "Cannot specify both Range header and partNumber query parameter; send one of them",
+        ));
+    }
+    match u32::try_from(number) {
+        Ok(n @ 1..=10_000) => Ok(n),
+        _ => Err(convert::invalid(
+            S3ErrorCode::InvalidArgument,
+            format!("Part number must be an integer between 1 and 10000, inclusive (got {number})"),
+        )),
+    }
+}
+
+/// The Content-Range of a part (none for an empty one, which has no byte to name).
+fn part_range(part: &crate::backend::ObjectPart) -> Option<String> {
+    let span = part.span;
+    (span.len > 0).then(|| {
+        format!(
+            "bytes {}-{}/{}",
+            span.offset,
+            span.offset + span.len - 1,
+            part.info.size
+        )
+    })
+}
+
+/// A GetObject answer of `length` bytes of the object `info` describes.
+fn object_output(
+    info: &crate::backend::ObjectInfo,
+    body: crate::backend::ByteStream,
+    length: u64,
+    content_range: Option<String>,
+) -> GetObjectOutput {
+    GetObjectOutput {
         body: Some(convert::blob(body)),
         content_length: Some(length as i64),
-        content_range: range.map(|(f, l)| format!("bytes {f}-{l}/{}", info.size)),
+        content_range,
         content_type: info.meta.content_type.clone(),
         e_tag: Some(convert::etag(&info.etag)),
         last_modified: Some(convert::timestamp(info.last_modified_ms)),
@@ -189,11 +245,7 @@ pub async fn get_object(
         expires: convert::expires(&info.meta),
         accept_ranges: Some("bytes".into()),
         ..Default::default()
-    });
-    if range.is_some() {
-        resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
     }
-    Ok(resp)
 }
 
 pub async fn head_object(
@@ -202,11 +254,28 @@ pub async fn head_object(
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let input = req.input;
     note(&input.bucket, &input.key);
-    let info = gw
-        .gate
-        .head(&input.bucket, &input.key)
-        .await
-        .map_err(s3_error)?;
+    let part = match input.part_number {
+        Some(number) => Some(
+            gw.gate
+                .get_part(
+                    &input.bucket,
+                    &input.key,
+                    part_number(number, input.range.is_some())?,
+                    false,
+                )
+                .await
+                .map_err(s3_error)?,
+        ),
+        None => None,
+    };
+    let info = match &part {
+        Some(part) => part.info.clone(),
+        None => gw
+            .gate
+            .head(&input.bucket, &input.key)
+            .await
+            .map_err(s3_error)?,
+    };
     ReadConditions {
         if_match: input.if_match.as_ref(),
         if_none_match: input.if_none_match.as_ref(),
@@ -215,7 +284,9 @@ pub async fn head_object(
     }
     .check(&info, false)?;
     Ok(S3Response::new(HeadObjectOutput {
-        content_length: Some(info.size as i64),
+        content_length: Some(part.as_ref().map_or(info.size, |p| p.span.len) as i64),
+        content_range: part.as_ref().and_then(part_range),
+        parts_count: part.as_ref().and_then(|p| p.span.count).map(|c| c as i32),
         content_type: info.meta.content_type.clone(),
         e_tag: Some(convert::etag(&info.etag)),
         last_modified: Some(convert::timestamp(info.last_modified_ms)),

@@ -12,7 +12,7 @@ mod uploads;
 
 use super::{
     match_parts, multipart_etag, same_version, Backend, BackendError, ByteStream, ListPage,
-    ObjectInfo, ObjectMeta, PartInfo, Staged, StagedBody,
+    ObjectInfo, ObjectMeta, ObjectPart, PartInfo, PartSpan, Staged, StagedBody,
 };
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -196,21 +196,32 @@ fn create_dirs_durable(
     Ok(())
 }
 
-/// A staged body's ETag (its MD5, unless given: a multipart object's comes from its parts)
-/// and the trailer its file ends with.
+/// What a multipart completion's object carries beyond its bytes: the ETag made of its parts'
+/// and the parts' sizes (for GetObject `partNumber`).
+struct Assembly {
+    etag: String,
+    parts: Vec<u64>,
+}
+
+/// A staged body's ETag (its MD5, unless it was assembled from parts) and the trailer its file
+/// ends with.
 fn seal(
     key: &str,
     meta: &ObjectMeta,
-    etag: Option<String>,
+    assembly: Option<Assembly>,
     md5: Md5,
     size: u64,
 ) -> (String, Vec<u8>) {
-    let etag = etag.unwrap_or_else(|| format!("\"{}\"", hex::encode(md5.finalize())));
+    let (etag, parts) = match assembly {
+        Some(a) => (a.etag, a.parts),
+        None => (format!("\"{}\"", hex::encode(md5.finalize())), Vec::new()),
+    };
     let trailer = Trailer {
         key: key.to_string(),
         etag: etag.clone(),
         size,
         meta: meta.clone(),
+        parts,
     };
     (etag, trailer.encode())
 }
@@ -239,15 +250,15 @@ fn open_info(path: &Path, key: &str) -> Result<Option<(std::fs::File, ObjectInfo
 }
 
 impl FsBackend {
-    /// Streams a body into a staging file. `etag` overrides the body's MD5 (a multipart
-    /// object's ETag is computed from its parts).
+    /// Streams a body into a staging file. A multipart completion's `assembly` gives its ETag
+    /// (computed from its parts, not the body's MD5) and its parts' sizes.
     async fn stage_body(
         &self,
         bucket: &str,
         key: &str,
         meta: ObjectMeta,
         mut body: ByteStream,
-        etag: Option<String>,
+        assembly: Option<Assembly>,
     ) -> Result<Staged, BackendError> {
         let name = format!("{:032x}.tmp", rand::random::<u128>());
         let path = self.staging_dir().join(name);
@@ -271,7 +282,7 @@ impl FsBackend {
         };
         let (etag, size, version) = if ended {
             let size = head.len() as u64;
-            let (etag, trailer) = seal(key, &meta, etag, md5, size);
+            let (etag, trailer) = seal(key, &meta, assembly, md5, size);
             let at = path.clone();
             let (version, mut guard) = blocking(move || {
                 // Armed inside the task: if the request is dropped meanwhile (the client hung
@@ -288,7 +299,7 @@ impl FsBackend {
             guard.0 = None;
             (etag, size, version)
         } else {
-            self.stream_to_staging(&path, key, &meta, head.freeze(), md5, body, etag)
+            self.stream_to_staging(&path, key, &meta, head.freeze(), md5, body, assembly)
                 .await?
         };
         Ok(Staged {
@@ -313,7 +324,7 @@ impl FsBackend {
         head: bytes::Bytes,
         mut md5: Md5,
         mut body: ByteStream,
-        etag: Option<String>,
+        assembly: Option<Assembly>,
     ) -> Result<(String, u64, String), BackendError> {
         // Armed before the file exists: a request dropped at any await below (the client hung
         // up mid-body) removes its staging file instead of leaving it until the next restart.
@@ -328,7 +339,7 @@ impl FsBackend {
                 size += chunk.len() as u64;
                 file.write_all(&chunk).await?;
             }
-            let (etag, trailer) = seal(key, meta, etag, md5, size);
+            let (etag, trailer) = seal(key, meta, assembly, md5, size);
             file.write_all(&trailer).await?;
             file.flush().await?;
             file.sync_all().await?;
@@ -526,6 +537,39 @@ impl Backend for FsBackend {
         Ok(Some((info, Box::pin(stream))))
     }
 
+    /// One open of the file answers for one version: its trailer gives the parts, and the
+    /// part is read from that same descriptor.
+    async fn get_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        number: u32,
+        body: bool,
+    ) -> Result<Option<ObjectPart>, BackendError> {
+        use std::io::{Seek, SeekFrom};
+        let path = self.object_file(bucket, key);
+        let key = key.to_string();
+        let opened = blocking(move || {
+            let Some((mut file, info)) = open_info(&path, &key)? else {
+                return Ok(None);
+            };
+            let span = PartSpan::of(&info.parts, info.size, number)?;
+            file.seek(SeekFrom::Start(span.offset))?;
+            Ok(Some((file, info, span)))
+        })
+        .await?;
+        let Some((file, info, span)) = opened else {
+            return Ok(None);
+        };
+        let body = body.then(|| {
+            let reader = tokio::fs::File::from_std(file).take(span.len);
+            let stream = tokio_util::io::ReaderStream::with_capacity(reader, 64 * 1024)
+                .map(|r| r.map_err(|e| super::BodyError::Broken(e.to_string())));
+            Box::pin(stream) as ByteStream
+        });
+        Ok(Some(ObjectPart { info, span, body }))
+    }
+
     async fn create_upload(
         &self,
         _bucket: &str,
@@ -567,7 +611,11 @@ impl Backend for FsBackend {
             .filter_map(|p| on_disk.iter().find(|(d, _)| d.number == p.number))
             .map(|(_, path)| path.clone())
             .collect();
-        self.stage_body(bucket, key, meta, uploads::concat(files), Some(etag))
+        let assembly = Assembly {
+            etag,
+            parts: chosen.iter().map(|p| p.size).collect(),
+        };
+        self.stage_body(bucket, key, meta, uploads::concat(files), Some(assembly))
             .await
     }
 

@@ -18,6 +18,9 @@ pub struct Trailer {
     pub size: u64,
     #[serde(flatten)]
     pub meta: ObjectMeta,
+    /// The sizes of the parts a multipart completion joined, in order (absent otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<u64>,
 }
 
 impl Trailer {
@@ -100,5 +103,6 @@ pub fn read_info(file: &mut File, key: Option<&str>) -> Result<ObjectInfo, Backe
         version: version_of(&md),
         last_modified_ms,
         meta: trailer.meta,
+        parts: trailer.parts,
     })
 }

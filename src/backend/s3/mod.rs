@@ -10,30 +10,6 @@
 //! `If-None-Match: *`, so a write around fencegate is never silently overwritten. A commit whose
 //! outcome is unknown (timeout, broken connection) is read back, never re-sent.
 
-mod client;
-mod errors;
-mod multipart;
-mod presigned;
-pub mod probe;
-pub mod spool;
-
-pub use client::{build as build_clients, S3Clients};
-
-use super::{
-    Backend, BackendError, BodyError, ByteStream, ListPage, ObjectInfo, ObjectMeta, PartInfo,
-    Staged, StagedBody,
-};
-use async_trait::async_trait;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
-use bytes::Bytes;
-use errors::{classify, S3Failure};
-use futures::StreamExt;
-use md5::{Digest, Md5};
-use std::collections::HashMap;
-
-/// The metadata name that carries the token (`x-amz-meta-fencing-token`).
-pub const TOKEN_META: &str = "fencing-token";
-
 /// The system metadata of a HeadObject or GetObject answer.
 macro_rules! system_of {
     ($out:expr) => {
@@ -49,6 +25,31 @@ macro_rules! system_of {
         .collect()
     };
 }
+
+mod client;
+mod errors;
+mod multipart;
+mod parts;
+mod presigned;
+pub mod probe;
+pub mod spool;
+
+pub use client::{build as build_clients, S3Clients};
+
+use super::{
+    Backend, BackendError, BodyError, ByteStream, ListPage, ObjectInfo, ObjectMeta, ObjectPart,
+    PartInfo, Staged, StagedBody,
+};
+use async_trait::async_trait;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use bytes::Bytes;
+use errors::{classify, S3Failure};
+use futures::StreamExt;
+use md5::{Digest, Md5};
+use std::collections::HashMap;
+
+/// The metadata name that carries the token (`x-amz-meta-fencing-token`).
+pub const TOKEN_META: &str = "fencing-token";
 
 pub struct S3Backend {
     clients: S3Clients,
@@ -183,7 +184,7 @@ impl S3Backend {
         let mut m: HashMap<String, String> = meta
             .user_meta
             .iter()
-            .filter(|(k, _)| k.as_str() != TOKEN_META)
+            .filter(|(k, _)| k.as_str() != TOKEN_META && k.as_str() != parts::SPLIT_META)
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         if let Some(t) = meta.token {
@@ -205,6 +206,7 @@ impl S3Backend {
             })
             .unwrap_or_default();
         let token = user_meta.remove(TOKEN_META).and_then(|t| t.parse().ok());
+        user_meta.remove(parts::SPLIT_META);
         ObjectMeta {
             content_type: content_type.map(str::to_string),
             user_meta,
@@ -232,10 +234,22 @@ impl S3Backend {
                 .unwrap_or(0)
                 .max(0) as u64,
             meta,
+            parts: Vec::new(),
         }
     }
 
-    async fn start_multipart(&self, key: &str, meta: &ObjectMeta) -> Result<String, BackendError> {
+    /// CreateMultipartUpload. `split`: fencegate cuts a body written whole into parts of its
+    /// own ([`parts::SPLIT_META`]), not a client's multipart upload.
+    async fn start_multipart(
+        &self,
+        key: &str,
+        meta: &ObjectMeta,
+        split: bool,
+    ) -> Result<String, BackendError> {
+        let mut metadata = Self::metadata(meta);
+        if split {
+            metadata.insert(parts::SPLIT_META.into(), self.part_size.to_string());
+        }
         let out = self
             .clients
             .reads
@@ -248,7 +262,7 @@ impl S3Backend {
             .set_content_encoding(meta.header("content-encoding"))
             .set_content_language(meta.header("content-language"))
             .set_expires(expires(meta))
-            .set_metadata(Some(Self::metadata(meta)))
+            .set_metadata(Some(metadata))
             .send()
             .await
             .map_err(|e| {
@@ -311,7 +325,7 @@ impl S3Backend {
         body: &mut PartReader<'_>,
         size: &mut u64,
     ) -> Result<(String, Vec<(i32, String)>, Md5), BackendError> {
-        let upload_id = self.start_multipart(key, meta).await?;
+        let upload_id = self.start_multipart(key, meta, true).await?;
         // A request dropped while its body streams (the client hung up) never reaches the
         // match below; the guard aborts the upload then, so it does not linger in the store.
         let mut guard = UploadGuard {
@@ -669,6 +683,7 @@ impl S3Backend {
             etag,
             last_modified_ms: crate::wall_clock::now_ms(),
             meta,
+            parts: Vec::new(),
         })
     }
 
@@ -1007,13 +1022,23 @@ impl Backend for S3Backend {
         self.get_object(key, Some((start, end))).await
     }
 
+    async fn get_part(
+        &self,
+        _bucket: &str,
+        key: &str,
+        number: u32,
+        body: bool,
+    ) -> Result<Option<ObjectPart>, BackendError> {
+        self.read_part(key, number, body).await
+    }
+
     async fn create_upload(
         &self,
         _bucket: &str,
         key: &str,
         meta: &ObjectMeta,
     ) -> Result<String, BackendError> {
-        self.start_multipart(key, meta).await
+        self.start_multipart(key, meta, false).await
     }
 
     async fn upload_part(

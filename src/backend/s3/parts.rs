@@ -1,0 +1,313 @@
+//! GetObject and HeadObject `partNumber` on the s3 backend. A client's multipart upload streams
+//! part for part into the store's own upload, so the store's parts are the client's and the
+//! store serves them. An object fencegate split into store parts itself (a large single write,
+//! marked with [`SPLIT_META`]) was written whole as far as its client knows, so it has the one
+//! part 1, as has any object written in one PutObject. A store that ignores `partNumber` on a
+//! multipart object is never passed off as serving the part: that read answers 501.
+
+use super::errors::{classify, S3Failure};
+use super::S3Backend;
+use crate::backend::{BackendError, BodyError, ByteStream, ObjectInfo, ObjectPart, PartSpan};
+use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_runtime_api::client::result::SdkError;
+use std::collections::HashMap;
+
+/// The metadata that marks an object fencegate staged in store parts of its own choosing (its
+/// value is the part size): its store parts are not parts its client uploaded.
+pub const SPLIT_META: &str = "fencegate-split";
+
+/// What the store answered to a read with `partNumber`.
+struct Answer {
+    info: ObjectInfo,
+    /// Whether fencegate split the object itself ([`SPLIT_META`]).
+    split: bool,
+    /// `Content-Range`: the bytes answered (first, last), when the store answered a part.
+    range: Option<(u64, u64)>,
+    /// `x-amz-mp-parts-count`.
+    count: Option<u32>,
+    body: Option<ByteStream>,
+}
+
+impl Answer {
+    /// Where the part lies, when the store served one of a client's parts (a range and a part
+    /// count).
+    fn placed(&self) -> Option<PartSpan> {
+        match (self.split, self.count, self.range) {
+            (false, Some(count), Some((first, last))) => Some(PartSpan {
+                offset: first,
+                len: (last + 1).saturating_sub(first),
+                count: Some(count),
+            }),
+            _ => None,
+        }
+    }
+
+    fn part(self, span: PartSpan) -> ObjectPart {
+        ObjectPart {
+            info: self.info,
+            span,
+            body: self.body,
+        }
+    }
+}
+
+/// `bytes first-last/total` as (first, last, total).
+fn content_range(header: Option<&str>) -> Option<(u64, u64, u64)> {
+    let (span, total) = header?.strip_prefix("bytes ")?.split_once('/')?;
+    let (first, last) = span.split_once('-')?;
+    Some((first.parse().ok()?, last.parse().ok()?, total.parse().ok()?))
+}
+
+/// The part count an S3 multipart ETag (`"md5-N"`) carries; `None` for any other ETag.
+fn etag_part_count(etag: &str) -> Option<u32> {
+    let (md5, count) = etag.trim_matches('"').rsplit_once('-')?;
+    (md5.len() == 32 && md5.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| count.parse().ok())
+        .flatten()
+}
+
+/// Did the store refuse a `partNumber` read because the object has no such part? AWS answers
+/// 416 InvalidPartNumber; other stores 400 InvalidPart or InvalidRange.
+fn no_such_part<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> bool {
+    let status = err.raw_response().map(|r| r.status().as_u16());
+    status == Some(416)
+        || (status == Some(400) && matches!(err.code(), Some("InvalidPart" | "InvalidPartNumber")))
+}
+
+fn is_split(metadata: Option<&HashMap<String, String>>) -> bool {
+    metadata.is_some_and(|m| m.keys().any(|k| k.eq_ignore_ascii_case(SPLIT_META)))
+}
+
+impl S3Backend {
+    /// Part `number` of `key` (see the module's header).
+    pub(super) async fn read_part(
+        &self,
+        key: &str,
+        number: u32,
+        body: bool,
+    ) -> Result<Option<ObjectPart>, BackendError> {
+        // A write may land between two of the reads below; each attempt judges one version.
+        for _ in 0..3 {
+            let Some(answer) = self.ask_part(key, number, body).await? else {
+                if self.no_part(key, number).await? {
+                    return Ok(None);
+                }
+                continue;
+            };
+            if let Some(part) = self.judge(key, number, body, answer).await? {
+                return Ok(Some(part));
+            }
+        }
+        Err(BackendError::Throttled(format!(
+            "{key} changed three times while part {number} was read; retry"
+        )))
+    }
+
+    /// Makes a part of one answer, or `None` when the object changed and the read must start
+    /// again.
+    async fn judge(
+        &self,
+        key: &str,
+        number: u32,
+        body: bool,
+        answer: Answer,
+    ) -> Result<Option<ObjectPart>, BackendError> {
+        if let Some(span) = answer.placed() {
+            return Ok(Some(answer.part(span)));
+        }
+        let size = answer.info.size;
+        // A parts count without a range (moto's HeadObject answers the part's own size and
+        // ETag so) or a multipart ETag: a multipart object the answer does not place.
+        let multipart = answer.count.or(etag_part_count(&answer.info.etag));
+        if let (false, Some(count)) = (answer.split, multipart) {
+            if number > count {
+                return Err(BackendError::NoSuchPart { number, count });
+            }
+            if !body {
+                // Some stores serve parts on GetObject only: ask that way, body unread.
+                let Some(got) = self.ask_part(key, number, true).await? else {
+                    return Ok(None);
+                };
+                if let Some(span) = got.placed() {
+                    return Ok(Some(ObjectPart {
+                        body: None,
+                        ..got.part(span)
+                    }));
+                }
+            }
+            return Err(BackendError::Unsupported(
+                "GetObject and HeadObject by partNumber on this store (it does not say where the part lies in a multipart object); read the part by Range",
+            ));
+        }
+        // Written whole, as its client sees it: part 1 is the object.
+        let span = PartSpan::of(&[], size, number)?;
+        let whole = !answer.split && answer.range.is_none_or(|(f, l)| f == 0 && l + 1 == size);
+        if whole {
+            return Ok(Some(ObjectPart {
+                info: answer.info,
+                span,
+                body: answer.body,
+            }));
+        }
+        // The store answered one of fencegate's own parts: read the whole of that version.
+        let etag = answer.info.etag.clone();
+        drop(answer);
+        let again = if body {
+            self.get_object(key, None)
+                .await?
+                .map(|(info, stream)| (info, Some(stream)))
+        } else {
+            use crate::backend::Backend;
+            self.head("", key).await?.map(|info| (info, None))
+        };
+        Ok(again.and_then(|(info, body)| {
+            (info.etag == etag).then_some(ObjectPart {
+                span: PartSpan::of(&[], info.size, number).ok()?,
+                info,
+                body,
+            })
+        }))
+    }
+
+    /// The store found no part `number` (or no object): which, and how many parts the object
+    /// has. `Ok(true)`: absent; `Ok(false)`: it has that part now (a write landed), read again.
+    async fn no_part(&self, key: &str, number: u32) -> Result<bool, BackendError> {
+        let out = match self
+            .clients
+            .reads
+            .head_object()
+            .bucket(&self.bucket)
+            .key(self.store_key(key))
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) => {
+                return match classify("HeadObject", e) {
+                    S3Failure::NotFound => Ok(true),
+                    other => Err(other.into_backend("HeadObject")),
+                }
+            }
+        };
+        let count = match etag_part_count(out.e_tag().unwrap_or_default()) {
+            Some(n) if !is_split(out.metadata()) => n,
+            _ => 1,
+        };
+        match number {
+            n if n >= 1 && n <= count => Ok(false),
+            _ => Err(BackendError::NoSuchPart { number, count }),
+        }
+    }
+
+    /// One GetObject (`body`) or HeadObject with `partNumber`. `None`: absent, or no such part.
+    async fn ask_part(
+        &self,
+        key: &str,
+        number: u32,
+        body: bool,
+    ) -> Result<Option<Answer>, BackendError> {
+        let part =
+            i32::try_from(number).map_err(|_| BackendError::NoSuchPart { number, count: 1 })?;
+        let store_key = self.store_key(key);
+        if body {
+            let out = match self
+                .clients
+                .reads
+                .get_object()
+                .bucket(&self.bucket)
+                .key(&store_key)
+                .part_number(part)
+                .send()
+                .await
+            {
+                Ok(out) => out,
+                Err(e) if no_such_part(&e) => return Ok(None),
+                Err(e) => {
+                    return match classify("GetObject", e) {
+                        S3Failure::NotFound => Ok(None),
+                        other => Err(other.into_backend("GetObject")),
+                    }
+                }
+            };
+            let range = content_range(out.content_range());
+            let info = Self::info(
+                key,
+                out.e_tag(),
+                range.map(|(_, _, t)| t as i64).or(out.content_length()),
+                out.last_modified(),
+                Self::object_meta(out.content_type(), out.metadata(), system_of!(out)),
+            );
+            let split = is_split(out.metadata());
+            let count = out.parts_count().and_then(|c| u32::try_from(c).ok());
+            let stream = futures::stream::unfold(out.body, |mut body| async move {
+                body.next()
+                    .await
+                    .map(|chunk| (chunk.map_err(|e| BodyError::Broken(e.to_string())), body))
+            });
+            Ok(Some(Answer {
+                info,
+                split,
+                range: range.map(|(f, l, _)| (f, l)),
+                count,
+                body: Some(Box::pin(stream)),
+            }))
+        } else {
+            let out = match self
+                .clients
+                .reads
+                .head_object()
+                .bucket(&self.bucket)
+                .key(&store_key)
+                .part_number(part)
+                .send()
+                .await
+            {
+                Ok(out) => out,
+                Err(e) if no_such_part(&e) => return Ok(None),
+                Err(e) => {
+                    return match classify("HeadObject", e) {
+                        S3Failure::NotFound => Ok(None),
+                        other => Err(other.into_backend("HeadObject")),
+                    }
+                }
+            };
+            let range = content_range(out.content_range());
+            let info = Self::info(
+                key,
+                out.e_tag(),
+                range.map(|(_, _, t)| t as i64).or(out.content_length()),
+                out.last_modified(),
+                Self::object_meta(out.content_type(), out.metadata(), system_of!(out)),
+            );
+            Ok(Some(Answer {
+                info,
+                split: is_split(out.metadata()),
+                range: range.map(|(f, l, _)| (f, l)),
+                count: out.parts_count().and_then(|c| u32::try_from(c).ok()),
+                body: None,
+            }))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_answers_headers() {
+        assert_eq!(content_range(Some("bytes 5-9/20")), Some((5, 9, 20)));
+        assert_eq!(content_range(Some("bytes */20")), None);
+        assert_eq!(content_range(None), None);
+        assert_eq!(
+            etag_part_count("\"0cc175b9c0f1b6a831c399e269772661-12\""),
+            Some(12)
+        );
+        assert_eq!(
+            etag_part_count("\"0cc175b9c0f1b6a831c399e269772661\""),
+            None
+        );
+        assert_eq!(etag_part_count("\"opaque-3\""), None);
+    }
+}
