@@ -835,6 +835,174 @@ async fn a_store_that_ignores_part_numbers_is_not_trusted() {
     );
 }
 
+/// Review round 24, F2: an aws-chunked PutObject whose trailing checksum fencegate could not
+/// judge landed with 200. Every checksum in a trailer is judged, once, and only the one
+/// `x-amz-trailer` names; a trailer naming several checksums, or one fencegate cannot compute,
+/// is refused before anything is written.
+async fn checksum_trailers(kind: Kind) {
+    let fx = Fx::start(kind).await;
+    let http = reqwest::Client::new();
+    // CRC32 of "hello world", base64.
+    let (good, bad) = (
+        "x-amz-checksum-crc32:DUoRhQ==",
+        "x-amz-checksum-crc32:AAAAAA==",
+    );
+    let sha = "x-amz-checksum-sha256:uU0nuZNNPgilLlLX2n2r+sSE7+N6U4DukIj3rOLvzek=";
+    let put = |key: &'static str, announced: &'static str, lines: Vec<&'static str>| {
+        let mut body = b"b\r\nhello world\r\n0\r\n".to_vec();
+        for line in lines {
+            body.extend_from_slice(format!("{line}\r\n").as_bytes());
+        }
+        body.extend_from_slice(b"\r\n");
+        let mut req = http
+            .put(fx.server.url(&format!("/bkt/{key}")))
+            .header("content-encoding", "aws-chunked")
+            .header("x-amz-decoded-content-length", "11")
+            .header("x-amz-content-sha256", "STREAMING-UNSIGNED-PAYLOAD-TRAILER")
+            .header("x-amz-trailer", announced)
+            .body(body)
+            .build()
+            .unwrap();
+        let creds = common::sign::Creds {
+            key: "fencegate",
+            secret: "fencegate-dev-secret",
+        };
+        common::sign::sign_payload(&mut req, creds, "STREAMING-UNSIGNED-PAYLOAD-TRAILER");
+        let http = http.clone();
+        async move {
+            let resp = http.execute(req).await.unwrap();
+            let status = resp.status().as_u16();
+            let text = resp.text().await.unwrap();
+            let code = text
+                .split_once("<Code>")
+                .and_then(|(_, r)| r.split_once("</Code>"))
+                .map_or(String::new(), |(c, _)| c.to_string());
+            (status, code)
+        }
+    };
+    assert_eq!(put("good", "x-amz-checksum-crc32", vec![good]).await.0, 200);
+    for (key, announced, lines, want) in [
+        ("wrong", "x-amz-checksum-crc32", vec![bad], "BadDigest"),
+        (
+            "listed",
+            "x-amz-checksum-crc32,x-amz-checksum-sha256",
+            vec![bad],
+            "InvalidRequest",
+        ),
+        ("unknown", "x-amz-checksum-md5", vec![bad], "InvalidRequest"),
+        (
+            "twice",
+            "x-amz-checksum-crc32",
+            vec![good, bad],
+            "BadDigest",
+        ),
+        (
+            "unnamed",
+            "x-amz-checksum-crc32",
+            vec![good, sha],
+            "BadDigest",
+        ),
+    ] {
+        assert_eq!(
+            put(key, announced, lines).await,
+            (400, want.to_string()),
+            "{key}"
+        );
+        let c = fx.client();
+        assert!(
+            c.head_object().bucket("bkt").key(key).send().await.is_err(),
+            "{key}: nothing was written"
+        );
+    }
+}
+
+/// Review round 24, F3: a completion's checksums were ignored. A part answers the checksum it
+/// was uploaded with (and ListParts lists it); a completion whose part checksum or object
+/// checksum (FULL_OBJECT or COMPOSITE) is not what the parts make is refused, the upload kept;
+/// a right one is answered back.
+async fn multipart_checksums(kind: Kind) {
+    use crc_fast::{checksum, CrcAlgorithm};
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    let crc = |data: &[u8]| {
+        aws_smithy_types::base64::encode(
+            (checksum(CrcAlgorithm::Crc32IsoHdlc, data) as u32).to_be_bytes(),
+        )
+    };
+    let bodies = [vec![1u8; PART], vec![2u8; 10]];
+    let id = start(&c, "ck").await;
+    let mut listed = Vec::new();
+    for (n, body) in (1..).zip(&bodies) {
+        let up = c
+            .upload_part()
+            .bucket("bkt")
+            .key("ck")
+            .upload_id(&id)
+            .part_number(n)
+            .checksum_crc32(crc(body))
+            .body(ByteStream::from(body.clone()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(up.checksum_crc32(), Some(crc(body).as_str()), "part {n}");
+        listed.push((n, up.e_tag().unwrap().to_string(), crc(body)));
+    }
+    let parts = c
+        .list_parts()
+        .bucket("bkt")
+        .key("ck")
+        .upload_id(&id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        parts.parts()[1].checksum_crc32(),
+        Some(crc(&bodies[1]).as_str())
+    );
+    let list = |part_crc: &dyn Fn(usize) -> String| {
+        CompletedMultipartUpload::builder()
+            .set_parts(Some(
+                listed
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (n, e, _))| {
+                        CompletedPart::builder()
+                            .part_number(*n)
+                            .e_tag(e)
+                            .checksum_crc32(part_crc(i))
+                            .build()
+                    })
+                    .collect(),
+            ))
+            .build()
+    };
+    let right = |i: usize| listed[i].2.clone();
+    let complete = |parts: CompletedMultipartUpload, whole: Option<String>| {
+        c.complete_multipart_upload()
+            .bucket("bkt")
+            .key("ck")
+            .upload_id(&id)
+            .multipart_upload(parts)
+            .set_checksum_crc32(whole)
+            .checksum_type(aws_sdk_s3::types::ChecksumType::FullObject)
+            .send()
+    };
+    let (status, code, _, _) = refused(complete(list(&|_| crc(b"x")), None).await);
+    assert_eq!((status, code.as_str()), (400, "InvalidPart"));
+    let (status, code, _, _) = refused(complete(list(&right), Some(crc(b"not the object"))).await);
+    assert_eq!((status, code.as_str()), (400, "BadDigest"));
+    let whole = crc(&[bodies[0].clone(), bodies[1].clone()].concat());
+    let done = complete(list(&right), Some(whole.clone()))
+        .await
+        .expect("the upload was kept, and its right checksum is taken");
+    assert_eq!(done.checksum_crc32(), Some(whole.as_str()));
+    let got = c.get_object().bucket("bkt").key("ck").send().await.unwrap();
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().len(),
+        PART + 10
+    );
+}
+
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod fs {
@@ -850,6 +1018,8 @@ macro_rules! on_both_backends {
 
 on_both_backends!(
     multipart_completion,
+    multipart_checksums,
+    checksum_trailers,
     parts_by_number,
     system_metadata,
     listing,

@@ -214,6 +214,18 @@ pub struct PartInfo {
     pub etag: String,
     pub size: u64,
     pub last_modified_ms: u64,
+    /// The `x-amz-checksum-*` the part was uploaded with and proved to have, if any: what a
+    /// completion's checksums are judged by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<PartChecksum>,
+}
+
+/// A checksum of a part's bytes: S3's algorithm name (`crc32`, `crc32c`, `sha1`, `sha256`,
+/// `crc64nvme`) and the base64 value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PartChecksum {
+    pub algorithm: String,
+    pub value: String,
 }
 
 /// Is `found` (the backend's current version) the version fencegate `recorded`?
@@ -636,12 +648,14 @@ mod tests {
                 etag: "\"aa\"".into(),
                 size: MIN_PART_BYTES,
                 last_modified_ms: 0,
+                checksum: None,
             },
             PartInfo {
                 number: 2,
                 etag: "\"bb\"".into(),
                 size: 1,
                 last_modified_ms: 0,
+                checksum: None,
             },
         ];
         assert!(match_parts(&[(1, "aa".into()), (2, "\"bb\"".into())], &uploaded).is_ok());

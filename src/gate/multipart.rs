@@ -10,7 +10,7 @@ use super::uploads::{Upload, UploadRegistry};
 use super::{
     check_token, record_outcome, scope, Gate, GateError, TokenInput, WriteRequest, Written,
 };
-use crate::backend::{match_parts, BackendError, ByteStream, PartInfo};
+use crate::backend::{match_parts, BackendError, ByteStream, PartChecksum, PartInfo};
 use crate::token::TokenError;
 use std::sync::Arc;
 use tracing::Span;
@@ -123,16 +123,19 @@ impl Gate {
         token: TokenInput,
         body: ByteStream,
         size: Option<u64>,
+        checksum: impl FnOnce() -> Option<PartChecksum> + Send,
     ) -> Result<PartInfo, GateError> {
         let result = async {
             let upload = self.upload(bucket, key, id)?;
             Self::same_token(&upload, token)?;
             self.upload_current(&upload, true).await?;
             let entry = self.bucket(bucket)?;
-            let part = entry
+            let mut part = entry
                 .backend
                 .upload_part(bucket, key, &upload.handle, number, body, size)
                 .await?;
+            // Known once the body has passed whole (a trailer comes last).
+            part.checksum = checksum();
             match self.uploads.add_part(id, part.clone()) {
                 Ok(true) => Ok(part),
                 // Completed or aborted while this part streamed in.

@@ -20,9 +20,32 @@ pub struct Declared {
     md5: Option<Vec<u8>>,
     /// (algorithm, base64 value) from headers.
     checksums: Vec<(&'static str, String)>,
-    /// An algorithm whose value arrives in the aws-chunked trailer.
-    trailer: Option<(&'static str, s3s::TrailingHeaders)>,
+    /// The algorithm `x-amz-trailer` names, whose value arrives in the aws-chunked trailer.
+    named: Option<&'static str>,
+    /// The aws-chunked trailer, when the body has one: every checksum in it is judged, named
+    /// or not (review round 24, F2: a trailer named among others went unchecked).
+    trailers: Option<s3s::TrailingHeaders>,
+    /// The checksums the body was found to have, once its last byte passed (for UploadPart
+    /// to record and answer).
+    verified: std::sync::Arc<std::sync::OnceLock<Vec<(&'static str, String)>>>,
 }
+
+fn invalid_request(message: String) -> S3Error {
+    S3Error::with_message(S3ErrorCode::InvalidRequest, message)
+}
+
+/// The algorithm of a checksum header name (`x-amz-checksum-crc32` is `crc32`).
+fn algorithm_of(name: &str) -> Option<&'static str> {
+    let suffix = name.strip_prefix("x-amz-checksum-")?;
+    ALGORITHMS.iter().find(|a| **a == suffix).copied()
+}
+
+/// `x-amz-checksum-*` headers that carry no value to check.
+const CHECKSUM_SETTINGS: [&str; 3] = [
+    "x-amz-checksum-algorithm",
+    "x-amz-checksum-type",
+    "x-amz-checksum-mode",
+];
 
 impl Declared {
     /// The request's declarations. A malformed Content-MD5 is InvalidDigest; a trailer named
@@ -44,6 +67,18 @@ impl Declared {
                 }
             },
         };
+        // A checksum header fencegate cannot check is refused, never ignored.
+        for name in headers.keys() {
+            let name = name.as_str();
+            if name.starts_with("x-amz-checksum-")
+                && algorithm_of(name).is_none()
+                && !CHECKSUM_SETTINGS.contains(&name)
+            {
+                return Err(invalid_request(format!(
+                    "{name} is not a checksum fencegate can check; send one of x-amz-checksum-crc32, -crc32c, -sha1, -sha256 or -crc64nvme"
+                )));
+            }
+        }
         let checksums = ALGORITHMS
             .iter()
             .filter_map(|a| {
@@ -54,44 +89,53 @@ impl Declared {
                 ))
             })
             .collect();
-        let named = headers
-            .get("x-amz-trailer")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                let name = v.trim().to_ascii_lowercase();
-                ALGORITHMS
-                    .iter()
-                    .find(|a| name == format!("x-amz-checksum-{a}"))
-                    .copied()
-            });
-        let trailer = match (named, trailers) {
-            (None, _) => None,
-            (Some(a), Some(t)) => Some((a, t)),
-            (Some(a), None) => {
-                return Err(S3Error::with_message(
-                    S3ErrorCode::InvalidRequest,
-                    format!("x-amz-trailer names x-amz-checksum-{a}, but the body is not aws-chunked with a trailer"),
-                ))
+        let named = match headers.get("x-amz-trailer") {
+            None => None,
+            Some(v) => {
+                let text = String::from_utf8_lossy(v.as_bytes()).to_ascii_lowercase();
+                let names: Vec<&str> = text.split(',').map(str::trim).collect();
+                match names.as_slice() {
+                    [one] => Some(algorithm_of(one).ok_or_else(|| {
+                        invalid_request(format!(
+                            "x-amz-trailer names {one:?}, which is not a checksum fencegate can check; name one of x-amz-checksum-crc32, -crc32c, -sha1, -sha256 or -crc64nvme"
+                        ))
+                    })?),
+                    _ => {
+                        return Err(invalid_request(format!(
+                            "x-amz-trailer names {} trailers; S3 takes a single x-amz-checksum-* trailer",
+                            names.len()
+                        )))
+                    }
+                }
             }
         };
+        if let (Some(a), None) = (named, &trailers) {
+            return Err(invalid_request(format!(
+                "x-amz-trailer names x-amz-checksum-{a}, but the body is not aws-chunked with a trailer"
+            )));
+        }
         Ok(Declared {
             md5,
             checksums,
-            trailer,
+            named,
+            trailers,
+            verified: Default::default(),
         })
     }
 
+    /// The checksums the body proved to have, by algorithm (base64), once it has streamed to
+    /// its end; empty before, or when none was declared.
+    pub fn verified(&self) -> Verified {
+        Verified(self.verified.clone())
+    }
+
     fn is_empty(&self) -> bool {
-        self.md5.is_none() && self.checksums.is_empty() && self.trailer.is_none()
+        self.md5.is_none() && self.checksums.is_empty() && self.trailers.is_none()
     }
 
     fn hasher(&self) -> ChecksumHasher {
         let mut h = ChecksumHasher::default();
-        let algorithms = self
-            .checksums
-            .iter()
-            .map(|(a, _)| *a)
-            .chain(self.trailer.as_ref().map(|(a, _)| *a));
+        let algorithms = self.checksums.iter().map(|(a, _)| *a).chain(self.named);
         for a in algorithms {
             match a {
                 "crc32" => h.crc32 = Some(s3s::crypto::Crc32::new()),
@@ -123,21 +167,45 @@ impl Declared {
             "sha256" => sums.checksum_sha256.clone(),
             _ => sums.checksum_crc64nvme.clone(),
         };
-        let trailed = self.trailer.as_ref().map(|(a, t)| {
-            let value = t
-                .read(|h| {
-                    h.get(format!("x-amz-checksum-{a}"))
-                        .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_string())
+        // Every checksum the trailer carries: each named by x-amz-trailer, and once.
+        let trailed: Vec<(String, String)> = self
+            .trailers
+            .as_ref()
+            .and_then(|t| {
+                t.read(|h| {
+                    h.iter()
+                        .filter(|(k, _)| k.as_str().starts_with("x-amz-checksum-"))
+                        .map(|(k, v)| {
+                            let v = String::from_utf8_lossy(v.as_bytes()).trim().to_string();
+                            (k.as_str().to_string(), v)
+                        })
+                        .collect()
                 })
-                .flatten();
-            (*a, value)
-        });
-        let declared = self
+            })
+            .unwrap_or_default();
+        for (name, _) in &trailed {
+            if algorithm_of(name).is_none() || algorithm_of(name) != self.named {
+                return Some(BodyError::BadDigest(format!(
+                    "the body's trailer carries {name}, which x-amz-trailer did not name; nothing was written"
+                )));
+            }
+        }
+        if trailed.len() > 1 {
+            return Some(BodyError::BadDigest(
+                "the body's trailer carries its checksum more than once; nothing was written"
+                    .into(),
+            ));
+        }
+        let from_trailer = self
+            .named
+            .map(|a| (a, trailed.into_iter().next().map(|(_, v)| v)));
+        let declared: Vec<(&'static str, Option<String>)> = self
             .checksums
             .iter()
             .map(|(a, v)| (*a, Some(v.clone())))
-            .chain(trailed);
-        for (a, want) in declared {
+            .chain(from_trailer)
+            .collect();
+        for (a, want) in &declared {
             let Some(want) = want else {
                 return Some(BadDigestFor::missing(a));
             };
@@ -145,7 +213,24 @@ impl Declared {
                 return Some(BadDigestFor::differs(a));
             }
         }
+        let _ = self.verified.set(
+            declared
+                .into_iter()
+                .filter_map(|(a, v)| Some((a, v?)))
+                .collect(),
+        );
         None
+    }
+}
+
+/// The checksums a body was found to have ([`Declared::verified`]).
+#[derive(Clone, Default)]
+pub struct Verified(std::sync::Arc<std::sync::OnceLock<Vec<(&'static str, String)>>>);
+
+impl Verified {
+    /// The first checksum verified (S3 takes one per request), as (algorithm, base64).
+    pub fn checksum(&self) -> Option<(&'static str, String)> {
+        self.0.get()?.first().cloned()
     }
 }
 
@@ -282,5 +367,34 @@ mod tests {
         let mut h = http::HeaderMap::new();
         h.insert("x-amz-trailer", "x-amz-checksum-crc32".parse().unwrap());
         assert!(Declared::of(&h, None, None).is_err());
+    }
+
+    /// Review round 24, F2: what fencegate cannot check is refused, not ignored.
+    #[test]
+    fn checksums_fencegate_cannot_check_are_refused() {
+        for (name, value) in [
+            (
+                "x-amz-trailer",
+                "x-amz-checksum-crc32,x-amz-checksum-sha256",
+            ),
+            ("x-amz-trailer", "x-amz-checksum-md5"),
+            ("x-amz-trailer", "x-amz-checksum-crc32,"),
+            ("x-amz-trailer", ""),
+            ("x-amz-checksum-md5", "AAAA"),
+        ] {
+            let mut h = http::HeaderMap::new();
+            h.insert(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+            match Declared::of(&h, None, None) {
+                Err(e) => assert_eq!(*e.code(), S3ErrorCode::InvalidRequest, "{name}: {value}"),
+                Ok(_) => panic!("{name}: {value} was taken"),
+            }
+        }
+        let mut h = http::HeaderMap::new();
+        h.insert("x-amz-checksum-algorithm", "CRC32".parse().unwrap());
+        h.insert("x-amz-checksum-type", "FULL_OBJECT".parse().unwrap());
+        assert!(Declared::of(&h, None, None).is_ok());
     }
 }

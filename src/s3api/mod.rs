@@ -9,6 +9,7 @@ mod convert;
 mod digests;
 mod multipart;
 mod objects;
+mod part_checksums;
 
 pub use crate::auth::KeyTable;
 

@@ -3,8 +3,9 @@
 
 use super::convert::{self, s3_error, ReadConditions};
 use super::objects::copy_source;
-use super::S3Gateway;
+use super::{part_checksums, S3Gateway};
 use crate::api::headers;
+use crate::backend::PartChecksum;
 use crate::gate::WriteRequest;
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
@@ -76,15 +77,17 @@ pub async fn upload_part(
         err.set_status_code(http::StatusCode::LENGTH_REQUIRED);
         return Err(err);
     };
+    let declared = super::digests::Declared::of(
+        &req.headers,
+        req.trailing_headers.clone(),
+        input.content_md5.as_deref(),
+    )?;
+    let verified = declared.verified();
     let body = convert::body(
         input.body,
         gw.max_body_bytes,
         gw.body_idle_timeout,
-        super::digests::Declared::of(
-            &req.headers,
-            req.trailing_headers.clone(),
-            input.content_md5.as_deref(),
-        )?,
+        declared,
     )?;
     let part = gw
         .gate
@@ -100,11 +103,23 @@ pub async fn upload_part(
             ),
             body,
             Some(size.max(0) as u64),
+            move || {
+                verified.checksum().map(|(algorithm, value)| PartChecksum {
+                    algorithm: algorithm.to_string(),
+                    value,
+                })
+            },
         )
         .await
         .map_err(s3_error)?;
+    let [crc32, crc32c, crc64nvme, sha1, sha256] = part_checksums::fields(part.checksum.as_ref());
     Ok(S3Response::new(UploadPartOutput {
         e_tag: Some(convert::etag(&part.etag)),
+        checksum_crc32: crc32,
+        checksum_crc32c: crc32c,
+        checksum_crc64nvme: crc64nvme,
+        checksum_sha1: sha1,
+        checksum_sha256: sha256,
         ..Default::default()
     }))
 }
@@ -184,6 +199,7 @@ pub async fn upload_part_copy(
             ),
             body,
             Some(size),
+            || None,
         )
         .await
         .map_err(s3_error)?;
@@ -218,9 +234,23 @@ pub async fn complete(
         ));
     }
     let mut parts = Vec::with_capacity(listed.len());
+    let mut checksums = Vec::with_capacity(listed.len());
     for p in listed {
+        let checksum = part_checksums::one_of(
+            [
+                p.checksum_crc32.as_ref(),
+                p.checksum_crc32c.as_ref(),
+                p.checksum_crc64nvme.as_ref(),
+                p.checksum_sha1.as_ref(),
+                p.checksum_sha256.as_ref(),
+            ],
+            "a Part",
+        )?;
         match (p.part_number, p.e_tag) {
-            (Some(n), Some(e)) => parts.push((n, e.value().to_string())),
+            (Some(n), Some(e)) => {
+                parts.push((n, e.value().to_string()));
+                checksums.push((n, checksum));
+            }
             _ => {
                 return Err(convert::invalid(
                     S3ErrorCode::MalformedXML,
@@ -229,6 +259,27 @@ pub async fn complete(
             }
         }
     }
+    let whole = part_checksums::one_of(
+        [
+            input.checksum_crc32.as_ref(),
+            input.checksum_crc32c.as_ref(),
+            input.checksum_crc64nvme.as_ref(),
+            input.checksum_sha1.as_ref(),
+            input.checksum_sha256.as_ref(),
+        ],
+        "the completion",
+    )?;
+    // Judged before anything is assembled. An upload that is gone is the gate's to answer
+    // (a completion answered before is answered again).
+    let checked = match gw.gate.upload(&input.bucket, &input.key, &input.upload_id) {
+        Ok(upload) => part_checksums::check(
+            &checksums,
+            &upload.parts,
+            whole,
+            input.checksum_type.as_ref().map(|t| t.as_str()),
+        )?,
+        Err(_) => None,
+    };
     let write = WriteRequest {
         bucket: input.bucket.clone(),
         key: input.key.clone(),
@@ -249,11 +300,19 @@ pub async fn complete(
         .complete_upload(write, &input.upload_id, &parts)
         .await
         .map_err(s3_error)?;
+    let [crc32, crc32c, crc64nvme, sha1, sha256] =
+        part_checksums::fields(checked.as_ref().map(|(c, _)| c));
     let resp = S3Response::new(CompleteMultipartUploadOutput {
         bucket: Some(input.bucket.clone()),
         key: Some(input.key.clone()),
         e_tag: written.etag.as_deref().map(convert::etag),
         location: Some(format!("/{}/{}", input.bucket, input.key)),
+        checksum_crc32: crc32,
+        checksum_crc32c: crc32c,
+        checksum_crc64nvme: crc64nvme,
+        checksum_sha1: sha1,
+        checksum_sha256: sha256,
+        checksum_type: checked.map(|(_, kind)| ChecksumType::from_static(kind)),
         ..Default::default()
     });
     Ok(super::objects::replayed(resp, written.replayed))
@@ -352,12 +411,20 @@ pub async fn list_parts(
         parts: Some(
             parts
                 .into_iter()
-                .map(|p| Part {
-                    part_number: Some(p.number),
-                    e_tag: Some(convert::etag(&p.etag)),
-                    size: Some(p.size as i64),
-                    last_modified: Some(convert::timestamp(p.last_modified_ms)),
-                    ..Default::default()
+                .map(|p| {
+                    let [crc32, crc32c, crc64nvme, sha1, sha256] =
+                        part_checksums::fields(p.checksum.as_ref());
+                    Part {
+                        part_number: Some(p.number),
+                        e_tag: Some(convert::etag(&p.etag)),
+                        size: Some(p.size as i64),
+                        last_modified: Some(convert::timestamp(p.last_modified_ms)),
+                        checksum_crc32: crc32,
+                        checksum_crc32c: crc32c,
+                        checksum_crc64nvme: crc64nvme,
+                        checksum_sha1: sha1,
+                        checksum_sha256: sha256,
+                    }
                 })
                 .collect(),
         ),

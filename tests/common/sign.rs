@@ -25,6 +25,28 @@ pub enum BodyHash {
 
 /// Signs `req` (its body must be in memory) for `creds` at `time`.
 pub fn sign_at(req: &mut reqwest::Request, creds: Creds, time: SystemTime, mode: BodyHash) {
+    sign_as(req, creds, time, mode, None)
+}
+
+/// Signs `req` for `creds` now with `payload` as its `x-amz-content-sha256` (which the request
+/// must carry), as aws-chunked uploads do (`STREAMING-UNSIGNED-PAYLOAD-TRAILER`).
+pub fn sign_payload(req: &mut reqwest::Request, creds: Creds, payload: &str) {
+    sign_as(
+        req,
+        creds,
+        SystemTime::now(),
+        BodyHash::Header,
+        Some(payload),
+    )
+}
+
+fn sign_as(
+    req: &mut reqwest::Request,
+    creds: Creds,
+    time: SystemTime,
+    mode: BodyHash,
+    payload: Option<&str>,
+) {
     let identity =
         aws_credential_types::Credentials::new(creds.key, creds.secret, None, None, "test").into();
     let mut settings = SigningSettings::default();
@@ -59,7 +81,9 @@ pub fn sign_at(req: &mut reqwest::Request, creds: Creds, time: SystemTime, mode:
         req.method().as_str(),
         req.url().as_str(),
         headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        if streamed {
+        if let Some(p) = payload {
+            SignableBody::Precomputed(p.to_string())
+        } else if streamed {
             SignableBody::UnsignedPayload
         } else {
             SignableBody::Bytes(&body)

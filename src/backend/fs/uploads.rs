@@ -97,6 +97,7 @@ pub async fn put_part(
         etag: format!("\"{md5}\""),
         size,
         last_modified_ms: crate::wall_clock::now_ms(),
+        checksum: None,
     })
 }
 
@@ -126,6 +127,7 @@ pub async fn parts(root: &Path, handle: &str) -> Result<Vec<(PartInfo, PathBuf)>
                     etag: format!("\"{md5}\""),
                     size: md.len(),
                     last_modified_ms: (md.mtime().max(0) as u64) * 1000,
+                    checksum: None,
                 },
                 entry.path(),
             ));

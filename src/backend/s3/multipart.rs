@@ -224,6 +224,7 @@ impl S3Backend {
             etag,
             size: length,
             last_modified_ms: crate::wall_clock::now_ms(),
+            checksum: None,
         })
     }
 
