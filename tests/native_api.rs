@@ -435,3 +435,54 @@ async fn idempotency_keys() {
     let replay: serde_json::Value = replay.json().await.unwrap();
     assert_eq!(replay["existed"], true);
 }
+
+/// Review round 24, F6: the native API ignored Content-MD5 and `x-amz-checksum-*`. They are
+/// checked as on the S3 gateway: a body that does not match is 400 BadDigest and nothing is
+/// written (the token not recorded either).
+#[tokio::test]
+async fn declared_digests_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    let c = client();
+    // MD5 and CRC32 of "hello world", base64.
+    for (name, right, wrong) in [
+        (
+            "content-md5",
+            "XrY7u+Ae7tCTyyK7j1rNww==",
+            "AAAAAAAAAAAAAAAAAAAAAA==",
+        ),
+        ("x-amz-checksum-crc32", "DUoRhQ==", "AAAAAA=="),
+    ] {
+        let url = s.object_url("default", name);
+        let resp = c
+            .put(&url)
+            .header("Fencing-Token", "1")
+            .header(name, wrong)
+            .body("hello world")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 400, "{name}");
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["error"], "BadDigest", "{name}");
+        assert_eq!(c.get(&url).send().await.unwrap().status().as_u16(), 404);
+        let fence: serde_json::Value = c
+            .get(s.url(&format!("/v1/fences/default/{name}")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert!(fence["highest"].is_null(), "{name}: {fence}");
+        let resp = c
+            .put(&url)
+            .header("Fencing-Token", "1")
+            .header(name, right)
+            .body("hello world")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "{name}");
+    }
+}

@@ -309,6 +309,38 @@ async fn throttling_is_503_with_retry_after(kind: StoreKind) {
     assert_eq!(body["error"], "BackendUnavailable");
 }
 
+/// Review round 24, F1: a store's 4xx refusal counted as an outcome unknown, so the object
+/// (or its whole scope) was held with 503 CommitUnresolved for `commit_deadline_secs`. A
+/// refusal is definite: nothing was written, the next holder writes at once. What the request
+/// carried is the client's 400; a refusal of fencegate itself (403) is 502.
+async fn a_store_refusal_is_definite_and_holds_nothing(kind: StoreKind) {
+    let Rig {
+        _store,
+        proxy,
+        _dir,
+        s,
+    } = behind_proxy(kind, kind.opt_in()).await;
+    let c = client();
+    let url = s.object_url("default", "refused");
+    for (mode, token, want) in [
+        (Mode::RefusePuts, "5", (400, "StoreRefusedRequest")),
+        (Mode::DenyPuts, "6", (502, "BackendUnavailable")),
+    ] {
+        proxy.set(mode);
+        let (status, body) = put(&c, &url, Some(token), b"refused").await;
+        assert_eq!((status, body["error"].as_str().unwrap()), want, "{body}");
+        let message = body["message"].as_str().unwrap();
+        assert!(
+            message.contains("refused by the test proxy") && message.len() < 400,
+            "the store's code and message, not the SDK's dump: {message}"
+        );
+        proxy.set(Mode::Pass);
+    }
+    let (status, body) = put(&c, &url, Some("7"), b"next holder").await;
+    assert_eq!(status, 200, "nothing held the object: {body}");
+    assert_eq!(get_bytes(&c, &url).await.1, b"next holder");
+}
+
 async fn a_commit_with_unknown_outcome_is_read_back_not_resent(kind: StoreKind) {
     let Rig {
         _store,
@@ -578,6 +610,7 @@ on_both_stores!(
     the_token_is_stored_on_the_object,
     a_backend_that_goes_down_is_502_and_keeps_the_recorded_token,
     throttling_is_503_with_retry_after,
+    a_store_refusal_is_definite_and_holds_nothing,
     a_commit_with_unknown_outcome_is_read_back_not_resent,
     a_timed_out_commit_that_did_not_land_is_504_and_keeps_the_token,
     a_lost_rewrite_of_the_same_bytes_is_not_taken_for_landed,

@@ -166,17 +166,21 @@ pub fn object_meta(headers: &HeaderMap) -> Result<ObjectMeta, GateError> {
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string),
-        headers: ObjectMeta::system_headers(headers),
+        headers: ObjectMeta::system_headers(headers).map_err(GateError::InvalidArgument)?,
         ..ObjectMeta::default()
     };
     let mut total = 0;
     for (name, value) in headers {
         if let Some(short) = name.as_str().strip_prefix(USER_META_PREFIX) {
-            let value = value.to_str().map_err(|_| {
-                GateError::InvalidArgument(format!(
-                    "metadata header {name} must be printable ASCII"
-                ))
-            })?;
+            let value = value
+                .to_str()
+                .ok()
+                .filter(|v| crate::backend::printable(v))
+                .ok_or_else(|| {
+                    GateError::InvalidArgument(format!(
+                        "metadata header {name} must be printable ASCII, without tabs"
+                    ))
+                })?;
             total += short.len() + value.len();
             meta.user_meta.insert(short.to_string(), value.to_string());
         }

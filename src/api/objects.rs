@@ -76,7 +76,18 @@ pub async fn put(
     let (bucket, key) = target(path)?;
     let req = write_request(bucket, key, &h, &who)?;
     authorize_change(&state, &who, Permission::Write, &req)?;
+    // Content-MD5 and x-amz-checksum-* are checked as on the S3 gateway (review round 24, F6:
+    // the native API ignored them).
+    let declared = crate::s3api::digests::Declared::of(
+        &h,
+        None,
+        h.get("content-md5")
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .as_deref(),
+    )
+    .map_err(|e| GateError::InvalidArgument(e.message().unwrap_or_default().to_string()))?;
     let stream = headers::body_stream(&h, body, state.max_body_bytes, state.body_idle_timeout)?;
+    let stream = crate::s3api::digests::verify(stream, declared);
     let written = state.gate.put(req, stream).await?;
     let mut resp = Json(&written).into_response();
     headers::mark_replayed(resp.headers_mut(), written.replayed);

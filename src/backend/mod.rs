@@ -60,27 +60,76 @@ pub const SYSTEM_HEADERS: [&str; 5] = [
     "expires",
 ];
 
+/// A header or metadata value fencegate stores and forwards: printable ASCII and spaces only.
+/// A tab or other control character is signed differently by different S3 implementations
+/// (review round 24, F5), and a byte outside ASCII is not a header value every store returns
+/// intact.
+pub fn printable(value: &str) -> bool {
+    value.bytes().all(|b| (0x20..0x7f).contains(&b))
+}
+
 impl ObjectMeta {
-    /// The system metadata of a write's headers. `aws-chunked` names the transfer, not the
-    /// object, and is dropped from Content-Encoding as S3 drops it.
-    pub fn system_headers(headers: &http::HeaderMap) -> BTreeMap<String, String> {
-        SYSTEM_HEADERS
+    /// The system metadata of a write's headers, one rule for both surfaces (review round 24,
+    /// F6): each header once, printable, an Expires that is an HTTP date. `aws-chunked` names
+    /// the transfer, not the object, and is dropped from Content-Encoding as S3 drops it; a
+    /// coding that only contains it is refused, since stores take it for aws-chunked (F1).
+    pub fn system_headers(headers: &http::HeaderMap) -> Result<BTreeMap<String, String>, String> {
+        let mut out = BTreeMap::new();
+        for name in SYSTEM_HEADERS {
+            let mut values = headers.get_all(name).iter();
+            let Some(value) = values.next() else { continue };
+            if values.next().is_some() {
+                return Err(format!("{name} is sent more than once; send it once"));
+            }
+            let value = String::from_utf8_lossy(value.as_bytes());
+            let value = value.trim();
+            if !printable(value) {
+                return Err(format!(
+                    "{name} must be printable ASCII without tabs or other control characters"
+                ));
+            }
+            let value = match name {
+                "content-encoding" => {
+                    let mut kept = Vec::new();
+                    for coding in value.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+                        let lower = coding.to_ascii_lowercase();
+                        if lower == "aws-chunked" {
+                            continue;
+                        }
+                        if lower.contains("aws-chunked") {
+                            return Err(format!(
+                                "Content-Encoding {coding:?} is not a content coding; send aws-chunked for an aws-chunked body, or the object's own coding"
+                            ));
+                        }
+                        kept.push(coding);
+                    }
+                    kept.join(",")
+                }
+                "expires" if httpdate::parse_http_date(value).is_err() => {
+                    return Err(format!(
+                        "Expires {value:?} is not an HTTP date such as \"Wed, 21 Oct 2026 07:28:00 GMT\""
+                    ))
+                }
+                _ => value.to_string(),
+            };
+            if !value.is_empty() {
+                out.insert(name.to_string(), value);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The bytes of user metadata as a store counts them (names and values), fencegate's own
+    /// entries included.
+    pub fn user_meta_bytes(&self) -> usize {
+        let own = self
+            .token
+            .map_or(0, |t| "fencing-token".len() + t.to_string().len());
+        own + self
+            .user_meta
             .iter()
-            .filter_map(|name| {
-                let value = headers.get(*name)?.to_str().ok()?.trim();
-                let value = if *name == "content-encoding" {
-                    value
-                        .split(',')
-                        .map(str::trim)
-                        .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("aws-chunked"))
-                        .collect::<Vec<_>>()
-                        .join(",")
-                } else {
-                    value.to_string()
-                };
-                (!value.is_empty()).then(|| (name.to_string(), value))
-            })
-            .collect()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
     }
 
     pub fn header(&self, name: &str) -> Option<String> {
@@ -346,6 +395,15 @@ pub enum BackendError {
     Throttled(String),
     #[error("the backend is failing: {0}")]
     Failing(String),
+    /// The store answered with a refusal (a 4xx other than the conditions', or the request
+    /// could not be built to be sent): nothing of it was written, so nothing of it can land
+    /// later (review round 24, F1). `status` 0: it was never sent.
+    #[error("the store refused the request ({status} {code}): {message}; nothing was written")]
+    Refused {
+        status: u16,
+        code: String,
+        message: String,
+    },
     #[error("a stored object is corrupt: {0}")]
     Corrupt(String),
     /// The store answered a write with the digest of other bytes than fencegate sent it: it

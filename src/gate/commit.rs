@@ -47,6 +47,35 @@ pub(super) fn reserve_meta(meta: &mut crate::backend::ObjectMeta) {
     meta.user_meta.remove("fencing-scope");
 }
 
+/// S3 keeps at most 2 KB of user metadata, names and values.
+const MAX_STORED_META: usize = 2048;
+
+/// The metadata a write stores: the client's, the token, and in a header-scoped bucket the
+/// lock's name. S3's 2 KB limit counts fencegate's entries too, so a write that would not fit
+/// is refused here, before any intent, never by the store after it (review round 24, F1).
+pub(super) fn own_meta(
+    meta: &mut crate::backend::ObjectMeta,
+    token: Option<u64>,
+    entry: &super::BucketEntry,
+    scope: &str,
+) -> Result<(), GateError> {
+    meta.token = token;
+    reserve_meta(meta);
+    if entry.policy.scope == ScopeKind::Header {
+        // The object's metadata names its lock too, for whoever reads the store directly.
+        meta.user_meta
+            .insert("fencing-scope".into(), header_scope_name(scope).into());
+    }
+    let bytes = meta.user_meta_bytes();
+    if bytes > MAX_STORED_META {
+        return Err(GateError::InvalidArgument(format!(
+            "the object's user metadata would be {bytes} bytes with the fencing-token{} fencegate stores beside it; S3 keeps at most {MAX_STORED_META}: send less",
+            if entry.policy.scope == ScopeKind::Header { " and fencing-scope" } else { "" }
+        )));
+    }
+    Ok(())
+}
+
 impl Gate {
     /// PUT: the whole commit protocol for one write.
     pub async fn put(
@@ -67,14 +96,7 @@ impl Gate {
     ) -> Result<Written, GateError> {
         let (entry, token, scope) = self.admit_request(&req, false)?;
         let _claim = self.claim_key(&req)?;
-        req.meta.token = token.map(|t| t.0);
-        reserve_meta(&mut req.meta);
-        if entry.policy.scope == ScopeKind::Header {
-            // The object's metadata names its lock too, for whoever reads the store directly.
-            req.meta
-                .user_meta
-                .insert("fencing-scope".into(), header_scope_name(&scope).into());
-        }
+        own_meta(&mut req.meta, token.map(|t| t.0), &entry, &scope)?;
         let mut answer_pending = false;
         if req.idempotency.is_some() {
             // A retry of a request already answered is answered again, whatever its token

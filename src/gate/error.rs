@@ -131,6 +131,14 @@ impl GateError {
             GateError::Backend(BackendError::Invalid { .. }) => 400,
             GateError::Backend(BackendError::NoSuchUpload(_)) => 404,
             GateError::Backend(BackendError::NoSuchPart { .. }) => 416,
+            GateError::Backend(BackendError::Refused { status, .. }) => match status {
+                // What the request carried: its key, metadata, headers or body.
+                0 | 400 | 411 | 413 | 414 | 431 => 400,
+                // A conflicting request in progress on the store: nothing written, retry.
+                409 => 503,
+                // The store refuses fencegate itself: its credentials or settings.
+                _ => 502,
+            },
             GateError::Backend(BackendError::Unsupported(_)) => 501,
             GateError::Backend(_) | GateError::Store(_) => 503,
         }
@@ -172,6 +180,9 @@ impl GateError {
             GateError::Backend(BackendError::Invalid { code, .. }) => code,
             GateError::Backend(BackendError::NoSuchUpload(_)) => "NoSuchUpload",
             GateError::Backend(BackendError::NoSuchPart { .. }) => "InvalidPartNumber",
+            GateError::Backend(BackendError::Refused { .. }) if self.status() == 400 => {
+                "StoreRefusedRequest"
+            }
             GateError::Backend(BackendError::Unsupported(_)) => "NotImplemented",
             GateError::Backend(BackendError::KeptDifferentBytes(_)) => "StoreKeptDifferentBytes",
             GateError::Backend(_) => "BackendUnavailable",
@@ -215,6 +226,7 @@ impl GateError {
                 | GateError::ClockSkewed(_)
                 | GateError::Store(_)
                 | GateError::Backend(BackendError::Expired(_))
+                | GateError::Backend(BackendError::Refused { status: 409, .. })
         )
     }
 

@@ -29,14 +29,7 @@ impl Gate {
         if let Some(t) = token {
             check_token(&entry.policy, t.0, &self.row(&scope).await?, &scope)?;
         }
-        req.meta.token = token.map(|t| t.0);
-        super::commit::reserve_meta(&mut req.meta);
-        if entry.policy.scope == crate::config::ScopeKind::Header {
-            req.meta.user_meta.insert(
-                "fencing-scope".into(),
-                super::checks::header_scope_name(&scope).into(),
-            );
-        }
+        super::commit::own_meta(&mut req.meta, token.map(|t| t.0), &entry, &scope)?;
         let handle = entry
             .backend
             .create_upload(&req.bucket, &req.key, &req.meta)

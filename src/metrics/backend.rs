@@ -60,6 +60,10 @@ fn outcome(error: Option<&BackendError>) -> (&'static str, Option<&'static str>)
         BackendError::Timeout(_) => "timeout",
         BackendError::Throttled(_) => "throttled",
         BackendError::Failing(_) => "failing",
+        BackendError::Refused { status, .. } => match status {
+            0 | 400 | 411 | 413 | 414 | 431 => return ("rejected", None),
+            _ => "refused",
+        },
         BackendError::Corrupt(_) => "corrupt",
         BackendError::KeptDifferentBytes(_) => "kept_different_bytes",
         BackendError::Expired(_) => "expired",

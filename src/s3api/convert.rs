@@ -86,6 +86,17 @@ pub fn object_meta(
         .filter(|(k, _)| k.as_str() != TOKEN_META)
         .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
         .collect();
+    if let Some((name, _)) = user_meta
+        .iter()
+        .find(|(_, v)| v.chars().any(char::is_control))
+    {
+        return Err(invalid(
+            S3ErrorCode::InvalidArgument,
+            format!(
+                "x-amz-meta-{name} has a tab or another control character; send printable text"
+            ),
+        ));
+    }
     let size: usize = user_meta.iter().map(|(k, v)| k.len() + v.len()).sum();
     if size > 2048 {
         return Err(invalid(
@@ -97,7 +108,8 @@ pub fn object_meta(
         content_type,
         user_meta,
         token: None,
-        headers: ObjectMeta::system_headers(headers),
+        headers: ObjectMeta::system_headers(headers)
+            .map_err(|m| invalid(S3ErrorCode::InvalidArgument, m))?,
     })
 }
 

@@ -6,7 +6,7 @@ mod access;
 pub mod answer;
 mod buckets;
 mod convert;
-mod digests;
+pub(crate) mod digests;
 mod multipart;
 mod objects;
 mod part_checksums;

@@ -1,6 +1,7 @@
 //! A misbehaving S3 store for tests: an HTTP proxy in front of moto that can drop the
-//! conditional headers (a store that accepts If-Match and ignores it), throttle writes, or
-//! apply a conditional write and then never answer (a commit whose outcome is unknown).
+//! conditional headers (a store that accepts If-Match and ignores it), throttle writes, refuse
+//! them, or apply a conditional write and then never answer (a commit whose outcome is
+//! unknown).
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -30,6 +31,10 @@ pub enum Mode {
     /// Answer every PUT (PutObject, UploadPart) with the ETag of other bytes: a store that
     /// kept something else than it was sent.
     WrongPutEtags = 7,
+    /// Answer every PUT with 400 KeyTooLongError: a store refusing what the request carried.
+    RefusePuts = 8,
+    /// Answer every PUT with 403 AccessDenied: a store refusing fencegate itself.
+    DenyPuts = 9,
 }
 
 pub struct S3Proxy {
@@ -114,6 +119,20 @@ async fn forward(State(state): State<ProxyState>, req: Request) -> Response {
         return Response::builder()
             .status(503)
             .body(Body::from("<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"))
+            .unwrap();
+    }
+    if (mode == Mode::RefusePuts as u8 || mode == Mode::DenyPuts as u8) && req.method() == "PUT" {
+        let (status, code) = if mode == Mode::RefusePuts as u8 {
+            (400, "KeyTooLongError")
+        } else {
+            (403, "AccessDenied")
+        };
+        return Response::builder()
+            .status(status)
+            .header("content-type", "application/xml")
+            .body(Body::from(format!(
+                "<Error><Code>{code}</Code><Message>refused by the test proxy</Message></Error>"
+            )))
             .unwrap();
     }
     if mode == Mode::SwallowConditionalWrites as u8 && conditional {

@@ -180,12 +180,16 @@ impl S3Backend {
         }
     }
 
+    /// User metadata as the store takes it. A value that is not printable ASCII goes RFC 2047
+    /// encoded, as AWS answers such values: stores differ on raw UTF-8 (ministack keeps it and
+    /// answers bytes the SDK cannot parse, so the object could no longer be read or deleted:
+    /// review round 24, F4).
     fn metadata(meta: &ObjectMeta) -> HashMap<String, String> {
         let mut m: HashMap<String, String> = meta
             .user_meta
             .iter()
             .filter(|(k, _)| k.as_str() != TOKEN_META && k.as_str() != parts::SPLIT_META)
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, v)| (k.clone(), encode_word(v)))
             .collect();
         if let Some(t) = meta.token {
             m.insert(TOKEN_META.into(), t.to_string());
@@ -201,7 +205,7 @@ impl S3Backend {
         let mut user_meta: std::collections::BTreeMap<String, String> = metadata
             .map(|m| {
                 m.iter()
-                    .map(|(k, v)| (k.to_lowercase(), v.clone()))
+                    .map(|(k, v)| (k.to_lowercase(), decode_word(v)))
                     .collect()
             })
             .unwrap_or_default();
@@ -789,6 +793,34 @@ impl S3Backend {
         });
         Ok(Some((info, Box::pin(stream))))
     }
+}
+
+/// `value`, or its RFC 2047 encoded word when it is not printable ASCII.
+fn encode_word(value: &str) -> String {
+    if super::printable(value) {
+        value.to_string()
+    } else {
+        format!(
+            "=?UTF-8?B?{}?=",
+            aws_smithy_types::base64::encode(value.as_bytes())
+        )
+    }
+}
+
+/// The text of an RFC 2047 base64 UTF-8 encoded word ([`encode_word`]); any other value as it
+/// is.
+fn decode_word(value: &str) -> String {
+    let inner = value
+        .strip_prefix("=?")
+        .and_then(|v| v.strip_suffix("?="))
+        .and_then(|v| v.split_once('?'))
+        .filter(|(charset, _)| charset.eq_ignore_ascii_case("utf-8"))
+        .and_then(|(_, rest)| rest.split_once('?'))
+        .filter(|(encoding, _)| encoding.eq_ignore_ascii_case("b"));
+    inner
+        .and_then(|(_, text)| aws_smithy_types::base64::decode(text).ok())
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .unwrap_or_else(|| value.to_string())
 }
 
 /// The Expires header as the SDK takes it; one that is not an HTTP date is not sent.

@@ -238,7 +238,7 @@ async fn send(
         }
         (429 | 503, _) | (_, Some("SlowDown")) => S3Failure::Fault(BackendError::Throttled(what())),
         (408 | 504, _) => S3Failure::Fault(BackendError::Timeout(what())),
-        _ => S3Failure::Fault(BackendError::Failing(what())),
+        _ => S3Failure::Fault(super::errors::refusal(status, code.as_deref(), what())),
     })
 }
 
