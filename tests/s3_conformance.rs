@@ -725,6 +725,75 @@ async fn parts_by_number(kind: Kind) {
     );
     assert_eq!(status, 412);
 
+    // Review round 25, F2: a part is asked for by the number it was uploaded with (here 1, 3
+    // and 5), on both backends, and HeadObject answers as GetObject does.
+    let id = start(&c, "gaps").await;
+    let etags = [
+        part(&c, "gaps", &id, 1, PART).await,
+        part(&c, "gaps", &id, 3, PART).await,
+        part(&c, "gaps", &id, 5, 10).await,
+    ];
+    c.complete_multipart_upload()
+        .bucket("bkt")
+        .key("gaps")
+        .upload_id(&id)
+        .multipart_upload(listed(&[(1, &etags[0]), (3, &etags[1]), (5, &etags[2])]))
+        .send()
+        .await
+        .unwrap();
+    for (number, offset, len) in [(3, PART, PART), (5, 2 * PART, 10)] {
+        let got = c
+            .get_object()
+            .bucket("bkt")
+            .key("gaps")
+            .part_number(number)
+            .send()
+            .await
+            .unwrap();
+        let range = format!("bytes {offset}-{}/{}", offset + len - 1, 2 * PART + 10);
+        assert_eq!(got.content_range(), Some(range.as_str()), "part {number}");
+        let bytes = got.body.collect().await.unwrap().into_bytes();
+        assert!(
+            bytes.iter().all(|b| *b == number as u8),
+            "part {number}'s bytes"
+        );
+        let head = c
+            .head_object()
+            .bucket("bkt")
+            .key("gaps")
+            .part_number(number)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            head.content_range(),
+            Some(range.as_str()),
+            "HEAD part {number}"
+        );
+    }
+    // A number between them: absent (fs knows; the store's whole-object answer does not say,
+    // so the s3 backend answers 501 rather than guess). Past them: absent on both.
+    let (status, _, _, _) = refused(
+        c.get_object()
+            .bucket("bkt")
+            .key("gaps")
+            .part_number(2)
+            .send()
+            .await,
+    );
+    assert_eq!(status, if kind == Kind::Fs { 416 } else { 501 });
+    let (status, code, _, _) = refused(
+        c.get_object()
+            .bucket("bkt")
+            .key("gaps")
+            .part_number(6)
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (416, "InvalidPartNumber"));
+    let (status, _) = raw_part(&c, "gaps", 6, true).await;
+    assert_eq!(status, 416, "HEAD agrees");
+
     // Written whole: small, and (on s3) over the multipart threshold, which fencegate stores
     // in parts of its own.
     for (key, len) in [("one", 1000), ("big", PART + 1)] {
@@ -820,6 +889,23 @@ async fn a_store_that_ignores_part_numbers_is_not_trusted() {
         (416, "InvalidPartNumber"),
         "its ETag names 2 parts"
     );
+    // Review round 25, F6: moto answers 500 to a HeadObject of a part it lacks; fencegate asks
+    // by GetObject instead.
+    let (status, _) = raw_part(&c, "mp", 3, true).await;
+    assert_eq!(status, 416, "HeadObject of a part past the object's");
+    // An object written whole that fencegate stored in parts of its own: part 1 is the object,
+    // for HeadObject as for GetObject.
+    let big = vec![7u8; PART + 1];
+    put(&c, "bkt", "big", &big).await;
+    for head in [true, false] {
+        let (status, headers) = raw_part(&c, "big", 1, head).await;
+        assert_eq!(status, 206, "head {head}");
+        assert_eq!(
+            headers["content-length"],
+            (PART + 1).to_string(),
+            "head {head}"
+        );
+    }
     put(&c, "bkt", "one", b"whole").await;
     let got = c
         .get_object()
@@ -914,6 +1000,42 @@ async fn checksum_trailers(kind: Kind) {
             "{key}: nothing was written"
         );
     }
+    // Review round 25, F5: an operation whose bytes are not in its request cannot have them
+    // checked: a checksum it declares is refused, not ignored.
+    let c = fx.client();
+    let (status, code, _, _) = refused(
+        c.copy_object()
+            .bucket("bkt")
+            .key("copy")
+            .copy_source("bkt/good")
+            .customize()
+            .mutate_request(|r| {
+                r.headers_mut().insert("x-amz-checksum-crc32", "AAAAAA==");
+            })
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "InvalidRequest"));
+    let (status, code, _, _) = refused(
+        c.create_multipart_upload()
+            .bucket("bkt")
+            .key("copy")
+            .customize()
+            .mutate_request(|r| {
+                r.headers_mut()
+                    .insert("content-md5", "AAAAAAAAAAAAAAAAAAAAAA==");
+            })
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "InvalidRequest"));
+    assert!(c
+        .head_object()
+        .bucket("bkt")
+        .key("copy")
+        .send()
+        .await
+        .is_err());
 }
 
 /// Review round 24, F3: a completion's checksums were ignored. A part answers the checksum it
@@ -996,6 +1118,21 @@ async fn multipart_checksums(kind: Kind) {
         .await
         .expect("the upload was kept, and its right checksum is taken");
     assert_eq!(done.checksum_crc32(), Some(whole.as_str()));
+    // Review round 25, F1: completing again (the answer was lost) is answered as the first,
+    // checksum included, only when it declares the same checksums; other ones are refused.
+    let again = complete(list(&right), Some(whole.clone())).await.unwrap();
+    assert_eq!(again.e_tag(), done.e_tag());
+    assert_eq!(again.checksum_crc32(), Some(whole.as_str()));
+    let replay = complete(list(&right), Some(crc(b"not the object"))).await;
+    assert!(
+        replay.is_err(),
+        "a replay declaring another checksum: {replay:?}"
+    );
+    let replay = complete(list(&|_| crc(b"x")), Some(whole.clone())).await;
+    assert!(
+        replay.is_err(),
+        "a replay listing other part checksums: {replay:?}"
+    );
     let got = c.get_object().bucket("bkt").key("ck").send().await.unwrap();
     assert_eq!(
         got.body.collect().await.unwrap().into_bytes().len(),
@@ -1097,6 +1234,51 @@ async fn metadata_values(kind: Kind) {
             .await,
     );
     assert_eq!((status, code.as_str()), (400, "InvalidArgument"));
+    // Review round 25, F3: a value that looks like an encoded word is kept as sent on both
+    // backends (fencegate decodes only what it encoded).
+    let http = reqwest::Client::new();
+    let word = "=?UTF-8?B?aGk=?=";
+    let resp = http
+        .put(fx.server.url("/v1/objects/bkt/word"))
+        .header("x-amz-meta-a", word)
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let resp = http
+        .get(fx.server.url("/v1/objects/bkt/word"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["x-amz-meta-a"], word);
+    // The native API, unsigned in development mode: fencegate's own refusals.
+    for (name, value) in [
+        ("x-amz-meta-z", "a\tb"),
+        ("cache-control", "no\tstore"),
+        ("expires", "not a date"),
+        ("content-encoding", "aws-chunkedx"),
+    ] {
+        let resp = http
+            .put(fx.server.url("/v1/objects/bkt/tab"))
+            .header(name, value)
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 400, "{name}: {value}");
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["error"], "InvalidArgument", "{name}: {value}");
+    }
+    let resp = http
+        .put(fx.server.url("/v1/objects/bkt/tab"))
+        .header("cache-control", "no-store")
+        .header("cache-control", "max-age=60")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400, "a system header twice");
     assert!(c
         .head_object()
         .bucket("bkt")

@@ -68,6 +68,13 @@ pub fn printable(value: &str) -> bool {
     value.bytes().all(|b| (0x20..0x7f).contains(&b))
 }
 
+/// Whether a user metadata value goes to an S3 store as an RFC 2047 encoded word: one that is
+/// not printable ASCII, or one that reads as an encoded word itself, so that reading back
+/// decodes only what fencegate encoded (review round 25, F3).
+pub fn encoded_word_needed(value: &str) -> bool {
+    !printable(value) || (value.starts_with("=?") && value.ends_with("?="))
+}
+
 impl ObjectMeta {
     /// The system metadata of a write's headers, one rule for both surfaces (review round 24,
     /// F6): each header once, printable, an Expires that is an HTTP date. `aws-chunked` names
@@ -119,17 +126,26 @@ impl ObjectMeta {
         Ok(out)
     }
 
-    /// The bytes of user metadata as a store counts them (names and values), fencegate's own
-    /// entries included.
+    /// The bytes of user metadata as a store counts them (names and values as sent, encoded
+    /// words included), fencegate's own entries included: the token, and the marker of a body
+    /// it stores in parts of its own, whose room is kept for every write since a body's size is
+    /// known only once it has streamed (review round 25, F4).
     pub fn user_meta_bytes(&self) -> usize {
-        let own = self
+        let token = self
             .token
             .map_or(0, |t| "fencing-token".len() + t.to_string().len());
-        own + self
-            .user_meta
-            .iter()
-            .map(|(k, v)| k.len() + v.len())
-            .sum::<usize>()
+        let split = "fencegate-split".len() + u64::MAX.to_string().len();
+        let stored = |v: &str| match encoded_word_needed(v) {
+            true => "=?UTF-8?B??=".len() + v.len().div_ceil(3) * 4,
+            false => v.len(),
+        };
+        token
+            + split
+            + self
+                .user_meta
+                .iter()
+                .map(|(k, v)| k.len() + stored(v))
+                .sum::<usize>()
     }
 
     pub fn header(&self, name: &str) -> Option<String> {
@@ -150,10 +166,11 @@ pub struct ObjectInfo {
     pub last_modified_ms: u64,
     #[serde(flatten)]
     pub meta: ObjectMeta,
-    /// The sizes of the parts it was completed from, in order, when the backend knows them
-    /// (fs); empty for an object written whole. GetObject `partNumber` reads by them.
+    /// The parts it was completed from, in order, as (the number it was uploaded with, size),
+    /// when the backend knows them (fs); empty for an object written whole. GetObject
+    /// `partNumber` reads by them.
     #[serde(skip)]
-    pub parts: Vec<u64>,
+    pub parts: Vec<(u32, u64)>,
 }
 
 /// Where one part of an object lies, for GetObject and HeadObject `partNumber`.
@@ -168,15 +185,17 @@ pub struct PartSpan {
 }
 
 impl PartSpan {
-    /// Part `number` of an object of `size` bytes completed from parts of `sizes` (empty:
-    /// written whole). Parts are numbered 1 to their count in order, as S3 numbers a completed
-    /// object's parts; an object written whole has the one part 1.
-    pub fn of(sizes: &[u64], size: u64, number: u32) -> Result<PartSpan, BackendError> {
+    /// Part `number` of an object of `size` bytes completed from `parts` (number uploaded
+    /// with, size; empty: written whole). A part is asked for by the number it was uploaded
+    /// with, as the store serves it (ministack; review round 25, F2: fs counted parts in order,
+    /// so an upload completed from parts 1, 3 and 5 read differently on the two backends). An
+    /// object written whole has the one part 1.
+    pub fn of(parts: &[(u32, u64)], size: u64, number: u32) -> Result<PartSpan, BackendError> {
         let missing = || BackendError::NoSuchPart {
             number,
-            count: sizes.len().max(1) as u32,
+            count: parts.len().max(1) as u32,
         };
-        if sizes.is_empty() {
+        if parts.is_empty() {
             return match number {
                 1 => Ok(PartSpan {
                     offset: 0,
@@ -186,12 +205,14 @@ impl PartSpan {
                 _ => Err(missing()),
             };
         }
-        let index = (number as usize).checked_sub(1).ok_or_else(missing)?;
-        let len = *sizes.get(index).ok_or_else(missing)?;
+        let index = parts
+            .iter()
+            .position(|(n, _)| *n == number)
+            .ok_or_else(missing)?;
         Ok(PartSpan {
-            offset: sizes[..index].iter().sum(),
-            len,
-            count: Some(sizes.len() as u32),
+            offset: parts[..index].iter().map(|(_, s)| s).sum(),
+            len: parts[index].1,
+            count: Some(parts.len() as u32),
         })
     }
 
@@ -749,18 +770,19 @@ mod tests {
 
     #[tokio::test]
     async fn parts_are_numbered_in_order_and_a_whole_object_is_part_one() {
-        let sizes = [MIN_PART_BYTES, MIN_PART_BYTES, 3];
+        // Uploaded as parts 1, 3 and 5: asked for by those numbers.
+        let sizes = [(1, MIN_PART_BYTES), (3, MIN_PART_BYTES), (5, 3)];
         let total = 2 * MIN_PART_BYTES + 3;
         assert_eq!(
-            PartSpan::of(&sizes, total, 2).unwrap(),
+            PartSpan::of(&sizes, total, 3).unwrap(),
             PartSpan {
                 offset: MIN_PART_BYTES,
                 len: MIN_PART_BYTES,
                 count: Some(3)
             }
         );
-        assert_eq!(PartSpan::of(&sizes, total, 3).unwrap().offset, total - 3);
-        for number in [0, 4, u32::MAX] {
+        assert_eq!(PartSpan::of(&sizes, total, 5).unwrap().offset, total - 3);
+        for number in [0, 2, 4, 6, u32::MAX] {
             match PartSpan::of(&sizes, total, number) {
                 Err(BackendError::NoSuchPart { count: 3, .. }) => {}
                 other => panic!("part {number}: {other:?}"),
@@ -785,14 +807,15 @@ mod tests {
                 Ok(Bytes::from_static(b"defg")),
             ]))
         };
-        let span = PartSpan::of(&[2, 4, 0, 1], 7, 2).unwrap();
+        let parts = [(1, 2), (2, 4), (3, 0), (4, 1)];
+        let span = PartSpan::of(&parts, 7, 2).unwrap();
         let got: Vec<u8> = span
             .slice(body())
             .map(|c| c.unwrap().to_vec())
             .concat()
             .await;
         assert_eq!(got, b"cdef");
-        let empty = PartSpan::of(&[2, 4, 0, 1], 7, 3).unwrap();
+        let empty = PartSpan::of(&parts, 7, 3).unwrap();
         assert_eq!(empty.slice(body()).count().await, 0);
     }
 

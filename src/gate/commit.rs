@@ -40,11 +40,13 @@ where
     }
 }
 
-/// `fencing-token` and `fencing-scope` in an object's metadata are written by fencegate only:
-/// a client's own values would pass for the token or lock that wrote the object.
+/// `fencing-token`, `fencing-scope` and `fencegate-split` in an object's metadata are written
+/// by fencegate only: a client's own values would pass for the token or lock that wrote the
+/// object, or for fencegate's own parts (dropped on every backend alike: review round 25, F4).
 pub(super) fn reserve_meta(meta: &mut crate::backend::ObjectMeta) {
     meta.user_meta.remove("fencing-token");
     meta.user_meta.remove("fencing-scope");
+    meta.user_meta.remove("fencegate-split");
 }
 
 /// S3 keeps at most 2 KB of user metadata, names and values.
@@ -69,8 +71,8 @@ pub(super) fn own_meta(
     let bytes = meta.user_meta_bytes();
     if bytes > MAX_STORED_META {
         return Err(GateError::InvalidArgument(format!(
-            "the object's user metadata would be {bytes} bytes with the fencing-token{} fencegate stores beside it; S3 keeps at most {MAX_STORED_META}: send less",
-            if entry.policy.scope == ScopeKind::Header { " and fencing-scope" } else { "" }
+            "the object's user metadata would be {bytes} bytes as a store counts it, with the room fencegate keeps for its own fencing-token{} and fencegate-split entries (and non-ASCII values encoded); S3 keeps at most {MAX_STORED_META}: send less",
+            if entry.policy.scope == ScopeKind::Header { ", fencing-scope" } else { "" }
         )));
     }
     Ok(())

@@ -158,14 +158,20 @@ impl Gate {
     /// upload (fix the list and retry); any refusal at the commit itself (a stale token, a
     /// precondition, a write behind fencegate's back, a backend fault) drops the whole upload,
     /// so nothing of it lingers.
+    ///
+    /// `declared` is what else the completion declares that its answer vouches for (the S3
+    /// gateway: its checksums, judged before this is called). It is in the completion's
+    /// fingerprint, so a repeated completion is answered as the first only when it declares the
+    /// same (review round 25, F1: a replay answered 200 to checksums nobody judged).
     pub async fn complete_upload(
         self: &Arc<Self>,
         req: WriteRequest,
         id: &str,
         parts: &[(i32, String)],
+        declared: &str,
     ) -> Result<Written, GateError> {
         let bucket = req.bucket.clone();
-        let result = self.complete_inner(req, id, parts).await;
+        let result = self.complete_inner(req, id, parts, declared).await;
         record_outcome("complete_upload", &bucket, &result);
         result
     }
@@ -175,11 +181,13 @@ impl Gate {
         req: WriteRequest,
         id: &str,
         parts: &[(i32, String)],
+        declared: &str,
     ) -> Result<Written, GateError> {
         // A completion is idempotent by its upload id, as on S3: completing an upload again
         // (its first answer was lost) is answered as the first completion was.
         let mut idem = super::Idempotency::upload(id);
-        let listed: String = parts.iter().map(|(n, e)| format!("{n}:{e}\n")).collect();
+        let mut listed: String = parts.iter().map(|(n, e)| format!("{n}:{e}\n")).collect();
+        listed.push_str(declared);
         idem.fingerprint = super::idempotency::fingerprint(
             "complete",
             &req.bucket,

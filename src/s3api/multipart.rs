@@ -35,6 +35,7 @@ pub async fn create(
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     let input = req.input;
     note(&input.bucket, &input.key);
+    super::digests::Declared::refuse_on(&req.headers, "CreateMultipartUpload")?;
     let write = WriteRequest {
         bucket: input.bucket.clone(),
         key: input.key.clone(),
@@ -158,6 +159,7 @@ pub async fn upload_part_copy(
     let input = req.input;
     note(&input.bucket, &input.key);
     check_part_number(gw, input.part_number)?;
+    super::digests::Declared::refuse_on(&req.headers, "UploadPartCopy")?;
     let (src_bucket, src_key) = copy_source(gw, &input.copy_source, req.credentials.as_ref())?;
     let head = gw.gate.head(src_bucket, src_key).await.map_err(s3_error)?;
     ReadConditions {
@@ -269,16 +271,16 @@ pub async fn complete(
         ],
         "the completion",
     )?;
+    let kind = input.checksum_type.as_ref().map(|t| t.as_str());
+    // What the answer vouches for is in the completion's fingerprint: a repeated completion
+    // (the upload gone) is answered as the first only if it declares the same checksums,
+    // which the first completion judged.
+    let declared = part_checksums::declared(&checksums, whole.as_ref(), kind);
     // Judged before anything is assembled. An upload that is gone is the gate's to answer
     // (a completion answered before is answered again).
     let checked = match gw.gate.upload(&input.bucket, &input.key, &input.upload_id) {
-        Ok(upload) => part_checksums::check(
-            &checksums,
-            &upload.parts,
-            whole,
-            input.checksum_type.as_ref().map(|t| t.as_str()),
-        )?,
-        Err(_) => None,
+        Ok(upload) => part_checksums::check(&checksums, &upload.parts, whole, kind)?,
+        Err(_) => part_checksums::as_judged(whole, kind),
     };
     let write = WriteRequest {
         bucket: input.bucket.clone(),
@@ -297,7 +299,7 @@ pub async fn complete(
     };
     let written = gw
         .gate
-        .complete_upload(write, &input.upload_id, &parts)
+        .complete_upload(write, &input.upload_id, &parts, &declared)
         .await
         .map_err(s3_error)?;
     let [crc32, crc32c, crc64nvme, sha1, sha256] =

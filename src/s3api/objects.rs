@@ -440,6 +440,7 @@ pub async fn copy_object(
     let who = principal_name(gw, &req)?;
     let input = req.input;
     note(&input.bucket, &input.key);
+    super::digests::Declared::refuse_on(&req.headers, "CopyObject")?;
     let (src_bucket, src_key) = copy_source(gw, &input.copy_source, req.credentials.as_ref())?;
     let replace = input
         .metadata_directive

@@ -46,6 +46,55 @@ pub fn fields(checksum: Option<&PartChecksum>) -> [Option<String>; 5] {
     })
 }
 
+/// The checksums a completion declares, as text for its fingerprint (empty when none).
+pub fn declared(
+    listed: &[(i32, Option<PartChecksum>)],
+    whole: Option<&PartChecksum>,
+    kind: Option<&str>,
+) -> String {
+    let mut out: String = listed
+        .iter()
+        .filter_map(|(n, c)| {
+            Some(format!(
+                "{n}:{}={}\n",
+                c.as_ref()?.algorithm,
+                c.as_ref()?.value
+            ))
+        })
+        .collect();
+    if let Some(w) = whole {
+        out.push_str(&format!(
+            "object:{}={}:{}\n",
+            w.algorithm,
+            w.value,
+            kind.unwrap_or("")
+        ));
+    }
+    out
+}
+
+/// The object's checksum to answer a repeated completion with: the one it declares, which the
+/// first completion judged (the fingerprint holds them equal).
+pub fn as_judged(
+    whole: Option<PartChecksum>,
+    kind: Option<&str>,
+) -> Option<(PartChecksum, &'static str)> {
+    let whole = whole?;
+    let composite = match kind.map(str::to_ascii_uppercase).as_deref() {
+        Some("COMPOSITE") => true,
+        Some("FULL_OBJECT") => false,
+        _ => whole.value.contains('-'),
+    };
+    Some((
+        whole,
+        if composite {
+            "COMPOSITE"
+        } else {
+            "FULL_OBJECT"
+        },
+    ))
+}
+
 fn bad_digest(message: String) -> S3Error {
     S3Error::with_message(S3ErrorCode::BadDigest, message)
 }

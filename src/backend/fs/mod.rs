@@ -197,10 +197,10 @@ fn create_dirs_durable(
 }
 
 /// What a multipart completion's object carries beyond its bytes: the ETag made of its parts'
-/// and the parts' sizes (for GetObject `partNumber`).
+/// and the parts' numbers and sizes (for GetObject `partNumber`).
 struct Assembly {
     etag: String,
-    parts: Vec<u64>,
+    parts: Vec<(u32, u64)>,
 }
 
 /// A staged body's ETag (its MD5, unless it was assembled from parts) and the trailer its file
@@ -613,7 +613,7 @@ impl Backend for FsBackend {
             .collect();
         let assembly = Assembly {
             etag,
-            parts: chosen.iter().map(|p| p.size).collect(),
+            parts: chosen.iter().map(|p| (p.number as u32, p.size)).collect(),
         };
         self.stage_body(bucket, key, meta, uploads::concat(files), Some(assembly))
             .await

@@ -18,9 +18,9 @@ pub struct Trailer {
     pub size: u64,
     #[serde(flatten)]
     pub meta: ObjectMeta,
-    /// The sizes of the parts a multipart completion joined, in order (absent otherwise).
+    /// The parts a multipart completion joined, in order, as (number, size) (absent otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub parts: Vec<u64>,
+    pub parts: Vec<(u32, u64)>,
 }
 
 impl Trailer {

@@ -795,9 +795,9 @@ impl S3Backend {
     }
 }
 
-/// `value`, or its RFC 2047 encoded word when it is not printable ASCII.
+/// `value`, or its RFC 2047 encoded word ([`super::encoded_word_needed`]).
 fn encode_word(value: &str) -> String {
-    if super::printable(value) {
+    if !super::encoded_word_needed(value) {
         value.to_string()
     } else {
         format!(

@@ -52,6 +52,15 @@ impl Answer {
     }
 }
 
+/// What [`S3Backend::judge`] made of one answer.
+enum Judged {
+    Part(Box<ObjectPart>),
+    /// A HeadObject answer that does not place the part: ask by GetObject.
+    AskByGet,
+    /// The object changed between two reads: read again.
+    Changed,
+}
+
 /// `bytes first-last/total` as (first, last, total).
 fn content_range(header: Option<&str>) -> Option<(u64, u64, u64)> {
     let (span, total) = header?.strip_prefix("bytes ")?.split_once('/')?;
@@ -80,80 +89,85 @@ fn is_split(metadata: Option<&HashMap<String, String>>) -> bool {
 }
 
 impl S3Backend {
-    /// Part `number` of `key` (see the module's header).
+    /// Part `number` of `key` (see the module's header). A HeadObject the store does not answer
+    /// with the part's place (ministack and moto do not; moto answers 500 for a part it lacks)
+    /// is asked again as a GetObject whose body is dropped unread (review round 25, F6).
     pub(super) async fn read_part(
         &self,
         key: &str,
         number: u32,
         body: bool,
     ) -> Result<Option<ObjectPart>, BackendError> {
+        let mut by_get = body;
         // A write may land between two of the reads below; each attempt judges one version.
-        for _ in 0..3 {
-            let Some(answer) = self.ask_part(key, number, body).await? else {
-                if self.no_part(key, number).await? {
+        for _ in 0..4 {
+            let answer = match self.ask_part(key, number, by_get).await {
+                Ok(Some(answer)) => answer,
+                Ok(None) => {
+                    self.no_part(key, number).await?;
                     return Ok(None);
                 }
-                continue;
+                Err(BackendError::Failing(_)) if !by_get => {
+                    by_get = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
             };
-            if let Some(part) = self.judge(key, number, body, answer).await? {
-                return Ok(Some(part));
+            match self.judge(key, number, by_get, answer).await? {
+                Judged::Part(part) if body => return Ok(Some(*part)),
+                Judged::Part(part) => {
+                    return Ok(Some(ObjectPart {
+                        body: None,
+                        ..*part
+                    }))
+                }
+                Judged::AskByGet => by_get = true,
+                Judged::Changed => {}
             }
         }
         Err(BackendError::Throttled(format!(
-            "{key} changed three times while part {number} was read; retry"
+            "{key} changed while part {number} was read; retry"
         )))
     }
 
-    /// Makes a part of one answer, or `None` when the object changed and the read must start
-    /// again.
+    /// What one answer says about part `number`. `by_get`: it answered a GetObject.
     async fn judge(
         &self,
         key: &str,
         number: u32,
-        body: bool,
+        by_get: bool,
         answer: Answer,
-    ) -> Result<Option<ObjectPart>, BackendError> {
+    ) -> Result<Judged, BackendError> {
         if let Some(span) = answer.placed() {
-            return Ok(Some(answer.part(span)));
+            return Ok(Judged::Part(Box::new(answer.part(span))));
         }
         let size = answer.info.size;
         // A parts count without a range (moto's HeadObject answers the part's own size and
         // ETag so) or a multipart ETag: a multipart object the answer does not place.
         let multipart = answer.count.or(etag_part_count(&answer.info.etag));
         if let (false, Some(count)) = (answer.split, multipart) {
+            if !by_get {
+                return Ok(Judged::AskByGet);
+            }
+            // The store answered the whole object: it has no such part (ministack), or it
+            // ignores part numbers (moto). Past the count, the part is absent either way.
             if number > count {
                 return Err(BackendError::NoSuchPart { number, count });
             }
-            if !body {
-                // Some stores serve parts on GetObject only: ask that way, body unread.
-                let Some(got) = self.ask_part(key, number, true).await? else {
-                    return Ok(None);
-                };
-                if let Some(span) = got.placed() {
-                    return Ok(Some(ObjectPart {
-                        body: None,
-                        ..got.part(span)
-                    }));
-                }
-            }
             return Err(BackendError::Unsupported(
-                "GetObject and HeadObject by partNumber on this store (it does not say where the part lies in a multipart object); read the part by Range",
+                "GetObject and HeadObject by partNumber of this part on this store (it answered the whole object: it has no part by that number, or ignores part numbers); read the part by Range",
             ));
         }
         // Written whole, as its client sees it: part 1 is the object.
         let span = PartSpan::of(&[], size, number)?;
         let whole = !answer.split && answer.range.is_none_or(|(f, l)| f == 0 && l + 1 == size);
         if whole {
-            return Ok(Some(ObjectPart {
-                info: answer.info,
-                span,
-                body: answer.body,
-            }));
+            return Ok(Judged::Part(Box::new(answer.part(span))));
         }
         // The store answered one of fencegate's own parts: read the whole of that version.
         let etag = answer.info.etag.clone();
         drop(answer);
-        let again = if body {
+        let again = if by_get {
             self.get_object(key, None)
                 .await?
                 .map(|(info, stream)| (info, Some(stream)))
@@ -161,18 +175,20 @@ impl S3Backend {
             use crate::backend::Backend;
             self.head("", key).await?.map(|info| (info, None))
         };
-        Ok(again.and_then(|(info, body)| {
-            (info.etag == etag).then_some(ObjectPart {
-                span: PartSpan::of(&[], info.size, number).ok()?,
+        Ok(match again {
+            Some((info, body)) if info.etag == etag => Judged::Part(Box::new(ObjectPart {
+                span: PartSpan::of(&[], info.size, number)?,
                 info,
                 body,
-            })
-        }))
+            })),
+            _ => Judged::Changed,
+        })
     }
 
     /// The store found no part `number` (or no object): which, and how many parts the object
-    /// has. `Ok(true)`: absent; `Ok(false)`: it has that part now (a write landed), read again.
-    async fn no_part(&self, key: &str, number: u32) -> Result<bool, BackendError> {
+    /// has. `Ok`: absent. A part number may pass the count (parts 1, 3 and 5), so the
+    /// store's word is taken.
+    async fn no_part(&self, key: &str, number: u32) -> Result<(), BackendError> {
         let out = match self
             .clients
             .reads
@@ -185,7 +201,7 @@ impl S3Backend {
             Ok(out) => out,
             Err(e) => {
                 return match classify("HeadObject", e) {
-                    S3Failure::NotFound => Ok(true),
+                    S3Failure::NotFound => Ok(()),
                     other => Err(other.into_backend("HeadObject")),
                 }
             }
@@ -194,10 +210,7 @@ impl S3Backend {
             Some(n) if !is_split(out.metadata()) => n,
             _ => 1,
         };
-        match number {
-            n if n >= 1 && n <= count => Ok(false),
-            _ => Err(BackendError::NoSuchPart { number, count }),
-        }
+        Err(BackendError::NoSuchPart { number, count })
     }
 
     /// One GetObject (`body`) or HeadObject with `partNumber`. `None`: absent, or no such part.
