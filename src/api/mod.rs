@@ -232,6 +232,10 @@ async fn s3_or_no_route(State(state): State<AppState>, req: Request) -> Response
     if let Some(refusal) = crate::s3api::refused_before_s3s(&req) {
         return crate::s3api::answer::finish(refusal, &id).await;
     }
+    let req = match crate::s3api::post_body_checked(req, state.body_idle_timeout).await {
+        Ok(req) => req,
+        Err(refusal) => return crate::s3api::answer::finish(refusal, &id).await,
+    };
     let req = req.map(s3s::Body::http_body_unsync);
     let resp = match s3.call(req).await {
         Ok(resp) => resp.map(axum::body::Body::new),

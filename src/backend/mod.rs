@@ -72,7 +72,10 @@ pub fn printable(value: &str) -> bool {
 /// not printable ASCII, or one that reads as an encoded word itself, so that reading back
 /// decodes only what fencegate encoded (review round 25, F3).
 pub fn encoded_word_needed(value: &str) -> bool {
-    !printable(value) || (value.starts_with("=?") && value.ends_with("?="))
+    !printable(value)
+        || (value.starts_with("=?") && value.ends_with("?="))
+        // A header value loses its outer spaces on the way (review round 26, F5).
+        || value.trim() != value
 }
 
 impl ObjectMeta {
@@ -437,7 +440,7 @@ pub enum BackendError {
     #[error("no multipart upload {0:?}; it was completed or aborted, or never existed")]
     NoSuchUpload(String),
     /// GetObject / HeadObject `partNumber` beyond the object's parts: 416 InvalidPartNumber.
-    #[error("the object has no part {number}; it has {count} (an object written whole has the one part 1); ask for a part from 1 to {count}, or for a Range")]
+    #[error("the object has no part {number}; it has {count} (an object written whole has the one part 1); ask for a part by the number it was uploaded with (ListParts named them), or read a Range")]
     NoSuchPart { number: u32, count: u32 },
     #[error("this backend does not support {0}")]
     Unsupported(&'static str),

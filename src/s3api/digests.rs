@@ -167,7 +167,7 @@ impl Declared {
         Verified(self.verified.clone())
     }
 
-    fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.md5.is_none() && self.checksums.is_empty() && self.trailers.is_none()
     }
 

@@ -135,13 +135,10 @@ pub fn check(
             }
         }
     }
-    let Some(whole) = whole else {
-        return Ok(None);
-    };
-    let composite = match kind.map(str::to_ascii_uppercase).as_deref() {
-        Some("COMPOSITE") => true,
-        Some("FULL_OBJECT") => false,
-        None => whole.value.contains('-'),
+    let kind = match kind.map(str::to_ascii_uppercase).as_deref() {
+        None => None,
+        Some("COMPOSITE") => Some(true),
+        Some("FULL_OBJECT") => Some(false),
         Some(other) => {
             return Err(convert::invalid(
                 S3ErrorCode::InvalidRequest,
@@ -149,6 +146,10 @@ pub fn check(
             ))
         }
     };
+    let Some(whole) = whole else {
+        return Ok(None);
+    };
+    let composite = kind.unwrap_or_else(|| whole.value.contains('-'));
     let mut sums = Vec::with_capacity(listed.len());
     for (number, _) in listed {
         let Some(part) = uploaded.get(number) else {

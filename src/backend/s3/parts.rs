@@ -52,6 +52,21 @@ impl Answer {
     }
 }
 
+/// What one read with `partNumber` found.
+enum Asked {
+    Answer(Box<Answer>),
+    /// No such object.
+    Absent,
+    /// The store says the object has no such part.
+    NoSuchPart,
+}
+
+/// Why [`S3Backend::no_part`] did not refuse.
+enum Missing {
+    Absent,
+    Changed,
+}
+
 /// What [`S3Backend::judge`] made of one answer.
 enum Judged {
     Part(Box<ObjectPart>),
@@ -102,11 +117,13 @@ impl S3Backend {
         // A write may land between two of the reads below; each attempt judges one version.
         for _ in 0..4 {
             let answer = match self.ask_part(key, number, by_get).await {
-                Ok(Some(answer)) => answer,
-                Ok(None) => {
-                    self.no_part(key, number).await?;
-                    return Ok(None);
-                }
+                Ok(Asked::Answer(answer)) => *answer,
+                Ok(Asked::Absent) => return Ok(None),
+                Ok(Asked::NoSuchPart) => match self.no_part(key, number).await? {
+                    Missing::Absent => return Ok(None),
+                    // Created whole since the store looked (part 1 exists): ask again.
+                    Missing::Changed => continue,
+                },
                 Err(BackendError::Failing(_)) if !by_get => {
                     by_get = true;
                     continue;
@@ -145,15 +162,13 @@ impl S3Backend {
         // A parts count without a range (moto's HeadObject answers the part's own size and
         // ETag so) or a multipart ETag: a multipart object the answer does not place.
         let multipart = answer.count.or(etag_part_count(&answer.info.etag));
-        if let (false, Some(count)) = (answer.split, multipart) {
+        if let (false, Some(_)) = (answer.split, multipart) {
             if !by_get {
                 return Ok(Judged::AskByGet);
             }
             // The store answered the whole object: it has no such part (ministack), or it
-            // ignores part numbers (moto). Past the count, the part is absent either way.
-            if number > count {
-                return Err(BackendError::NoSuchPart { number, count });
-            }
+            // ignores part numbers (moto), and nothing says which; even past the count, since
+            // part numbers may pass it (review round 26, F4: moto's part 5 of parts 1, 3, 5).
             return Err(BackendError::Unsupported(
                 "GetObject and HeadObject by partNumber of this part on this store (it answered the whole object: it has no part by that number, or ignores part numbers); read the part by Range",
             ));
@@ -185,10 +200,11 @@ impl S3Backend {
         })
     }
 
-    /// The store found no part `number` (or no object): which, and how many parts the object
-    /// has. `Ok`: absent. A part number may pass the count (parts 1, 3 and 5), so the
-    /// store's word is taken.
-    async fn no_part(&self, key: &str, number: u32) -> Result<(), BackendError> {
+    /// The store found no part `number`: how many parts the object has, for the refusal. An
+    /// object written whole always has part 1, so one found now was written since the store
+    /// looked (review round 26, F3: a read racing the key's creation answered "no part 1").
+    /// Past that, the store's word is taken: part numbers may pass the count (1, 3 and 5).
+    async fn no_part(&self, key: &str, number: u32) -> Result<Missing, BackendError> {
         let out = match self
             .clients
             .reads
@@ -201,25 +217,21 @@ impl S3Backend {
             Ok(out) => out,
             Err(e) => {
                 return match classify("HeadObject", e) {
-                    S3Failure::NotFound => Ok(()),
+                    S3Failure::NotFound => Ok(Missing::Absent),
                     other => Err(other.into_backend("HeadObject")),
                 }
             }
         };
         let count = match etag_part_count(out.e_tag().unwrap_or_default()) {
             Some(n) if !is_split(out.metadata()) => n,
+            _ if number == 1 => return Ok(Missing::Changed),
             _ => 1,
         };
         Err(BackendError::NoSuchPart { number, count })
     }
 
     /// One GetObject (`body`) or HeadObject with `partNumber`. `None`: absent, or no such part.
-    async fn ask_part(
-        &self,
-        key: &str,
-        number: u32,
-        body: bool,
-    ) -> Result<Option<Answer>, BackendError> {
+    async fn ask_part(&self, key: &str, number: u32, body: bool) -> Result<Asked, BackendError> {
         let part =
             i32::try_from(number).map_err(|_| BackendError::NoSuchPart { number, count: 1 })?;
         let store_key = self.store_key(key);
@@ -235,10 +247,10 @@ impl S3Backend {
                 .await
             {
                 Ok(out) => out,
-                Err(e) if no_such_part(&e) => return Ok(None),
+                Err(e) if no_such_part(&e) => return Ok(Asked::NoSuchPart),
                 Err(e) => {
                     return match classify("GetObject", e) {
-                        S3Failure::NotFound => Ok(None),
+                        S3Failure::NotFound => Ok(Asked::Absent),
                         other => Err(other.into_backend("GetObject")),
                     }
                 }
@@ -258,13 +270,13 @@ impl S3Backend {
                     .await
                     .map(|chunk| (chunk.map_err(|e| BodyError::Broken(e.to_string())), body))
             });
-            Ok(Some(Answer {
+            Ok(Asked::Answer(Box::new(Answer {
                 info,
                 split,
                 range: range.map(|(f, l, _)| (f, l)),
                 count,
                 body: Some(Box::pin(stream)),
-            }))
+            })))
         } else {
             let out = match self
                 .clients
@@ -277,10 +289,10 @@ impl S3Backend {
                 .await
             {
                 Ok(out) => out,
-                Err(e) if no_such_part(&e) => return Ok(None),
+                Err(e) if no_such_part(&e) => return Ok(Asked::NoSuchPart),
                 Err(e) => {
                     return match classify("HeadObject", e) {
-                        S3Failure::NotFound => Ok(None),
+                        S3Failure::NotFound => Ok(Asked::Absent),
                         other => Err(other.into_backend("HeadObject")),
                     }
                 }
@@ -293,13 +305,13 @@ impl S3Backend {
                 out.last_modified(),
                 Self::object_meta(out.content_type(), out.metadata(), system_of!(out)),
             );
-            Ok(Some(Answer {
+            Ok(Asked::Answer(Box::new(Answer {
                 info,
                 split: is_split(out.metadata()),
                 range: range.map(|(f, l, _)| (f, l)),
                 count: out.parts_count().and_then(|c| u32::try_from(c).ok()),
                 body: None,
-            }))
+            })))
         }
     }
 }
