@@ -1086,6 +1086,40 @@ async fn checksum_trailers(kind: Kind) {
             "{name}: nothing deleted"
         );
     }
+    // Review round 27, F2: `?delete&uploadId=x` is a DeleteObjects to s3s, and judged as one.
+    let (status, code, _, _) = refused(
+        c.delete_objects()
+            .bucket("bkt")
+            .delete(
+                aws_sdk_s3::types::Delete::builder()
+                    .objects(
+                        aws_sdk_s3::types::ObjectIdentifier::builder()
+                            .key("good")
+                            .build()
+                            .unwrap(),
+                    )
+                    .build()
+                    .unwrap(),
+            )
+            .customize()
+            .mutate_request(|r| {
+                let uri = format!("{}&uploadId=x", r.uri());
+                r.set_uri(uri).unwrap();
+                r.headers_mut().remove("content-md5");
+                r.headers_mut().remove("x-amz-checksum-crc32");
+                r.headers_mut().insert("x-amz-checksum-crc32", "AAAAAA==");
+            })
+            .send()
+            .await,
+    );
+    assert_eq!(status, 400, "{code}");
+    assert!(c
+        .head_object()
+        .bucket("bkt")
+        .key("good")
+        .send()
+        .await
+        .is_ok());
     // The SDK's own checksum passes.
     let deleted = c
         .delete_objects()
@@ -1397,3 +1431,58 @@ on_both_backends!(
     buckets,
     conditions_and_errors
 );
+
+/// Review round 27, F1: the digest check of a POST's XML body read the body before s3s checked
+/// the signature, so anyone could make fencegate hold bodies. A wrongly signed DeleteObjects
+/// that declares a Content-MD5 and never sends its body is refused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrongly_signed_post_is_refused_before_its_body() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fx = Fx::start(Kind::Fs).await;
+    let addr = fx
+        .server
+        .url("")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+    let amz_date = chrono_like_now();
+    let head = format!(
+        "POST /bkt?delete HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 1000000\r\ncontent-md5: AAAAAAAAAAAAAAAAAAAAAA==\r\ndate: {date}\r\nx-amz-date: {amz_date}\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\nauthorization: AWS4-HMAC-SHA256 Credential=fencegate/{}/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature=0000000000000000000000000000000000000000000000000000000000000000\r\n\r\n<Delete>",
+        &amz_date[..8]
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 512];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(5), conn.read(&mut answer))
+        .await
+        .expect("answered without waiting for the body")
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer[..n]);
+    assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+}
+
+/// `YYYYMMDDTHHMMSSZ` for now.
+fn chrono_like_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}

@@ -232,8 +232,8 @@ async fn s3_or_no_route(State(state): State<AppState>, req: Request) -> Response
     if let Some(refusal) = crate::s3api::refused_before_s3s(&req) {
         return crate::s3api::answer::finish(refusal, &id).await;
     }
-    let req = match crate::s3api::post_body_checked(req, state.body_idle_timeout).await {
-        Ok(req) => req,
+    let (req, mismatch) = match crate::s3api::post_body_checked(req) {
+        Ok(checked) => checked,
         Err(refusal) => return crate::s3api::answer::finish(refusal, &id).await,
     };
     let req = req.map(s3s::Body::http_body_unsync);
@@ -247,6 +247,12 @@ async fn s3_or_no_route(State(state): State<AppState>, req: Request) -> Response
                 "the S3 layer failed; see the server log".into(),
             )
         }
+    };
+    // A body that did not match its digest was cut short, so s3s refused it as incomplete:
+    // the client hears why.
+    let resp = match mismatch.and_then(|m| m.refusal()) {
+        Some(refusal) => refusal,
+        None => resp,
     };
     crate::s3api::answer::finish(resp, &id).await
 }

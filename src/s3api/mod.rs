@@ -138,14 +138,33 @@ pub fn refused_before_s3s(req: &axum::extract::Request) -> Option<axum::response
 /// The largest XML body fencegate takes (as [`s3s_limits`]).
 const MAX_XML_BODY: u64 = 4 * 1024 * 1024;
 
+/// Set when a POST's XML body did not have the digest it declared ([`post_body_checked`]).
+#[derive(Clone, Default)]
+pub struct DigestMismatch(Arc<std::sync::atomic::AtomicBool>);
+
+impl DigestMismatch {
+    /// The refusal to answer instead of s3s's, when the body did not match.
+    pub fn refusal(&self) -> Option<axum::response::Response> {
+        self.0.load(std::sync::atomic::Ordering::SeqCst).then(|| {
+            refusal(
+                http::StatusCode::BAD_REQUEST,
+                "BadDigest",
+                "the request body's digest is not the Content-MD5 or x-amz-checksum-* it declared; nothing was done (send it again, or check what alters it on the way)",
+            )
+        })
+    }
+}
+
 /// A POST's XML body (DeleteObjects: Content-MD5 or `x-amz-checksum-*`; CompleteMultipartUpload:
-/// Content-MD5) judged against the digest it declares, before s3s parses it: s3s does not check them, so a wrong
-/// one was answered 200 and its keys deleted (review round 26, F1). Read within the XML limit
-/// and the body idle timeout; returns the request with its body read, or the refusal.
-pub async fn post_body_checked(
+/// Content-MD5) judged against the digest it declares: s3s does not check them, so a wrong one
+/// was answered 200 and its keys deleted (review round 26, F1). Judged as s3s reads the body,
+/// which it does only once the signature and the access check passed (review round 27, F1: a
+/// check that read the body first let anyone make fencegate hold bodies). A body that does not
+/// match ends before its last chunk, so s3s refuses it as incomplete and nothing is done; the
+/// caller answers [`DigestMismatch::refusal`] instead.
+pub fn post_body_checked(
     req: axum::extract::Request,
-    idle: std::time::Duration,
-) -> Result<axum::extract::Request, axum::response::Response> {
+) -> Result<(axum::extract::Request, Option<DigestMismatch>), axum::response::Response> {
     use futures::StreamExt;
     let query = req.uri().query().unwrap_or("");
     let op = |name: &str| {
@@ -153,8 +172,11 @@ pub async fn post_body_checked(
             .split('&')
             .any(|p| p.split_once('=').map_or(p, |(k, _)| k) == name)
     };
-    if req.method() != http::Method::POST || !(op("delete") || op("uploadId")) {
-        return Ok(req);
+    // s3s routes a POST naming `delete` to DeleteObjects whatever else it names (review round
+    // 27, F2).
+    let (delete, complete) = (op("delete"), !op("delete") && op("uploadId"));
+    if req.method() != http::Method::POST || !(delete || complete) {
+        return Ok((req, None));
     }
     let md5 = req
         .headers()
@@ -163,7 +185,7 @@ pub async fn post_body_checked(
     // A completion's x-amz-checksum-* is the object's, judged by its parts'
     // (`part_checksums`); only its Content-MD5 is the XML body's.
     let mut headers = req.headers().clone();
-    if op("uploadId") {
+    if complete {
         let object_checksums: Vec<http::HeaderName> = headers
             .keys()
             .filter(|k| k.as_str().starts_with("x-amz-checksum-"))
@@ -173,44 +195,52 @@ pub async fn post_body_checked(
             headers.remove(name);
         }
     }
-    let declared = digests::Declared::of(&headers, None, md5.as_deref()).map_err(|e| {
-        refusal(
-            e.status_code().unwrap_or(http::StatusCode::BAD_REQUEST),
-            e.code().as_str(),
-            e.message().unwrap_or_default(),
-        )
-    })?;
-    if declared.is_empty() {
-        return Ok(req);
-    }
-    let (parts, body) = req.into_parts();
-    let stream = crate::api::headers::bound(
-        body.into_data_stream()
-            .map(|r| r.map_err(|e| BodyError::Broken(e.to_string()))),
-        MAX_XML_BODY,
-        idle,
-    );
-    let mut checked = digests::verify(stream, declared);
-    let mut bytes = Vec::new();
-    while let Some(chunk) = checked.next().await {
-        match chunk {
-            Ok(chunk) => bytes.extend_from_slice(&chunk),
-            Err(e) => {
-                let (status, code) = match &e {
-                    BodyError::BadDigest(_) => (http::StatusCode::BAD_REQUEST, "BadDigest"),
-                    BodyError::TooLarge { .. } => {
-                        (http::StatusCode::PAYLOAD_TOO_LARGE, "EntityTooLarge")
-                    }
-                    BodyError::Idle { .. } => (http::StatusCode::REQUEST_TIMEOUT, "RequestTimeout"),
-                    _ => (http::StatusCode::BAD_REQUEST, "IncompleteBody"),
-                };
-                return Err(refusal(status, code, &e.to_string()));
-            }
+    let refuse = |status, code: &str, message: &str| Err(refusal(status, code, message));
+    let declared = match digests::Declared::of(&headers, None, md5.as_deref()) {
+        Ok(d) => d,
+        Err(e) => {
+            return refuse(
+                e.status_code().unwrap_or(http::StatusCode::BAD_REQUEST),
+                e.code().as_str(),
+                e.message().unwrap_or_default(),
+            )
         }
+    };
+    if declared.is_empty() {
+        return Ok((req, None));
     }
-    Ok(axum::extract::Request::from_parts(
-        parts,
-        axum::body::Body::from(bytes),
+    let streaming = req
+        .headers()
+        .get("x-amz-content-sha256")
+        .is_some_and(|v| v.as_bytes().starts_with(b"STREAMING-"));
+    if streaming {
+        // Its digest would be of the aws-chunked framing, not of the XML (review round 27, F3).
+        return refuse(
+            http::StatusCode::BAD_REQUEST,
+            "InvalidRequest",
+            "an aws-chunked XML body cannot have its Content-MD5 or checksum checked here; send the body plain",
+        );
+    }
+    let mismatch = DigestMismatch::default();
+    let seen = mismatch.clone();
+    let (parts, body) = req.into_parts();
+    let stream = body
+        .into_data_stream()
+        .map(|r| r.map_err(|e| BodyError::Broken(e.to_string())))
+        .boxed();
+    let checked = digests::verify(stream, declared).scan((), move |_, chunk| {
+        futures::future::ready(match chunk {
+            Ok(bytes) => Some(Ok(bytes)),
+            Err(BodyError::BadDigest(_)) => {
+                seen.0.store(true, std::sync::atomic::Ordering::SeqCst);
+                None
+            }
+            Err(e) => Some(Err(std::io::Error::other(e.to_string()))),
+        })
+    });
+    Ok((
+        axum::extract::Request::from_parts(parts, axum::body::Body::from_stream(checked)),
+        Some(mismatch),
     ))
 }
 
