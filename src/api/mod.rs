@@ -234,7 +234,7 @@ async fn s3_or_no_route(State(state): State<AppState>, req: Request) -> Response
     }
     let (req, mismatch) = match crate::s3api::post_body_checked(req) {
         Ok(checked) => checked,
-        Err(refusal) => return crate::s3api::answer::finish(refusal, &id).await,
+        Err(refusal) => return crate::s3api::answer::finish(*refusal, &id).await,
     };
     let req = req.map(s3s::Body::http_body_unsync);
     let resp = match s3.call(req).await {

@@ -164,7 +164,7 @@ impl DigestMismatch {
 /// caller answers [`DigestMismatch::refusal`] instead.
 pub fn post_body_checked(
     req: axum::extract::Request,
-) -> Result<(axum::extract::Request, Option<DigestMismatch>), axum::response::Response> {
+) -> Result<(axum::extract::Request, Option<DigestMismatch>), Box<axum::response::Response>> {
     use futures::StreamExt;
     let query = req.uri().query().unwrap_or("");
     let op = |name: &str| {
@@ -195,7 +195,7 @@ pub fn post_body_checked(
             headers.remove(name);
         }
     }
-    let refuse = |status, code: &str, message: &str| Err(refusal(status, code, message));
+    let refuse = |status, code: &str, message: &str| Err(Box::new(refusal(status, code, message)));
     let declared = match digests::Declared::of(&headers, None, md5.as_deref()) {
         Ok(d) => d,
         Err(e) => {
