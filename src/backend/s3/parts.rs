@@ -52,6 +52,27 @@ impl Answer {
     }
 }
 
+/// An [`Answer`] (without its bytes) from a GetObject or HeadObject answer, whose accessors
+/// share their names.
+macro_rules! answer_of {
+    ($key:expr, $out:expr) => {{
+        let range = content_range($out.content_range());
+        Answer {
+            info: S3Backend::info(
+                $key,
+                $out.e_tag(),
+                range.map(|(_, _, t)| t as i64).or($out.content_length()),
+                $out.last_modified(),
+                S3Backend::object_meta($out.content_type(), $out.metadata(), system_of!($out)),
+            ),
+            split: is_split($out.metadata()),
+            range: range.map(|(f, l, _)| (f, l)),
+            count: $out.parts_count().and_then(|c| u32::try_from(c).ok()),
+            body: None,
+        }
+    }};
+}
+
 /// What one read with `partNumber` found.
 enum Asked {
     Answer(Box<Answer>),
@@ -230,7 +251,7 @@ impl S3Backend {
         Err(BackendError::NoSuchPart { number, count })
     }
 
-    /// One GetObject (`body`) or HeadObject with `partNumber`. `None`: absent, or no such part.
+    /// One GetObject (`body`, its bytes in the answer) or HeadObject with `partNumber`.
     async fn ask_part(&self, key: &str, number: u32, body: bool) -> Result<Asked, BackendError> {
         let part =
             i32::try_from(number).map_err(|_| BackendError::NoSuchPart { number, count: 1 })?;
@@ -255,28 +276,14 @@ impl S3Backend {
                     }
                 }
             };
-            let range = content_range(out.content_range());
-            let info = Self::info(
-                key,
-                out.e_tag(),
-                range.map(|(_, _, t)| t as i64).or(out.content_length()),
-                out.last_modified(),
-                Self::object_meta(out.content_type(), out.metadata(), system_of!(out)),
-            );
-            let split = is_split(out.metadata());
-            let count = out.parts_count().and_then(|c| u32::try_from(c).ok());
+            let mut answer = answer_of!(key, out);
             let stream = futures::stream::unfold(out.body, |mut body| async move {
                 body.next()
                     .await
                     .map(|chunk| (chunk.map_err(|e| BodyError::Broken(e.to_string())), body))
             });
-            Ok(Asked::Answer(Box::new(Answer {
-                info,
-                split,
-                range: range.map(|(f, l, _)| (f, l)),
-                count,
-                body: Some(Box::pin(stream)),
-            })))
+            answer.body = Some(Box::pin(stream));
+            Ok(Asked::Answer(Box::new(answer)))
         } else {
             let out = match self
                 .clients
@@ -297,21 +304,7 @@ impl S3Backend {
                     }
                 }
             };
-            let range = content_range(out.content_range());
-            let info = Self::info(
-                key,
-                out.e_tag(),
-                range.map(|(_, _, t)| t as i64).or(out.content_length()),
-                out.last_modified(),
-                Self::object_meta(out.content_type(), out.metadata(), system_of!(out)),
-            );
-            Ok(Asked::Answer(Box::new(Answer {
-                info,
-                split: is_split(out.metadata()),
-                range: range.map(|(f, l, _)| (f, l)),
-                count: out.parts_count().and_then(|c| u32::try_from(c).ok()),
-                body: None,
-            })))
+            Ok(Asked::Answer(Box::new(answer_of!(key, out))))
         }
     }
 }
