@@ -625,3 +625,125 @@ fn bodies_read_before_authentication_are_bounded() {
     assert!(!s.log_lines(&["shutdown grace"]).is_empty());
     trickler.join().unwrap();
 }
+
+/// A raw connection that sent the head of a body-hash-signed PUT and `sent` of its body bytes.
+async fn held_body(
+    addr: std::net::SocketAddr,
+    creds: Creds,
+    len: usize,
+    sent: usize,
+) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = common::sign::body_hash_signed_head(addr, "/v1/objects/default/held", creds, len);
+    conn.write_all(head.as_bytes()).await.unwrap();
+    conn.write_all(&vec![b'x'; sent]).await.unwrap();
+    conn
+}
+
+/// One whole body-hash-signed PUT of `len` bytes on a keep-alive connection: the answer's
+/// head, its body, and whether the server then closed the connection.
+async fn whole_body(addr: std::net::SocketAddr, creds: Creds, len: usize) -> (String, String, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = common::sign::body_hash_signed_head(addr, "/v1/objects/default/probe", creds, len);
+    conn.write_all(head.as_bytes()).await.unwrap();
+    conn.write_all(&vec![b'y'; len]).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        let read = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf)).await;
+        match read {
+            Ok(Ok(0)) | Ok(Err(_)) => break true,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            // Still open, answer in hand: the connection was kept alive.
+            Err(_) => break false,
+        }
+    };
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (head.to_ascii_lowercase(), body.to_string(), closed)
+}
+
+/// `fencegate_unverified_body_bytes` as `/metrics` shows it.
+async fn unverified_bytes(c: &reqwest::Client, s: &Server) -> f64 {
+    let resp = common::sign::send(c, c.get(s.url("/metrics")), Some(OPS)).await;
+    let text = resp.text().await.unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("fencegate_unverified_body_bytes "))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or_else(|| panic!("no fencegate_unverified_body_bytes in:\n{text}"))
+}
+
+const OPS: Creds = Creds {
+    key: "ops-key",
+    secret: "ops-secret",
+};
+
+/// Bodies read before their signature is checked share one budget over every connection: once
+/// held bodies fill it, the next such body is refused with 503 SlowDown and Retry-After, its
+/// connection closed, and nothing is written. Anyone with a key id can send them, so without
+/// the budget their number (up to max_connections) was the only bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unverified_bodies_share_one_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[server]\nmax_unverified_body_bytes = \"2MiB\"\n{CONFIG}\n[keys.ops]\naccess_key_id = \"ops-key\"\nsecret_access_key = \"ops-secret\"\nadmin = true\n"
+    );
+    let s = Server::start(&dir.path().join("data"), Some(&config));
+    let c = common::client();
+    let forger = Creds {
+        key: WORKER.key,
+        secret: "not-the-secret",
+    };
+    assert_eq!(unverified_bytes(&c, &s).await, 0.0);
+
+    // Two connections each hold all but the last byte of a 1 MiB - 1 body.
+    let len = (1 << 20) - 1;
+    let a = held_body(s.addr, forger, len, len - 1).await;
+    let b = held_body(s.addr, forger, len, len - 1).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while unverified_bytes(&c, &s).await < 2.0 * (len - 1) as f64 {
+        assert!(std::time::Instant::now() < deadline, "the held bodies were never charged");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A third, even a small one, finds the budget spent.
+    let (head, body, closed) = whole_body(s.addr, forger, 4096).await;
+    assert!(head.starts_with("http/1.1 503"), "{head}\n{body}");
+    assert!(head.contains("retry-after: 1"), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+    assert!(closed, "the refused connection stays open");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["error"], "SlowDown", "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_unverified_body_bytes"),
+        "{answer}"
+    );
+    let refused = s.awaited_log_lines(&["fencegate::audit", "SlowDown"], 1);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+
+    // Once the held bodies go, the budget is whole again: the same request is judged (here,
+    // its signature is wrong) and a rightly signed one is written.
+    drop((a, b));
+    while unverified_bytes(&c, &s).await != 0.0 {
+        assert!(std::time::Instant::now() < deadline, "the budget never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (head, body, _) = whole_body(s.addr, forger, 4096).await;
+    assert!(head.starts_with("http/1.1 403"), "{head}\n{body}");
+    assert!(body.contains("SignatureDoesNotMatch"), "{body}");
+    let mut req = c
+        .put(s.object_url("default", "after"))
+        .header("Fencing-Token", "1")
+        .body(vec![b'z'; 4096])
+        .build()
+        .unwrap();
+    sign_at(&mut req, WORKER, SystemTime::now(), BodyHash::SignatureOnly);
+    assert_eq!(c.execute(req).await.unwrap().status().as_u16(), 200);
+    assert_eq!(highest(&c, &s, "held").await, serde_json::Value::Null);
+    assert_eq!(highest(&c, &s, "probe").await, serde_json::Value::Null);
+}

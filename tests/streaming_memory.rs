@@ -107,3 +107,69 @@ async fn a_1_gib_s3_put_and_get_stream() {
         "peak RSS {peak} KiB for a 1 GiB object"
     );
 }
+
+/// Connections sending bodies that must be read before their signature can be checked (signed
+/// over the body's own hash, with a wrong secret: anyone who knows a key id can send them).
+/// However many there are, fencegate holds at most `max_unverified_body_bytes` (64 MiB by
+/// default) of them: before that budget, 1,000 connections of 1 MiB each took about 1 GiB.
+/// `FENCEGATE_UNVERIFIED_CONNECTIONS` sets the number (300 unless set).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthenticated_bodies_hold_at_most_the_budget() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let connections: usize = std::env::var("FENCEGATE_UNVERIFIED_CONNECTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[keys.worker]\naccess_key_id = \"worker-key\"\nsecret_access_key = \"worker-secret\"\nbuckets = { \"default\" = [\"write\"] }\n";
+    let s = Server::start(&dir.path().join("data"), Some(config));
+    let forger = common::sign::Creds {
+        key: "worker-key",
+        secret: "not-the-secret",
+    };
+    let idle = s.peak_rss_kib();
+    let len = (1 << 20) - 1;
+    let addr = s.addr;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..connections {
+        tasks.spawn(async move {
+            let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let head = common::sign::body_hash_signed_head(addr, "/v1/objects/default/x", forger, len);
+            // All but the last byte, then hold; a refused connection is closed under us.
+            let sent = async {
+                conn.write_all(head.as_bytes()).await?;
+                conn.write_all(&vec![b'x'; len - 1]).await
+            };
+            let refused = match tokio::time::timeout(std::time::Duration::from_secs(30), sent).await {
+                Ok(Ok(())) => {
+                    let mut buf = [0u8; 512];
+                    matches!(
+                        tokio::time::timeout(std::time::Duration::from_millis(500), conn.read(&mut buf)).await,
+                        Ok(Ok(n)) if String::from_utf8_lossy(&buf[..n]).contains(" 503 ")
+                    )
+                }
+                _ => true,
+            };
+            (conn, refused)
+        });
+    }
+    let mut held = Vec::new();
+    let mut refused = 0;
+    while let Some(done) = tasks.join_next().await {
+        let (conn, was_refused) = done.unwrap();
+        refused += usize::from(was_refused);
+        held.push(conn);
+    }
+    let peak = s.peak_rss_kib();
+    eprintln!(
+        "{connections} connections holding unauthenticated 1 MiB bodies: RSS {idle} KiB idle, peak {peak} KiB; {refused} refused"
+    );
+    assert!(refused > 0, "no connection was refused");
+    // The budget (64 MiB), plus 64 MiB for the connections' own buffers.
+    assert!(
+        peak - idle < 128 * 1024,
+        "{connections} unauthenticated bodies grew RSS by {} KiB",
+        peak - idle
+    );
+    drop(held);
+}

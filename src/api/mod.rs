@@ -69,6 +69,18 @@ pub fn auth_error_response(e: &crate::auth::AuthError) -> Response {
             axum::http::HeaderValue::from_static("AWS4-HMAC-SHA256"),
         );
     }
+    if matches!(e, crate::auth::AuthError::Busy(_)) {
+        // The body was left partly unread: the connection cannot carry another request.
+        let headers = resp.headers_mut();
+        headers.insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("1"),
+        );
+        headers.insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
     resp
 }
 

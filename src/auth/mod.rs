@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod native;
 pub mod sigv4;
+pub mod unverified;
 
 use crate::config::{Key, Permission};
 use crate::gate::Gate;
@@ -95,6 +96,8 @@ pub enum AuthError {
     Denied(String),
     #[error("the request body came too slowly (cut off at {0} s); send it at once, or sign x-amz-content-sha256 (UNSIGNED-PAYLOAD or its SHA-256) so that it can stream")]
     Stalled(u64),
+    #[error("fencegate already holds {0} bytes of request bodies whose signature it cannot check before they end (signed over the body's hash, as curl does without x-amz-content-sha256); retry shortly, or sign x-amz-content-sha256 (UNSIGNED-PAYLOAD or the body's SHA-256) so that the body streams ([server] max_unverified_body_bytes)")]
+    Busy(usize),
 }
 
 impl AuthError {
@@ -103,6 +106,7 @@ impl AuthError {
             AuthError::Missing => 401,
             AuthError::Malformed(_) => 400,
             AuthError::Stalled(_) => 408,
+            AuthError::Busy(_) => 503,
             _ => 403,
         }
     }
@@ -116,6 +120,7 @@ impl AuthError {
             AuthError::Malformed(_) => "AuthorizationHeaderMalformed",
             AuthError::Skewed(_) => "RequestTimeTooSkewed",
             AuthError::Denied(_) => "AccessDenied",
+            AuthError::Busy(_) => "SlowDown",
         }
     }
 }
@@ -139,6 +144,8 @@ pub struct KeyTable {
     current: arc_swap::ArcSwap<KeySet>,
     leases: Option<Arc<Leases>>,
     gate: Option<Arc<Gate>>,
+    /// What every surface that checks signatures itself may hold of bodies not yet checked.
+    pub unverified: unverified::UnverifiedBodies,
 }
 
 /// One configuration's keys.
@@ -172,7 +179,14 @@ impl KeyTable {
             current: arc_swap::ArcSwap::from_pointee(KeySet::new(keys)),
             leases: None,
             gate: None,
+            unverified: unverified::UnverifiedBodies::new(unverified::DEFAULT_BUDGET),
         }
+    }
+
+    /// Bodies read before their signature is checked share a budget of `bytes`, process-wide.
+    pub fn with_unverified_budget(mut self, bytes: usize) -> KeyTable {
+        self.unverified = unverified::UnverifiedBodies::new(bytes);
+        self
     }
 
     /// Also accepts lease-bound credentials issued by `leases`, confined to their lease's

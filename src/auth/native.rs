@@ -6,7 +6,8 @@
 //! `x-amz-content-sha256` (covered by the signature) is checked against the body as its last
 //! bytes pass, so a large body is never held whole; a mismatch fails the body stream, and the
 //! write fails before its commit. A signature over the body's own hash (curl without that
-//! header) needs the body first: such bodies are read whole, up to 1 MiB.
+//! header) needs the body first: such bodies are read whole, up to 1 MiB each and within one
+//! process-wide budget (`unverified.rs`).
 
 use super::sigv4::{Payload, SignedRequest};
 use super::{AuthError, KeyTable, Principal};
@@ -21,12 +22,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
-
-/// Largest body buffered to check a signature over it: lease and fence requests are small
-/// JSON; only object PUTs stream.
-const MAX_BUFFERED: usize = 1024 * 1024;
-/// The longest that reading such a body may take (at least 17 KiB/s for the largest).
-const BUFFERED_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The error a body stream ends with when its bytes do not match what was signed.
 #[derive(Debug, thiserror::Error)]
@@ -76,24 +71,13 @@ pub(crate) async fn principal_of(keys: &KeyTable, req: Request) -> Result<Reques
         // body is checked against the hash as it streams.
         Payload::Declared(h) => verified(body, Check::Declared(h.clone())),
         // A signature over the body's own hash (curl): nothing may run as the claimed key until
-        // it is checked, so the body is read first, up to a small bound (review round 4).
+        // it is checked, so the body is read first, within the unverified-body budget.
         Payload::Body => {
-            // An overall deadline too: the listener's cut-off restarts on every byte, and a
-            // byte every half minute would otherwise hold this read, which needs no secret,
-            // for a year (review round 8).
-            let read =
-                tokio::time::timeout(BUFFERED_DEADLINE, axum::body::to_bytes(body, MAX_BUFFERED))
-                    .await
-                    .map_err(|_| AuthError::Stalled(BUFFERED_DEADLINE.as_secs()))?;
-            let bytes = read.map_err(|e| {
-                let inner = e.into_inner();
-                match crate::server::StalledBody::in_chain(inner.as_ref()) {
-                    Some(stalled) => AuthError::Stalled(stalled.secs),
-                    None => AuthError::Malformed(format!(
-                        "a body signed without x-amz-content-sha256 is at most {MAX_BUFFERED} bytes; for larger bodies send x-amz-content-sha256: UNSIGNED-PAYLOAD (curl: -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD') or the body's SHA-256, and sign it"
-                    )),
-                }
-            })?;
+            let declared = parts
+                .headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse().ok());
+            let bytes = keys.unverified.read(body, declared).await?;
             let hash = hex::encode(Sha256::digest(&bytes));
             if !signed.verify(&secret, &hash) {
                 return Err(AuthError::BadSignature);

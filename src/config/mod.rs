@@ -13,7 +13,7 @@ pub use keys::{Key, Permission};
 pub use model::{
     BackendConfig, BucketPolicy, BypassPolicy, FenceStoreConfig, FenceStoreKind, FencingMode,
     LeaseConfig, LogFormat, S3BackendConfig, S3GatewayConfig, S3Key, ScopeKind, ServerConfig,
-    TokenOrder,
+    TokenOrder, DEFAULT_UNVERIFIED_BODY_BYTES, MAX_UNVERIFIED_BODY,
 };
 
 use layers::{EnvLayer, Origins, Place};
@@ -660,6 +660,16 @@ pub fn parse_layered(text: &str, name: &str, env: &EnvLayer) -> Result<Config, C
             &["server", "max_body_bytes"],
             "[server] max_body_bytes is 0".into(),
             "set a positive size, e.g. \"5GiB\" (5368709120 bytes)".into(),
+        ));
+    }
+    if raw.server.max_unverified_body_bytes < model::MAX_UNVERIFIED_BODY {
+        return Err(err(
+            &["server", "max_unverified_body_bytes"],
+            format!(
+                "[server] max_unverified_body_bytes is {}, below the 1 MiB one such body may take",
+                raw.server.max_unverified_body_bytes
+            ),
+            "set at least \"1MiB\"; the default is \"64MiB\"".into(),
         ));
     }
     if raw.server.body_idle_timeout_secs == 0 {

@@ -72,6 +72,13 @@ impl Default for LeaseConfig {
     }
 }
 
+/// The most one body read before its signature is checked may take (`auth::unverified`): lease
+/// and fence requests are small JSON; object PUTs this large sign `x-amz-content-sha256` and
+/// stream.
+pub const MAX_UNVERIFIED_BODY: usize = 1024 * 1024;
+/// `[server] max_unverified_body_bytes` unless configured: 64 bodies of the largest size.
+pub const DEFAULT_UNVERIFIED_BODY_BYTES: usize = 64 * MAX_UNVERIFIED_BODY;
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
@@ -88,6 +95,11 @@ pub struct ServerConfig {
     /// Largest accepted request head (all header names and values), in bytes: 431 above it.
     #[serde(deserialize_with = "super::units::bytes_usize")]
     pub max_header_bytes: usize,
+    /// Bytes of request bodies held at once, over every connection, before their signature can
+    /// be checked (native API bodies signed over their own hash, at most 1 MiB each). Past it,
+    /// such a body is refused with 503 `SlowDown`.
+    #[serde(deserialize_with = "super::units::bytes_usize")]
+    pub max_unverified_body_bytes: usize,
     /// Without keys fencegate runs in development mode (anonymous access), and then refuses
     /// to listen on anything but loopback. `false` lifts that refusal: anyone who reaches the
     /// port may then do anything. Logged loudly at every start.
@@ -131,6 +143,7 @@ impl Default for ServerConfig {
             max_body_bytes: 5 * 1024 * 1024 * 1024,
             body_idle_timeout_secs: 30,
             max_header_bytes: 64 * 1024,
+            max_unverified_body_bytes: DEFAULT_UNVERIFIED_BODY_BYTES,
             protected_mode: true,
             tls: None,
             shutdown_grace_secs: 30,

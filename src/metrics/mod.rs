@@ -43,6 +43,8 @@ pub const STORE_INTEGRITY_FAILURES: &str = "fencegate_store_integrity_failures_t
 pub const LEASE_GRANTS: &str = "fencegate_leases_granted_total";
 pub const LEASE_EXPIRIES: &str = "fencegate_lease_expiries_total";
 pub const LEASES_HELD: &str = "fencegate_leases_held";
+pub const UNVERIFIED_BODY_BYTES: &str = "fencegate_unverified_body_bytes";
+pub const UNVERIFIED_BODY_REFUSALS: &str = "fencegate_unverified_body_refusals_total";
 pub const READY: &str = "fencegate_ready";
 pub const BUILD_INFO: &str = "fencegate_build_info";
 
@@ -144,6 +146,10 @@ pub const FAMILIES: &[Family] = &[
         "Leases that reached their TTL without being renewed or released (on a shared fence table, as this instance observed them)", Always),
     family(LEASES_HELD, Gauge, &[],
         "Leases held now (live, not expired)", Always),
+    family(UNVERIFIED_BODY_BYTES, Gauge, &[],
+        "Bytes of request bodies held now before their signature can be checked (native API bodies signed over their own hash), out of [server] max_unverified_body_bytes", Always),
+    family(UNVERIFIED_BODY_REFUSALS, Counter, &[],
+        "Requests refused with 503 SlowDown because bodies awaiting their signature check held all of [server] max_unverified_body_bytes", Always),
     family(READY, Gauge, &["check"],
         "1 when the readiness check passes (fence_table, clock, bucket:NAME), else 0; rechecked every 10 s and at every GET /readyz", Always),
     family(BUILD_INFO, Gauge, &["version"],
@@ -197,6 +203,7 @@ pub fn install() -> Option<PrometheusHandle> {
         FENCE_SYNCS,
         LEASE_GRANTS,
         LEASE_EXPIRIES,
+        UNVERIFIED_BODY_REFUSALS,
     ] {
         metrics::counter!(name).absolute(0);
     }
@@ -205,6 +212,7 @@ pub fn install() -> Option<PrometheusHandle> {
     }
     metrics::gauge!(REQUESTS_IN_FLIGHT).set(0.0);
     metrics::gauge!(LEASES_HELD).set(0.0);
+    metrics::gauge!(UNVERIFIED_BODY_BYTES).set(0.0);
     let upkeep = handle.clone();
     tokio::spawn(async move {
         loop {
@@ -289,6 +297,15 @@ pub fn leases_expired(count: u64) {
 
 pub fn leases_held(count: usize) {
     metrics::gauge!(LEASES_HELD).set(count as f64);
+}
+
+/// `bytes` more (or, negative, fewer) of bodies held before their signature is checked.
+pub fn unverified_body_bytes(bytes: f64) {
+    metrics::gauge!(UNVERIFIED_BODY_BYTES).increment(bytes);
+}
+
+pub fn unverified_body_refused() {
+    metrics::counter!(UNVERIFIED_BODY_REFUSALS).increment(1);
 }
 
 pub fn ready_check(check: &str, ok: bool) {

@@ -51,6 +51,7 @@ pub fn s3_auth_error(e: &AuthError) -> S3Error {
         AuthError::Stalled(_) => S3ErrorCode::RequestTimeout,
         AuthError::Malformed(_) => S3ErrorCode::AuthorizationHeaderMalformed,
         AuthError::Skewed(_) => S3ErrorCode::RequestTimeTooSkewed,
+        AuthError::Busy(_) => S3ErrorCode::SlowDown,
     };
     let mut err = S3Error::with_message(code, e.to_string());
     err.set_status_code(

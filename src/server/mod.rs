@@ -351,7 +351,9 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         tracing::info!(created, "serving buckets created through the S3 API");
     }
     let keys = Arc::new(
-        KeyTable::new(config.keys.values().cloned()).with_leases(leases.clone(), gate.clone()),
+        KeyTable::new(config.keys.values().cloned())
+            .with_leases(leases.clone(), gate.clone())
+            .with_unverified_budget(config.server.max_unverified_body_bytes),
     );
     let tls = match &config.server.tls {
         Some(files) => Some(tls::Tls::load(&files.cert_file, &files.key_file)?),

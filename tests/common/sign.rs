@@ -188,3 +188,21 @@ pub fn lease_creds(grant: &serde_json::Value) -> Creds {
         secret: leak("secret_access_key"),
     }
 }
+
+/// The head of a raw `PUT path` of `len` body bytes, signed for `creds` over the body's own
+/// hash (as curl signs): fencegate must read the whole body before it can check the signature.
+/// The hash signed is that of an empty body, so the signature never matches a real body.
+pub fn body_hash_signed_head(addr: std::net::SocketAddr, path: &str, creds: Creds, len: usize) -> String {
+    let mut req = reqwest::Client::new()
+        .put(format!("http://{addr}{path}"))
+        .body("")
+        .build()
+        .unwrap();
+    sign_at(&mut req, creds, SystemTime::now(), BodyHash::SignatureOnly);
+    let header = |name: &str| req.headers()[name].to_str().unwrap().to_string();
+    format!(
+        "PUT {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {}\r\nx-amz-date: {}\r\nContent-Length: {len}\r\n\r\n",
+        header("authorization"),
+        header("x-amz-date"),
+    )
+}

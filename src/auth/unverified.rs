@@ -1,0 +1,168 @@
+//! Bodies held before their signature is checked: a SigV4 signature over the body's own hash
+//! (curl signs this way when no `x-amz-content-sha256` is sent) can only be checked with the
+//! whole body in hand. Anyone who knows an access key id (every presigned URL shows one) can
+//! send such a body, so what they can make fencegate hold is bounded twice: each body by
+//! [`MAX_BODY`], and all of them together, over every connection, by one process-wide budget
+//! (`[server] max_unverified_body_bytes`). A body that would overdraw the budget is refused at
+//! once with 503 `SlowDown` rather than waited for, so a refusal holds nothing.
+
+use super::AuthError;
+use axum::body::{Body, Bytes};
+use bytes::BytesMut;
+use futures::StreamExt;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+pub use crate::config::{
+    DEFAULT_UNVERIFIED_BODY_BYTES as DEFAULT_BUDGET, MAX_UNVERIFIED_BODY as MAX_BODY,
+};
+/// The longest that reading such a body may take (at least 17 KiB/s for the largest).
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The process-wide budget, shared by the native API and the admin surface.
+#[derive(Clone)]
+pub struct UnverifiedBodies {
+    budget: Arc<Semaphore>,
+    total: usize,
+}
+
+impl UnverifiedBodies {
+    pub fn new(total: usize) -> UnverifiedBodies {
+        UnverifiedBodies {
+            budget: Arc::new(Semaphore::new(total.min(Semaphore::MAX_PERMITS))),
+            total,
+        }
+    }
+
+    /// Bytes of the budget not held by a body now.
+    pub fn available(&self) -> usize {
+        self.budget.available_permits()
+    }
+
+    /// Reads `body` whole (its declared `Content-Length`, when sent, is checked first), each
+    /// chunk charged to the budget as it arrives and given back when this returns: the body
+    /// is then either refused or checked against its signature by the caller.
+    pub async fn read(&self, body: Body, declared: Option<u64>) -> Result<Bytes, AuthError> {
+        if declared.is_some_and(|n| n > MAX_BODY as u64) {
+            return Err(too_large());
+        }
+        let mut held = Held {
+            budget: &self.budget,
+            bytes: 0,
+        };
+        let read = async {
+            let mut stream = body.into_data_stream();
+            let mut buf = BytesMut::with_capacity(declared.unwrap_or(0) as usize);
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| {
+                    match crate::server::StalledBody::in_chain(e.into_inner().as_ref()) {
+                        Some(stalled) => AuthError::Stalled(stalled.secs),
+                        None => AuthError::Malformed("the request body was cut short".into()),
+                    }
+                })?;
+                if buf.len() + chunk.len() > MAX_BODY {
+                    return Err(too_large());
+                }
+                held.take(chunk.len(), self.total)?;
+                buf.extend_from_slice(&chunk);
+            }
+            Ok(buf.freeze())
+        };
+        tokio::time::timeout(DEADLINE, read)
+            .await
+            .map_err(|_| AuthError::Stalled(DEADLINE.as_secs()))?
+    }
+}
+
+fn too_large() -> AuthError {
+    AuthError::Malformed(format!(
+        "a body signed without x-amz-content-sha256 is at most {MAX_BODY} bytes; for larger bodies send x-amz-content-sha256: UNSIGNED-PAYLOAD (curl: -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD') or the body's SHA-256, and sign it"
+    ))
+}
+
+/// The part of the budget one body holds, given back when it is dropped.
+struct Held<'a> {
+    budget: &'a Semaphore,
+    bytes: usize,
+}
+
+impl Held<'_> {
+    fn take(&mut self, n: usize, total: usize) -> Result<(), AuthError> {
+        let permits = u32::try_from(n).map_err(|_| AuthError::Busy(total))?;
+        match self.budget.try_acquire_many(permits) {
+            Ok(p) => {
+                p.forget();
+                self.bytes += n;
+                crate::metrics::unverified_body_bytes(n as f64);
+                Ok(())
+            }
+            Err(_) => {
+                // Logged as every refusal is, on the audit target, by the caller.
+                crate::metrics::unverified_body_refused();
+                Err(AuthError::Busy(total))
+            }
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.budget.add_permits(self.bytes);
+        crate::metrics::unverified_body_bytes(-(self.bytes as f64));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_body_is_charged_while_read_and_the_budget_given_back() {
+        let bodies = UnverifiedBodies::new(10);
+        let got = bodies
+            .read(Body::from("0123456789"), Some(10))
+            .await
+            .unwrap();
+        assert_eq!(&got[..], b"0123456789");
+        assert_eq!(bodies.available(), 10);
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_budget_is_refused_and_holds_nothing() {
+        let bodies = UnverifiedBodies::new(10);
+        let e = bodies.read(Body::from("0123456789A"), None).await;
+        assert_eq!(e.unwrap_err(), AuthError::Busy(10));
+        assert_eq!(bodies.available(), 10);
+    }
+
+    #[tokio::test]
+    async fn bodies_in_flight_share_one_budget() {
+        let bodies = UnverifiedBodies::new(8);
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Result<Bytes, std::io::Error>>();
+        tx.unbounded_send(Ok(Bytes::from_static(b"12345"))).unwrap();
+        let first = {
+            let bodies = bodies.clone();
+            tokio::spawn(async move { bodies.read(Body::from_stream(rx), None).await })
+        };
+        while bodies.available() != 3 {
+            tokio::task::yield_now().await;
+        }
+        // The second body finds 3 bytes left of 8 and is refused; the first is not disturbed.
+        let e = bodies.read(Body::from("1234"), None).await;
+        assert_eq!(e.unwrap_err(), AuthError::Busy(8));
+        drop(tx);
+        assert_eq!(&first.await.unwrap().unwrap()[..], b"12345");
+        assert_eq!(bodies.available(), 8);
+    }
+
+    #[tokio::test]
+    async fn a_declared_length_over_the_bound_is_refused_before_reading() {
+        let bodies = UnverifiedBodies::new(DEFAULT_BUDGET);
+        let e = bodies
+            .read(Body::from("x"), Some(MAX_BODY as u64 + 1))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), "AuthorizationHeaderMalformed");
+    }
+}
