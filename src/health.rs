@@ -4,13 +4,9 @@
 //! and the staging area are usable; s3: HeadBucket), and in cluster mode the clock watch
 //! trusts this instance's clock. Each check has a short timeout, so a hung store makes the
 //! answer a prompt 503 rather than a hung probe. The same checks run every 10 s to keep the
-//! `fencegate_ready{check}` gauges current for alerting.
+//! `fencegate_ready{check}` gauges current for alerting. The route is `api/health.rs`'s.
 
-use crate::api::AppState;
 use crate::gate::Gate;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,19 +93,4 @@ pub fn watch(gate: Arc<Gate>) {
             tokio::time::sleep(WATCH_EVERY).await;
         }
     });
-}
-
-/// `GET /readyz`: 200 `ok`, or 503 with the checks as JSON, the failed ones first named.
-pub async fn readyz(State(state): State<AppState>) -> Response {
-    let checks = check(&state.gate).await;
-    let failed: Vec<&Check> = checks.iter().filter(|c| !c.ok).collect();
-    if failed.is_empty() {
-        return "ok\n".into_response();
-    }
-    let body = serde_json::json!({
-        "status": "unready",
-        "failed": failed,
-        "checks": checks,
-    });
-    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
 }

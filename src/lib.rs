@@ -21,4 +21,5 @@ pub mod metrics;
 pub mod s3api;
 pub mod server;
 pub mod token;
+pub mod version;
 pub mod wall_clock;

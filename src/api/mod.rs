@@ -4,6 +4,7 @@
 pub mod admin;
 mod error;
 mod fences;
+mod health;
 pub(crate) mod headers;
 mod leases;
 mod objects;
@@ -116,7 +117,7 @@ pub fn router(state: AppState, admin: AdminPlace) -> Router {
         ));
     let routes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(crate::health::readyz))
+        .route("/readyz", get(health::readyz))
         .merge(v1)
         .fallback(s3_or_no_route)
         .method_not_allowed_fallback(wrong_method);
@@ -143,7 +144,7 @@ pub fn router(state: AppState, admin: AdminPlace) -> Router {
 pub fn admin_only_router(state: &AppState, admin: Router) -> Router {
     let routes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(crate::health::readyz))
+        .route("/readyz", get(health::readyz))
         .with_state(state.clone())
         .merge(admin)
         .fallback(no_route)

@@ -2,6 +2,7 @@
 //! same order: stage the body invisibly, then (under the scope's lock) commit it conditional on
 //! the version fencegate last saw, or discard it.
 
+pub mod instrumented;
 pub mod fs;
 pub mod memory;
 pub mod s3;
@@ -301,31 +302,7 @@ pub struct PartChecksum {
     pub value: String,
 }
 
-/// Is `found` (the backend's current version) the version fencegate `recorded`?
-///
-/// Equal strings match. So does an fs version recorded without its ctime (`base`) against one
-/// found with it (`base~ctime`): the ctime is only known after the rename that publishes the
-/// file (a rename changes it), so a pending intent records the staged file's version without
-/// it, and rows written before versions carried the ctime have none. Every version recorded
-/// after a commit carries it, which is what catches an in-place rewrite that restores the mtime.
-pub fn same_version(recorded: Option<&str>, found: Option<&str>) -> bool {
-    match (recorded, found) {
-        (Some(r), Some(f)) if r != f => {
-            !r.contains('~')
-                && f.split_once('~')
-                    .is_some_and(|(base, ctime)| base == r && is_fs_ctime(ctime))
-        }
-        (r, f) => r == f,
-    }
-}
-
-fn is_fs_ctime(s: &str) -> bool {
-    s.split_once('.').is_some_and(|(secs, nsec)| {
-        [secs, nsec]
-            .iter()
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_hexdigit()))
-    })
-}
+pub use crate::version::same_version;
 
 /// The S3 ETag of a multipart object: the MD5 of the parts' MD5s, then `-` and the count.
 pub fn multipart_etag(part_etags: &[&str]) -> String {
@@ -683,22 +660,6 @@ pub fn slice_stream(body: ByteStream, start: u64, end: u64) -> ByteStream {
 mod tests {
     use super::*;
     use futures::StreamExt;
-
-    #[test]
-    fn same_version_only_widens_for_a_missing_fs_ctime() {
-        assert!(same_version(None, None));
-        assert!(same_version(Some("\"e\""), Some("\"e\"")));
-        assert!(!same_version(Some("\"e\""), None));
-        assert!(!same_version(None, Some("a-1-2.3~4.5")));
-        assert!(same_version(Some("a-1-2.3"), Some("a-1-2.3~4.5")));
-        assert!(!same_version(Some("a-1-2.3~4.6"), Some("a-1-2.3~4.5")));
-        assert!(!same_version(Some("a-1-2.3~4.5"), Some("a-1-2.3")));
-        assert!(!same_version(Some("a-1-2.4"), Some("a-1-2.3~4.5")));
-        // Only a ctime-shaped suffix counts: a store's opaque version is compared whole.
-        assert!(!same_version(Some("v1"), Some("v1~x")));
-        assert!(!same_version(Some("v1"), Some("v1~")));
-        assert!(!same_version(Some("v1"), Some("v1~1.")));
-    }
 
     #[tokio::test]
     async fn slices_across_chunks() {

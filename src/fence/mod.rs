@@ -12,12 +12,13 @@
 //! default `object` scope the scope row and the object row are the same row; with wider scopes
 //! the highest token lives on the scope row and each object's version on its own row.
 
+pub mod instrumented;
 pub mod etcd;
 mod etcd_batch;
 pub mod memory;
 pub mod rocks;
 
-use crate::backend::same_version;
+use crate::version::same_version;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -3,7 +3,8 @@
 //! (bypass detection) and the client's conditions. Also the one way rows are saved.
 
 use super::{check_token, BucketEntry, Gate, GateError, WriteRequest};
-use crate::backend::{same_version, BackendError};
+use crate::backend::BackendError;
+use crate::version::same_version;
 use crate::config::{BypassPolicy, ScopeKind};
 use crate::fence::{Durability, FenceRow};
 use crate::token::Token;

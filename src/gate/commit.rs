@@ -464,7 +464,7 @@ impl Gate {
         let Ok(found) = entry.backend.version(&req.bucket, &req.key).await else {
             return;
         };
-        if crate::backend::same_version(found.as_deref(), Some(landed)) {
+        if crate::version::same_version(found.as_deref(), Some(landed)) {
             crate::metrics::stale_landing(&req.bucket);
             tracing::error!(bucket = %req.bucket, key = %req.key, token = t.0, highest = scope_row.highest,
                 "a stale write landed after a newer token's: the store applied this commit's request after its intent's deadline (check that the store refuses expired presigned requests and that the clocks agree, docs/design.md, \"Bounded intents\"); the next write of this object is refused as a bypass until an operator checks it");

@@ -48,7 +48,7 @@ pub fn version_of(md: &Metadata) -> String {
 }
 
 /// A staged file's version before the rename that publishes it, without the ctime the rename
-/// will change. Matched against the published version by `backend::same_version`.
+/// will change. Matched against the published version by `version::same_version`.
 pub fn staged_version_of(md: &Metadata) -> String {
     format!(
         "{:x}-{:x}-{:x}.{:x}",

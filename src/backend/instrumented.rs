@@ -1,0 +1,295 @@
+//! Backend metrics, taken in one place: [`Instrumented`] wraps every backend the catalog
+//! builds and times each call by operation and outcome, counting failures by kind. The gate
+//! and the surfaces never see the difference.
+
+use crate::backend::{
+    Backend, BackendError, ByteStream, ListPage, ObjectInfo, ObjectMeta, ObjectPart, PartInfo,
+    Staged,
+};
+use async_trait::async_trait;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// A backend whose calls are timed and counted under its configured name.
+pub struct Instrumented {
+    inner: Arc<dyn Backend>,
+    name: String,
+}
+
+impl Instrumented {
+    /// `inner`, timed and counted as backend `name` (a name from the configuration).
+    pub fn wrap(name: &str, inner: Arc<dyn Backend>) -> Arc<dyn Backend> {
+        Arc::new(Instrumented {
+            inner,
+            name: name.to_string(),
+        })
+    }
+
+    async fn timed<T>(
+        &self,
+        operation: &'static str,
+        call: impl Future<Output = Result<T, BackendError>>,
+    ) -> Result<T, BackendError> {
+        let started = Instant::now();
+        let result = call.await;
+        record(
+            &self.name,
+            operation,
+            started.elapsed(),
+            result.as_ref().err(),
+        );
+        result
+    }
+}
+
+/// The outcome label of a call, and for a failure of the backend itself, its kind.
+fn outcome(error: Option<&BackendError>) -> (&'static str, Option<&'static str>) {
+    let Some(e) = error else { return ("ok", None) };
+    let kind = match e {
+        // The object was not at the version the call was conditional on: a bypass, or a
+        // lost race that the gate handles.
+        BackendError::Conflict { .. } => return ("conflict", None),
+        // The client's doing: its body, its part list, an upload that is gone.
+        BackendError::Body(_)
+        | BackendError::Invalid { .. }
+        | BackendError::NoSuchUpload(_)
+        | BackendError::NoSuchPart { .. }
+        | BackendError::Unsupported(_) => return ("rejected", None),
+        BackendError::Unreachable(_) => "unreachable",
+        BackendError::Timeout(_) => "timeout",
+        BackendError::Throttled(_) => "throttled",
+        BackendError::Failing(_) => "failing",
+        BackendError::Refused { status, .. } => match status {
+            0 | 400 | 411 | 413 | 414 | 431 => return ("rejected", None),
+            _ => "refused",
+        },
+        BackendError::Corrupt(_) => "corrupt",
+        BackendError::KeptDifferentBytes(_) => "kept_different_bytes",
+        BackendError::Expired(_) => "expired",
+    };
+    ("error", Some(kind))
+}
+
+fn record(backend: &str, operation: &'static str, took: Duration, error: Option<&BackendError>) {
+    let (outcome, kind) = outcome(error);
+    metrics::histogram!(crate::metrics::BACKEND_DURATION, "backend" => backend.to_string(), "operation" => operation, "outcome" => outcome)
+        .record(took.as_secs_f64());
+    if let Some(kind) = kind {
+        metrics::counter!(crate::metrics::BACKEND_ERRORS, "backend" => backend.to_string(), "operation" => operation, "kind" => kind)
+            .increment(1);
+    }
+}
+
+#[async_trait]
+impl Backend for Instrumented {
+    async fn stage(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: ObjectMeta,
+        body: ByteStream,
+    ) -> Result<Staged, BackendError> {
+        self.timed("stage", self.inner.stage(bucket, key, meta, body))
+            .await
+    }
+
+    async fn commit(
+        &self,
+        staged: &Staged,
+        expected: Option<&str>,
+    ) -> Result<ObjectInfo, BackendError> {
+        self.timed("commit", self.inner.commit(staged, expected))
+            .await
+    }
+
+    async fn commit_by(
+        &self,
+        staged: &Staged,
+        expected: Option<&str>,
+        not_after: SystemTime,
+    ) -> Result<ObjectInfo, BackendError> {
+        self.timed("commit", self.inner.commit_by(staged, expected, not_after))
+            .await
+    }
+
+    async fn delete_by(
+        &self,
+        bucket: &str,
+        key: &str,
+        expected: &str,
+        not_after: SystemTime,
+    ) -> Result<(), BackendError> {
+        self.timed(
+            "delete",
+            self.inner.delete_by(bucket, key, expected, not_after),
+        )
+        .await
+    }
+
+    fn conditional_commit(&self, staged: &Staged) -> bool {
+        self.inner.conditional_commit(staged)
+    }
+
+    fn in_flight_bound(&self) -> Option<Duration> {
+        self.inner.in_flight_bound()
+    }
+
+    async fn clock_offset(&self) -> Option<Result<(i64, i64), String>> {
+        self.inner.clock_offset().await
+    }
+
+    async fn check_ready(&self, bucket: &str) -> Result<(), BackendError> {
+        self.timed("check_ready", self.inner.check_ready(bucket))
+            .await
+    }
+
+    async fn discard(&self, staged: Staged) {
+        let started = Instant::now();
+        self.inner.discard(staged).await;
+        record(&self.name, "discard", started.elapsed(), None);
+    }
+
+    async fn release(&self, staged: Staged) {
+        let started = Instant::now();
+        self.inner.release(staged).await;
+        record(&self.name, "release", started.elapsed(), None);
+    }
+
+    async fn version(&self, bucket: &str, key: &str) -> Result<Option<String>, BackendError> {
+        self.timed("version", self.inner.version(bucket, key)).await
+    }
+
+    async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectInfo>, BackendError> {
+        self.timed("head", self.inner.head(bucket, key)).await
+    }
+
+    async fn get(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
+        self.timed("get", self.inner.get(bucket, key)).await
+    }
+
+    async fn delete(&self, bucket: &str, key: &str, expected: &str) -> Result<(), BackendError> {
+        self.timed("delete", self.inner.delete(bucket, key, expected))
+            .await
+    }
+
+    async fn get_range(
+        &self,
+        bucket: &str,
+        key: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
+        self.timed("get", self.inner.get_range(bucket, key, start, end))
+            .await
+    }
+
+    async fn get_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        number: u32,
+        body: bool,
+    ) -> Result<Option<ObjectPart>, BackendError> {
+        let operation = if body { "get" } else { "head" };
+        self.timed(operation, self.inner.get_part(bucket, key, number, body))
+            .await
+    }
+
+    async fn create_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+    ) -> Result<String, BackendError> {
+        self.timed("create_upload", self.inner.create_upload(bucket, key, meta))
+            .await
+    }
+
+    async fn upload_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        handle: &str,
+        number: i32,
+        body: ByteStream,
+        size: Option<u64>,
+    ) -> Result<PartInfo, BackendError> {
+        self.timed(
+            "upload_part",
+            self.inner
+                .upload_part(bucket, key, handle, number, body, size),
+        )
+        .await
+    }
+
+    async fn assemble(
+        &self,
+        bucket: &str,
+        key: &str,
+        handle: &str,
+        parts: &[PartInfo],
+        meta: ObjectMeta,
+    ) -> Result<Staged, BackendError> {
+        self.timed(
+            "assemble",
+            self.inner.assemble(bucket, key, handle, parts, meta),
+        )
+        .await
+    }
+
+    async fn finish_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        handle: &str,
+    ) -> Result<(), BackendError> {
+        self.timed(
+            "finish_upload",
+            self.inner.finish_upload(bucket, key, handle),
+        )
+        .await
+    }
+
+    async fn list(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        start_after: Option<&str>,
+        max: usize,
+    ) -> Result<ListPage, BackendError> {
+        self.timed("list", self.inner.list(bucket, prefix, start_after, max))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_backends_own_failures_are_errors() {
+        assert_eq!(outcome(None), ("ok", None));
+        let conflict = BackendError::Conflict {
+            expected: None,
+            found: None,
+        };
+        assert_eq!(outcome(Some(&conflict)), ("conflict", None));
+        assert_eq!(
+            outcome(Some(&BackendError::NoSuchUpload("u".into()))),
+            ("rejected", None)
+        );
+        assert_eq!(
+            outcome(Some(&BackendError::Timeout("t".into()))),
+            ("error", Some("timeout"))
+        );
+        assert_eq!(
+            outcome(Some(&BackendError::Failing("f".into()))),
+            ("error", Some("failing"))
+        );
+    }
+}

@@ -1,0 +1,355 @@
+//! Which buckets exist: the configured ones, plus those created through the S3 API with the
+//! `[bucket_defaults]` policy. Created buckets are recorded in `<data_dir>/buckets.json` so they
+//! survive a restart. This module also builds backends for buckets (shared by start-up and
+//! CreateBucket): one `fs` backend per configured name, one set of S3 clients per store, and
+//! owns the start-up checks that run on every bucket (`startup.rs`).
+
+mod startup;
+
+pub use startup::{build, build_gate, record_scope, StartupError};
+
+use crate::backend::fs::FsBackend;
+use crate::backend::s3::spool::Spooler;
+use crate::backend::s3::{self, S3Backend, S3Clients};
+use crate::backend::Backend;
+use crate::config::{bucket_name_problem, BackendConfig, BucketPolicy, Config};
+use crate::fence::FenceStore;
+use crate::gate::{BucketEntry, Gate};
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("bucket {0} already exists")]
+    Exists(String),
+    #[error("bucket name {name:?} {why}")]
+    InvalidName { name: String, why: String },
+    #[error("buckets cannot be created here: the configuration has no [bucket_defaults]; add it, or add [buckets.{0}] and restart")]
+    NoTemplate(String),
+    #[error("bucket {0} comes from the configuration; remove it there and restart instead")]
+    Configured(String),
+    #[error("no bucket named {0:?}")]
+    NoSuchBucket(String),
+    #[error("bucket {0} is not empty (objects or multipart uploads remain); delete them first")]
+    NotEmpty(String),
+    #[error("{0}")]
+    Busy(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Backends already built, so buckets on the same backend share it.
+#[derive(Default)]
+pub struct Backends {
+    fs: BTreeMap<String, Arc<FsBackend>>,
+    s3: BTreeMap<String, S3Clients>,
+    /// While starting: the store upload ids of client-driven multipart uploads (the upload
+    /// registry), which the sweep of abandoned uploads keeps. `None`: no sweep.
+    sweep_uploads: Option<HashSet<String>>,
+    /// Staging files younger than this survive opening an fs backend (zero at start-up, when
+    /// no request is live).
+    staging_min_age: Duration,
+    spooler: Option<Arc<Spooler>>,
+}
+
+/// How old a staging file must be before a backend opened while serving removes it: older
+/// than any request still streaming its body could be (the idle timeout cuts stalls off).
+const LIVE_STAGING_AGE: Duration = Duration::from_secs(15 * 60);
+
+impl Backends {
+    /// Backends for start-up: each s3 bucket's abandoned multipart uploads are aborted, except
+    /// those in `registered` (uploads clients started and may still complete).
+    pub fn for_startup(registered: HashSet<String>) -> Backends {
+        Backends {
+            sweep_uploads: Some(registered),
+            ..Backends::default()
+        }
+    }
+
+    /// One spooler for every s3 backend, its spill files under `<data_dir>/spool`.
+    fn spooler(&mut self, config: &Config) -> Arc<Spooler> {
+        self.spooler
+            .get_or_insert_with(|| Spooler::new(config.server.data_dir.join("spool")))
+            .clone()
+    }
+
+    /// Serving now: no more sweeping of uploads, and only stale staging files.
+    fn serving(&mut self) {
+        self.sweep_uploads = None;
+        self.staging_min_age = LIVE_STAGING_AGE;
+    }
+
+    /// The backend for `bucket` under `policy`, its calls timed and counted under the
+    /// backend's name. An s3 bucket is probed before it is served.
+    pub async fn for_bucket(
+        &mut self,
+        config: &Config,
+        bucket: &str,
+        policy: &BucketPolicy,
+    ) -> Result<Arc<dyn Backend>, String> {
+        let backend = self.build(config, bucket, policy).await?;
+        Ok(crate::backend::instrumented::Instrumented::wrap(
+            &policy.backend,
+            backend,
+        ))
+    }
+
+    async fn build(
+        &mut self,
+        config: &Config,
+        bucket: &str,
+        policy: &BucketPolicy,
+    ) -> Result<Arc<dyn Backend>, String> {
+        let name = policy.backend.as_str();
+        match &config.backends[name] {
+            BackendConfig::Fs { root } => {
+                if let Some(fs) = self.fs.get(name) {
+                    fs.ensure_bucket(bucket).map_err(|e| {
+                        format!("cannot create the directory of bucket {bucket}: {e}")
+                    })?;
+                    return Ok(fs.clone());
+                }
+                let root = config.fs_root(root);
+                let served: Vec<&str> = config
+                    .buckets
+                    .iter()
+                    .filter(|(_, p)| p.backend == name)
+                    .map(|(b, _)| b.as_str())
+                    .chain([bucket])
+                    .collect();
+                let fs = FsBackend::open_sweeping(&root, &served, self.staging_min_age).map_err(|e| {
+                    format!(
+                        "cannot prepare the fs backend {name} at {}: {e}; check that the directory is writable",
+                        root.display()
+                    )
+                })?;
+                let fs = Arc::new(fs);
+                self.fs.insert(name.to_string(), fs.clone());
+                Ok(fs)
+            }
+            BackendConfig::S3(s3cfg) => {
+                if !self.s3.contains_key(name) {
+                    self.s3.insert(
+                        name.to_string(),
+                        s3::build_clients(s3cfg)
+                            .await
+                            .map_err(|e| format!("backend {name}: {e}"))?,
+                    );
+                }
+                let store_bucket = policy.backend_bucket.as_deref().unwrap_or(bucket);
+                let backend = S3Backend::new(
+                    self.s3[name].clone(),
+                    store_bucket,
+                    &policy.backend_prefix,
+                    s3cfg.multipart_threshold_bytes,
+                )
+                .with_commit_deadline(Duration::from_secs(s3cfg.commit_deadline_secs))
+                .with_spooler(self.spooler(config));
+                startup::prepare_s3(bucket, name, s3cfg, &backend)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // Several instances: another one's uploads in progress are not in this
+                // instance's registry, and must not be taken for abandoned ones.
+                let shared = config.etcd.is_some();
+                if let Some(etcd) = &config.etcd {
+                    let ttl = Duration::from_secs(etcd.intent_ttl_secs);
+                    let skew = Duration::from_millis(etcd.max_clock_skew_ms);
+                    backend.probe_expiry(ttl, skew).await.map_err(|e| {
+                        format!("bucket {bucket} (s3 backend {name}), cluster mode: {e}")
+                    })?;
+                }
+                if shared && self.sweep_uploads.is_some() {
+                    tracing::info!(bucket, "not sweeping abandoned multipart uploads: the fence table is shared, and other instances' uploads are not in this one's registry; let the store's lifecycle rules (AbortIncompleteMultipartUpload) collect them");
+                }
+                if let Some(registered) = self.sweep_uploads.as_ref().filter(|_| !shared) {
+                    let min_age = Duration::from_secs(s3cfg.abandoned_upload_secs);
+                    match backend.sweep_uploads(registered, min_age).await {
+                        Ok(0) => {}
+                        Ok(aborted) => tracing::info!(bucket, aborted, "aborted abandoned multipart uploads (left by a crash or a cancelled request)"),
+                        // Only storage is at stake, not correctness: serve anyway.
+                        Err(e) => tracing::warn!(bucket, error = %e, "could not sweep abandoned multipart uploads; the store's lifecycle rules (AbortIncompleteMultipartUpload) can collect them"),
+                    }
+                }
+                Ok(Arc::new(backend))
+            }
+        }
+    }
+}
+
+/// The buckets created through the S3 API before, as `<data_dir>/buckets.json` records them.
+pub fn created_buckets(config: &Config) -> Result<BTreeMap<String, BucketPolicy>, CatalogError> {
+    read_created(&config.server.data_dir.join("buckets.json"))
+}
+
+fn read_created(path: &std::path::Path) -> Result<BTreeMap<String, BucketPolicy>, CatalogError> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            CatalogError::Failed(format!(
+                "{} is unreadable: {e}; restore it from a backup, or fix the JSON by hand",
+                path.display()
+            ))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(e) => Err(CatalogError::Failed(format!(
+            "cannot read {}: {e}; check its permissions",
+            path.display()
+        ))),
+    }
+}
+
+/// Creates and deletes buckets at run time.
+pub struct Catalog {
+    config: Config,
+    gate: Arc<Gate>,
+    store: Arc<dyn FenceStore>,
+    backends: tokio::sync::Mutex<Backends>,
+    path: PathBuf,
+}
+
+impl Catalog {
+    pub fn new(
+        config: Config,
+        gate: Arc<Gate>,
+        store: Arc<dyn FenceStore>,
+        backends: Backends,
+    ) -> Catalog {
+        let path = config.server.data_dir.join("buckets.json");
+        Catalog {
+            config,
+            gate,
+            store,
+            backends: tokio::sync::Mutex::new(backends),
+            path,
+        }
+    }
+
+    fn created(&self) -> Result<BTreeMap<String, BucketPolicy>, CatalogError> {
+        read_created(&self.path)
+    }
+
+    fn save(&self, created: &BTreeMap<String, BucketPolicy>) -> Result<(), CatalogError> {
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let temp = self.path.with_extension("json.tmp");
+            let mut f = std::fs::File::create(&temp)?;
+            f.write_all(&serde_json::to_vec_pretty(created).expect("policies serialize"))?;
+            f.sync_all()?;
+            std::fs::rename(&temp, &self.path)?;
+            if let Some(dir) = self.path.parent() {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        };
+        write().map_err(|e| CatalogError::Failed(format!("cannot record buckets: {e}")))
+    }
+
+    /// Serves again the buckets created before a restart.
+    pub async fn load(&self) -> Result<usize, CatalogError> {
+        let created = self.created()?;
+        let mut backends = self.backends.lock().await;
+        for (name, policy) in &created {
+            if self.config.buckets.contains_key(name) {
+                continue; // configured since: the configuration wins
+            }
+            let created_ms =
+                startup::record_scope(self.store.as_ref(), &self.config, name, policy)
+                    .await
+                    .map_err(|e| CatalogError::Failed(e.to_string()))?;
+            let backend = backends
+                .for_bucket(&self.config, name, policy)
+                .await
+                .map_err(CatalogError::Failed)?;
+            self.gate.add_bucket(
+                name,
+                BucketEntry::new(policy.clone(), backend).created_at(created_ms),
+            );
+        }
+        backends.serving();
+        Ok(created.len())
+    }
+
+    /// CreateBucket: a new bucket with the `[bucket_defaults]` policy.
+    pub async fn create(&self, name: &str) -> Result<(), CatalogError> {
+        if let Some(why) = bucket_name_problem(name) {
+            return Err(CatalogError::InvalidName {
+                name: name.to_string(),
+                why: why.to_string(),
+            });
+        }
+        let mut backends = self.backends.lock().await;
+        if self.gate.bucket(name).is_ok() {
+            return Err(CatalogError::Exists(name.to_string()));
+        }
+        let Some(template) = &self.config.bucket_defaults else {
+            return Err(CatalogError::NoTemplate(name.to_string()));
+        };
+        let mut policy = template.clone();
+        if matches!(self.config.backends[&policy.backend], BackendConfig::S3(_)) {
+            policy.backend_prefix = format!("{}{name}/", policy.backend_prefix);
+        }
+        let mut created = self.created()?;
+        // Two buckets on the same store keys would each keep a fence for one object.
+        let mut existing = created.clone();
+        existing.extend(self.config.buckets.clone());
+        if let Some(why) = self.config.overlap_with(name, &policy, &existing) {
+            return Err(CatalogError::InvalidName {
+                name: name.to_string(),
+                why,
+            });
+        }
+        let backend = backends
+            .for_bucket(&self.config, name, &policy)
+            .await
+            .map_err(CatalogError::Failed)?;
+        let created_ms =
+            startup::record_scope(self.store.as_ref(), &self.config, name, &policy)
+                .await
+                .map_err(|e| CatalogError::Failed(e.to_string()))?;
+        created.insert(name.to_string(), policy.clone());
+        self.save(&created)?;
+        self.gate.add_bucket(
+            name,
+            BucketEntry::new(policy, backend).created_at(created_ms),
+        );
+        tracing::info!(target: "fencegate::audit", bucket = name, "bucket created through the S3 API");
+        Ok(())
+    }
+
+    /// DeleteBucket: only a created bucket, and only when it holds nothing.
+    pub async fn delete(&self, name: &str) -> Result<(), CatalogError> {
+        let _backends = self.backends.lock().await;
+        if self.config.buckets.contains_key(name) {
+            return Err(CatalogError::Configured(name.to_string()));
+        }
+        let mut created = self.created()?;
+        if !created.contains_key(name) {
+            return Err(CatalogError::NoSuchBucket(name.to_string()));
+        }
+        // Closed to new writes before the emptiness check, and refused while a write is in
+        // flight: a PUT still streaming must not land in a bucket this answer says is gone.
+        let closing = self
+            .gate
+            .close_bucket(name)
+            .map_err(|e| CatalogError::Busy(e.to_string()))?;
+        let page = self
+            .gate
+            .list(name, "", None, 1)
+            .await
+            .map_err(|e| CatalogError::Failed(e.to_string()))?;
+        let uploads = self.gate.uploads(name, "").map_or(0, |u| u.len());
+        if !page.objects.is_empty() || uploads > 0 {
+            return Err(CatalogError::NotEmpty(name.to_string()));
+        }
+        self.gate
+            .bucket_settled(name)
+            .await
+            .map_err(|e| CatalogError::Busy(e.to_string()))?;
+        created.remove(name);
+        self.save(&created)?;
+        self.gate.remove_bucket(name, closing);
+        tracing::info!(target: "fencegate::audit", bucket = name, "bucket deleted through the S3 API; its fence rows stay, so old tokens stay fenced if it is created again");
+        Ok(())
+    }
+}

@@ -1,0 +1,250 @@
+//! Start-up: opening the fence table, checking each bucket's scope against the one it recorded,
+//! probing each s3 store, and building the gate over them. `fencegate serve` and `fencegate
+//! fences rebuild` both start here; the catalog re-runs the scope and store checks for buckets
+//! created through the S3 API.
+
+use super::Backends;
+use crate::backend::s3::S3Backend;
+use crate::config::{BucketPolicy, Config, S3BackendConfig};
+use crate::fence::etcd::{EtcdFenceStore, EtcdSettings};
+use crate::fence::rocks::RocksFenceStore;
+use crate::fence::{Durability, FenceRow, FenceStore, StoreError};
+use crate::gate::{BucketEntry, Gate};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Why the gate could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("cannot prepare the fs backend {name} at {path}: {error}; check that the directory is writable")]
+    Backend {
+        name: String,
+        path: String,
+        error: std::io::Error,
+    },
+    #[error("{0}")]
+    Gateway(String),
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
+    #[error("bucket {bucket}: its scope is {configured} in the configuration, but the fence table recorded its tokens and tombstones under scope {recorded}; under the new scope they would be forgotten and a stale writer accepted. Set scope (and prefix_segments) back to {recorded}, or, to change it, stop every writer of bucket {bucket}, make sure the tokens they use next are above every token they used before, and start once with --accept-scope-change {bucket}, which records the new scope")]
+    ScopeChanged {
+        bucket: String,
+        recorded: String,
+        configured: String,
+    },
+    #[error("bucket {bucket} (s3 backend {backend}): {message}")]
+    S3 {
+        bucket: String,
+        backend: String,
+        message: String,
+    },
+}
+
+/// Opens the fence table and the backends (probing each s3 store) and builds the gate.
+pub async fn build_gate(config: &Config) -> Result<(Gate, Arc<dyn FenceStore>), StartupError> {
+    let (gate, store, _) = build(config, Backends::default()).await?;
+    Ok((gate, store))
+}
+
+/// [`build_gate`], also handing back the backends built, for buckets created later.
+async fn build(
+    config: &Config,
+    mut backends: Backends,
+) -> Result<(Gate, Arc<dyn FenceStore>, Backends), StartupError> {
+    let started = Instant::now();
+    let path = config.fence_store_path();
+    std::fs::create_dir_all(&config.server.data_dir).map_err(|error| StartupError::Backend {
+        name: "data_dir".into(),
+        path: config.server.data_dir.display().to_string(),
+        error,
+    })?;
+    // After the command line's overrides (--data-dir moves fs roots), and with the buckets
+    // created through the S3 API, which check-config cannot see.
+    let created =
+        super::created_buckets(config).map_err(|e| StartupError::Gateway(e.to_string()))?;
+    config.check_namespaces(&created)?;
+    let store = crate::fence::instrumented::Instrumented::wrap(open_store(config, &path).await?);
+    tracing::info!(
+        took_ms = started.elapsed().as_millis() as u64,
+        "fence table open"
+    );
+    let mut created_ms = BTreeMap::new();
+    for (bucket, policy) in &config.buckets {
+        created_ms.insert(
+            bucket,
+            record_scope(store.as_ref(), config, bucket, policy).await?,
+        );
+    }
+
+    let mut buckets = BTreeMap::new();
+    for (bucket, policy) in &config.buckets {
+        let backend = backends
+            .for_bucket(config, bucket, policy)
+            .await
+            .map_err(StartupError::Gateway)?;
+        let entry = BucketEntry::new(policy.clone(), backend).created_at(created_ms[bucket]);
+        buckets.insert(bucket.clone(), entry);
+    }
+    let mut gate = Gate::new(store.clone(), buckets)
+        .with_idempotency_ttl(Duration::from_secs(config.server.idempotency_ttl_secs));
+    if let Some(etcd) = &config.etcd {
+        gate = gate.with_intent_bound(crate::gate::IntentBound {
+            ttl: Duration::from_secs(etcd.intent_ttl_secs),
+            apply: Duration::from_secs(etcd.store_apply_secs),
+            skew: Duration::from_millis(etcd.max_clock_skew_ms),
+        });
+    }
+    Ok((gate, store, backends))
+}
+
+/// The fence table: RocksDB at `path`, or the etcd cluster `[fence_store]` names.
+async fn open_store(
+    config: &Config,
+    path: &std::path::Path,
+) -> Result<Arc<dyn FenceStore>, StartupError> {
+    let Some(etcd) = &config.etcd else {
+        let store = RocksFenceStore::open(path)?;
+        tracing::info!(path = %path.display(), rows = store.estimated_rows(), "fence table on rocksdb");
+        return Ok(Arc::new(store));
+    };
+    let settings = EtcdSettings {
+        endpoints: etcd.endpoints.clone(),
+        prefix: etcd.prefix.clone(),
+        user: etcd.user.clone(),
+        ca_file: etcd.ca_file.clone(),
+        identity: etcd.identity.clone(),
+        timeout: Duration::from_millis(etcd.timeout_ms),
+    };
+    let store = EtcdFenceStore::connect(&settings).await.map_err(|e| {
+        StartupError::Gateway(format!(
+            "cannot reach the fence table on etcd ({}): {e}; check [fence_store] endpoints and that a majority of the members is up (etcdctl --endpoints ... endpoint health)",
+            etcd.endpoints.join(", ")
+        ))
+    })?;
+    tracing::info!(endpoints = %etcd.endpoints.join(","), prefix = %etcd.prefix, "fence table on etcd, shared with every instance that names it");
+    tracing::info!("cluster mode: its safety rests on bounded intents, which need a store that refuses expired presigned requests (probed at start-up) and clocks within max_clock_skew_ms of the store's (probed at start-up, then watched); docs/design.md, \"Bounded intents\"");
+    Ok(Arc::new(store))
+}
+
+/// Checks a bucket's scope against the one recorded in the fence table (`policy:<bucket>`),
+/// recording it the first time, or when `--accept-scope-change` names the bucket. Scope rows
+/// are keyed by the scope kind, so under another kind the recorded tokens and tombstones would
+/// silently stop applying.
+pub async fn record_scope(
+    store: &dyn FenceStore,
+    config: &Config,
+    bucket: &str,
+    policy: &BucketPolicy,
+) -> Result<u64, StartupError> {
+    let key = format!("policy:{bucket}");
+    let configured = Config::scope_kind(policy);
+    // Instances sharing a table may start together: one records, the others read it again.
+    let mut attempts = 0;
+    loop {
+        let row = store.get(&key).await?.unwrap_or_default();
+        match (&row.scope_kind, row.created_ms) {
+            (Some(recorded), Some(created)) if *recorded == configured => return Ok(created),
+            _ => {}
+        }
+        match &row.scope_kind {
+            Some(recorded) if *recorded == configured => {}
+            Some(recorded) if !config.accept_scope_change.contains(bucket) => {
+                return Err(StartupError::ScopeChanged {
+                    bucket: bucket.to_string(),
+                    recorded: recorded.clone(),
+                    configured,
+                })
+            }
+            Some(recorded) => {
+                tracing::warn!(bucket, %recorded, %configured, "the bucket's scope changes as --accept-scope-change allows: tokens recorded under the old scope no longer apply");
+            }
+            None => {}
+        }
+        // A row recorded before creation dates were kept gets today's.
+        let created = row.created_ms.unwrap_or_else(crate::wall_clock::now_ms);
+        let row = FenceRow {
+            scope_kind: Some(configured.clone()),
+            created_ms: Some(created),
+            ..row
+        };
+        match store
+            .put(vec![(key.clone(), row)], Durability::Synced)
+            .await
+        {
+            Err(StoreError::Conflict(_)) if attempts < 5 => attempts += 1,
+            other => return Ok(other.map(|_| created)?),
+        }
+    }
+}
+
+/// Checks the store bucket exists and runs the conditional-write probe on it.
+pub async fn prepare_s3(
+    bucket: &str,
+    backend_name: &str,
+    cfg: &S3BackendConfig,
+    backend: &S3Backend,
+) -> Result<(), StartupError> {
+    let fail = |message: String| StartupError::S3 {
+        bucket: bucket.to_string(),
+        backend: backend_name.to_string(),
+        message,
+    };
+    backend
+        .check_bucket()
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    let report = backend
+        .probe()
+        .await
+        .map_err(|e| fail(format!("the conditional-write probe failed: {e}")))?;
+    backend.set_conditional_delete(report.conditional_delete);
+    backend.set_etags_are_md5(report.etags_are_md5);
+    if !report.etags_are_md5 {
+        tracing::warn!(bucket, backend = backend_name, "the store's ETags are not MD5s of the bytes (SSE-KMS?): fencegate cannot compare them with what it sent; the store's own Content-MD5 check still applies");
+    }
+    // Where the store ignores conditions, the version is read before each such commit instead.
+    backend.set_conditional_commits(report.puts_safe(), report.completes_safe());
+    let mut ignored: Vec<&str> = report.ignored.clone();
+    if !report.conditional_delete {
+        ignored.push("If-Match on DeleteObject");
+    }
+    if ignored.is_empty() {
+        tracing::info!(bucket, backend = backend_name, location = %backend.location(), "s3 store honours conditional writes and deletes");
+        return Ok(());
+    }
+    // Each ignored condition needs its own opt-in: they lose different guarantees.
+    let mut missing = Vec::new();
+    if !report.safe() {
+        if cfg.unsafe_no_conditional_writes {
+            for _ in 0..3 {
+                tracing::error!(bucket, backend = backend_name, ignored = %report.ignored.join(", "),
+                    "UNSAFE: the store ignores conditional writes and unsafe_no_conditional_writes = true; a write made around fencegate while fencegate commits can be silently overwritten");
+            }
+        } else {
+            missing.push(format!(
+                "the store ignores {}, so fencegate cannot guarantee that writes around it are never overwritten; use a store that honours conditional writes (AWS S3, MinIO, Ceph RGW), or set unsafe_no_conditional_writes = true on backend {backend_name} to start anyway",
+                report.ignored.join(", ")
+            ));
+        }
+    }
+    if !report.conditional_delete {
+        if cfg.unsafe_unconditional_deletes {
+            for _ in 0..3 {
+                tracing::error!(bucket, backend = backend_name,
+                    "UNSAFE: the store ignores If-Match on DeleteObject and unsafe_unconditional_deletes = true; deletes check the ETag and then delete unconditionally, so a delete that times out and lands late can remove an object a newer token wrote");
+            }
+        } else {
+            missing.push(format!(
+                "the store ignores If-Match on DeleteObject, so a delete is a check followed by an unconditional DELETE, and a DELETE that times out and lands late can remove an object a newer token wrote in between; use a store that honours If-Match on DeleteObject, or set unsafe_unconditional_deletes = true on backend {backend_name} to start anyway"
+            ));
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(fail(missing.join("; and ")))
+    }
+}

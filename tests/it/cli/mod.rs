@@ -1,0 +1,4 @@
+//! The command line: `--help`, `check-config`, and the admin commands.
+
+mod admin;
+mod commands;

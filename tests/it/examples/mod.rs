@@ -1,0 +1,4 @@
+//! The examples under examples/, run as a user would.
+
+mod etcd;
+mod zombie;

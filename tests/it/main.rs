@@ -1,0 +1,15 @@
+//! The integration tests, as one binary: each starts the real `fencegate` binary (or, where a
+//! test needs the gate itself, the library) against real parts (RocksDB on disk, moto and
+//! ministack, etcd, the aws cli, boto3). tests/README.md says where a new test goes.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod authz_matrix;
+mod backend_contract;
+mod cli;
+mod cluster;
+mod examples;
+mod native;
+mod ops;
+mod s3;

@@ -1,0 +1,364 @@
+//! The admin surface (README, "Security" and "Operating"): its own listener with a bearer token
+//! or admin keys, `/metrics` moved there, live leases listed and revoked, a scope fenced at
+//! the top by mistake reset, each change an audit line naming who did it.
+
+use crate::common;
+use common::sign::{send_json as call, Creds};
+use common::Server;
+use serde_json::json;
+
+const TOKEN: &str = "admin-bearer-token-for-the-tests-0001";
+const ADMIN: Creds = Creds {
+    key: "ops-key",
+    secret: "ops-secret",
+};
+const WRITER: Creds = Creds {
+    key: "app-key",
+    secret: "app-secret",
+};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn config(token_file: &std::path::Path, admin_port: u16) -> String {
+    format!(
+        r#"
+[admin]
+listen = "127.0.0.1:{admin_port}"
+bearer_token_file = "{}"
+
+[keys.ops]
+access_key_id = "ops-key"
+secret_access_key = "ops-secret"
+admin = true
+
+[keys.app]
+access_key_id = "app-key"
+secret_access_key = "app-secret"
+buckets = {{ "default" = ["read", "write", "delete", "fence", "lease"], "lenient" = ["read", "write"], "made-*" = ["read", "write", "delete"] }}
+lease_names = ["*"]
+
+[buckets.default]
+[buckets.lenient]
+on_bypass = "adopt"
+
+[bucket_defaults]
+"#,
+        token_file.display()
+    )
+}
+
+struct Fixture {
+    s: Server,
+    c: reqwest::Client,
+    admin: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn start() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, TOKEN).unwrap();
+        let port = free_port();
+        let s = Server::start(&dir.path().join("data"), Some(&config(&token_file, port)));
+        Fixture {
+            s,
+            c: common::client(),
+            admin: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_live_on_the_admin_listener_behind_its_credentials() {
+    let fx = Fixture::start();
+    let (c, s) = (&fx.c, &fx.s);
+    // The native listener points to the admin one, whoever asks.
+    let (status, body) = call(c, c.get(s.url("/metrics")), Some(ADMIN)).await;
+    assert_eq!(status, 404);
+    assert!(body.to_string().contains("admin listener"), "{body}");
+    let (status, _) = call(c, c.get(s.url("/admin/leases")), Some(ADMIN)).await;
+    assert_eq!(status, 404);
+
+    let metrics = format!("{}/metrics", fx.admin);
+    assert_eq!(call(c, c.get(&metrics), None).await.0, 401);
+    assert_eq!(
+        call(c, c.get(&metrics).bearer_auth("wrong-token"), None)
+            .await
+            .0,
+        403
+    );
+    assert_eq!(call(c, c.get(&metrics), Some(WRITER)).await.0, 403);
+    let (status, body) = call(c, c.get(&metrics).bearer_auth(TOKEN), None).await;
+    assert_eq!(status, 200);
+    assert!(body.as_str().unwrap().contains("fencegate_"), "{body}");
+    assert_eq!(call(c, c.get(&metrics), Some(ADMIN)).await.0, 200);
+    // The admin listener serves administration only.
+    let (status, _) = call(
+        c,
+        c.get(format!("{}/v1/objects/default/k", fx.admin)),
+        Some(ADMIN),
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        call(c, c.get(format!("{}/healthz", fx.admin)), None)
+            .await
+            .0,
+        200
+    );
+    let (status, body) = call(
+        c,
+        c.post(format!("{}/admin/reload", fx.admin))
+            .bearer_auth(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!((status, body["tls"].as_str()), (200, Some("off")));
+    assert!(!fx.s.log_lines(&["admin authentication failed"]).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_fenced_at_the_top_by_mistake_is_reset_and_audited() {
+    let fx = Fixture::start();
+    let (c, s) = (&fx.c, &fx.s);
+    let put = |token: u64| {
+        c.put(s.object_url("default", "report.csv"))
+            .header("Fencing-Token", token.to_string())
+            .body(format!("v{token}"))
+    };
+    assert_eq!(call(c, put(5), Some(WRITER)).await.0, 200);
+    // A bad client writes with u64::MAX: the scope is dead for every real holder.
+    assert_eq!(call(c, put(u64::MAX), Some(WRITER)).await.0, 200);
+    assert_eq!(call(c, put(6), Some(WRITER)).await.0, 409);
+
+    let reset = |to: &str| format!("{}/admin/fences/default/report.csv?reset_to={to}", fx.admin);
+    // Only an admin may, and only downwards.
+    assert_eq!(call(c, c.post(reset("5")), Some(WRITER)).await.0, 403);
+    let (status, body) = call(c, c.post(reset("not-a-number")), Some(ADMIN)).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = call(c, c.post(reset("")), Some(ADMIN)).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = call(c, c.post(reset("5")), Some(ADMIN)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["was"], json!(u64::MAX));
+    assert_eq!(body["fence"]["highest"], 5);
+    let (status, body) = call(c, c.post(reset("5")), Some(ADMIN)).await;
+    assert_eq!(status, 400, "a reset that does not lower: {body}");
+    assert_eq!(
+        fx.s.log_lines(&["fence reset by an admin", "key:ops", "18446744073709551615"])
+            .len(),
+        1,
+        "one audit line names the admin and the value it replaced"
+    );
+    // The real holders go on, and the fence still fences.
+    assert_eq!(call(c, put(6), Some(WRITER)).await.0, 200);
+    assert_eq!(call(c, put(5), Some(WRITER)).await.0, 409);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_lists_and_revokes_leases() {
+    let fx = Fixture::start();
+    let (c, s) = (&fx.c, &fx.s);
+    let acquire = |holder: &str| {
+        c.post(s.url("/v1/leases/nightly")).json(&json!({
+            "holder": holder, "ttl_ms": 600000, "bucket": "default", "key": "out.bin",
+            "s3_credentials": true
+        }))
+    };
+    let (status, grant) = call(c, acquire("stuck-worker"), Some(WRITER)).await;
+    assert_eq!(status, 200, "{grant}");
+    let lease_creds = common::sign::lease_creds(&grant);
+    let s3_put = || c.put(s.url("/default/out.bin")).body("x");
+    assert_eq!(call(c, s3_put(), Some(lease_creds)).await.0, 200);
+
+    let (status, list) = call(
+        c,
+        c.get(format!("{}/admin/leases", fx.admin))
+            .bearer_auth(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let leases = list["leases"].as_array().unwrap();
+    assert_eq!(leases.len(), 1, "{list}");
+    assert_eq!(leases[0]["holder"], "stuck-worker");
+    assert_eq!(leases[0]["principal"], "key:app");
+    assert!(leases[0].get("lease_secret").is_none(), "{list}");
+    assert_eq!(leases[0]["s3_credentials"]["secret_access_key"], "<hidden>");
+
+    // Another holder waits; the admin revokes; it gets the lease at once, and the revoked
+    // credentials stop working at once (no grace after a revoke).
+    let (status, _) = call(c, acquire("next-worker"), Some(WRITER)).await;
+    assert_eq!(status, 409);
+    let revoke = format!("{}/admin/leases/nightly", fx.admin);
+    assert_eq!(call(c, c.delete(&revoke), Some(WRITER)).await.0, 403);
+    let (status, body) = call(c, c.delete(&revoke), Some(ADMIN)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["lease"]["holder"], "stuck-worker");
+    assert_eq!(body["credentials"], 1);
+    assert_eq!(call(c, c.delete(&revoke), Some(ADMIN)).await.0, 404);
+    let (status, _) = call(c, s3_put(), Some(lease_creds)).await;
+    assert_eq!(status, 403);
+    let (status, next) = call(c, acquire("next-worker"), Some(WRITER)).await;
+    assert_eq!(status, 200, "{next}");
+    assert!(next["token"].as_u64() > grant["token"].as_u64());
+    assert_eq!(
+        fx.s.log_lines(&["lease revoked", "stuck-worker", "key:ops"])
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn an_exposed_admin_listener_needs_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(&config, "[admin]\nlisten = \"0.0.0.0:0\"\n").unwrap();
+    let out = std::process::Command::new(common::binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("0.0.0.0") && err.contains("[keys"), "{err}");
+    // A short bearer token is refused at load, saying how to make one.
+    std::fs::write(dir.path().join("t"), "short").unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "[admin]\nbearer_token_file = \"{}\"\n",
+            dir.path().join("t").display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::binary())
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("openssl rand"), "{err}");
+}
+
+/// Every change an operator may have to account for is an audit line (tracing target
+/// `fencegate::audit`) naming the key that made it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_lines_name_the_key() {
+    let fx = Fixture::start();
+    let (c, s) = (&fx.c, &fx.s);
+    let audit = |what: &str| s.log_lines(&["fencegate::audit", what, "key:app"]).len();
+    // S3: a bucket created and deleted.
+    assert_eq!(
+        call(c, c.put(s.url("/made-here")), Some(WRITER)).await.0,
+        200
+    );
+    assert_eq!(
+        call(c, c.delete(s.url("/made-here")), Some(WRITER)).await.0,
+        204
+    );
+    // Native: a fence advance and a lease grant.
+    let advance = c
+        .post(s.url("/v1/fences/default/a"))
+        .header("Fencing-Token", "4");
+    assert_eq!(call(c, advance, Some(WRITER)).await.0, 200);
+    let lease = c
+        .post(s.url("/v1/leases/audited"))
+        .json(&json!({"holder": "h", "ttl_ms": 1000}));
+    assert_eq!(call(c, lease, Some(WRITER)).await.0, 200);
+    // A file changed behind fencegate's back, adopted by the next write.
+    let put = |token: &str| {
+        c.put(s.object_url("lenient", "doc"))
+            .header("Fencing-Token", token)
+            .body("through fencegate")
+    };
+    assert_eq!(call(c, put("1"), Some(WRITER)).await.0, 200);
+    std::fs::write(s.data_dir.join("objects/lenient/doc.o"), "edited by hand").unwrap();
+    assert_eq!(call(c, put("2"), Some(WRITER)).await.0, 200);
+    for what in [
+        "bucket created",
+        "bucket deleted",
+        "fence advanced",
+        "lease granted",
+        "adopting the backend's version",
+    ] {
+        assert_eq!(audit(what), 1, "{what}: {:?}", s.log_lines(&[what]));
+    }
+    // A failed authentication names the key it claimed.
+    let bad = Creds {
+        key: "app-key",
+        secret: "wrong",
+    };
+    assert_eq!(
+        call(c, c.get(s.url("/v1/objects/default")), Some(bad))
+            .await
+            .0,
+        403
+    );
+    assert_eq!(audit("authentication failed"), 1);
+}
+
+/// Review round 7: credentials outlive their lease by the grace period, and a revoke ends them
+/// too, after an expiry or a release; the admin's list shows the lease names they belong to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_ends_credentials_still_in_their_grace() {
+    let fx = Fixture::start();
+    let (c, s) = (&fx.c, &fx.s);
+    let (status, grant) = call(
+        c,
+        c.post(s.url("/v1/leases/short")).json(&json!({
+            "holder": "w", "ttl_ms": 300, "bucket": "default", "key": "grace.bin",
+            "s3_credentials": true
+        })),
+        Some(WRITER),
+    )
+    .await;
+    assert_eq!(status, 200, "{grant}");
+    let creds = common::sign::lease_creds(&grant);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let s3_put = || c.put(s.url("/default/grace.bin")).body("x");
+    // Expired, but within the 30 s grace: still writing.
+    assert_eq!(call(c, s3_put(), Some(creds)).await.0, 200);
+    let (_, list) = call(
+        c,
+        c.get(format!("{}/admin/leases", fx.admin))
+            .bearer_auth(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(list["leases"].as_array().unwrap().len(), 0, "{list}");
+    assert_eq!(list["credentials_in_grace"], json!(["short"]), "{list}");
+    let revoke = format!("{}/admin/leases/short", fx.admin);
+    let (status, body) = call(c, c.delete(&revoke).bearer_auth(TOKEN), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!((body.get("lease"), &body["credentials"]), (None, &json!(1)));
+    assert_eq!(call(c, s3_put(), Some(creds)).await.0, 403);
+    assert_eq!(
+        call(c, c.delete(&revoke).bearer_auth(TOKEN), None).await.0,
+        404
+    );
+}
+
+/// Review round 7: SIGHUP without TLS is a no-op, not the signal's default (the end of the
+/// process): `systemctl reload` and logrotate hooks send it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_without_tls_leaves_the_server_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    unsafe { libc::kill(s.pid() as i32, libc::SIGHUP) };
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let c = common::client();
+    assert_eq!(call(&c, c.get(s.url("/healthz")), None).await.0, 200);
+    assert_eq!(s.log_lines(&["SIGHUP", "nothing to reload"]).len(), 1);
+}

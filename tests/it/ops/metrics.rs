@@ -1,0 +1,357 @@
+//! `/metrics` (README, "Operate it"): after a write, a stale write, reads, leases (one left to
+//! expire), S3 requests, a readiness probe and a backend failure, every family that
+//! `fencegate::metrics::FAMILIES` lists is exposed with its HELP and TYPE, histograms as real
+//! Prometheus histograms, with the values those requests must have left. And every metric
+//! name that docs/alerts.yaml, docs/grafana-dashboard.json and the README use is one that
+//! fencegate exports, so the docs cannot drift from the code.
+
+use crate::common;
+use common::Server;
+use fencegate::metrics::{Kind, Seen, FAMILIES};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// One sample of the exposition: its family name, labels and value.
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+fn samples(text: &str) -> Vec<Sample> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').expect("a sample has a value");
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => {
+                    let rest = rest.strip_suffix('}').expect("labels end with }");
+                    let labels = rest
+                        .split("\",")
+                        .filter(|p| !p.is_empty())
+                        .map(|p| {
+                            let (k, v) = p.split_once("=\"").expect("label=\"value\"");
+                            (k.to_string(), v.trim_end_matches('"').to_string())
+                        })
+                        .collect();
+                    (name.to_string(), labels)
+                }
+                None => (series.to_string(), BTreeMap::new()),
+            };
+            let value = match value {
+                "+Inf" => f64::INFINITY,
+                v => v.parse().unwrap_or_else(|_| panic!("a number: {line}")),
+            };
+            Sample {
+                name,
+                labels,
+                value,
+            }
+        })
+        .collect()
+}
+
+/// The sum over the series of `name` that carry every label of `with`.
+fn sum(all: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
+    let matching: Vec<&Sample> = all
+        .iter()
+        .filter(|s| s.name == name)
+        .filter(|s| {
+            with.iter()
+                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .collect();
+    assert!(
+        !matching.is_empty(),
+        "no series {name} with {with:?}; the exposition has: {:?}",
+        all.iter()
+            .filter(|s| s.name == name)
+            .map(|s| &s.labels)
+            .collect::<Vec<_>>()
+    );
+    matching.iter().map(|s| s.value).sum()
+}
+
+async fn scrape(c: &reqwest::Client, s: &Server) -> String {
+    let resp = c.get(s.url("/metrics")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.text().await.unwrap()
+}
+
+/// Drives one of everything through a fresh fencegate and returns its exposition.
+async fn exercised() -> (String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let s = Server::start(&data, None);
+    let c = common::client();
+    let url = s.object_url("default", "report.csv");
+    assert_eq!(
+        common::put(&c, &url, Some("5"), b"written by B").await.0,
+        200
+    );
+    assert_eq!(common::put(&c, &url, Some("4"), b"zombie").await.0, 409);
+    let (status, body) = common::get_bytes(&c, &url).await;
+    assert_eq!((status, body.as_slice()), (200, &b"written by B"[..]));
+    assert_eq!(c.head(&url).send().await.unwrap().status(), 200);
+    // S3: a PutObject and a GetObject, anonymous (development mode).
+    let s3 = s.url("/default/s3.csv");
+    let put = c
+        .put(&s3)
+        .header("Fencing-Token", "1")
+        .body("via s3")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let got = c.get(&s3).send().await.unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.text().await.unwrap(), "via s3");
+    // Two leases: one left to expire, one held.
+    for (name, ttl) in [("brief", 200), ("long", 60_000)] {
+        let resp = c
+            .post(s.url(&format!("/v1/leases/{name}")))
+            .body(format!(r#"{{"holder": "w", "ttl_ms": {ttl}}}"#))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{name}");
+    }
+    assert_eq!(c.get(s.url("/readyz")).send().await.unwrap().status(), 200);
+    // The lease census runs every second.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // A backend failure: the bucket's directory replaced by a file.
+    let bucket_dir = data.join("objects").join("default");
+    std::fs::rename(&bucket_dir, data.join("objects").join("moved-away")).unwrap();
+    std::fs::write(&bucket_dir, b"not a directory").unwrap();
+    let (status, _) = common::put(&c, &s.object_url("default", "new.csv"), Some("6"), b"x").await;
+    assert!(status >= 500, "{status}");
+    (scrape(&c, &s).await, dir)
+}
+
+#[tokio::test]
+async fn every_family_is_exposed_with_help_type_and_its_values() {
+    let (text, _dir) = exercised().await;
+    let all = samples(&text);
+    for f in FAMILIES.iter().filter(|f| f.seen == Seen::Always) {
+        let help = format!("# HELP {} ", f.name);
+        assert!(text.contains(&help), "no HELP for {}:\n{text}", f.name);
+        let kind = match f.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        };
+        let type_line = format!("# TYPE {} {kind}\n", f.name);
+        assert!(
+            text.contains(&type_line),
+            "no `{}`:\n{text}",
+            type_line.trim()
+        );
+        if f.kind == Kind::Histogram {
+            // A real histogram: cumulative buckets up to +Inf, a count and a sum.
+            let inf = sum(&all, &format!("{}_bucket", f.name), &[("le", "+Inf")]);
+            let count = sum(&all, &format!("{}_count", f.name), &[]);
+            assert!(count >= 1.0, "{}", f.name);
+            assert_eq!(inf, count, "{}", f.name);
+            sum(&all, &format!("{}_sum", f.name), &[]);
+        }
+    }
+
+    // The stale write, counted for its bucket, and the gate's decisions.
+    assert_eq!(
+        sum(
+            &all,
+            "fencegate_stale_rejections_total",
+            &[("bucket", "default")]
+        ),
+        1.0
+    );
+    let decided = |outcome| {
+        sum(
+            &all,
+            "fencegate_gate_decisions_total",
+            &[("operation", "put"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(decided("stale"), 1.0);
+    assert_eq!(decided("accepted"), 2.0);
+    assert_eq!(
+        sum(
+            &all,
+            "fencegate_bypass_detected_total",
+            &[("bucket", "default")]
+        ),
+        0.0
+    );
+    // Requests by surface, operation and outcome.
+    let requests =
+        |labels: &[(&str, &str)]| sum(&all, "fencegate_request_duration_seconds_count", labels);
+    let put = [("surface", "native"), ("operation", "put_object")];
+    assert_eq!(requests(&[put[0], put[1], ("outcome", "2xx")]), 1.0);
+    assert_eq!(requests(&[put[0], put[1], ("outcome", "4xx")]), 1.0);
+    assert_eq!(requests(&[put[0], put[1], ("outcome", "5xx")]), 1.0);
+    assert_eq!(
+        requests(&[("surface", "native"), ("operation", "get_object")]),
+        1.0
+    );
+    assert_eq!(
+        requests(&[
+            ("surface", "s3"),
+            ("operation", "PutObject"),
+            ("outcome", "2xx")
+        ]),
+        1.0
+    );
+    assert_eq!(
+        requests(&[("surface", "s3"), ("operation", "GetObject")]),
+        1.0
+    );
+    assert_eq!(
+        requests(&[("surface", "leases"), ("operation", "acquire")]),
+        2.0
+    );
+    assert_eq!(
+        requests(&[("surface", "health"), ("operation", "readyz")]),
+        1.0
+    );
+    // The scrape itself is the one request in flight.
+    assert_eq!(sum(&all, "fencegate_requests_in_flight", &[]), 1.0);
+    // Bytes: the bodies read (12 + 1 native bytes; the stale write's 6 are refused before
+    // its body is read, if they are read at all) and 6 through S3, and those sent back.
+    let native_in = sum(
+        &all,
+        "fencegate_request_body_bytes_total",
+        &[("surface", "native")],
+    );
+    assert!((13.0..=19.0).contains(&native_in), "{native_in}");
+    assert_eq!(
+        sum(
+            &all,
+            "fencegate_request_body_bytes_total",
+            &[("surface", "s3")]
+        ),
+        6.0
+    );
+    assert!(
+        sum(
+            &all,
+            "fencegate_response_body_bytes_total",
+            &[("surface", "native")]
+        ) >= 12.0
+    );
+    assert!(
+        sum(
+            &all,
+            "fencegate_response_body_bytes_total",
+            &[("surface", "s3")]
+        ) >= 6.0
+    );
+    // Leases: two granted, the brief one expired, the long one held.
+    assert_eq!(sum(&all, "fencegate_leases_granted_total", &[]), 2.0);
+    assert_eq!(sum(&all, "fencegate_lease_expiries_total", &[]), 1.0);
+    assert_eq!(sum(&all, "fencegate_leases_held", &[]), 1.0);
+    // The backend: commits timed, the failed one counted by kind.
+    assert!(
+        sum(
+            &all,
+            "fencegate_backend_request_duration_seconds_count",
+            &[("operation", "commit"), ("outcome", "ok")]
+        ) >= 2.0
+    );
+    assert_eq!(
+        sum(
+            &all,
+            "fencegate_backend_errors_total",
+            &[("operation", "commit"), ("kind", "failing")]
+        ),
+        1.0
+    );
+    // The fence table synced (and never failed); it was ready when probed.
+    assert!(sum(&all, "fencegate_fence_sync_duration_seconds_count", &[]) >= 2.0);
+    assert_eq!(sum(&all, "fencegate_fence_store_errors_total", &[]), 0.0);
+    assert_eq!(
+        sum(&all, "fencegate_ready", &[("check", "fence_table")]),
+        1.0
+    );
+    assert_eq!(
+        sum(
+            &all,
+            "fencegate_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        1.0
+    );
+    // No request data in any label.
+    assert!(
+        !text.contains("report.csv") && !text.contains("s3.csv"),
+        "{text}"
+    );
+}
+
+/// Every `fencegate_...` name in `text`, histogram series reduced to their family.
+fn names_in(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("fencegate_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+            .unwrap_or(tail.len());
+        names.push(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    names
+}
+
+fn family_of(name: &str) -> Option<&'static fencegate::metrics::Family> {
+    FAMILIES.iter().find(|f| {
+        f.name == name
+            || (f.kind == Kind::Histogram
+                && ["_bucket", "_count", "_sum"]
+                    .iter()
+                    .any(|s| name.strip_suffix(s) == Some(f.name)))
+    })
+}
+
+#[tokio::test]
+async fn the_docs_name_only_exported_metrics() {
+    let (text, _dir) = exercised().await;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let alerts = std::fs::read_to_string(root.join("docs/alerts.yaml")).unwrap();
+    let dashboard = std::fs::read_to_string(root.join("docs/grafana-dashboard.json")).unwrap();
+    let dashboard_json: serde_json::Value =
+        serde_json::from_str(&dashboard).expect("the dashboard is JSON");
+    assert!(dashboard_json["panels"]
+        .as_array()
+        .is_some_and(|p| p.len() >= 8));
+    assert!(alerts.contains("groups:") && alerts.contains("alert:"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let design = std::fs::read_to_string(root.join("docs/design.md")).unwrap();
+    for (doc, body) in [
+        ("docs/alerts.yaml", &alerts),
+        ("docs/grafana-dashboard.json", &dashboard),
+        ("README.md", &readme),
+        ("docs/design.md", &design),
+    ] {
+        let names = names_in(body);
+        assert!(!names.is_empty(), "{doc} names no metric");
+        // The README's note on renamed families names the old names, on purpose.
+        let renamed = [
+            "fencegate_requests_total",
+            "fencegate_clock_ahead_of_store_ms",
+        ];
+        for name in names {
+            if doc == "README.md" && renamed.contains(&name.as_str()) {
+                continue;
+            }
+            let family = family_of(&name)
+                .unwrap_or_else(|| panic!("{doc} uses {name}, which fencegate does not export"));
+            // What every deployment exports must be in this one's exposition too.
+            if family.seen == Seen::Always {
+                assert!(
+                    text.contains(&format!("# TYPE {} ", family.name)),
+                    "{doc} uses {name}, missing from /metrics:\n{text}"
+                );
+            }
+        }
+    }
+}

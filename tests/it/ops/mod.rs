@@ -1,0 +1,11 @@
+//! Operating fencegate: the admin surface, metrics, readiness, logs, reload, TLS, start-up
+//! checks, configuration, and the README run as written.
+
+mod admin;
+mod config_env;
+mod metrics;
+mod readiness_and_logs;
+mod readme;
+mod reload;
+mod startup_checks;
+mod tls;

@@ -1,0 +1,284 @@
+//! Operating fencegate (README, "Operate it"): `/readyz` on both listeners, 503 naming the
+//! broken check while a backend is unusable (an fs bucket directory gone, an s3 store that
+//! stops answering) and 200 again once it is back; JSON logs carrying the request span's
+//! fields; and SIGTERM letting a request in flight finish before the process exits.
+
+use crate::common;
+use common::moto::Moto;
+use common::Server;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "admin-bearer-token-for-the-ops-tests-01";
+
+async fn readyz(c: &reqwest::Client, url: &str) -> (u16, String) {
+    let resp = c.get(url).send().await.unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+/// Polls `/readyz` until it answers `want` (the background watch and the probe share the
+/// checks, but each probe runs them afresh, so this takes one probe unless the store hangs).
+async fn readyz_becomes(c: &reqwest::Client, url: &str, want: u16) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = readyz(c, url).await;
+        if status == want {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "{url}: still {status}: {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn readyz_names_an_unusable_fs_bucket_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let admin_port = common::moto::free_port();
+    let config = format!(
+        "[admin]\nlisten = \"127.0.0.1:{admin_port}\"\nbearer_token_file = \"{}\"\n",
+        token_file.display()
+    );
+    let data = dir.path().join("data");
+    let s = Server::start(&data, Some(&config));
+    let c = common::client();
+    let admin = format!("http://127.0.0.1:{admin_port}");
+    // Unauthenticated on both listeners, as /healthz; /metrics next to it is not.
+    assert_eq!(readyz(&c, &s.url("/readyz")).await, (200, "ok\n".into()));
+    assert_eq!(
+        readyz(&c, &format!("{admin}/readyz")).await,
+        (200, "ok\n".into())
+    );
+    assert_eq!(
+        c.get(format!("{admin}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+
+    let bucket_dir = data.join("objects").join("default");
+    let away = data.join("objects").join("moved-away");
+    std::fs::rename(&bucket_dir, &away).unwrap();
+    std::fs::write(&bucket_dir, b"not a directory").unwrap();
+    for url in [s.url("/readyz"), format!("{admin}/readyz")] {
+        let (status, body) = readyz(&c, &url).await;
+        assert_eq!(status, 503, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["status"], "unready");
+        let failed = v["failed"].as_array().unwrap();
+        assert_eq!(failed.len(), 1, "{body}");
+        assert_eq!(failed[0]["check"], "bucket:default");
+        assert!(failed[0]["backend"].is_string(), "{body}");
+        let error = failed[0]["error"].as_str().unwrap();
+        assert!(error.contains("is not a directory"), "{error}");
+        let fence = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == "fence_table")
+            .unwrap();
+        assert_eq!(fence["ok"], true, "{body}");
+    }
+    // The gauge follows the probe.
+    let metrics = c
+        .get(format!("{admin}/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("fencegate_ready{check=\"bucket:default\"} 0"),
+        "{metrics}"
+    );
+
+    std::fs::remove_file(&bucket_dir).unwrap();
+    std::fs::rename(&away, &bucket_dir).unwrap();
+    assert_eq!(readyz(&c, &s.url("/readyz")).await, (200, "ok\n".into()));
+}
+
+#[tokio::test]
+async fn readyz_fails_while_the_s3_store_hangs_and_recovers() {
+    let moto = Moto::start();
+    moto.create_bucket("fencegate-ready").await;
+    let config = format!(
+        "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nunsafe_no_conditional_writes = true\n\n[buckets.default]\nbackend = \"store\"\nbackend_bucket = \"fencegate-ready\"\n",
+        moto.endpoint()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), Some(&config));
+    let c = common::client();
+    let url = s.url("/readyz");
+    assert_eq!(readyz(&c, &url).await, (200, "ok\n".into()));
+
+    // SIGSTOP: the store accepts connections and never answers, the worst case for a probe.
+    let pid = moto.pid().unwrap() as i32;
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let started = Instant::now();
+    let (status, body) = readyz(&c, &url).await;
+    let took = started.elapsed();
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert_eq!(status, 503, "{body}");
+    assert!(took < Duration::from_secs(5), "the probe took {took:?}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["failed"][0]["check"], "bucket:default", "{body}");
+    assert_eq!(v["failed"][0]["backend"], "store", "{body}");
+    assert!(
+        !body.contains("\"test\""),
+        "no credentials in the answer: {body}"
+    );
+
+    readyz_becomes(&c, &url, 200).await;
+}
+
+/// Starts the binary with `args` and its stderr collected; returns the child, the address it
+/// listens on (read from its JSON log) and the lines so far.
+fn start_json(
+    data: &std::path::Path,
+    args: &[&str],
+) -> (
+    std::process::Child,
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    let mut child = Command::new(common::binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data)
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = lines.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+                let message = v["message"].as_str().unwrap_or("");
+                if message.starts_with("fencegate is listening") {
+                    let _ = tx.send(v["addr"].as_str().unwrap().parse().unwrap());
+                }
+            }
+            kept.lock().unwrap().push(line);
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("no JSON listening line: {:?}", lines.lock().unwrap()));
+    (child, addr, lines)
+}
+
+#[tokio::test]
+async fn json_logs_carry_the_request_span() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("json.toml");
+    std::fs::write(&config, "[server]\nlog_format = \"json\"\n").unwrap();
+    let config = config.to_str().unwrap().to_string();
+    // The flag, and the configuration file without it.
+    let runs: [&[&str]; 2] = [&["--log-format", "json"], &["--config", config.as_str()]];
+    for (n, args) in runs.into_iter().enumerate() {
+        let (mut child, addr, lines) = start_json(&dir.path().join(format!("data{n}")), args);
+        let c = common::client();
+        let resp = c
+            .put(format!("http://{addr}/v1/objects/default/logged.csv"))
+            .header("Fencing-Token", "3")
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        // The closing line is written as the answer leaves.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let served = loop {
+            let found = lines
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|l| {
+                    serde_json::from_str::<serde_json::Value>(l)
+                        .unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))
+                })
+                .find(|v| v["message"] == "served" && v["span"]["method"] == "PUT");
+            if let Some(v) = found {
+                break v;
+            }
+            assert!(Instant::now() < deadline, "{:?}", lines.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let span = &served["span"];
+        assert_eq!(span["name"], "request", "{served}");
+        assert_eq!(span["path"], "/v1/objects/default/logged.csv", "{served}");
+        assert_eq!(span["bucket"], "default", "{served}");
+        assert_eq!(span["token"], 3, "{served}");
+        assert_eq!(span["outcome"], "accepted", "{served}");
+        assert_eq!(
+            span["request_id"].as_str().map(str::len),
+            Some(16),
+            "{served}"
+        );
+        assert_eq!(served["status"], 200, "{served}");
+        assert_eq!(served["level"], "INFO", "{served}");
+        assert!(served["timestamp"].is_string(), "{served}");
+        // Every line, start-up included, is one JSON object.
+        for line in lines.lock().unwrap().iter() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert!(v.is_object(), "{line}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn sigterm_lets_a_request_in_flight_finish_then_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start(
+        &dir.path().join("data"),
+        Some("[server]\nshutdown_grace_secs = 20\n"),
+    );
+    let mut conn = std::net::TcpStream::connect(s.addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let head = format!(
+        "PUT /v1/objects/default/draining HTTP/1.1\r\nHost: {}\r\nFencing-Token: 1\r\nContent-Length: 10\r\nConnection: close\r\n\r\nfirst",
+        s.addr
+    );
+    conn.write_all(head.as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let signalled = Instant::now();
+    unsafe { libc::kill(s.pid() as i32, libc::SIGTERM) };
+    std::thread::sleep(Duration::from_millis(700));
+    // Still serving the request in flight (new connections are no longer accepted).
+    assert!(
+        s.wait_exit(Duration::from_millis(100)).is_none(),
+        "exited mid-request"
+    );
+    conn.write_all(b"-half").unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let status = s
+        .wait_exit(Duration::from_secs(10))
+        .expect("fencegate exited once its last request was answered");
+    assert!(status.success(), "{status}");
+    assert!(
+        signalled.elapsed() < Duration::from_secs(15),
+        "it waited for the grace instead of the request"
+    );
+    assert!(s.log_lines(&["shutdown grace"]).is_empty());
+    // The write was committed, not cut short: a restart reads it back.
+    drop(s);
+    let s = Server::start(&dir.path().join("data"), None);
+    let (status, body) =
+        common::get_bytes(&common::client(), &s.object_url("default", "draining")).await;
+    assert_eq!((status, body.as_slice()), (200, &b"first-half"[..]));
+}

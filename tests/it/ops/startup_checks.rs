@@ -1,0 +1,223 @@
+//! Start-up refuses configurations that would quietly void a fence: two buckets on the same
+//! store keys (check-config too), and a bucket whose scope changed since its tokens were
+//! recorded. CreateBucket refuses a name whose store keys another bucket already uses.
+
+use crate::common;
+use common::moto::Moto;
+use common::{client, put, Server};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+fn fencegate(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fencegate"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `fencegate serve` on `data` with `config` and `extra` arguments: whether it came up
+/// (it is stopped again), and its log up to then.
+fn try_start(data: &Path, config: &str, extra: &[&str]) -> (bool, String) {
+    let file = data.with_extension("try.toml");
+    std::fs::write(&file, config).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fencegate"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(data)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = String::new();
+    let mut up = false;
+    for line in BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        log += &line;
+        log.push('\n');
+        if line.contains("fencegate is listening") {
+            up = true;
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    (up, log)
+}
+
+fn check_config(dir: &Path, text: &str) -> (bool, String) {
+    let file = dir.join("check.toml");
+    std::fs::write(&file, text).unwrap();
+    let (ok, out, err) = fencegate(&["check-config", file.to_str().unwrap()]);
+    (ok, out + &err)
+}
+
+const S3_BACKEND: &str = "[backends.store]\nkind = \"s3\"\nendpoint = \"http://127.0.0.1:9\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n";
+
+#[test]
+fn check_config_refuses_overlapping_store_namespaces() {
+    let dir = tempfile::tempdir().unwrap();
+    // One prefix inside the other, in the same store bucket.
+    let (ok, out) = check_config(
+        dir.path(),
+        &format!("{S3_BACKEND}\n[buckets.reports]\nbackend = \"store\"\nbackend_bucket = \"shared\"\nbackend_prefix = \"team/\"\n\n[buckets.archive]\nbackend = \"store\"\nbackend_bucket = \"shared\"\nbackend_prefix = \"team/archive/\"\n"),
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("bucket archive and bucket reports overlap"),
+        "{out}"
+    );
+    assert!(out.contains("backend_prefix"), "says what to change: {out}");
+
+    // An empty prefix takes the whole store bucket, where [bucket_defaults] creates buckets.
+    let (ok, out) = check_config(
+        dir.path(),
+        &format!("{S3_BACKEND}\n[buckets.everything]\nbackend = \"store\"\nbackend_bucket = \"shared\"\n\n[bucket_defaults]\nbackend = \"store\"\nbackend_bucket = \"shared\"\nbackend_prefix = \"created/\"\n"),
+    );
+    assert!(!ok, "{out}");
+    assert!(out.contains("bucket everything"), "{out}");
+    assert!(out.contains("[bucket_defaults]"), "{out}");
+
+    // fs: a backend whose root is inside another bucket's directory.
+    let objects = dir.path().join("objects");
+    let (ok, out) = check_config(
+        dir.path(),
+        &format!(
+            "[backends.local]\nkind = \"fs\"\nroot = \"{0}\"\n\n[backends.inner]\nkind = \"fs\"\nroot = \"{0}/outer\"\n\n[buckets.outer]\nbackend = \"local\"\n\n[buckets.nested]\nbackend = \"inner\"\n",
+            objects.display()
+        ),
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("bucket nested and bucket outer overlap"),
+        "{out}"
+    );
+
+    // Review round 3: two spellings of one store, or of one directory, are one place.
+    let (ok, out) = check_config(
+        dir.path(),
+        &format!("{S3_BACKEND}\n[backends.alias]\nkind = \"s3\"\nendpoint = \"http://localhost:9/\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n\n[buckets.one]\nbackend = \"store\"\nbackend_bucket = \"shared\"\n\n[buckets.two]\nbackend = \"alias\"\nbackend_bucket = \"shared\"\n"),
+    );
+    assert!(!ok, "{out}");
+    assert!(out.contains("bucket one and bucket two overlap"), "{out}");
+    let real = dir.path().join("real");
+    std::fs::create_dir_all(real.join("bbb")).unwrap();
+    std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+    let (ok, out) = check_config(
+        dir.path(),
+        &format!(
+            "[backends.local]\nkind = \"fs\"\nroot = \"{}\"\n\n[backends.via_link]\nkind = \"fs\"\nroot = \"{}\"\n\n[buckets.bbb]\nbackend = \"local\"\n\n[buckets.ccc]\nbackend = \"via_link\"\n",
+            real.display(),
+            dir.path().join("link/bbb").display()
+        ),
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("bucket ccc and bucket bbb overlap")
+            || out.contains("bucket bbb and bucket ccc overlap"),
+        "{out}"
+    );
+
+    // Disjoint prefixes, and a different store bucket, are fine.
+    let (ok, out) = check_config(
+        dir.path(),
+        &format!("{S3_BACKEND}\n[buckets.reports]\nbackend = \"store\"\nbackend_bucket = \"shared\"\nbackend_prefix = \"team/\"\n\n[buckets.archive]\nbackend = \"store\"\nbackend_bucket = \"shared\"\nbackend_prefix = \"team-archive/\"\n\n[buckets.other]\nbackend = \"store\"\nbackend_bucket = \"elsewhere\"\n\n[bucket_defaults]\nbackend = \"store\"\nbackend_bucket = \"shared\"\nbackend_prefix = \"created/\"\n"),
+    );
+    assert!(ok, "{out}");
+}
+
+#[test]
+fn start_up_refuses_a_created_bucket_that_overlaps_a_configured_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    // Created through the S3 API earlier, at "created/beta/"; since then a configured bucket
+    // took all of "created/".
+    std::fs::write(
+        data.join("buckets.json"),
+        r#"{"beta": {"backend": "store", "backend_bucket": "shared", "backend_prefix": "created/beta/"}}"#,
+    )
+    .unwrap();
+    let config = format!("{S3_BACKEND}\n[buckets.alpha]\nbackend = \"store\"\nbackend_bucket = \"shared\"\nbackend_prefix = \"created/\"\n");
+    let (up, log) = try_start(&data, &config, &[]);
+    assert!(!up, "{log}");
+    assert!(
+        log.contains("bucket alpha and bucket beta (created through the S3 API) overlap"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_bucket_refuses_a_name_inside_another_buckets_keys() {
+    let moto = Moto::start();
+    moto.create_bucket("shared").await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[backends.local]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nunsafe_no_conditional_writes = true\n\n[buckets.alpha]\nbackend_bucket = \"shared\"\nbackend_prefix = \"beta/\"\n\n[bucket_defaults]\nbackend_bucket = \"shared\"\n",
+        moto.endpoint()
+    );
+    let s = Server::start(&dir.path().join("data"), Some(&config));
+    let s3 = common::moto::client_with(&s.url(""), "fencegate", "fencegate-dev-secret");
+    // "beta" would live at "beta/", which is bucket alpha's.
+    let err = s3.create_bucket().bucket("beta").send().await.unwrap_err();
+    let err = err.into_service_error();
+    assert_eq!(err.meta().code(), Some("InvalidBucketName"), "{err:?}");
+    let message = err.meta().message().unwrap_or_default();
+    assert!(message.contains("bucket alpha"), "{message}");
+    // Any other name is fine.
+    s3.create_bucket().bucket("gamma").send().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_scope_kind_is_refused_until_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let object_scope = "[buckets.logs]\nscope = \"object\"\n";
+    let prefix_scope = "[buckets.logs]\nscope = \"prefix\"\nprefix_segments = 1\n";
+    let s = Server::start(&data, Some(object_scope));
+    let c = client();
+    let url = s.object_url("logs", "tenant/a");
+    assert_eq!(put(&c, &url, Some("5"), b"v").await.0, 200);
+    s.kill9();
+
+    let (up, log) = try_start(&data, prefix_scope, &[]);
+    assert!(!up, "started with a different scope: {log}");
+    for needle in [
+        "bucket logs",
+        "its scope is prefix/1",
+        "under scope object",
+        "--accept-scope-change logs",
+        "Set scope (and prefix_segments) back to object",
+    ] {
+        assert!(log.contains(needle), "{needle:?} missing: {log}");
+    }
+    // The same scope again starts.
+    let s = Server::start(&data, Some(object_scope));
+    assert_eq!(
+        put(&c, &s.object_url("logs", "tenant/a"), Some("4"), b"old")
+            .await
+            .0,
+        409
+    );
+    s.kill9();
+
+    // After draining writers, the operator accepts the change once; it is recorded.
+    let (up, log) = try_start(&data, prefix_scope, &["--accept-scope-change", "logs"]);
+    assert!(up, "{log}");
+    let s = Server::start(&data, Some(prefix_scope));
+    assert_eq!(
+        put(&c, &s.object_url("logs", "tenant/b"), Some("6"), b"new")
+            .await
+            .0,
+        200
+    );
+}

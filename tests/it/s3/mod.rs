@@ -1,0 +1,9 @@
+//! The S3 gateway driven by real S3 clients, and the s3 backend against real stores.
+
+mod backend;
+mod clients;
+mod conformance;
+mod gateway;
+mod integrity;
+mod staging;
+mod store_etags;

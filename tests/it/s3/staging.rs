@@ -1,0 +1,164 @@
+//! Multipart uploads the s3 backend starts for a large body never outlive their request: a
+//! request dropped mid-body (the client hung up) aborts its upload, and start-up aborts the
+//! uploads a crash left under the bucket's prefix, but never one a client started through the
+//! S3 gateway and may still complete.
+
+use crate::common;
+use bytes::Bytes;
+use common::moto::{client_with, Moto};
+use common::Server;
+use fencegate::backend::s3::{build_clients, S3Backend};
+use fencegate::backend::{Backend, BodyError, ByteStream, ObjectMeta};
+use fencegate::config::S3BackendConfig;
+use futures::StreamExt;
+use std::time::{Duration, Instant};
+
+const BUCKET: &str = "staging-store";
+const PART: u64 = 5 * 1024 * 1024;
+
+async fn backend(moto: &Moto, prefix: &str) -> S3Backend {
+    let cfg = S3BackendConfig {
+        endpoint: Some(moto.endpoint()),
+        access_key_id: Some("test".into()),
+        secret_access_key: Some("test".into()),
+        multipart_threshold_bytes: PART,
+        ..S3BackendConfig::default()
+    };
+    S3Backend::new(build_clients(&cfg).await.unwrap(), BUCKET, prefix, PART)
+}
+
+/// The store keys of the multipart uploads in progress.
+async fn uploads(moto: &Moto) -> Vec<String> {
+    let out = moto
+        .client()
+        .list_multipart_uploads()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .unwrap();
+    let mut keys: Vec<String> = out
+        .uploads()
+        .iter()
+        .map(|u| u.key().unwrap().to_string())
+        .collect();
+    keys.sort();
+    keys
+}
+
+async fn wait_for(moto: &Moto, want: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = uploads(moto).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "multipart uploads in the store: {got:?}, expected {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// 6 MiB (over the threshold, so a multipart upload starts), then `tail`.
+fn large_body(tail: ByteStream) -> ByteStream {
+    let chunk = Bytes::from(vec![7u8; 1024 * 1024]);
+    futures::stream::iter((0..6).map(move |_| Ok(chunk.clone())))
+        .chain(tail)
+        .boxed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_or_broken_large_body_leaves_no_multipart_upload() {
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET).await;
+    let s3 = std::sync::Arc::new(backend(&moto, "t/").await);
+
+    // The client stalls after 6 MiB, then hangs up: the request's future is dropped.
+    let stager = s3.clone();
+    let task = tokio::spawn(async move {
+        let body = large_body(futures::stream::pending().boxed());
+        stager
+            .stage("b", "dropped", ObjectMeta::default(), body)
+            .await
+    });
+    wait_for(&moto, &["t/dropped"]).await;
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    wait_for(&moto, &[]).await;
+
+    // A body that breaks mid-way is aborted before the error is answered.
+    let broken = large_body(
+        futures::stream::iter([Err(BodyError::Broken("connection reset".into()))]).boxed(),
+    );
+    assert!(s3
+        .stage("b", "broken", ObjectMeta::default(), broken)
+        .await
+        .is_err());
+    assert_eq!(uploads(&moto).await, Vec::<String>::new());
+
+    // A completed stage is the gate's to commit or discard: its upload stays until then.
+    let whole = large_body(futures::stream::empty().boxed());
+    let staged = s3
+        .stage("b", "whole", ObjectMeta::default(), whole)
+        .await
+        .unwrap();
+    assert_eq!(uploads(&moto).await, ["t/whole"]);
+    s3.discard(staged).await;
+    assert_eq!(uploads(&moto).await, Vec::<String>::new());
+}
+
+async fn plant(moto: &Moto, key: &str) {
+    moto.client()
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key(key)
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_aborts_abandoned_uploads_under_the_prefix_only() {
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET).await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = |age: u64| {
+        format!(
+            "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nunsafe_no_conditional_writes = true\nabandoned_upload_secs = {age}\n\n[buckets.default]\nbackend = \"store\"\nbackend_bucket = \"{BUCKET}\"\nbackend_prefix = \"tenant/\"\n",
+            moto.endpoint()
+        )
+    };
+    // Left by a crash under the bucket's prefix, and someone else's beside it.
+    plant(&moto, "tenant/abandoned-1").await;
+    plant(&moto, "other/not-ours").await;
+    let s = Server::start(&data, Some(&config(0)));
+    wait_for(&moto, &["other/not-ours"]).await;
+
+    // A client starts an upload through the S3 gateway: it is in the registry, and survives a
+    // restart; another crash leftover does not.
+    let gateway = client_with(&s.url(""), "fencegate", "fencegate-dev-secret");
+    gateway
+        .create_multipart_upload()
+        .bucket("default")
+        .key("client-upload")
+        .metadata("fencing-token", "1")
+        .send()
+        .await
+        .unwrap();
+    plant(&moto, "tenant/abandoned-2").await;
+    s.kill9();
+    let s = Server::start(&data, Some(&config(0)));
+    wait_for(&moto, &["other/not-ours", "tenant/client-upload"]).await;
+
+    // Uploads younger than abandoned_upload_secs stay. moto dates every upload 2010, so
+    // "younger" here takes an age limit of 95 years (fencegate takes at most 100).
+    plant(&moto, "tenant/young").await;
+    s.kill9();
+    let _s = Server::start(&data, Some(&config(3_000_000_000)));
+    assert_eq!(
+        uploads(&moto).await,
+        ["other/not-ours", "tenant/client-upload", "tenant/young"]
+    );
+}
