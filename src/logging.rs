@@ -43,7 +43,7 @@ pub fn init() {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))
         // s3s logs the expected signature of a failed request at debug: whoever reads that
-        // log could then sign as any key (review round 4). Capped, whatever RUST_LOG says.
+        // log could then sign as any key. Capped, whatever RUST_LOG says.
         .add_directive("s3s=info".parse().expect("a valid directive"));
     let (output, handle) = reload::Layer::new(output(LogFormat::Text));
     tracing_subscriber::registry()

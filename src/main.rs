@@ -132,7 +132,7 @@ fn rebuild(bucket: &str, args: ServeArgs) -> ExitCode {
     };
     if config.etcd.is_some() {
         // Other instances write the shared table while this runs: a rebuild would take their
-        // commits in flight for its own and clear tombstones (review round 12).
+        // commits in flight for its own and clear tombstones.
         eprintln!("error: fences rebuild works on one instance's own RocksDB table; [fence_store] kind = \"etcd\" is shared with running instances, so it is refused there");
         return ExitCode::FAILURE;
     }

@@ -53,8 +53,8 @@ pub fn token(headers: &HeaderMap) -> TokenInput {
 }
 
 /// The token of a write or delete: `Fencing-Token`, or `x-amz-meta-fencing-token`, the S3
-/// carrier, honoured here too so that a token sent that way is never silently dropped (review
-/// round 3). Two that disagree are an error, as on the S3 API.
+/// carrier, honoured here too so that a token sent that way is never silently dropped. Two
+/// that disagree are an error, as on the S3 API.
 pub fn write_token(headers: &HeaderMap) -> TokenInput {
     let header = token(headers)?;
     let mut metas = headers.get_all(META_FENCING_TOKEN).iter();

@@ -76,8 +76,7 @@ pub async fn put(
     let (bucket, key) = target(path)?;
     let req = write_request(bucket, key, &h, &who)?;
     authorize_change(&state, &who, Permission::Write, &req)?;
-    // Content-MD5 and x-amz-checksum-* are checked as on the S3 gateway (review round 24, F6:
-    // the native API ignored them).
+    // Content-MD5 and x-amz-checksum-* are checked as on the S3 gateway, never ignored.
     let declared = crate::s3api::digests::Declared::of(
         &h,
         None,

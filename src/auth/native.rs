@@ -48,7 +48,7 @@ pub(crate) async fn principal_of(keys: &KeyTable, req: Request) -> Result<Reques
     let (secret, who) = keys.lookup(&signed.access_key)?;
     if matches!(who, Principal::Lease(_)) {
         // They carry their lease's token only on the S3 API; here the token is a header the
-        // holder of stale credentials could set to anything (review round 4).
+        // holder of stale credentials could set to anything.
         return Err(AuthError::Denied(
             "lease credentials are for S3 clients; on the native API sign with a key from [keys] and send the lease's token in Fencing-Token".into(),
         ));

@@ -62,28 +62,27 @@ pub const SYSTEM_HEADERS: [&str; 5] = [
 ];
 
 /// A header or metadata value fencegate stores and forwards: printable ASCII and spaces only.
-/// A tab or other control character is signed differently by different S3 implementations
-/// (review round 24, F5), and a byte outside ASCII is not a header value every store returns
-/// intact.
+/// A tab or other control character is signed differently by different S3 implementations,
+/// and a byte outside ASCII is not a header value every store returns intact.
 pub fn printable(value: &str) -> bool {
     value.bytes().all(|b| (0x20..0x7f).contains(&b))
 }
 
 /// Whether a user metadata value goes to an S3 store as an RFC 2047 encoded word: one that is
 /// not printable ASCII, or one that reads as an encoded word itself, so that reading back
-/// decodes only what fencegate encoded (review round 25, F3).
+/// decodes only what fencegate encoded.
 pub fn encoded_word_needed(value: &str) -> bool {
     !printable(value)
         || (value.starts_with("=?") && value.ends_with("?="))
-        // A header value loses its outer spaces on the way (review round 26, F5).
+        // A header value loses its outer spaces on the way.
         || value.trim() != value
 }
 
 impl ObjectMeta {
-    /// The system metadata of a write's headers, one rule for both surfaces (review round 24,
-    /// F6): each header once, printable, an Expires that is an HTTP date. `aws-chunked` names
-    /// the transfer, not the object, and is dropped from Content-Encoding as S3 drops it; a
-    /// coding that only contains it is refused, since stores take it for aws-chunked (F1).
+    /// The system metadata of a write's headers, one rule for both surfaces: each header once,
+    /// printable, an Expires that is an HTTP date. `aws-chunked` names the transfer, not the
+    /// object, and is dropped from Content-Encoding as S3 drops it; a coding that only contains
+    /// it is refused, since stores take it for aws-chunked.
     pub fn system_headers(headers: &http::HeaderMap) -> Result<BTreeMap<String, String>, String> {
         let mut out = BTreeMap::new();
         for name in SYSTEM_HEADERS {
@@ -133,7 +132,7 @@ impl ObjectMeta {
     /// The bytes of user metadata as a store counts them (names and values as sent, encoded
     /// words included), fencegate's own entries included: the token, and the marker of a body
     /// it stores in parts of its own, whose room is kept for every write since a body's size is
-    /// known only once it has streamed (review round 25, F4).
+    /// known only once it has streamed.
     pub fn user_meta_bytes(&self) -> usize {
         let token = self
             .token
@@ -191,9 +190,9 @@ pub struct PartSpan {
 impl PartSpan {
     /// Part `number` of an object of `size` bytes completed from `parts` (number uploaded
     /// with, size; empty: written whole). A part is asked for by the number it was uploaded
-    /// with, as the store serves it (ministack; review round 25, F2: fs counted parts in order,
-    /// so an upload completed from parts 1, 3 and 5 read differently on the two backends). An
-    /// object written whole has the one part 1.
+    /// with, as the store serves it (ministack), so that an upload completed from parts 1, 3
+    /// and 5 reads alike on fs and on s3 (counted in order, it would not). An object written
+    /// whole has the one part 1.
     pub fn of(parts: &[(u32, u64)], size: u64, number: u32) -> Result<PartSpan, BackendError> {
         let missing = || BackendError::NoSuchPart {
             number,
@@ -398,7 +397,7 @@ pub enum BackendError {
     Failing(String),
     /// The store answered with a refusal (a 4xx other than the conditions', or the request
     /// could not be built to be sent): nothing of it was written, so nothing of it can land
-    /// later (review round 24, F1). `status` 0: it was never sent.
+    /// later. `status` 0: it was never sent.
     #[error("the store refused the request ({status} {code}): {message}; nothing was written")]
     Refused {
         status: u16,

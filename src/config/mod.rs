@@ -419,7 +419,7 @@ impl std::fmt::Display for Namespace {
 /// `path` made absolute and free of `.` and `..`, without touching the disk (it may not exist).
 /// A path as the file system resolves it: the longest existing ancestor canonicalized
 /// (symlinks followed), the rest appended lexically. Two spellings of one directory (a
-/// symlink) then compare equal (review round 3).
+/// symlink) then compare equal.
 fn resolved_path(path: &Path) -> PathBuf {
     let lexical = lexical_absolute(path);
     let mut base = lexical.clone();
@@ -439,8 +439,8 @@ fn resolved_path(path: &Path) -> PathBuf {
 }
 
 /// An endpoint as the network resolves it: `scheme://ip:port` of its host's lowest address,
-/// so that two spellings of one store (`localhost`, `127.0.0.1`) compare equal (review round
-/// 3). A host that does not resolve (no DNS where the config is checked) stays as written.
+/// so that two spellings of one store (`localhost`, `127.0.0.1`) compare equal. A host that
+/// does not resolve (no DNS where the config is checked) stays as written.
 fn resolved_endpoint(endpoint: &str) -> String {
     // Parsed by hand: this module is also built into the config fuzz target, without `http`.
     let text = endpoint.trim_end_matches('/').to_ascii_lowercase();

@@ -193,8 +193,8 @@ pub struct FenceStoreConfig {
     /// much longer than an intent's deadline before deciding without its answer.
     #[serde(deserialize_with = "super::units::millis")]
     pub max_clock_skew_ms: u64,
-    /// No longer needed: cluster mode was experimental until review round 18 and started only
-    /// with this set. Still accepted, so that older configurations keep working; ignored.
+    /// No longer needed: cluster mode was once experimental and started only with this set.
+    /// Still accepted, so that older configurations keep working; ignored.
     #[serde(deserialize_with = "super::units::boolean")]
     pub unsafe_experimental_cluster: bool,
 }

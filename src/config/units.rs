@@ -66,8 +66,8 @@ fn plain_integer(text: &str) -> Option<Result<u64, String>> {
 }
 
 /// The longest duration any field takes: longer ones overflow the clock arithmetic of the
-/// timers they set (review round 23, F3 and F5: a grace of u64::MAX seconds panicked every
-/// request made with lease credentials).
+/// timers they set (a grace of u64::MAX seconds would panic every request made with lease
+/// credentials).
 const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// A duration in whole units of `unit` (1 s or 1 ms), at most [`LONGEST`].
@@ -154,7 +154,7 @@ pub fn bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
             ))
         })?;
     // bytesize saturates and truncates: "99999999999999EiB" would be u64::MAX and "1.9B" one
-    // byte (review round 23, F5). Neither is what was written.
+    // byte. Neither is what was written.
     if size == u64::MAX {
         return Err(de::Error::custom(format!(
             "{text:?} is larger than 18446744073709551615 bytes"
@@ -271,7 +271,8 @@ mod tests {
 
     #[test]
     fn sizes_and_durations_that_mean_something_else_are_refused() {
-        // Review round 23, F3 and F5.
+        // bytesize would saturate or truncate these sizes, and durations past LONGEST would
+        // overflow the timers they set.
         assert!(probe(r#"b = "1.9B""#).is_err());
         assert!(probe(r#"b = "99999999999999EiB""#).is_err());
         assert!(probe(r#"s = "18446744073709551615""#).is_err());

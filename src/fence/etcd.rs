@@ -8,10 +8,11 @@
 //!
 //! Every call has a deadline: an etcd that has lost its quorum answers nothing, and the
 //! request gets 503 FenceStoreUnavailable instead of hanging. There is one client per member:
-//! etcd-client's balanced channel keeps sending to a member that is down (review round 13,
-//! N3), so a call that cannot reach one member is made on the next, within the same deadline. A put whose answer is lost may
-//! have been applied; the protocol only ever records intents before the store changes, so an
-//! applied-but-unanswered put leaves a raised token and a pending version, both harmless.
+//! etcd-client's balanced channel keeps sending to a member that is down, so a call that
+//! cannot reach one member is made on the next, within the same deadline. A put whose answer
+//! is lost may have been applied; the protocol only ever records intents before the store
+//! changes, so an applied-but-unanswered put leaves a raised token and a pending version, both
+//! harmless.
 
 use super::{Durability, FenceRow, FenceStore, StoreError};
 use async_trait::async_trait;
@@ -59,8 +60,8 @@ fn elsewhere(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::TransportError(_) => true,
         // A member killed mid-call resets its connection, which tonic reports as Unknown (or
-        // Cancelled) rather than Unavailable (review round 18, K1). A write it may have
-        // applied cannot apply twice: its compares fail on the next member.
+        // Cancelled) rather than Unavailable. A write it may have applied cannot apply twice:
+        // its compares fail on the next member.
         etcd_client::Error::GRpcStatus(s) => match s.code() {
             tonic::Code::Unavailable | tonic::Code::Cancelled => true,
             tonic::Code::Unknown => {
@@ -157,10 +158,9 @@ impl Members {
         use std::sync::atomic::Ordering::Relaxed;
         // A member that hangs (paused, partitioned) must not use up the whole deadline: the
         // preferred member gets half of it, the others share the rest, each then asked in
-        // turn (review round 14, R3). Half, not a third: a healthy but slow etcd must still
-        // answer through its first member (review round 15, N3). A write that timed out on
-        // one member and is made on another cannot apply twice: its Txn compares the rows'
-        // revisions, and fails if the first one applied.
+        // turn. Half, not a third: a healthy but slow etcd must still answer through its first
+        // member. A write that timed out on one member and is made on another cannot apply
+        // twice: its Txn compares the rows' revisions, and fails if the first one applied.
         let members = self.clients.len();
         let share = |i: usize| {
             let share = match (i, members) {

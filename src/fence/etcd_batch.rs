@@ -21,7 +21,7 @@ const MAX_PUTS: usize = 32;
 const SENDERS: usize = 4;
 
 /// Bytes of row values per batch at most, well under etcd's default request limit (1.5 MiB):
-/// a batch too large would fail every put in it (review round 18, K2).
+/// a batch too large would fail every put in it.
 const MAX_BYTES: usize = 512 * 1024;
 
 struct Job {

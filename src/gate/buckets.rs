@@ -101,8 +101,8 @@ impl Gate {
 
     /// DeleteBucket's last check, on a closed bucket: refuses (`CommitUnresolved`) while a
     /// store request for one of its objects got no answer and may still land, which would
-    /// put an object in a bucket answered deleted (review round 3). Finds them by scanning
-    /// the bucket's object rows; the store is asked whether each one's request landed.
+    /// put an object in a bucket answered deleted. Finds them by scanning the bucket's object
+    /// rows; the store is asked whether each one's request landed.
     pub async fn bucket_settled(&self, name: &str) -> Result<(), GateError> {
         let entry = self.bucket(name)?;
         let store = self.store.clone();
@@ -111,7 +111,8 @@ impl Gate {
         let pending = tokio::task::spawn_blocking(move || {
             let mut found = Vec::new();
             store.scan_prefix(&prefix, &mut |key, row| {
-                // An intent left by a crash has no deadline of its own (review round 17, J2).
+                // An intent left by a crash has no deadline of its own: its pending version
+                // alone marks a request that may still land.
                 if row.unresolved_until_ms.is_some_and(|until| until > now) || row.pending.is_some()
                 {
                     found.push((key[prefix.len()..].to_string(), row.clone()));

@@ -44,8 +44,8 @@ pub(super) fn outcome_unknown(error: &GateError) -> bool {
 
 /// Did the row's pending commit or delete land, as far as the store's current version `found`
 /// shows? Only if that outcome differs from what was there before: a rewrite of the same
-/// bytes (same ETag), or a delete of an absent object, looks applied before it is (review
-/// round 3), and counts as not landed.
+/// bytes (same ETag), or a delete of an absent object, looks applied before it is, and counts
+/// as not landed.
 pub(super) fn pending_landed(row: &FenceRow, found: Option<&str>) -> bool {
     row.pending.as_ref().is_some_and(|p| {
         same_version(p.version.as_deref(), found)
@@ -99,8 +99,7 @@ impl Gate {
         if let Some(replay) = self.answered_before(entry, req, scope, &object_row).await? {
             if Self::recorded(req, &object_row).is_none() {
                 // Replayed from an intent that landed: its outcome is recorded now, so that
-                // the next retry finds the answer whatever happens to the intent (review round
-                // 16, I3).
+                // the next retry finds the answer whatever happens to the intent.
                 let mut folded = object_row.clone();
                 super::idempotency::fold_landed(&mut folded);
                 self.save(
@@ -123,8 +122,8 @@ impl Gate {
         // The token is judged under the bucket's policy as it is now, not as the request found
         // it: a reload may have made tokens required (or strictly increasing) since this
         // request, or the multipart upload it completes, began, and a write begun before must
-        // not land after the holder's token or tombstone under the old rules (review round
-        // 23, F1 and F6). After the replay above, which writes nothing.
+        // not land after the holder's token or tombstone under the old rules. After the replay
+        // above, which writes nothing.
         let now = self.bucket(&req.bucket)?;
         match token {
             None => {
@@ -137,7 +136,7 @@ impl Gate {
         self.check_resolved(req, entry, &object_row).await?;
         // Cluster mode: an ended intent is resolved before this decision builds on the row, so
         // that its version, if it lands after all (beyond every bound), is not taken for
-        // fencegate's own by this commit's 412 path (review round 14, R1).
+        // fencegate's own by this commit's 412 path.
         let mut object_row = object_row;
         if self.intents.is_some() && object_key == scope {
             self.resolve_intent(entry, &req.bucket, &req.key, &mut object_row)
@@ -208,7 +207,7 @@ impl Gate {
             // An intent with no deadline was left by a process that stopped mid-commit (a
             // crash, kill -9): its request may still be on its way to the store. On a store
             // whose requests can land late, it is held back like a lost answer, for the
-            // backend's bound from this start (review round 16, I1).
+            // backend's bound from this start.
             (None, Some(_)) if self.intents.is_none() => match entry.backend.in_flight_bound() {
                 Some(bound) => self.started_ms.saturating_add(bound.as_millis() as u64),
                 None => return Ok(()),
@@ -239,10 +238,9 @@ impl Gate {
 
     /// Cluster mode, before deciding over an intent whose deadline this clock says has passed:
     /// the clock is compared with the store's now, not only by the watch's last sample (a
-    /// clock stepped ahead in between, review round 17, J5). The store's `Date` has whole
-    /// seconds, so this clock may run up to `ahead_max` ahead of the store's; the decision
-    /// waits until the deadline has passed even then (J7). Rare: only intents left by a
-    /// paused or dead instance end this way.
+    /// clock stepped ahead in between). The store's `Date` has whole seconds, so this clock may
+    /// run up to `ahead_max` ahead of the store's; the decision waits until the deadline has
+    /// passed even then. Rare: only intents left by a paused or dead instance end this way.
     async fn ended_by_the_store(
         &self,
         entry: &BucketEntry,
@@ -496,8 +494,7 @@ impl Gate {
             Ok(_) => Ok(false),
             // Cluster mode: the store has answered, and the intent (token, pending version,
             // deadline) is durable on etcd, so every instance recognises the outcome from the
-            // store; the client is told what happened, not that the fence table failed
-            // (review round 14, R4).
+            // store; the client is told what happened, not that the fence table failed.
             Err(GateError::Store(e)) if self.intents.is_some() => {
                 tracing::warn!(error = %e, row = object_key, "the outcome is in the store but could not be recorded in the fence table; its intent stands for it");
                 Ok(false)

@@ -2,9 +2,9 @@
 //! another instance's intent has ended by its own clock, and the store refuses that intent's
 //! request by the store's clock; the bound holds only while no instance's clock runs ahead of
 //! the store's by more than `max_clock_skew_ms`. The start-up probe checks that once; this
-//! watch checks it again every few seconds, because clocks drift (review round 14, R2). While
-//! an instance's clock is found too far ahead, it does not decide over any intent whose
-//! deadline its clock says has passed (503 `ClockSkewed`); everything else goes on.
+//! watch checks it again every few seconds, because clocks drift. While an instance's clock is
+//! found too far ahead, it does not decide over any intent whose deadline its clock says has
+//! passed (503 `ClockSkewed`); everything else goes on.
 
 use super::{Gate, GateError};
 use std::sync::Arc;

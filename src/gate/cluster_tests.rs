@@ -398,11 +398,11 @@ async fn negative_control_a_store_enforcing_nothing_is_caught() {
     assert!(in_token_order(&landed).is_err(), "{landed:?}");
 }
 
-/// Review round 12, F1: a fence advance (a bound grant) through one gate while a commit of the
-/// object is held on its way to the store through the other. The advance does not change the
-/// store, so nothing but the held request's deadline can stop it landing after the advance was
-/// acknowledged: the advance waits for that deadline. Returns the tokens that landed after the
-/// advance's acknowledgement, and the token it granted.
+/// A fence advance (a bound grant) through one gate while a commit of the object is held on its
+/// way to the store through the other. The advance does not change the store, so nothing but
+/// the held request's deadline can stop it landing after the advance was acknowledged: the
+/// advance waits for that deadline. Returns the tokens that landed after the advance's
+/// acknowledgement, and the token it granted.
 async fn advance_over_held(fault: Fault) -> (Vec<Option<u64>>, u64) {
     let ([a, b], store, _) = cluster();
     a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
@@ -431,10 +431,10 @@ async fn negative_control_an_advance_over_a_commit_without_deadline_is_caught() 
     );
 }
 
-/// Review round 12, F3: a delete of an absent key through one gate while a create of it is
-/// held through the other. Absence comes back with every delete, so If-None-Match cannot fence
-/// the create: the delete waits for its deadline. Returns whether the object exists after the
-/// delete was acknowledged and the held create answered.
+/// A delete of an absent key through one gate while a create of it is held through the other.
+/// Absence comes back with every delete, so If-None-Match cannot fence the create: the delete
+/// waits for its deadline. Returns whether the object exists after the delete was acknowledged
+/// and the held create answered.
 async fn delete_over_held_create(fault: Fault) -> bool {
     let ([a, b], store, _) = cluster();
     store.misbehave(fault);
@@ -456,8 +456,8 @@ async fn negative_control_a_create_without_deadline_comes_back() {
     assert!(delete_over_held_create(Fault::IgnoreDeadlines).await);
 }
 
-/// Review round 12, F6: two `If-None-Match: *` creates with the same token through two gates,
-/// the first held: exactly one is acknowledged, the other answers 412.
+/// Two `If-None-Match: *` creates with the same token through two gates, the first held:
+/// exactly one is acknowledged, the other answers 412.
 #[tokio::test]
 async fn two_exclusive_creates_through_two_gates_acknowledge_one() {
     let ([a, b], store, _) = cluster();
@@ -477,9 +477,9 @@ async fn two_exclusive_creates_through_two_gates_acknowledge_one() {
     assert!(codes.contains(&Some("PreconditionFailed")), "{codes:?}");
 }
 
-/// Review round 12, F4 and F5: puts and deletes of one key racing through both gates never
-/// take each other for writes around fencegate (no BypassDetected), and the object is never
-/// wedged: a write with a newer token succeeds afterwards.
+/// Puts and deletes of one key racing through both gates never take each other for writes
+/// around fencegate (no BypassDetected), and the object is never wedged: a write with a newer
+/// token succeeds afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_puts_and_deletes_never_look_like_bypasses() {
     let ([a, b], store, _) = cluster();
@@ -538,10 +538,10 @@ async fn advances_through_one_gate_order_against_writes_through_the_other() {
     in_token_order(&store.landed()).unwrap();
 }
 
-/// Review round 13, N1: a commit the store admits just before its deadline but applies later
-/// (a large multipart completion). The other gate's advance waits for the deadline plus the
-/// apply margin; with a margin shorter than the store's apply time (the negative control), the
-/// commit lands after the advance was acknowledged. Returns the tokens that landed after it.
+/// A commit the store admits just before its deadline but applies later (a large multipart
+/// completion). The other gate's advance waits for the deadline plus the apply margin; with a
+/// margin shorter than the store's apply time (the negative control), the commit lands after
+/// the advance was acknowledged. Returns the tokens that landed after it.
 async fn advance_over_slow_apply(margin: Duration) -> Vec<Option<u64>> {
     let ([a, b], store, table) = cluster_with(margin);
     a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
@@ -572,10 +572,10 @@ async fn negative_control_an_apply_margin_too_short_is_caught() {
     assert_eq!(after, vec![Some(2)]);
 }
 
-/// Review round 15, N1: a commit or delete the store refused as expired leaves no deadline
-/// behind. Its own retry goes ahead at once (the request can no longer land), and so does the
-/// other instance's next write. With a long apply margin, a deadline left behind would hold
-/// both back for seconds (503 CommitInProgress).
+/// A commit or delete the store refused as expired leaves no deadline behind. Its own retry
+/// goes ahead at once (the request can no longer land), and so does the other instance's next
+/// write. With a long apply margin, a deadline left behind would hold both back for seconds
+/// (503 CommitInProgress).
 #[tokio::test]
 async fn a_request_refused_as_expired_leaves_no_deadline_behind() {
     let ([a, b], store, _) = cluster_with(Duration::from_secs(5));
@@ -610,8 +610,8 @@ async fn a_request_refused_as_expired_leaves_no_deadline_behind() {
     assert_eq!(store.landed(), vec![Some(1), Some(2), Some(3), Some(5)]);
 }
 
-/// Review round 15, N2: a write refused as a bypass leaves the row as it was, without its
-/// deadline: the next write is refused as a bypass too, not held back as a commit in progress.
+/// A write refused as a bypass leaves the row as it was, without its deadline: the next write
+/// is refused as a bypass too, not held back as a commit in progress.
 #[tokio::test]
 async fn a_write_refused_as_a_bypass_leaves_no_deadline_behind() {
     let ([a, b], store, _) = cluster_with(Duration::from_secs(5));
@@ -626,11 +626,11 @@ async fn a_write_refused_as_a_bypass_leaves_no_deadline_behind() {
     }
 }
 
-/// Review round 14, R2: a clock that drifts ahead after start-up. The clock watch finds it
-/// (the store's clock against this instance's), and the instance then does not decide over an
-/// intent whose deadline its clock says has passed: the held commit is not overtaken through
-/// it (503 ClockSkewed) until the clock is back within the bound. Without the watch's verdict
-/// (the negative control is `paused`'s run with a correct clock) the decision is taken.
+/// A clock that drifts ahead after start-up. The clock watch finds it (the store's clock
+/// against this instance's), and the instance then does not decide over an intent whose
+/// deadline its clock says has passed: the held commit is not overtaken through it (503
+/// ClockSkewed) until the clock is back within the bound. Without the watch's verdict (the
+/// negative control is `paused`'s run with a correct clock) the decision is taken.
 #[tokio::test]
 async fn a_clock_found_too_far_ahead_does_not_decide_over_an_intent() {
     let ([a, b], store, _) = cluster();
@@ -660,10 +660,10 @@ async fn a_clock_found_too_far_ahead_does_not_decide_over_an_intent() {
     assert_eq!(store.landed(), vec![Some(1), Some(3)]);
 }
 
-/// Review round 17, J5 and J7: a clock stepped ahead after the watch's last sample (its verdict
-/// still "trusted") is compared with the store's again before it decides over an ended intent,
-/// and waits until the deadline has passed by the store's clock too: the held commit is not
-/// overtaken early. The negative control is `paused`, whose clock agrees with the store's.
+/// A clock stepped ahead after the watch's last sample (its verdict still "trusted") is
+/// compared with the store's again before it decides over an ended intent, and waits until the
+/// deadline has passed by the store's clock too: the held commit is not overtaken early. The
+/// negative control is `paused`, whose clock agrees with the store's.
 #[tokio::test]
 async fn a_clock_stepped_ahead_between_samples_waits_for_the_stores_deadline() {
     let ([a, b], store, _) = cluster();

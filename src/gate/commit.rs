@@ -42,7 +42,7 @@ where
 
 /// `fencing-token`, `fencing-scope` and `fencegate-split` in an object's metadata are written
 /// by fencegate only: a client's own values would pass for the token or lock that wrote the
-/// object, or for fencegate's own parts (dropped on every backend alike: review round 25, F4).
+/// object, or for fencegate's own parts (dropped on every backend alike).
 pub(super) fn reserve_meta(meta: &mut crate::backend::ObjectMeta) {
     meta.user_meta.remove("fencing-token");
     meta.user_meta.remove("fencing-scope");
@@ -54,7 +54,7 @@ const MAX_STORED_META: usize = 2048;
 
 /// The metadata a write stores: the client's, the token, and in a header-scoped bucket the
 /// lock's name. S3's 2 KB limit counts fencegate's entries too, so a write that would not fit
-/// is refused here, before any intent, never by the store after it (review round 24, F1).
+/// is refused here, before any intent, never by the store after it.
 pub(super) fn own_meta(
     meta: &mut crate::backend::ObjectMeta,
     token: Option<u64>,
@@ -109,14 +109,14 @@ impl Gate {
                 self.fingerprint_put(&mut req, &scope, &digest);
                 return match self.answered_before(&entry, &req, &scope, &row).await? {
                     Some(replay) => Ok(replay),
-                    // The answer expired while the body was read (review round 16, I6).
+                    // The answer expired while the body was read.
                     None => Err(GateError::IdempotencyKeyInUse(
                         "the answer kept for this Idempotency-Key expired while this request was received; send it again to have it carried out".into(),
                     )),
                 };
             }
             // A first request that may have landed (its answer still on its intent) is judged
-            // under the lock, where its answer comes before the token (review round 16, I2).
+            // under the lock, where its answer comes before the token.
             answer_pending = Self::pending_answer(&req, &row);
         }
         if let Some(t) = token.filter(|_| !answer_pending) {
@@ -143,7 +143,8 @@ impl Gate {
     }
 
     /// What a put asks: its object, scope (the lock, in a header-scoped bucket), token, body,
-    /// metadata and conditions (review round 16, I5 and I7).
+    /// metadata and conditions, so that a retry differing in any of them is not answered as the
+    /// first (pinned by `the_lock_metadata_and_conditions_are_part_of_the_request`).
     fn fingerprint_put(&self, req: &mut WriteRequest, scope: &str, body_digest: &[u8]) {
         let mut content = body_digest.to_vec();
         content.extend_from_slice(
@@ -250,7 +251,7 @@ impl Gate {
         // on its intent: until then no instance decides over it (docs/design.md, "Bounded
         // intents").
         // `before` is taken first: a refusal restores it, and must not leave this commit's
-        // deadline behind with no intent to go with it (review round 15, N1 and N2).
+        // deadline behind with no intent to go with it.
         let mut before = (scope_row.clone(), object_row.clone());
         let deadline = self.intent_deadline();
         object_row.unresolved_until_ms = deadline.map(|(_, until)| until);
@@ -311,8 +312,8 @@ impl Gate {
                 if !super::checks::outcome_unknown(&e) {
                     // The store answered (or the request never left): nothing of it can land,
                     // so its intent goes (the raised token stays) instead of holding the
-                    // object back (review rounds 14, R6, and 16, I1). A refusal that put the
-                    // rows back itself is left as it is. A failure here only delays.
+                    // object back. A refusal that put the rows back itself is left as it is. A
+                    // failure here only delays.
                     if !super::checks::rows_restored(&e) {
                         let undone = FenceRow { rev, ..undo };
                         let _ = self
@@ -422,7 +423,7 @@ impl Gate {
                 ) {
                     // One of fencegate's own versions, but not the one the client's conditions
                     // were judged against (a crash, or another instance's commit, left it):
-                    // judged again on it (review round 12).
+                    // judged again on it.
                     self.save(scope, scope_row, object_key, object_row, Durability::Synced)
                         .await?;
                     return Err(failed);

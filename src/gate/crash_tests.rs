@@ -450,13 +450,13 @@ impl FenceStore for Dead {
     }
 }
 
-/// Review round 16, I1: fencegate is killed while a commit's request is on its way to a store
-/// where requests can land late; it restarts, and a newer holder deletes the object. The
-/// intent the crash left is held back like a lost answer (503 CommitUnresolved) until the
-/// store shows the request's outcome or the backend's bound from the restart has passed, so
-/// the late request cannot undo the acknowledged delete. Returns what the object holds at the
-/// end and the delete's first answer. `bound`: the store's bound (`None`, the negative control:
-/// a store whose requests cannot land late, which the restarted gate believes).
+/// fencegate is killed while a commit's request is on its way to a store where requests can
+/// land late; it restarts, and a newer holder deletes the object. The intent the crash left is
+/// held back like a lost answer (503 CommitUnresolved) until the store shows the request's
+/// outcome or the backend's bound from the restart has passed, so the late request cannot undo
+/// the acknowledged delete. Returns what the object holds at the end and the delete's first
+/// answer. `bound`: the store's bound (`None`, the negative control: a store whose requests
+/// cannot land late, which the restarted gate believes).
 async fn killed_mid_commit(
     bound: Option<std::time::Duration>,
 ) -> (Option<Bytes>, Result<Written, GateError>) {

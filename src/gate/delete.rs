@@ -107,7 +107,7 @@ impl Gate {
             // Nothing to delete. With a token, the token and the tombstone are recorded (synced)
             // before the answer; without one there is nothing to fence, and no row is written
             // for a key nobody fences, unless the delete is keyed: its answer is kept, so that
-            // its retry does not delete an object created since (review round 16, I4).
+            // its retry does not delete an object created since.
             if token.is_some() || req.idempotency.is_some() {
                 if let Some(answer) =
                     self.answer_for(req, token.map(|t| t.0), (None, 0, Some(false)))
@@ -168,8 +168,7 @@ impl Gate {
             if conflict || !super::checks::outcome_unknown(&e) {
                 // The store answered (a write around fencegate, expired: after its deadline,
                 // or another refusal): nothing of this delete can land, so the object's row is
-                // as it was (the raised highest stays), and an expired request is taken again
-                // (review rounds 15, N1, and 16, I1).
+                // as it was (the raised highest stays), and an expired request is taken again.
                 let unchanged = FenceRow { rev, ..unchanged };
                 let saved = self
                     .save(scope, scope_row, object_key, unchanged, Durability::Synced)

@@ -332,7 +332,7 @@ impl Gate {
             };
             let token = floor.max(above);
             // A lease name's counter can be far above this scope's highest (the same name bound
-            // elsewhere before): the bucket's jump limit holds for grants too (review round 5).
+            // elsewhere before): the bucket's jump limit holds for grants too.
             if let Some(limit) = entry.policy.max_token_jump {
                 let highest = row.highest.unwrap_or(0);
                 if token > highest.saturating_add(limit) {
@@ -404,12 +404,11 @@ impl Gate {
     }
 
     /// A fence moved while a store request of the scope is unresolved would be acknowledged
-    /// before that request lands (review round 3): refuse until the store shows its outcome.
-    /// In cluster mode (object scope: `scope_row` is the object's row) an intent that has
-    /// ended, landed or past its deadline, is resolved on the row the caller writes back, so
-    /// that a request landing later after all is not taken for fencegate's own (review round
-    /// 13, N1): the next write finds it as a bypass, and its sender raises the stale-landing
-    /// alarm.
+    /// before that request lands: refuse until the store shows its outcome. In cluster mode
+    /// (object scope: `scope_row` is the object's row) an intent that has ended, landed or past
+    /// its deadline, is resolved on the row the caller writes back, so that a request landing
+    /// later after all is not taken for fencegate's own: the next write finds it as a bypass,
+    /// and its sender raises the stale-landing alarm.
     async fn settled(
         &self,
         entry: &super::BucketEntry,

@@ -584,8 +584,8 @@ async fn the_token_and_scope_in_metadata_are_the_gates_own() {
     assert!(info.meta.user_meta.is_empty(), "{:?}", info.meta.user_meta);
 }
 
-/// Review round 3: a lost store request lands in its scope, so under a prefix scope every
-/// write of the scope, and every advance and bound grant, waits for it, not only its object's.
+/// A lost store request lands in its scope, so under a prefix scope every write of the scope,
+/// and every advance and bound grant, waits for it, not only its object's.
 #[tokio::test]
 async fn a_lost_request_holds_its_whole_scope() {
     let (gate, inner, _) = late_gate(BucketPolicy {
@@ -653,8 +653,8 @@ async fn a_token_too_far_ahead_is_refused_when_the_bucket_limits_jumps() {
     );
 }
 
-/// Review round 5: a lease name's counter can be far ahead of a scope (the same name bound
-/// elsewhere before); a bound grant obeys the bucket's jump limit too.
+/// A lease name's counter can be far ahead of a scope (the same name bound elsewhere before); a
+/// bound grant obeys the bucket's jump limit too.
 #[tokio::test]
 async fn a_bound_grant_obeys_the_jump_limit() {
     let (gate, _, _) = gate_with(BucketPolicy {

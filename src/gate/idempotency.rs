@@ -283,8 +283,7 @@ impl Gate {
                 }
                 // The first request may still land (its answer was lost, or its process died),
                 // or has ended by a clock that must be trusted: that is said before the token is
-                // judged, since a token it spent would refuse the retry as stale (review round
-                // 17, J1 and J6).
+                // judged, since a token it spent would refuse the retry as stale.
                 self.still_unresolved(entry, &req.bucket, &req.key, row)
                     .await?;
                 return Ok(None);

@@ -229,11 +229,10 @@ fn gate_on(
     Arc::new(Gate::new(store, buckets))
 }
 
-/// Review round 16, I2 and I3: a request that landed but whose outcome was not recorded (a
-/// crash after the store's answer: the lazily written outcome is lost, the intent with its
-/// answer stays) is replayed to its retry on a strictly-increasing bucket, where the early
-/// token check would refuse its token as spent; and the replay records the answer, so that
-/// every later retry is replayed too.
+/// A request that landed but whose outcome was not recorded (a crash after the store's answer:
+/// the lazily written outcome is lost, the intent with its answer stays) is replayed to its
+/// retry on a strictly-increasing bucket, where the early token check would refuse its token as
+/// spent; and the replay records the answer, so that every later retry is replayed too.
 #[tokio::test]
 async fn a_landed_answer_on_the_intent_is_replayed_before_the_token_and_kept() {
     let strict = BucketPolicy {
@@ -267,8 +266,8 @@ async fn a_landed_answer_on_the_intent_is_replayed_before_the_token_and_kept() {
     assert_eq!(e.code(), "StaleFencingToken", "the token itself is spent");
 }
 
-/// Review round 16, I4: a keyed delete without a token (fencing optional) of an absent key
-/// records its answer, so that its retry does not delete the object created since.
+/// A keyed delete without a token (fencing optional) of an absent key records its answer, so
+/// that its retry does not delete the object created since.
 #[tokio::test]
 async fn an_unfenced_keyed_delete_of_an_absent_key_is_replayed() {
     let optional = BucketPolicy {
@@ -291,8 +290,8 @@ async fn an_unfenced_keyed_delete_of_an_absent_key_is_replayed() {
     );
 }
 
-/// Review round 16, I5 and I7: what the key is matched on includes the lock (Fencing-Scope),
-/// the metadata and the conditions, not only the body and token.
+/// What the key is matched on includes the lock (Fencing-Scope), the metadata and the
+/// conditions, not only the body and token.
 #[tokio::test]
 async fn the_lock_metadata_and_conditions_are_part_of_the_request() {
     let header = BucketPolicy {

@@ -162,7 +162,7 @@ impl Gate {
     /// `declared` is what else the completion declares that its answer vouches for (the S3
     /// gateway: its checksums, judged before this is called). It is in the completion's
     /// fingerprint, so a repeated completion is answered as the first only when it declares the
-    /// same (review round 25, F1: a replay answered 200 to checksums nobody judged).
+    /// same: otherwise a replay would answer 200 to checksums nobody judged.
     pub async fn complete_upload(
         self: &Arc<Self>,
         req: WriteRequest,
@@ -203,7 +203,7 @@ impl Gate {
         let entry = self.bucket_for_write(&upload.bucket)?;
         // A completion whose answer is on the row (it landed, and its answer was lost) is
         // judged under the lock, where its answer comes before the token: the early check
-        // would refuse it as stale and drop the upload (review round 16, I2).
+        // would refuse it as stale and drop the upload.
         let row = self
             .row(&scope::object_row(&upload.bucket, &upload.key))
             .await?;
@@ -255,8 +255,7 @@ impl Gate {
                     }
                     Ok(w)
                 }
-                // Refused for now (503, "retry later"): the upload stays for the retry
-                // (review round 15, N4).
+                // Refused for now (503, "retry later"): the upload stays for the retry.
                 Err(e) if e.for_now() => Err(e),
                 // The commit discarded what was assembled (on s3, the store's own upload), so
                 // the upload cannot be completed again: drop it whole.

@@ -94,7 +94,7 @@ pub fn resolve(
 /// Whitespace only as single spaces between other characters. A SigV4 signature covers a
 /// header value with its whitespace runs collapsed and its ends trimmed, so `a b` and `a  b`
 /// sign alike: were they two scopes, a captured request could be replayed under the other
-/// one (review round 9).
+/// one.
 fn spaced_once(name: &str) -> bool {
     !name.starts_with(' ')
         && !name.ends_with(' ')

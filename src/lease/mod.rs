@@ -415,9 +415,9 @@ impl Leases {
 
     /// Ends the lease `name` whoever holds it (an admin's decision, named in the audit log),
     /// and every S3 credential it issued at once, also those of an expired or released grant
-    /// still in their grace period (review round 7). The holder's token is not fenced out by
-    /// this: the next grant does that, as after an expiry. `NotHeld` when there was neither a
-    /// live lease nor a working credential.
+    /// still in their grace period. The holder's token is not fenced out by this: the next
+    /// grant does that, as after an expiry. `NotHeld` when there was neither a live lease nor a
+    /// working credential.
     pub async fn revoke(&self, name: &str, by: &str) -> Result<Revoked, LeaseError> {
         validate_name(name)?;
         let lease = if self.store.shared() {

@@ -99,7 +99,7 @@ const MAX_PRESIGNED_SECS: u64 = 7 * 24 * 3600;
 
 /// Signatures fencegate does not accept although `s3s` verifies them: SigV2 (it covers neither
 /// the body nor the fencing headers, and its date is never checked, so a request signed once
-/// replays forever) and presigned URLs valid for longer than AWS allows (review round 4).
+/// replays forever) and presigned URLs valid for longer than AWS allows.
 /// Also a signed request that does not sign the fencing headers it carries. `authenticated`:
 /// s3s verified a signature on this request.
 fn refused_signature(
@@ -110,7 +110,8 @@ fn refused_signature(
     let auth = headers
         .get(http::header::AUTHORIZATION)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    // Names compared as s3s reads them: percent-decoded (review round 5).
+    // Names compared as s3s reads them: percent-decoded, so that an encoded spelling of a
+    // name is judged as the name s3s sees.
     let query = uri.query().unwrap_or("");
     let params: Vec<(String, String)> = query
         .split('&')
@@ -144,11 +145,11 @@ fn refused_signature(
         ));
     }
     // A signed request must sign the headers that steer the fence; otherwise whoever holds
-    // it (a presigned URL, a captured request) can add or change them (review round 5).
+    // it (a presigned URL, a captured request) can add or change them.
     let signed = match signed_headers(auth.as_deref(), &params) {
         Some(list) => list,
         // Signed, but fencegate cannot tell what the signature covers: assume nothing, never
-        // "anonymous" (review round 6).
+        // "anonymous".
         None if authenticated => Vec::new(),
         None => return None,
     };
@@ -161,9 +162,9 @@ fn refused_signature(
 /// The headers a SigV4 request signs, decided as s3s decides which signature to verify
 /// (s3s 0.14.1, ops/signature.rs `v4_check`): a decoded query parameter named exactly
 /// `X-Amz-Signature` makes it a presigned URL, whose `X-Amz-SignedHeaders` count, whatever
-/// Authorization header comes with it (review round 6: a decoy header). Otherwise the
-/// Authorization header, whose first word s3s never compares, so any word followed by any
-/// whitespace. `None`: no SigV4 signature (anonymous).
+/// Authorization header comes with it (a decoy one included). Otherwise the Authorization
+/// header, whose first word s3s never compares, so any word followed by any whitespace.
+/// `None`: no SigV4 signature (anonymous).
 fn signed_headers(auth: Option<&str>, params: &[(String, String)]) -> Option<Vec<String>> {
     let split = |list: &str| list.split(';').map(str::to_string).collect();
     if params.iter().any(|(k, _)| k == "X-Amz-Signature") {
@@ -202,7 +203,7 @@ impl S3Access for Access {
         // debug, which main.rs keeps off, so this is the request's span).
         tracing::Span::current().record("principal", who.name().as_str());
         // Handed to the operation, so that it never looks the credentials up again (they can
-        // expire in between, and a lease's token would silently be lost; review round 5).
+        // expire in between, and a lease's token would silently be lost).
         cx.extensions_mut().insert(who.clone());
         let op = cx.s3_op().name();
         let scope_header = cx.headers().get("fencing-scope").map(|v| v.as_bytes());
@@ -263,8 +264,8 @@ mod tests {
         refused_signature(&headers, &uri, authenticated).is_some()
     }
 
-    /// Review rounds 4 and 5: SigV2 in every spelling, presigned URLs over 7 days however the
-    /// parameter is encoded, and fencing headers a signature does not cover.
+    /// SigV2 in every spelling, presigned URLs over 7 days however the parameter is encoded,
+    /// and fencing headers a signature does not cover.
     #[test]
     fn signatures_fencegate_refuses() {
         assert!(refused("AWS AK:c2ln", "", false));
@@ -303,8 +304,8 @@ mod tests {
         assert!(!refused(&v4("fencing-token;host;x-amz-date"), "", true));
         // Anonymous requests (development mode) carry no signature to cover anything.
         assert!(!refused("", "", true));
-        // Review round 6. A presigned URL is judged by its query, as s3s verifies it: a decoy
-        // Authorization header claiming to sign the token changes nothing.
+        // A presigned URL is judged by its query, as s3s verifies it: a decoy Authorization
+        // header claiming to sign the token changes nothing.
         let url = "X-Amz-Signature=00&X-Amz-Expires=60&X-Amz-SignedHeaders=host";
         assert!(refused(&v4("fencing-token;host"), url, true));
         assert!(refused("", url, true));

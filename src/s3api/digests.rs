@@ -23,7 +23,7 @@ pub struct Declared {
     /// The algorithm `x-amz-trailer` names, whose value arrives in the aws-chunked trailer.
     named: Option<&'static str>,
     /// The aws-chunked trailer, when the body has one: every checksum in it is judged, named
-    /// or not (review round 24, F2: a trailer named among others went unchecked).
+    /// or not (otherwise one named among others would go unchecked).
     trailers: Option<s3s::TrailingHeaders>,
     /// The checksums the body was found to have, once its last byte passed (for UploadPart
     /// to record and answer).
@@ -68,8 +68,7 @@ impl Declared {
             },
         };
         // A checksum header fencegate cannot check is refused, never ignored; so is one sent
-        // twice, which only its first line would otherwise judge (review round 25, F7: the
-        // native API took the first of two x-amz-checksum-crc32 lines).
+        // twice, which only its first line would otherwise judge.
         for name in headers.keys() {
             let digest_header = name.as_str().starts_with("x-amz-checksum-")
                 || name == "content-md5"
@@ -144,8 +143,8 @@ impl Declared {
 
     /// For an operation whose request has no body of the object's to check (CopyObject,
     /// UploadPartCopy, CreateMultipartUpload): a checksum or Content-MD5 it declares cannot be
-    /// judged, so it is refused rather than ignored (review round 25, F5). The settings
-    /// (`x-amz-checksum-algorithm`, `-type`) are taken.
+    /// judged, so it is refused rather than ignored. The settings (`x-amz-checksum-algorithm`,
+    /// `-type`) are taken.
     pub fn refuse_on(headers: &http::HeaderMap, operation: &str) -> S3Result<()> {
         Self::refuse_unknown(headers)?;
         let declared = ALGORITHMS
@@ -422,7 +421,7 @@ mod tests {
         assert!(Declared::refuse_on(&h, "CopyObject").is_err());
     }
 
-    /// Review round 24, F2: what fencegate cannot check is refused, not ignored.
+    /// What fencegate cannot check is refused, not ignored.
     #[test]
     fn checksums_fencegate_cannot_check_are_refused() {
         for (name, value) in [

@@ -59,8 +59,8 @@ pub fn service(gateway: S3Gateway, cfg: &S3GatewayConfig) -> Result<S3Service, S
 }
 
 /// What s3s may buffer before fencegate's access check runs. Its defaults allow a 5 GiB
-/// browser-form upload and 20 MB XML bodies, all in memory (review round 7). fencegate serves
-/// no POST object (refused before s3s, [`refused_before_s3s`]); the largest XML it takes is a
+/// browser-form upload and 20 MB XML bodies, all in memory. fencegate serves no POST object
+/// (refused before s3s, [`refused_before_s3s`]); the largest XML it takes is a
 /// CompleteMultipartUpload of 10000 parts or a DeleteObjects of 1000 keys, about 1 MiB.
 fn s3s_limits() -> s3s::config::S3Config {
     let mut config = s3s::config::S3Config::default();
@@ -79,12 +79,12 @@ const SERVED_POSTS: [&str; 3] = ["delete", "uploads", "uploadId"];
 /// Requests refused before s3s sees them, because s3s would read their bodies before any
 /// signature or access check:
 /// - browser-form uploads (POST object), which fencegate does not implement. Decided on raw
-///   bytes and by what is served rather than by what is not (review round 8: a Content-Type
-///   with a non-ASCII byte was no form to `to_str`, and still one to s3s): a POST must name
-///   served operations only (besides `x-id`, which AWS SDKs add, and a presigned URL's
-///   `X-Amz-*`), and never be a form (review round 9: `?restore&uploadId=1` reached s3s);
-/// - a SigV4 credential scoped to another service than `s3` (review round 9: s3s reads up to
-///   8 KiB of such a request's body, with no deadline, before checking its signature).
+///   bytes and by what is served rather than by what is not (a Content-Type with a non-ASCII
+///   byte is no form to `to_str`, and still one to s3s): a POST must name served operations
+///   only (besides `x-id`, which AWS SDKs add, and a presigned URL's `X-Amz-*`), and never be
+///   a form (so that `?restore&uploadId=1` does not reach s3s);
+/// - a SigV4 credential scoped to another service than `s3` (s3s reads up to 8 KiB of such a
+///   request's body, with no deadline, before checking its signature).
 pub fn refused_before_s3s(req: &axum::extract::Request) -> Option<axum::response::Response> {
     if let Some(service) = foreign_service(req) {
         let message = if service == "unparsed" {
@@ -121,7 +121,7 @@ pub fn refused_before_s3s(req: &axum::extract::Request) -> Option<axum::response
         && names
             .iter()
             .all(|k| SERVED_POSTS.contains(k) || *k == "x-id" || k.starts_with("X-Amz-"));
-    // WriteGetObjectResponse is routed by these headers on any POST (review round 10).
+    // WriteGetObjectResponse is routed by these headers on any POST.
     let object_lambda = ["x-amz-request-route", "x-amz-request-token"]
         .iter()
         .any(|h| req.headers().contains_key(*h));
@@ -157,11 +157,11 @@ impl DigestMismatch {
 
 /// A POST's XML body (DeleteObjects: Content-MD5 or `x-amz-checksum-*`; CompleteMultipartUpload:
 /// Content-MD5) judged against the digest it declares: s3s does not check them, so a wrong one
-/// was answered 200 and its keys deleted (review round 26, F1). Judged as s3s reads the body,
-/// which it does only once the signature and the access check passed (review round 27, F1: a
-/// check that read the body first let anyone make fencegate hold bodies). A body that does not
-/// match ends before its last chunk, so s3s refuses it as incomplete and nothing is done; the
-/// caller answers [`DigestMismatch::refusal`] instead.
+/// would be answered 200 and its keys deleted. Judged as s3s reads the body, which it does only
+/// once the signature and the access check passed (a check that read the body first would let
+/// anyone make fencegate hold bodies). A body that does not match ends before its last chunk,
+/// so s3s refuses it as incomplete and nothing is done; the caller answers
+/// [`DigestMismatch::refusal`] instead.
 pub fn post_body_checked(
     req: axum::extract::Request,
 ) -> Result<(axum::extract::Request, Option<DigestMismatch>), Box<axum::response::Response>> {
@@ -172,8 +172,7 @@ pub fn post_body_checked(
             .split('&')
             .any(|p| p.split_once('=').map_or(p, |(k, _)| k) == name)
     };
-    // s3s routes a POST naming `delete` to DeleteObjects whatever else it names (review round
-    // 27, F2).
+    // s3s routes a POST naming `delete` to DeleteObjects whatever else it names.
     let (delete, complete) = (op("delete"), !op("delete") && op("uploadId"));
     if req.method() != http::Method::POST || !(delete || complete) {
         return Ok((req, None));
@@ -214,7 +213,7 @@ pub fn post_body_checked(
         .get("x-amz-content-sha256")
         .is_some_and(|v| v.as_bytes().starts_with(b"STREAMING-"));
     if streaming {
-        // Its digest would be of the aws-chunked framing, not of the XML (review round 27, F3).
+        // Its digest would be of the aws-chunked framing, not of the XML.
         return refuse(
             http::StatusCode::BAD_REQUEST,
             "InvalidRequest",
@@ -254,7 +253,7 @@ fn foreign_service(req: &axum::extract::Request) -> Option<String> {
         .map(|v| {
             // Read as s3s reads it (sig_v4/authorization_v4.rs): the first word, whatever it
             // is, then whitespace, then `Credential=`. Not the first `Credential=` anywhere:
-            // a decoy one inside the first word hid the real one (review round 10). A header
+            // a decoy one inside the first word would hide the real one. A header
             // that is not of this shape counts as a foreign credential: s3s would only refuse
             // it, and nothing of it should reach s3s's body reads.
             let text = String::from_utf8_lossy(v.as_bytes()).into_owned();
@@ -281,7 +280,7 @@ fn foreign_service(req: &axum::extract::Request) -> Option<String> {
     });
     from_header.chain(from_query).find_map(|credential| {
         // access-key/date/region/service/aws4_request. Anything else is refused as unparsed,
-        // never let through (review round 11: a credential cut short at a ',' in the key id
+        // never let through (a credential cut short at a ',' in the key id would otherwise
         // read as "not foreign").
         let parts: Vec<&str> = credential.rsplitn(3, '/').collect();
         let service = match parts.as_slice() {

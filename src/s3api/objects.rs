@@ -151,7 +151,7 @@ pub async fn get_object(
         Some(_) => {
             // The range is judged on the version the HEAD saw; a write landing before the read
             // opens the object changes its size, so the read must be of that same version
-            // (review round 6: a shrunk object made `last + 1 - first` underflow).
+            // (a shrunk object would make `last + 1 - first` underflow).
             let mut attempt = 0;
             loop {
                 let head = gw

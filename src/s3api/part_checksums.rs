@@ -1,11 +1,11 @@
-//! A multipart upload's checksums (review round 24, F3: a completion's checksums were ignored,
-//! so a wrong one was acknowledged). Each part keeps the `x-amz-checksum-*` it was uploaded
-//! with once its bytes proved to have it ([`crate::backend::PartInfo::checksum`]), and answers
-//! it as S3 does, so clients list it back. A completion is judged by those alone, before
-//! anything is assembled: each part's listed checksum must be the one it was uploaded with,
-//! and the object's (COMPOSITE: the checksum of the parts' checksums, `-N`; FULL_OBJECT: the
-//! parts' CRCs combined) must be what they make. What fencegate cannot judge (a part uploaded
-//! without that checksum) is refused, never passed.
+//! A multipart upload's checksums, judged so that a completion with a wrong one is never
+//! acknowledged. Each part keeps the `x-amz-checksum-*` it was uploaded with once its bytes
+//! proved to have it ([`crate::backend::PartInfo::checksum`]), and answers it as S3 does, so
+//! clients list it back. A completion is judged by those alone, before anything is assembled:
+//! each part's listed checksum must be the one it was uploaded with, and the object's
+//! (COMPOSITE: the checksum of the parts' checksums, `-N`; FULL_OBJECT: the parts' CRCs
+//! combined) must be what they make. What fencegate cannot judge (a part uploaded without that
+//! checksum) is refused, never passed.
 
 use super::convert;
 use crate::backend::{PartChecksum, PartInfo};

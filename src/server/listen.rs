@@ -27,8 +27,8 @@ pub struct Limits {
     /// One permit per open connection, over every listener.
     pub connections: Arc<Semaphore>,
     /// How long a shutdown waits for the requests in flight. Past it the process exits
-    /// anyway: a commit cut short is a crash, which the commit protocol survives (review round
-    /// 7: a client trickling its body held a shutdown for as long as it liked).
+    /// anyway: a commit cut short is a crash, which the commit protocol survives, and a client
+    /// trickling its body cannot hold a shutdown for as long as it likes.
     pub grace: Duration,
     /// The most a connection's read buffer may hold: the headers must fit (so it follows
     /// `[server] max_header_bytes`), and a body streams through it. hyper's own default (about
@@ -39,7 +39,7 @@ pub struct Limits {
 impl Limits {
     /// The read buffer for a header limit: twice the limit, so that headers over it still
     /// reach fencegate's own 431 with its explanation; only past twice the limit does hyper
-    /// answer a bare 431 (review round 19, finding 3).
+    /// answer a bare 431.
     pub fn read_buffer_for(max_header_bytes: usize) -> usize {
         max_header_bytes.saturating_mul(2).max(64 * 1024)
     }

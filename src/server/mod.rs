@@ -155,7 +155,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         tls.clone(),
     ));
     // Always watched: SIGHUP's default action ends the process, and `systemctl reload` or a
-    // logrotate hook sends it (review round 7).
+    // logrotate hook sends it.
     tokio::spawn(reload_on_sighup(reloader.clone()));
     let s3 = if config.s3.enabled {
         Some(s3_service(&config, gate.clone(), catalog, keys.clone())?)

@@ -2,8 +2,7 @@
 //! a stretch without bytes, whoever reads it. Handlers bound the bodies they stream with their
 //! own, shorter timer (`body_idle_timeout_secs`, 408 with a message); this one also covers what
 //! is read before any handler, such as a body buffered to check its signature, so a client
-//! trickling one byte a minute cannot hold a connection, or a shutdown, forever (review
-//! round 7).
+//! trickling one byte a minute cannot hold a connection, or a shutdown, forever.
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};

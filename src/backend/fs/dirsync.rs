@@ -9,7 +9,7 @@
 //! A failed fsync fails the directory for good (until fencegate restarts): every change not yet
 //! made durable fails, and so does every later one. Linux reports a writeback error once, so
 //! no later fsync, successful or not, can tell which changes it lost: not those the failed one
-//! covered (review round 19, finding 1), nor those made while it ran (round 20, finding 1).
+//! covered, nor those made while it ran.
 //! This is what PostgreSQL does after a failed fsync; the operator checks the disk and restarts.
 
 use std::collections::HashMap;
@@ -233,8 +233,8 @@ mod tests {
 
     #[test]
     fn a_failed_fsync_fails_every_change_it_covered_and_every_later_one() {
-        // Review round 19, finding 1: the others woke, fsynced again (Linux had reported the
-        // error already, so it succeeded) and acknowledged changes that were never durable.
+        // Otherwise the others would wake, fsync again (Linux has reported the error already,
+        // so it succeeds) and acknowledge changes that were never durable.
         let syncs = Arc::new(DirSyncs::default());
         let calls = Arc::new(AtomicUsize::new(0));
         let fsync = {
@@ -274,7 +274,7 @@ mod tests {
             2,
             "no fsync after the failure"
         );
-        // Nor a change made after it (review round 20, finding 1).
+        // Nor a change made after it.
         assert!(syncs.sync(Path::new("/d"), fsync).is_err());
         assert!(lock(&syncs.groups).active.is_empty());
     }

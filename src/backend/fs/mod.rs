@@ -183,7 +183,7 @@ fn create_dirs_durable(
     for part in rel.components() {
         let next = at.join(part);
         // A directory whose fsync failed takes no new entry, and a failed fsync here fails
-        // the directory as the commit's own would (review round 21, finding 3).
+        // the directory as the commit's own would.
         dirsyncs.check(&at)?;
         match std::fs::create_dir(&next) {
             Ok(()) => {}
@@ -410,7 +410,7 @@ impl Backend for FsBackend {
             let (file, mut info) = open_info(&temp, &key)?
                 .ok_or_else(|| BackendError::Failing("the staged file vanished".into()))?;
             // Refused before the rename in a directory whose fsync failed: what a 503 says
-            // did not happen does not happen (review round 21, finding 6).
+            // did not happen does not happen.
             dirsyncs.check(parent)?;
             match &expected {
                 // Create-only: atomic, a file that appears at the path meanwhile makes it fail.

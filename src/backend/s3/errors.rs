@@ -39,9 +39,9 @@ impl S3Failure {
 }
 
 /// What a store's answer (or its absence) means. A 4xx other than the conditions' is a
-/// refusal: nothing of the request was written (review round 24, F1: it used to count as an
-/// outcome unknown and held the object for `commit_deadline_secs`). The message names the
-/// store's status, code and message, not the SDK's dump of the whole answer, which is logged.
+/// refusal: nothing of the request was written (counted as an outcome unknown, it would hold
+/// the object for `commit_deadline_secs`). The message names the store's status, code and
+/// message, not the SDK's dump of the whole answer, which is logged.
 pub fn classify<E>(op: &str, err: SdkError<E, HttpResponse>) -> S3Failure
 where
     E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,

@@ -182,8 +182,7 @@ impl S3Backend {
 
     /// User metadata as the store takes it. A value that is not printable ASCII goes RFC 2047
     /// encoded, as AWS answers such values: stores differ on raw UTF-8 (ministack keeps it and
-    /// answers bytes the SDK cannot parse, so the object could no longer be read or deleted:
-    /// review round 24, F4).
+    /// answers bytes the SDK cannot parse, so the object could no longer be read or deleted).
     fn metadata(meta: &ObjectMeta) -> HashMap<String, String> {
         let mut m: HashMap<String, String> = meta
             .user_meta
@@ -656,8 +655,8 @@ impl S3Backend {
                     other => other,
                 };
                 // Its ETag shows the request applied only if it differs from the ETag it
-                // replaces: a rewrite of the same bytes looks landed before it is (review
-                // round 3), so it stays unknown.
+                // replaces: a rewrite of the same bytes looks landed before it is, so it stays
+                // unknown.
                 let changes = expected != Some(staged.etag.as_str());
                 return match self.landed(staged).await.filter(|_| changes) {
                     Some(info) => {

@@ -33,7 +33,7 @@ struct SizedBody {
     /// The chunk that reaches `len`, held until the stream is seen to end there: the HTTP
     /// client stops polling at `len`, so a longer body (a client's declared length short of
     /// what it sends) or an error at the end (a Content-MD5 that does not match) would
-    /// otherwise go unseen (review round 21, finding 1).
+    /// otherwise go unseen.
     last: Option<Bytes>,
     /// The inner stream has ended (it is not polled again).
     ended: bool,
@@ -203,7 +203,7 @@ impl S3Backend {
             .send()
             .await;
         // The client's body failed (cut short, too large, or not its Content-MD5): its error,
-        // not the store's (review round 19, finding 2).
+        // not the store's.
         if let Some(e) = failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
             return Err(BackendError::Body(e));
         }
@@ -299,7 +299,7 @@ mod tests {
     async fn a_streamed_body_is_passed_on_only_if_it_is_exactly_its_length() {
         let ok = SizedBody::new(stream(vec![Ok(b"hel"), Ok(b"lo"), Ok(b"")]), 5, None);
         assert_eq!(drain(ok).await.unwrap(), b"hello");
-        // Longer than declared (review round 21, finding 1): an error, never a cut-short part.
+        // Longer than declared: an error, never a cut-short part.
         let slot = BodyFailure::default();
         let long = SizedBody::new(
             stream(vec![Ok(b"hello"), Ok(b"WORLD")]),

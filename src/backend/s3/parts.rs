@@ -127,7 +127,7 @@ fn is_split(metadata: Option<&HashMap<String, String>>) -> bool {
 impl S3Backend {
     /// Part `number` of `key` (see the module's header). A HeadObject the store does not answer
     /// with the part's place (ministack and moto do not; moto answers 500 for a part it lacks)
-    /// is asked again as a GetObject whose body is dropped unread (review round 25, F6).
+    /// is asked again as a GetObject whose body is dropped unread.
     pub(super) async fn read_part(
         &self,
         key: &str,
@@ -189,7 +189,7 @@ impl S3Backend {
             }
             // The store answered the whole object: it has no such part (ministack), or it
             // ignores part numbers (moto), and nothing says which; even past the count, since
-            // part numbers may pass it (review round 26, F4: moto's part 5 of parts 1, 3, 5).
+            // part numbers may pass it (moto's part 5 of parts 1, 3, 5).
             return Err(BackendError::Unsupported(
                 "GetObject and HeadObject by partNumber of this part on this store (it answered the whole object: it has no part by that number, or ignores part numbers); read the part by Range",
             ));
@@ -223,7 +223,7 @@ impl S3Backend {
 
     /// The store found no part `number`: how many parts the object has, for the refusal. An
     /// object written whole always has part 1, so one found now was written since the store
-    /// looked (review round 26, F3: a read racing the key's creation answered "no part 1").
+    /// looked (otherwise a read racing the key's creation would answer "no part 1").
     /// Past that, the store's word is taken: part numbers may pass the count (1, 3 and 5).
     async fn no_part(&self, key: &str, number: u32) -> Result<Missing, BackendError> {
         let out = match self
