@@ -15,6 +15,7 @@ pub mod config;
 pub mod fence;
 pub mod gate;
 pub mod health;
+pub mod http;
 pub mod lease;
 pub mod logging;
 pub mod metrics;

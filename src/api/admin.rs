@@ -31,7 +31,7 @@ pub fn routes(state: AppState, auth: Arc<crate::auth::admin::AdminAuth>) -> Rout
         .route("/admin/reload", post(reload))
         .route_layer(axum::middleware::from_fn_with_state(
             auth,
-            crate::auth::admin::authenticate,
+            authenticate,
         ))
         .with_state(state)
 }
@@ -192,11 +192,30 @@ async fn list_fences(
 /// with, all or nothing; the answer says what changed, or why nothing did.
 async fn reload(State(state): State<AppState>, Extension(who): Extension<Principal>) -> Response {
     match state.reloader.reload(&who.name()).await {
-        Ok(report) => Json(report).into_response(),
+        Ok(report) => (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            report,
+        )
+            .into_response(),
         Err(e) => super::error::plain(
-            StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY),
-            e.code(),
-            format!("{e}; the configuration in use stays"),
+            StatusCode::from_u16(e.status).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY),
+            e.code,
+            format!("{}; the configuration in use stays", e.message),
         ),
+    }
+}
+
+/// The admin surface's authentication layer.
+async fn authenticate(
+    State(auth): State<Arc<crate::auth::admin::AdminAuth>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match auth.admit(req).await {
+        Ok(req) => next.run(req).await,
+        Err(e) => {
+            tracing::info!(target: "fencegate::audit", code = e.code(), error = %e, "admin authentication failed");
+            super::auth_error_response(&e)
+        }
     }
 }

@@ -1,23 +1,39 @@
 //! Gate errors as native-API responses: the status and code of the README's error table, a
 //! JSON body that says what to do, and `Fencing-Token-Highest` on stale tokens.
 
+use crate::auth::AuthError;
 use crate::gate::GateError;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-/// A native-API error response.
-pub struct ApiError(pub GateError);
+pub use crate::http::error::plain;
+
+/// A native-API or admin error response: the gate's refusals, and authorization's (a key
+/// without the permission), each with the status and code of the README's error table.
+pub enum ApiError {
+    Gate(GateError),
+    Auth(AuthError),
+}
 
 impl From<GateError> for ApiError {
     fn from(e: GateError) -> Self {
-        ApiError(e)
+        ApiError::Gate(e)
+    }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        ApiError::Auth(e)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let e = self.0;
+        let e = match self {
+            ApiError::Gate(e) => e,
+            ApiError::Auth(a) => return refusal(a.status(), a.code(), a.to_string()),
+        };
         let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
         if status.is_server_error() {
             tracing::warn!(code = e.code(), error = %e, "request failed");
@@ -46,8 +62,20 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// A 4xx for requests that match no route or use the wrong method.
-pub fn plain(status: StatusCode, code: &str, message: String) -> Response {
+impl IntoResponse for AuthError {
+    fn into_response(self) -> Response {
+        super::auth_error_response(&self)
+    }
+}
+
+/// A refusal that is not the gate's: logged as the gate's are, answered as `{error, message}`.
+fn refusal(status: u16, code: &'static str, message: String) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
+    if status.is_server_error() {
+        tracing::warn!(code, error = %message, "request failed");
+    } else {
+        tracing::debug!(code, error = %message, "request refused");
+    }
     (
         status,
         Json(serde_json::json!({ "error": code, "message": message })),

@@ -13,20 +13,27 @@ use axum::Json;
 use serde::Deserialize;
 use std::time::Duration;
 
-/// A lease error as a JSON response (with `Retry-After` when the lease is held).
-pub struct LeaseApiError(LeaseError);
+/// A lease error as a JSON response (with `Retry-After` when the lease is held), or the
+/// refusal of a key that may not hold the lease.
+pub enum LeaseApiError {
+    Lease(LeaseError),
+    Auth(crate::auth::AuthError),
+}
 
 impl From<LeaseError> for LeaseApiError {
     fn from(e: LeaseError) -> Self {
-        LeaseApiError(e)
+        LeaseApiError::Lease(e)
     }
 }
 
 impl IntoResponse for LeaseApiError {
     fn into_response(self) -> Response {
-        let e = self.0;
+        let e = match self {
+            LeaseApiError::Lease(e) => e,
+            LeaseApiError::Auth(a) => return super::ApiError::Auth(a).into_response(),
+        };
         if let LeaseError::Gate(g) = e {
-            return super::ApiError(g).into_response();
+            return super::ApiError::Gate(g).into_response();
         }
         let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
         let mut body = serde_json::json!({ "error": e.code(), "message": e.to_string() });
@@ -84,7 +91,7 @@ fn authorize(
     state
         .keys
         .authorize(who, Action::Lease { name, bucket })
-        .map_err(|e| LeaseApiError(LeaseError::Gate(e.into())))
+        .map_err(LeaseApiError::Auth)
 }
 
 fn parse<T: serde::de::DeserializeOwned>(body: &Bytes, expected: &str) -> Result<T, LeaseError> {

@@ -1,17 +1,19 @@
-//! The native HTTP API (README: "The native API"): routes, shared state and the per-request
-//! span. Handlers only translate HTTP to gate calls and back; every decision is the gate's.
+//! The native HTTP API (README: "The native API") and the admin surface: their routes, the
+//! state every handler reaches, and authentication refusals as JSON. Handlers only translate
+//! HTTP to gate, lease and auth calls and back; every decision is theirs. `server::routes` puts
+//! these routes on listeners, beside the S3 gateway.
 
 pub mod admin;
 mod error;
 mod fences;
 mod health;
-pub(crate) mod headers;
 mod leases;
 mod objects;
 
 pub use error::ApiError;
 
 use crate::gate::Gate;
+use crate::http::headers;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -19,8 +21,6 @@ use axum::routing::get;
 use axum::Router;
 use std::sync::Arc;
 use std::time::Duration;
-use tower_http::trace::TraceLayer;
-use tracing::field::Empty;
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -29,22 +29,26 @@ pub struct AppState {
     pub max_body_bytes: u64,
     pub body_idle_timeout: Duration,
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
-    /// The S3 gateway, when it shares this listener: it answers every path not routed here.
-    pub s3: Option<s3s::service::S3Service>,
-    pub max_header_bytes: usize,
     pub leases: Arc<crate::lease::Leases>,
     /// The key table every `/v1` request authenticates against.
     pub keys: Arc<crate::auth::KeyTable>,
     /// Reloads keys, policies and the TLS certificate, for `POST /admin/reload`.
-    pub reloader: Arc<crate::server::reload::Reloader>,
+    pub reloader: Arc<dyn Reload>,
 }
 
-/// Where the admin surface is served.
-pub enum AdminPlace {
-    /// Beside the native API: these routes join its router.
-    Here(Router),
-    /// On a listener of its own: the native listener points there.
-    At(std::net::SocketAddr),
+/// What `POST /admin/reload` runs: the server's reloader, which swaps keys, bucket policies and
+/// the TLS certificate together or not at all.
+#[async_trait::async_trait]
+pub trait Reload: Send + Sync {
+    /// What changed, as the answer's JSON text; or why nothing did.
+    async fn reload(&self, principal: &str) -> Result<String, ReloadRefused>;
+}
+
+/// A reload refused: nothing changed.
+pub struct ReloadRefused {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
 }
 
 impl AppState {
@@ -56,7 +60,7 @@ impl AppState {
     ) -> Result<(), ApiError> {
         self.keys
             .authorize(who, action)
-            .map_err(|e| ApiError(e.into()))
+            .map_err(ApiError::Auth)
     }
 }
 
@@ -85,7 +89,9 @@ pub fn auth_error_response(e: &crate::auth::AuthError) -> Response {
     resp
 }
 
-pub fn router(state: AppState, admin: AdminPlace) -> Router {
+/// The native API's routes (`/v1/...`, `/healthz`, `/readyz`), each `/v1` route behind
+/// [`authenticate`]. `server::routes` puts them on a listener.
+pub fn routes(state: &AppState) -> Router<AppState> {
     let v1 = Router::new()
         .route("/v1/objects/{bucket}", get(objects::list))
         .route(
@@ -113,181 +119,34 @@ pub fn router(state: AppState, admin: AdminPlace) -> Router {
         // Only matched routes authenticate: a 404 or 405 needs no credentials.
         .route_layer(axum::middleware::from_fn_with_state(
             state.keys.clone(),
-            crate::auth::native::authenticate,
+            authenticate,
         ));
-    let routes = Router::new()
+    health_routes().merge(v1)
+}
+
+/// `/healthz` and `/readyz`, on every listener that serves the native API or the admin surface.
+pub fn health_routes() -> Router<AppState> {
+    Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(health::readyz))
-        .merge(v1)
-        .fallback(s3_or_no_route)
-        .method_not_allowed_fallback(wrong_method);
-    let routes = match admin {
-        AdminPlace::Here(admin) => routes.with_state(state.clone()).merge(admin),
-        AdminPlace::At(addr) => {
-            let elsewhere = move || async move {
-                error::plain(
-                    StatusCode::NOT_FOUND,
-                    "NoSuchRoute",
-                    format!("/metrics and /admin are served on the admin listener, {addr} ([admin] listen)"),
-                )
-            };
-            routes
-                .route("/metrics", axum::routing::any(elsewhere))
-                .route("/admin/{*rest}", axum::routing::any(elsewhere))
-                .with_state(state.clone())
-        }
-    };
-    with_layers(routes, &state)
 }
 
-/// The router of `[admin] listen`: the admin routes and `/healthz`.
-pub fn admin_only_router(state: &AppState, admin: Router) -> Router {
-    let routes = Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(health::readyz))
-        .with_state(state.clone())
-        .merge(admin)
-        .fallback(no_route)
-        .method_not_allowed_fallback(wrong_method);
-    with_layers(routes, state)
-}
-
-/// A router that serves only the S3 API, for `[s3] listen`.
-pub fn s3_only_router(state: AppState) -> Router {
-    let routes = Router::new()
-        .fallback(s3_or_no_route)
-        .with_state(state.clone());
-    with_layers(routes, &state)
-}
-
-/// Past this much longer than `body_idle_timeout`, any stalled body is cut off at the
-/// listener, read by a handler or not (`server::stall`).
-const BODY_BACKSTOP_MARGIN: Duration = Duration::from_secs(5);
-
-/// The header-size guard, the stalled-body backstop and the per-request span with its
-/// closing log line.
-fn with_layers(routes: Router, state: &AppState) -> Router {
-    routes
-        .layer(axum::middleware::from_fn_with_state(
-            state.body_idle_timeout + BODY_BACKSTOP_MARGIN,
-            crate::server::bound_bodies,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.max_header_bytes,
-            limit_headers,
-        ))
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(request_span)
-                .on_request(())
-                .on_response(
-                    |resp: &Response, latency: Duration, _span: &tracing::Span| {
-                        tracing::info!(
-                            status = resp.status().as_u16(),
-                            latency_ms = latency.as_secs_f64() * 1000.0,
-                            "served"
-                        );
-                    },
-                ),
-        )
-        // Outermost, so that what the layers above refuse is timed and counted too.
-        .layer(axum::middleware::from_fn(crate::metrics::http::track))
-}
-
-fn request_span(req: &Request) -> tracing::Span {
-    tracing::info_span!(
-        "request",
-        method = %req.method(),
-        path = %req.uri().path(),
-        bucket = Empty,
-        key = Empty,
-        scope = Empty,
-        token = Empty,
-        outcome = Empty,
-        // The S3 gateway replaces it with the x-amz-request-id it answers with.
-        request_id = %crate::s3api::answer::request_id(),
-        principal = Empty,
-    )
-}
-
-/// Refuses a request whose header block is larger than configured, before any handler runs.
-async fn limit_headers(
-    State(max): State<usize>,
+/// The native API's authentication layer: the request goes on with its [`Principal`] as an
+/// extension, or is refused here.
+///
+/// [`Principal`]: crate::auth::Principal
+pub async fn authenticate(
+    State(keys): State<Arc<crate::auth::KeyTable>>,
     req: Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let size: usize = req
-        .headers()
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len() + 4)
-        .sum::<usize>()
-        + req.uri().to_string().len();
-    if size > max {
-        return error::plain(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            "RequestHeaderSectionTooLarge",
-            format!("the request line and headers take {size} bytes; the limit is {max} ([server] max_header_bytes)"),
-        );
-    }
-    next.run(req).await
-}
-
-/// Hands everything the native API does not route to the S3 gateway, if it is on.
-async fn s3_or_no_route(State(state): State<AppState>, req: Request) -> Response {
-    // `v1` is too short to be an S3 bucket name, so /v1/... is always the native API's.
-    let native = req.uri().path() == "/v1" || req.uri().path().starts_with("/v1/");
-    let Some(s3) = state.s3.clone().filter(|_| !native) else {
-        return no_route(req).await;
-    };
-    crate::metrics::http::S3Op::handed(req.extensions());
-    let id = crate::s3api::answer::request_id();
-    tracing::Span::current().record("request_id", id.as_str());
-    if let Some(refusal) = crate::s3api::refused_before_s3s(&req) {
-        return crate::s3api::answer::finish(refusal, &id).await;
-    }
-    let (req, mismatch) = match crate::s3api::post_body_checked(req) {
-        Ok(checked) => checked,
-        Err(refusal) => return crate::s3api::answer::finish(*refusal, &id).await,
-    };
-    let req = req.map(s3s::Body::http_body_unsync);
-    let resp = match s3.call(req).await {
-        Ok(resp) => resp.map(axum::body::Body::new),
+    match crate::auth::native::principal_of(&keys, req).await {
+        Ok(req) => next.run(req).await,
         Err(e) => {
-            tracing::error!(error = ?e, "the S3 layer failed");
-            error::plain(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "InternalError",
-                "the S3 layer failed; see the server log".into(),
-            )
+            tracing::info!(target: "fencegate::audit", code = e.code(), error = %e, "authentication failed");
+            auth_error_response(&e)
         }
-    };
-    // A body that did not match its digest was cut short, so s3s refused it as incomplete:
-    // the client hears why.
-    let resp = match mismatch.and_then(|m| m.refusal()) {
-        Some(refusal) => refusal,
-        None => resp,
-    };
-    crate::s3api::answer::finish(resp, &id).await
-}
-
-async fn no_route(req: Request) -> Response {
-    error::plain(
-        StatusCode::NOT_FOUND,
-        "NoSuchRoute",
-        format!(
-            "no route for {} {}; objects live under /v1/objects/{{bucket}}/{{key}} and fences under /v1/fences/{{bucket}}/{{key}}",
-            req.method(),
-            req.uri().path()
-        ),
-    )
-}
-
-async fn wrong_method(req: Request) -> Response {
-    error::plain(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "MethodNotAllowed",
-        format!("{} is not allowed on {}", req.method(), req.uri().path()),
-    )
+    }
 }
 
 /// Records the bucket and key on the request span.

@@ -77,7 +77,7 @@ pub async fn put(
     let req = write_request(bucket, key, &h, &who)?;
     authorize_change(&state, &who, Permission::Write, &req)?;
     // Content-MD5 and x-amz-checksum-* are checked as on the S3 gateway, never ignored.
-    let declared = crate::s3api::digests::Declared::of(
+    let declared = crate::http::digests::Declared::of(
         &h,
         None,
         h.get("content-md5")
@@ -86,7 +86,7 @@ pub async fn put(
     )
     .map_err(|e| GateError::InvalidArgument(e.message().unwrap_or_default().to_string()))?;
     let stream = headers::body_stream(&h, body, state.max_body_bytes, state.body_idle_timeout)?;
-    let stream = crate::s3api::digests::verify(stream, declared);
+    let stream = crate::http::digests::verify(stream, declared);
     let written = state.gate.put(req, stream).await?;
     let mut resp = Json(&written).into_response();
     headers::mark_replayed(resp.headers_mut(), written.replayed);

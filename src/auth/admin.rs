@@ -4,9 +4,7 @@
 
 use super::{Action, AuthError, KeyTable, Principal};
 use crate::config::AdminToken;
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
+use axum::extract::Request;
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
@@ -42,7 +40,7 @@ impl AdminAuth {
 
 impl AdminAuth {
     /// The admin principal of `req` (with the request, its body checked if signed).
-    async fn admit(&self, req: Request) -> Result<Request, AuthError> {
+    pub async fn admit(&self, req: Request) -> Result<Request, AuthError> {
         let auth = req
             .headers()
             .get(http::header::AUTHORIZATION)
@@ -80,20 +78,5 @@ impl AdminAuth {
         }
         self.keys.authorize(&who, Action::Admin)?;
         Ok(req)
-    }
-}
-
-/// The admin surface's authentication layer.
-pub async fn authenticate(
-    State(auth): State<Arc<AdminAuth>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    match auth.admit(req).await {
-        Ok(req) => next.run(req).await,
-        Err(e) => {
-            tracing::info!(target: "fencegate::audit", code = e.code(), error = %e, "admin authentication failed");
-            crate::api::auth_error_response(&e)
-        }
     }
 }

@@ -11,11 +11,10 @@
 
 use super::sigv4::{Payload, SignedRequest};
 use super::{AuthError, KeyTable, Principal};
-use crate::api::headers::unsigned_fencing_header;
+use crate::http::body::BodyMismatch;
+use crate::http::headers::unsigned_fencing_header;
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::extract::Request;
 use futures::{Stream, StreamExt};
 use sha2::{Digest, Sha256};
 use std::pin::Pin;
@@ -23,23 +22,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 
-/// The error a body stream ends with when its bytes do not match what was signed.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct BodyMismatch(pub AuthError);
-
-/// The native API's authentication layer.
-pub async fn authenticate(State(keys): State<Arc<KeyTable>>, req: Request, next: Next) -> Response {
-    match principal_of(&keys, req).await {
-        Ok(req) => next.run(req).await,
-        Err(e) => {
-            tracing::info!(target: "fencegate::audit", code = e.code(), error = %e, "authentication failed");
-            crate::api::auth_error_response(&e)
-        }
-    }
-}
-
-pub(crate) async fn principal_of(keys: &KeyTable, req: Request) -> Result<Request, AuthError> {
+/// The request with its principal as an extension, once its signature is checked (the body's
+/// too, where the signature covers it); the refusal otherwise.
+pub async fn principal_of(keys: &KeyTable, req: Request) -> Result<Request, AuthError> {
     let signed = SignedRequest::parse(req.method(), req.uri(), req.headers(), SystemTime::now())?;
     let Some(signed) = signed else {
         let who = keys.anonymous()?;
@@ -137,31 +122,14 @@ impl Stream for Verified {
                 };
                 Poll::Ready(error.map(|e| {
                     tracing::info!(target: "fencegate::audit", code = e.code(), "a signed body did not match its signature");
-                    Err(BodyMismatch(e).into())
+                    Err(BodyMismatch {
+                        status: e.status(),
+                        code: e.code(),
+                        message: e.to_string(),
+                    }
+                    .into())
                 }))
             }
         }
-    }
-}
-
-/// Refuses requests that carry a principal but whose body stream failed verification: used
-/// by the body reader to turn the stream's error back into an authentication error.
-pub fn body_mismatch(e: axum::Error) -> Result<AuthError, axum::Error> {
-    // The body layers wrap the stream's error once per layer.
-    let mut inner = e.into_inner();
-    loop {
-        inner = match inner.downcast::<BodyMismatch>() {
-            Ok(m) => return Ok(m.0),
-            Err(other) => match other.downcast::<axum::Error>() {
-                Ok(wrapped) => wrapped.into_inner(),
-                Err(other) => return Err(axum::Error::new(other)),
-            },
-        };
-    }
-}
-
-impl IntoResponse for AuthError {
-    fn into_response(self) -> Response {
-        crate::api::auth_error_response(&self)
     }
 }

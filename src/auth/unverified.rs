@@ -56,7 +56,7 @@ impl UnverifiedBodies {
             let mut buf = BytesMut::with_capacity(declared.unwrap_or(0) as usize);
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| {
-                    match crate::server::StalledBody::in_chain(e.into_inner().as_ref()) {
+                    match crate::http::StalledBody::in_chain(e.into_inner().as_ref()) {
                         Some(stalled) => AuthError::Stalled(stalled.secs),
                         None => AuthError::Malformed("the request body was cut short".into()),
                     }

@@ -50,7 +50,7 @@ pub async fn build_gate(config: &Config) -> Result<(Gate, Arc<dyn FenceStore>), 
 }
 
 /// [`build_gate`], also handing back the backends built, for buckets created later.
-async fn build(
+pub async fn build(
     config: &Config,
     mut backends: Backends,
 ) -> Result<(Gate, Arc<dyn FenceStore>, Backends), StartupError> {

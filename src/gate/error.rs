@@ -78,8 +78,6 @@ pub enum GateError {
     Backend(BackendError),
     #[error("{0}")]
     Store(#[from] StoreError),
-    #[error("{0}")]
-    Auth(#[from] crate::auth::AuthError),
 }
 
 impl From<BackendError> for GateError {
@@ -117,7 +115,6 @@ impl GateError {
             GateError::Body(BodyError::Idle { .. }) => 408,
             GateError::Body(BodyError::Broken(_) | BodyError::BadDigest(_)) => 400,
             GateError::Body(BodyError::Unauthenticated { status, .. }) => *status,
-            GateError::Auth(a) => a.status(),
             GateError::Backend(BackendError::Timeout(_)) => 504,
             GateError::Backend(
                 BackendError::Unreachable(_)
@@ -176,7 +173,6 @@ impl GateError {
             GateError::Body(BodyError::Broken(_)) => "IncompleteBody",
             GateError::Body(BodyError::BadDigest(_)) => "BadDigest",
             GateError::Body(BodyError::Unauthenticated { code, .. }) => code,
-            GateError::Auth(a) => a.code(),
             GateError::Backend(BackendError::Invalid { code, .. }) => code,
             GateError::Backend(BackendError::NoSuchUpload(_)) => "NoSuchUpload",
             GateError::Backend(BackendError::NoSuchPart { .. }) => "InvalidPartNumber",

@@ -154,7 +154,7 @@ fn refused_signature(
         None => return None,
     };
     let covered = |name: &str| signed.iter().any(|h| h.eq_ignore_ascii_case(name));
-    crate::api::headers::unsigned_fencing_header(headers, covered).map(|name| format!(
+    crate::http::headers::unsigned_fencing_header(headers, covered).map(|name| format!(
         "the {name} header must be signed: add it to the signed headers (a presigned URL cannot carry it; write with a signed request or lease-bound credentials)"
     ))
 }

@@ -11,10 +11,7 @@ use http::{HeaderValue, StatusCode};
 /// Error bodies are small XML documents; anything larger is passed through untouched.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-/// A new request id: 16 upper-case hex digits, as S3's are.
-pub fn request_id() -> String {
-    format!("{:016X}", rand::random::<u64>())
-}
+pub use crate::http::request_id;
 
 /// Stamps `id` on an answer.
 pub async fn finish(resp: Response, id: &str) -> Response {

@@ -1,7 +1,7 @@
 //! Translations between S3 shapes and the gate's: errors to S3 XML errors (with
 //! `Fencing-Token-Highest`), the token's carriers, user metadata, ETags, times and bodies.
 
-use crate::api::headers;
+use crate::http::headers;
 use crate::backend::s3::TOKEN_META;
 use crate::backend::{BodyError, ByteStream, ObjectInfo, ObjectMeta};
 use crate::gate::{GateError, TokenInput};
@@ -146,12 +146,12 @@ pub fn millis(t: &Timestamp) -> u64 {
 }
 
 /// A PUT body, bounded by size and idle time, and checked against every digest the request
-/// declared ([`super::digests`]).
+/// declared ([`crate::http::digests`]).
 pub fn body(
     blob: Option<StreamingBlob>,
     limit: u64,
     idle: Duration,
-    declared: super::digests::Declared,
+    declared: crate::http::digests::Declared,
 ) -> S3Result<ByteStream> {
     let body = match blob {
         None => futures::stream::empty().boxed(),
@@ -161,7 +161,7 @@ pub fn body(
             idle,
         ),
     };
-    Ok(super::digests::verify(body, declared))
+    Ok(crate::http::digests::verify(body, declared))
 }
 
 /// An object's body for the client.

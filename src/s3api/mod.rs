@@ -6,7 +6,7 @@ mod access;
 pub mod answer;
 mod buckets;
 mod convert;
-pub(crate) mod digests;
+use crate::http::digests;
 mod multipart;
 mod objects;
 mod part_checksums;
@@ -484,3 +484,37 @@ impl s3s::S3 for S3Gateway {
         multipart::list_parts(self, req).await
     }
 }
+/// Answers one request with the S3 gateway: fencegate's own refusals first (those it must
+/// make before s3s reads a body), then s3s, then the request id on whatever answers.
+pub async fn serve(s3: &s3s::service::S3Service, req: axum::extract::Request) -> axum::response::Response {
+    crate::metrics::http::S3Op::handed(req.extensions());
+    let id = crate::http::request_id();
+    tracing::Span::current().record("request_id", id.as_str());
+    if let Some(refusal) = refused_before_s3s(&req) {
+        return answer::finish(refusal, &id).await;
+    }
+    let (req, mismatch) = match post_body_checked(req) {
+        Ok(checked) => checked,
+        Err(refusal) => return answer::finish(*refusal, &id).await,
+    };
+    let req = req.map(s3s::Body::http_body_unsync);
+    let resp = match s3.call(req).await {
+        Ok(resp) => resp.map(axum::body::Body::new),
+        Err(e) => {
+            tracing::error!(error = ?e, "the S3 layer failed");
+            crate::http::error::plain(
+                http::StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                "the S3 layer failed; see the server log".into(),
+            )
+        }
+    };
+    // A body that did not match its digest was cut short, so s3s refused it as incomplete:
+    // the client hears why.
+    let resp = match mismatch.and_then(|m| m.refusal()) {
+        Some(refusal) => refusal,
+        None => resp,
+    };
+    answer::finish(resp, &id).await
+}
+

@@ -4,7 +4,7 @@
 use super::convert::{self, s3_error, ReadConditions};
 use super::objects::copy_source;
 use super::{part_checksums, S3Gateway};
-use crate::api::headers;
+use crate::http::headers;
 use crate::backend::PartChecksum;
 use crate::gate::WriteRequest;
 use s3s::dto::*;
@@ -35,7 +35,7 @@ pub async fn create(
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     let input = req.input;
     note(&input.bucket, &input.key);
-    super::digests::Declared::refuse_on(&req.headers, "CreateMultipartUpload")?;
+    crate::http::digests::Declared::refuse_on(&req.headers, "CreateMultipartUpload")?;
     let write = WriteRequest {
         bucket: input.bucket.clone(),
         key: input.key.clone(),
@@ -78,7 +78,7 @@ pub async fn upload_part(
         err.set_status_code(http::StatusCode::LENGTH_REQUIRED);
         return Err(err);
     };
-    let declared = super::digests::Declared::of(
+    let declared = crate::http::digests::Declared::of(
         &req.headers,
         req.trailing_headers.clone(),
         input.content_md5.as_deref(),
@@ -159,7 +159,7 @@ pub async fn upload_part_copy(
     let input = req.input;
     note(&input.bucket, &input.key);
     check_part_number(gw, input.part_number)?;
-    super::digests::Declared::refuse_on(&req.headers, "UploadPartCopy")?;
+    crate::http::digests::Declared::refuse_on(&req.headers, "UploadPartCopy")?;
     let (src_bucket, src_key) = copy_source(gw, &input.copy_source, req.credentials.as_ref())?;
     let head = gw.gate.head(src_bucket, src_key).await.map_err(s3_error)?;
     ReadConditions {

@@ -4,7 +4,7 @@
 
 use super::convert::{self, s3_error, ReadConditions};
 use super::S3Gateway;
-use crate::api::headers;
+use crate::http::headers;
 use crate::gate::{GateError, WriteRequest};
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
@@ -78,7 +78,7 @@ pub async fn put_object(
         input.body,
         gw.max_body_bytes,
         gw.body_idle_timeout,
-        super::digests::Declared::of(
+        crate::http::digests::Declared::of(
             &req.headers,
             req.trailing_headers.clone(),
             input.content_md5.as_deref(),
@@ -440,7 +440,7 @@ pub async fn copy_object(
     let who = principal_name(gw, &req)?;
     let input = req.input;
     note(&input.bucket, &input.key);
-    super::digests::Declared::refuse_on(&req.headers, "CopyObject")?;
+    crate::http::digests::Declared::refuse_on(&req.headers, "CopyObject")?;
     let (src_bucket, src_key) = copy_source(gw, &input.copy_source, req.credentials.as_ref())?;
     let replace = input
         .metadata_directive

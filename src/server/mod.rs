@@ -4,10 +4,10 @@
 
 mod listen;
 pub mod reload;
-mod stall;
+pub mod routes;
 pub mod tls;
 
-pub use stall::{bound_bodies, StalledBody};
+pub use crate::catalog::{build_gate, StartupError};
 
 use crate::api::{self, AppState};
 use crate::auth::KeyTable;
@@ -104,7 +104,8 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             error,
         })?;
     let registered = registered_handles(&uploads_dir);
-    let (gate, store, backends) = build(&config, Backends::for_startup(registered)).await?;
+    let (gate, store, backends) =
+        crate::catalog::build(&config, Backends::for_startup(registered)).await?;
     for line in config.describe().lines() {
         tracing::info!("{line}");
     }
@@ -167,11 +168,6 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         max_body_bytes: config.server.max_body_bytes,
         body_idle_timeout: Duration::from_secs(config.server.body_idle_timeout_secs),
         metrics,
-        s3: if config.s3_listen.is_none() {
-            s3.clone()
-        } else {
-            None
-        },
         max_header_bytes: config.server.max_header_bytes,
         leases,
         keys: keys.clone(),
@@ -198,11 +194,13 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         read_buffer: listen::Limits::read_buffer_for(config.server.max_header_bytes),
     };
     let mut servers = tokio::task::JoinSet::new();
+    // The S3 gateway answers on the native listener unless it has one of its own.
+    let shared_s3 = s3.clone().filter(|_| config.s3_listen.is_none());
     let native_router = match admin_listener {
         Some(l) => {
             let admin_addr = l.local_addr().map_err(StartError::Serve)?;
             tracing::info!(%admin_addr, "the admin surface is listening; try: curl {scheme}://{admin_addr}/metrics");
-            let router = api::admin_only_router(&state, admin_routes);
+            let router = routes::admin_only_router(&state, admin_routes);
             servers.spawn(listen::serve(
                 l,
                 router,
@@ -210,14 +208,14 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
                 shutdown_signal(),
                 limits.clone(),
             ));
-            api::router(state.clone(), api::AdminPlace::At(admin_addr))
+            routes::router(state.clone(), shared_s3, routes::AdminPlace::At(admin_addr))
         }
-        None => api::router(state.clone(), api::AdminPlace::Here(admin_routes)),
+        None => routes::router(state.clone(), shared_s3, routes::AdminPlace::Here(admin_routes)),
     };
     if let Some(l) = s3_listener {
         let s3_addr = l.local_addr().map_err(StartError::Serve)?;
         tracing::info!(%s3_addr, "the S3 gateway is listening; try: aws --endpoint-url {scheme}://{s3_addr} s3 ls");
-        let router = api::s3_only_router(AppState { s3, ..state });
+        let router = routes::s3_only_router(&state, s3);
         servers.spawn(listen::serve(
             l,
             router,

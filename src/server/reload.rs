@@ -360,6 +360,20 @@ fn diff(prefix: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
     }
 }
 
+#[async_trait::async_trait]
+impl crate::api::Reload for Reloader {
+    async fn reload(&self, principal: &str) -> Result<String, crate::api::ReloadRefused> {
+        match Reloader::reload(self, principal).await {
+            Ok(report) => Ok(serde_json::to_string(&report).unwrap_or_default()),
+            Err(e) => Err(crate::api::ReloadRefused {
+                status: e.status(),
+                code: e.code(),
+                message: e.to_string(),
+            }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

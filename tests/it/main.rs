@@ -13,3 +13,4 @@ mod examples;
 mod native;
 mod ops;
 mod s3;
+mod structure;

@@ -209,11 +209,11 @@ pub fn body_stream(
     }
     Ok(bound(
         body.into_data_stream().map(|r| {
-            r.map_err(|e| match crate::auth::native::body_mismatch(e) {
-                Ok(a) => BodyError::Unauthenticated {
-                    status: a.status(),
-                    code: a.code(),
-                    message: a.to_string(),
+            r.map_err(|e| match super::body::body_mismatch(e) {
+                Ok(m) => BodyError::Unauthenticated {
+                    status: m.status,
+                    code: m.code,
+                    message: m.message,
                 },
                 Err(e) => BodyError::Broken(e.to_string()),
             })

@@ -1,0 +1,38 @@
+//! Errors as JSON answers, `{"error": CODE, "message": ...}`, for the native API, the admin
+//! surface and the listener's own refusals (no route, wrong method, headers too large).
+
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+/// An answer with `status`, its `code` and a message that says what to do.
+pub fn plain(status: StatusCode, code: &str, message: String) -> Response {
+    (
+        status,
+        Json(serde_json::json!({ "error": code, "message": message })),
+    )
+        .into_response()
+}
+
+/// 404 for a path no surface serves.
+pub async fn no_route(req: Request) -> Response {
+    crate::http::error::plain(
+        StatusCode::NOT_FOUND,
+        "NoSuchRoute",
+        format!(
+            "no route for {} {}; objects live under /v1/objects/{{bucket}}/{{key}} and fences under /v1/fences/{{bucket}}/{{key}}",
+            req.method(),
+            req.uri().path()
+        ),
+    )
+}
+
+/// 405 for a routed path asked with a method it does not take.
+pub async fn wrong_method(req: Request) -> Response {
+    crate::http::error::plain(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        format!("{} is not allowed on {}", req.method(), req.uri().path()),
+    )
+}
