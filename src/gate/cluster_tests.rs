@@ -2,7 +2,7 @@
 //! instances) over one shared fence table, which compares revisions as etcd does, and one
 //! store, whose commits are compare-and-swaps as S3's conditional writes are. The store
 //! records the token of every commit in the order they land, so the contract's line 1 is
-//! checked on that order. tests/cluster.rs runs the same protocol on real etcd and ministack.
+//! checked on that order. tests/it/cluster/protocol.rs runs the same protocol on real etcd and ministack.
 
 use super::*;
 use crate::backend::memory::MemoryBackend;

@@ -2,7 +2,7 @@
 //! different request under the same key is refused, a retry while the first is still being
 //! received gets 409, and deletes are replayed too, and answers expire.
 //! Power loss at every step is in `crash_tests.rs`, multipart completions in
-//! `tests/s3_gateway.rs`, several instances in `tests/cluster.rs`.
+//! `tests/it/s3/gateway.rs`, several instances in `tests/it/cluster/protocol.rs`.
 
 use super::*;
 use crate::backend::memory::MemoryBackend;

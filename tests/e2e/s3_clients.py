@@ -1,5 +1,5 @@
 """End-to-end S3 clients against a running fencegate: the real aws cli and boto3, then hostile
-requests signed with botocore's SigV4 and sent raw. Run by tests/s3_clients.rs, which starts
+requests signed with botocore's SigV4 and sent raw. Run by tests/it/s3/clients.rs, which starts
 fencegate and passes FG_ENDPOINT; the venv (scripts/test) provides awscli and boto3.
 
 Exits non-zero, naming the step, at the first thing that does not behave as the README says."""

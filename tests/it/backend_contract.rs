@@ -51,7 +51,7 @@ impl Fx {
                 let store = Store::start(store_kind);
                 store.create_bucket(STORE_BUCKET).await;
                 // The opt-in on moto only: it ignores If-Match on CompleteMultipartUpload, so
-                // the start-up probe refuses it otherwise (tests/s3_backend.rs proves that).
+                // the start-up probe refuses it otherwise (tests/it/s3/backend.rs proves that).
                 let config = format!(
                     "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nmultipart_threshold_bytes = {THRESHOLD}\n{}\n\n[buckets.default]\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"tenant-a/\"\n",
                     store.endpoint(),

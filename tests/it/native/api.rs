@@ -80,7 +80,7 @@ async fn error_table_rows_have_json_bodies() {
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "PreconditionFailed");
     // The other condition rows (If-None-Match: *, a matching If-Match) run on both backends in
-    // tests/conformance.rs.
+    // tests/it/backend_contract.rs.
 
     let (status, body) = put(&c, &s.object_url("nope", "k"), Some("1"), b"x").await;
     assert_eq!(

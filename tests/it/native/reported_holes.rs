@@ -1,6 +1,6 @@
 //! The holes an independent review found (issue 11), each replayed against the real binary
 //! through the native API exactly as it was reported; each test failed before its fix. The
-//! S3 surface's versions are in tests/s3_gateway.rs (`holes_are_closed`), and the races
+//! S3 surface's versions are in tests/it/s3/gateway.rs (`holes_are_closed`), and the races
 //! (clients that hang up mid-commit, grants racing writers) in the torture harness.
 
 use crate::common;
