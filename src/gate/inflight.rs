@@ -1,5 +1,5 @@
 //! Writes in flight per bucket, so that DeleteBucket never answers while a write that could
-//! still land in the bucket is running (docs/threat-model.md, review round 2).
+//! still land in the bucket is running (docs/history.md, review round 2).
 //!
 //! Every write, delete and upload creation holds a [`WriteTicket`] from its admission until
 //! its commit task ends (the ticket moves into the task). DeleteBucket first marks the bucket
