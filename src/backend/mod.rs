@@ -6,6 +6,7 @@ pub mod instrumented;
 pub mod fs;
 pub mod memory;
 pub mod s3;
+pub mod scripted;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -432,6 +433,9 @@ impl From<std::io::Error> for BackendError {
     }
 }
 
+/// Where the bytes live. Every method is required, with no default: a wrapper (metrics, a
+/// test's script) that forgot to forward one would otherwise change behaviour silently, as a
+/// defaulted `conditional_commit` would trust a store the probe found ignoring If-Match.
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
     /// Writes the body somewhere invisible and durable. On error nothing is left behind.
@@ -455,17 +459,15 @@ pub trait Backend: Send + Sync + 'static {
     /// Cluster mode (a shared fence table): [`Backend::commit`], sent so that the store itself
     /// refuses it once `not_after` has passed (an S3 presigned request's expiry). An instance
     /// paused past `not_after` can then no longer land it, and other instances may decide
-    /// after that time without its answer (docs/design.md, "Bounded intents"). The default
-    /// ignores the deadline: only the s3 backend runs with a shared table (configuration
-    /// checks refuse the others).
+    /// after that time without its answer (docs/design.md, "Bounded intents"). Only the s3
+    /// backend runs with a shared table (configuration checks refuse the others), so the others
+    /// commit as [`Backend::commit`] does.
     async fn commit_by(
         &self,
         staged: &Staged,
         expected: Option<&str>,
-        _not_after: std::time::SystemTime,
-    ) -> Result<ObjectInfo, BackendError> {
-        self.commit(staged, expected).await
-    }
+        not_after: std::time::SystemTime,
+    ) -> Result<ObjectInfo, BackendError>;
 
     /// [`Backend::delete`] with a store-enforced deadline, as [`Backend::commit_by`].
     async fn delete_by(
@@ -473,39 +475,28 @@ pub trait Backend: Send + Sync + 'static {
         bucket: &str,
         key: &str,
         expected: &str,
-        _not_after: std::time::SystemTime,
-    ) -> Result<(), BackendError> {
-        self.delete(bucket, key, expected).await
-    }
+        not_after: std::time::SystemTime,
+    ) -> Result<(), BackendError>;
 
     /// Whether committing `staged` is an atomic compare-and-swap on the object's version: true
     /// for `fs` (checked under the scope's lock) and for s3 stores the start-up probe proved
     /// honour If-Match / If-None-Match on that kind of commit. The gate then trusts its fence
     /// table for the version instead of reading it from the backend before the commit.
-    fn conditional_commit(&self, _staged: &Staged) -> bool {
-        true
-    }
+    fn conditional_commit(&self, staged: &Staged) -> bool;
 
     /// How long a commit or delete whose answer was lost (a timeout, a reset) may still be
     /// applied by the store. `None`: never, because the operation ended when the call returned
     /// (fs: a blocking task that ran to its end). The gate refuses the object until then.
-    fn in_flight_bound(&self) -> Option<std::time::Duration> {
-        None
-    }
+    fn in_flight_bound(&self) -> Option<std::time::Duration>;
 
     /// How far this instance's clock runs ahead of the store's (ms, as a range: negative is
     /// behind), for cluster mode's clock watch. `None`: the backend has no clock that matters
     /// (a local file store).
-    async fn clock_offset(&self) -> Option<Result<(i64, i64), String>> {
-        None
-    }
+    async fn clock_offset(&self) -> Option<Result<(i64, i64), String>>;
 
     /// Readiness (`GET /readyz`): whether `bucket` can be served now, checked cheaply (fs: its
-    /// directory and the staging area are usable; s3: HeadBucket). The memory double has
-    /// nothing that can become unreachable, hence the default.
-    async fn check_ready(&self, _bucket: &str) -> Result<(), BackendError> {
-        Ok(())
-    }
+    /// directory and the staging area are usable; s3: HeadBucket).
+    async fn check_ready(&self, bucket: &str) -> Result<(), BackendError>;
 
     /// Drops a staged body that lost (or whose commit failed).
     async fn discard(&self, staged: Staged);
@@ -513,9 +504,7 @@ pub trait Backend: Send + Sync + 'static {
     /// Drops what a multipart completion assembled, but keeps the upload's parts: its commit
     /// was refused for now (a commit in progress, the fence table unavailable) and the client
     /// will complete it again. A backend whose assembly is the store's own upload keeps it.
-    async fn release(&self, staged: Staged) {
-        self.discard(staged).await
-    }
+    async fn release(&self, staged: Staged);
 
     /// The identity of the object's current version (`None`: absent), without reading it. This
     /// is what bypass detection compares; it works even on an object fencegate cannot parse.
@@ -541,79 +530,56 @@ pub trait Backend: Send + Sync + 'static {
         key: &str,
         start: u64,
         end: u64,
-    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
-        let Some((info, body)) = self.get(bucket, key).await? else {
-            return Ok(None);
-        };
-        Ok(Some((info, slice_stream(body, start, end))))
-    }
+    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError>;
 
     /// Part `number` of the object (GetObject / HeadObject `partNumber`), with its bytes when
     /// `body`; `None`: absent. [`BackendError::NoSuchPart`] when the object has no such part.
-    /// The default reads the whole object once and slices it by [`ObjectInfo::parts`].
+    /// [`part_of_whole`] serves a backend that can only read whole objects.
     async fn get_part(
         &self,
         bucket: &str,
         key: &str,
         number: u32,
         body: bool,
-    ) -> Result<Option<ObjectPart>, BackendError> {
-        let Some((info, stream)) = self.get(bucket, key).await? else {
-            return Ok(None);
-        };
-        let span = PartSpan::of(&info.parts, info.size, number)?;
-        Ok(Some(ObjectPart {
-            info,
-            span,
-            body: body.then(|| span.slice(stream)),
-        }))
-    }
+    ) -> Result<Option<ObjectPart>, BackendError>;
 
     /// Starts a multipart upload whose object will carry `meta`; returns the backend's handle.
     async fn create_upload(
         &self,
-        _bucket: &str,
-        _key: &str,
-        _meta: &ObjectMeta,
-    ) -> Result<String, BackendError> {
-        Err(BackendError::Unsupported("multipart uploads"))
-    }
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+    ) -> Result<String, BackendError>;
 
     /// Stores one part, invisible to readers. `size` is the Content-Length when known.
     async fn upload_part(
         &self,
-        _bucket: &str,
-        _key: &str,
-        _handle: &str,
-        _number: i32,
-        _body: ByteStream,
-        _size: Option<u64>,
-    ) -> Result<PartInfo, BackendError> {
-        Err(BackendError::Unsupported("multipart uploads"))
-    }
+        bucket: &str,
+        key: &str,
+        handle: &str,
+        number: i32,
+        body: ByteStream,
+        size: Option<u64>,
+    ) -> Result<PartInfo, BackendError>;
 
     /// Joins the parts (already checked against those uploaded, in order) into a staged body,
     /// committed like any other. The parts stay until [`Backend::finish_upload`].
     async fn assemble(
         &self,
-        _bucket: &str,
-        _key: &str,
-        _handle: &str,
-        _parts: &[PartInfo],
-        _meta: ObjectMeta,
-    ) -> Result<Staged, BackendError> {
-        Err(BackendError::Unsupported("multipart uploads"))
-    }
+        bucket: &str,
+        key: &str,
+        handle: &str,
+        parts: &[PartInfo],
+        meta: ObjectMeta,
+    ) -> Result<Staged, BackendError>;
 
     /// Drops what is left of an upload: after its commit, or when it is aborted. Idempotent.
     async fn finish_upload(
         &self,
-        _bucket: &str,
-        _key: &str,
-        _handle: &str,
-    ) -> Result<(), BackendError> {
-        Ok(())
-    }
+        bucket: &str,
+        key: &str,
+        handle: &str,
+    ) -> Result<(), BackendError>;
 
     /// Keys starting with `prefix`, after `start_after`, at most `max`.
     async fn list(
@@ -623,6 +589,41 @@ pub trait Backend: Send + Sync + 'static {
         start_after: Option<&str>,
         max: usize,
     ) -> Result<ListPage, BackendError>;
+}
+
+/// [`Backend::get_range`] for a backend that can only read whole objects: the whole object,
+/// sliced.
+pub async fn range_of_whole(
+    backend: &dyn Backend,
+    bucket: &str,
+    key: &str,
+    start: u64,
+    end: u64,
+) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
+    let Some((info, body)) = backend.get(bucket, key).await? else {
+        return Ok(None);
+    };
+    Ok(Some((info, slice_stream(body, start, end))))
+}
+
+/// [`Backend::get_part`] for a backend that can only read whole objects: the whole object
+/// read once and sliced by [`ObjectInfo::parts`].
+pub async fn part_of_whole(
+    backend: &dyn Backend,
+    bucket: &str,
+    key: &str,
+    number: u32,
+    body: bool,
+) -> Result<Option<ObjectPart>, BackendError> {
+    let Some((info, stream)) = backend.get(bucket, key).await? else {
+        return Ok(None);
+    };
+    let span = PartSpan::of(&info.parts, info.size, number)?;
+    Ok(Some(ObjectPart {
+        info,
+        span,
+        body: body.then(|| span.slice(stream)),
+    }))
 }
 
 /// Bytes `start..=end` of a stream, dropping the rest as it passes.

@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::backend::memory::MemoryBackend;
+use crate::backend::scripted::{Script, Scripted};
 use crate::backend::{Backend, BackendError, BodyError, ByteStream, ListPage, ObjectInfo, Staged};
 use crate::config::BucketPolicy;
 use crate::fence::memory::MemoryFenceStore;
@@ -33,9 +34,10 @@ struct Store {
 }
 
 impl Store {
-    fn new() -> Arc<Store> {
-        Arc::new(Store {
-            inner: Arc::new(MemoryBackend::new()),
+    fn new() -> Arc<Scripted<Store>> {
+        let inner = Arc::new(MemoryBackend::new());
+        Arc::new(Scripted::new(inner.clone(), Store {
+            inner,
             hold: AtomicBool::new(false),
             held: AtomicU64::new(0),
             release: watch::channel(false).0,
@@ -43,7 +45,7 @@ impl Store {
             ignore_deadlines: AtomicBool::new(false),
             apply_ms: AtomicU64::new(0),
             clock_ahead_ms: std::sync::atomic::AtomicI64::new(0),
-        })
+        }))
     }
 
     /// Tokens of the commits, in the order they landed.
@@ -69,21 +71,15 @@ impl Store {
 }
 
 #[async_trait::async_trait]
-impl Backend for Store {
-    async fn stage(
+impl Script for Store {
+    async fn commit(
         &self,
-        b: &str,
-        k: &str,
-        m: ObjectMeta,
-        body: ByteStream,
-    ) -> Result<Staged, BackendError> {
-        self.inner.stage(b, k, m, body).await
-    }
-    async fn commit(&self, _: &Staged, _: Option<&str>) -> Result<ObjectInfo, BackendError> {
+        _inner: &Arc<dyn Backend>, _: &Staged, _: Option<&str>) -> Result<ObjectInfo, BackendError> {
         unreachable!("a gate on a shared table commits with a deadline")
     }
     async fn commit_by(
         &self,
+        _inner: &Arc<dyn Backend>,
         s: &Staged,
         e: Option<&str>,
         not_after: std::time::SystemTime,
@@ -95,31 +91,18 @@ impl Backend for Store {
         }
         self.inner.commit(s, e).await
     }
-    async fn clock_offset(&self) -> Option<Result<(i64, i64), String>> {
+    async fn clock_offset(&self, _inner: &Arc<dyn Backend>) -> Option<Result<(i64, i64), String>> {
         let ahead = self.clock_ahead_ms.load(Ordering::SeqCst);
         Some(Ok((ahead - 999, ahead)))
     }
-    async fn discard(&self, s: Staged) {
-        self.inner.discard(s).await
-    }
-    async fn version(&self, b: &str, k: &str) -> Result<Option<String>, BackendError> {
-        self.inner.version(b, k).await
-    }
-    async fn head(&self, b: &str, k: &str) -> Result<Option<ObjectInfo>, BackendError> {
-        self.inner.head(b, k).await
-    }
-    async fn get(
+    async fn delete(
         &self,
-        b: &str,
-        k: &str,
-    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
-        self.inner.get(b, k).await
-    }
-    async fn delete(&self, _: &str, _: &str, _: &str) -> Result<(), BackendError> {
+        _inner: &Arc<dyn Backend>, _: &str, _: &str, _: &str) -> Result<(), BackendError> {
         unreachable!("a gate on a shared table deletes with a deadline")
     }
     async fn delete_by(
         &self,
+        _inner: &Arc<dyn Backend>,
         b: &str,
         k: &str,
         e: &str,
@@ -127,15 +110,6 @@ impl Backend for Store {
     ) -> Result<(), BackendError> {
         self.arrive(not_after).await?;
         self.inner.delete(b, k, e).await
-    }
-    async fn list(
-        &self,
-        b: &str,
-        p: &str,
-        s: Option<&str>,
-        m: usize,
-    ) -> Result<ListPage, BackendError> {
-        self.inner.list(b, p, s, m).await
     }
 }
 
@@ -187,12 +161,12 @@ impl FenceStore for Interleaved {
 const TTL: Duration = Duration::from_millis(100);
 
 /// Two gates over one shared table and one store.
-fn cluster() -> ([Arc<Gate>; 2], Arc<Store>, Arc<Interleaved>) {
+fn cluster() -> ([Arc<Gate>; 2], Arc<Scripted<Store>>, Arc<Interleaved>) {
     cluster_with(Duration::from_millis(20))
 }
 
 /// [`cluster`], with `apply` as the gates' margin for the store's apply time.
-fn cluster_with(apply: Duration) -> ([Arc<Gate>; 2], Arc<Store>, Arc<Interleaved>) {
+fn cluster_with(apply: Duration) -> ([Arc<Gate>; 2], Arc<Scripted<Store>>, Arc<Interleaved>) {
     let table = Arc::new(Interleaved {
         inner: MemoryFenceStore::new_shared(),
         conflicts: AtomicU64::new(0),

@@ -8,6 +8,7 @@
 
 use super::*;
 use crate::backend::memory::MemoryBackend;
+use crate::backend::scripted::{Script, Scripted};
 use crate::backend::{Backend, BackendError, BodyError, ByteStream, ListPage, ObjectInfo, Staged};
 use crate::config::BucketPolicy;
 use crate::fence::memory::MemoryFenceStore;
@@ -82,18 +83,10 @@ struct CrashBackend {
 }
 
 #[async_trait::async_trait]
-impl Backend for CrashBackend {
-    async fn stage(
-        &self,
-        b: &str,
-        k: &str,
-        m: ObjectMeta,
-        body: ByteStream,
-    ) -> Result<Staged, BackendError> {
-        self.inner.stage(b, k, m, body).await
-    }
+impl Script for CrashBackend {
     async fn commit(
         &self,
+        _inner: &Arc<dyn Backend>,
         staged: &Staged,
         expected: Option<&str>,
     ) -> Result<ObjectInfo, BackendError> {
@@ -109,23 +102,9 @@ impl Backend for CrashBackend {
             }
         }
     }
-    async fn discard(&self, staged: Staged) {
-        self.inner.discard(staged).await
-    }
-    async fn version(&self, b: &str, k: &str) -> Result<Option<String>, BackendError> {
-        self.inner.version(b, k).await
-    }
-    async fn head(&self, b: &str, k: &str) -> Result<Option<ObjectInfo>, BackendError> {
-        self.inner.head(b, k).await
-    }
-    async fn get(
+    async fn delete(
         &self,
-        b: &str,
-        k: &str,
-    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
-        self.inner.get(b, k).await
-    }
-    async fn delete(&self, b: &str, k: &str, e: &str) -> Result<(), BackendError> {
+        _inner: &Arc<dyn Backend>, b: &str, k: &str, e: &str) -> Result<(), BackendError> {
         match self.power.step() {
             Err(()) => Err(BackendError::Unreachable("power lost".into())),
             Ok(alive) => {
@@ -137,15 +116,6 @@ impl Backend for CrashBackend {
                 }
             }
         }
-    }
-    async fn list(
-        &self,
-        b: &str,
-        p: &str,
-        s: Option<&str>,
-        m: usize,
-    ) -> Result<ListPage, BackendError> {
-        self.inner.list(b, p, s, m).await
     }
 }
 
@@ -214,10 +184,10 @@ async fn no_acknowledged_token_is_forgotten_at_any_crash_point() {
             inner: store.clone(),
             power: power.clone(),
         }),
-        Arc::new(CrashBackend {
+        Arc::new(Scripted::new(backend.clone(), CrashBackend {
             inner: backend.clone(),
             power: power.clone(),
-        }),
+        })),
     );
     let full = script(&g, &backend).await;
     assert_eq!(full.len(), 7, "{full:?}");
@@ -238,10 +208,10 @@ async fn no_acknowledged_token_is_forgotten_at_any_crash_point() {
                     inner: store.clone(),
                     power: power.clone(),
                 }),
-                Arc::new(CrashBackend {
+                Arc::new(Scripted::new(backend.clone(), CrashBackend {
                     inner: backend.clone(),
                     power,
-                }),
+                })),
             );
             let acked = script(&g, &backend).await;
             // Power loss: unsynced fence rows are gone; a fresh gate starts on what is left.
@@ -304,10 +274,10 @@ async fn a_retry_after_a_crash_at_any_point_commits_once() {
                 inner: store,
                 power: power.clone(),
             }),
-            Arc::new(CrashBackend {
+            Arc::new(Scripted::new(backend.clone(), CrashBackend {
                 inner: backend,
                 power: power.clone(),
-            }),
+            })),
         );
         assert!(run(&g).await.iter().all(|r| r.is_ok()));
         power.ops.load(Ordering::SeqCst)
@@ -324,10 +294,10 @@ async fn a_retry_after_a_crash_at_any_point_commits_once() {
                     inner: store.clone(),
                     power: power.clone(),
                 }),
-                Arc::new(CrashBackend {
+                Arc::new(Scripted::new(backend.clone(), CrashBackend {
                     inner: backend.clone(),
                     power,
-                }),
+                })),
             );
             run(&g).await;
             store.lose_unsynced();
@@ -369,18 +339,10 @@ struct LateStore {
 }
 
 #[async_trait::async_trait]
-impl Backend for LateStore {
-    async fn stage(
-        &self,
-        b: &str,
-        k: &str,
-        m: ObjectMeta,
-        body: ByteStream,
-    ) -> Result<Staged, BackendError> {
-        self.inner.stage(b, k, m, body).await
-    }
+impl Script for LateStore {
     async fn commit(
         &self,
+        _inner: &Arc<dyn Backend>,
         staged: &Staged,
         expected: Option<&str>,
     ) -> Result<ObjectInfo, BackendError> {
@@ -390,36 +352,8 @@ impl Backend for LateStore {
         }
         self.inner.commit(staged, expected).await
     }
-    fn in_flight_bound(&self) -> Option<std::time::Duration> {
+    fn in_flight_bound(&self, _inner: &Arc<dyn Backend>) -> Option<std::time::Duration> {
         self.bound
-    }
-    async fn discard(&self, staged: Staged) {
-        self.inner.discard(staged).await
-    }
-    async fn version(&self, b: &str, k: &str) -> Result<Option<String>, BackendError> {
-        self.inner.version(b, k).await
-    }
-    async fn head(&self, b: &str, k: &str) -> Result<Option<ObjectInfo>, BackendError> {
-        self.inner.head(b, k).await
-    }
-    async fn get(
-        &self,
-        b: &str,
-        k: &str,
-    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
-        self.inner.get(b, k).await
-    }
-    async fn delete(&self, b: &str, k: &str, e: &str) -> Result<(), BackendError> {
-        self.inner.delete(b, k, e).await
-    }
-    async fn list(
-        &self,
-        b: &str,
-        p: &str,
-        s: Option<&str>,
-        m: usize,
-    ) -> Result<ListPage, BackendError> {
-        self.inner.list(b, p, s, m).await
     }
 }
 
@@ -463,13 +397,13 @@ async fn killed_mid_commit(
     let table = Arc::new(MemoryFenceStore::new());
     let objects = Arc::new(MemoryBackend::new());
     let late = |hold| {
-        Arc::new(LateStore {
+        Arc::new(Scripted::new(objects.clone(), LateStore {
             inner: objects.clone(),
             bound,
             hold: std::sync::atomic::AtomicBool::new(hold),
             held: std::sync::atomic::AtomicBool::new(false),
             land: tokio::sync::watch::channel(false).0,
-        })
+        }))
     };
     let first = late(true);
     let dying = Arc::new(Dead {

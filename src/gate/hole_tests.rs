@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::backend::memory::MemoryBackend;
+use crate::backend::scripted::{Script, Scripted};
 use crate::backend::{Backend, BackendError, BodyError, ByteStream, ListPage, ObjectInfo, Staged};
 use crate::config::{BucketPolicy, ScopeKind};
 use crate::fence::memory::MemoryFenceStore;
@@ -25,17 +26,13 @@ struct Faulty {
 }
 
 #[async_trait::async_trait]
-impl Backend for Faulty {
-    async fn stage(
+impl Script for Faulty {
+    async fn commit(
         &self,
-        b: &str,
-        k: &str,
-        m: ObjectMeta,
-        body: ByteStream,
-    ) -> Result<Staged, BackendError> {
-        self.inner.stage(b, k, m, body).await
-    }
-    async fn commit(&self, s: &Staged, e: Option<&str>) -> Result<ObjectInfo, BackendError> {
+        _inner: &Arc<dyn Backend>,
+        s: &Staged,
+        e: Option<&str>,
+    ) -> Result<ObjectInfo, BackendError> {
         self.commits_started.fetch_add(1, Ordering::SeqCst);
         let delay = Duration::from_millis(self.commit_delay_ms.load(Ordering::SeqCst));
         let inner = self.inner.clone();
@@ -62,34 +59,6 @@ impl Backend for Faulty {
         }
         landed
     }
-    async fn discard(&self, s: Staged) {
-        self.inner.discard(s).await
-    }
-    async fn version(&self, b: &str, k: &str) -> Result<Option<String>, BackendError> {
-        self.inner.version(b, k).await
-    }
-    async fn head(&self, b: &str, k: &str) -> Result<Option<ObjectInfo>, BackendError> {
-        self.inner.head(b, k).await
-    }
-    async fn get(
-        &self,
-        b: &str,
-        k: &str,
-    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
-        self.inner.get(b, k).await
-    }
-    async fn delete(&self, b: &str, k: &str, e: &str) -> Result<(), BackendError> {
-        self.inner.delete(b, k, e).await
-    }
-    async fn list(
-        &self,
-        b: &str,
-        p: &str,
-        s: Option<&str>,
-        m: usize,
-    ) -> Result<ListPage, BackendError> {
-        self.inner.list(b, p, s, m).await
-    }
 }
 
 /// A second handle on a body the memory backend staged, for a commit that outlives its call.
@@ -108,9 +77,10 @@ fn handle_copy(s: &Staged) -> Staged {
     }
 }
 
-fn gate_with(policy: BucketPolicy) -> (Arc<Gate>, Arc<Faulty>, Arc<MemoryFenceStore>) {
+fn gate_with(policy: BucketPolicy) -> (Arc<Gate>, Arc<Scripted<Faulty>>, Arc<MemoryFenceStore>) {
     let store = Arc::new(MemoryFenceStore::new());
-    let backend = Arc::new(Faulty::default());
+    let faulty = Faulty::default();
+    let backend = Arc::new(Scripted::new(faulty.inner.clone(), faulty));
     let mut buckets = BTreeMap::new();
     buckets.insert("b".to_string(), BucketEntry::new(policy, backend.clone()));
     (Arc::new(Gate::new(store.clone(), buckets)), backend, store)
@@ -449,17 +419,13 @@ struct LateStore {
 }
 
 #[async_trait::async_trait]
-impl Backend for LateStore {
-    async fn stage(
+impl Script for LateStore {
+    async fn commit(
         &self,
-        b: &str,
-        k: &str,
-        m: ObjectMeta,
-        body: ByteStream,
-    ) -> Result<Staged, BackendError> {
-        self.inner.stage(b, k, m, body).await
-    }
-    async fn commit(&self, s: &Staged, e: Option<&str>) -> Result<ObjectInfo, BackendError> {
+        _inner: &Arc<dyn Backend>,
+        s: &Staged,
+        e: Option<&str>,
+    ) -> Result<ObjectInfo, BackendError> {
         let (inner, late) = (self.inner.clone(), self.late);
         let staged = handle_copy(s);
         let expected = e.map(str::to_string);
@@ -471,36 +437,11 @@ impl Backend for LateStore {
             "the store did not answer in time".into(),
         ))
     }
-    fn in_flight_bound(&self) -> Option<Duration> {
+    fn in_flight_bound(&self, _inner: &Arc<dyn Backend>) -> Option<Duration> {
         Some(Duration::from_secs(60))
     }
-    async fn discard(&self, _s: Staged) {
+    async fn discard(&self, _inner: &Arc<dyn Backend>, _s: Staged) {
         // The request in flight still needs its staged body.
-    }
-    async fn version(&self, b: &str, k: &str) -> Result<Option<String>, BackendError> {
-        self.inner.version(b, k).await
-    }
-    async fn head(&self, b: &str, k: &str) -> Result<Option<ObjectInfo>, BackendError> {
-        self.inner.head(b, k).await
-    }
-    async fn get(
-        &self,
-        b: &str,
-        k: &str,
-    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
-        self.inner.get(b, k).await
-    }
-    async fn delete(&self, b: &str, k: &str, e: &str) -> Result<(), BackendError> {
-        self.inner.delete(b, k, e).await
-    }
-    async fn list(
-        &self,
-        b: &str,
-        p: &str,
-        s: Option<&str>,
-        m: usize,
-    ) -> Result<ListPage, BackendError> {
-        self.inner.list(b, p, s, m).await
     }
 }
 
@@ -514,7 +455,8 @@ fn late_gate(policy: BucketPolicy) -> (Arc<Gate>, Arc<MemoryBackend>, Arc<Memory
         inner: inner.clone(),
         late: Duration::from_millis(300),
     };
-    buckets.insert("b".to_string(), BucketEntry::new(policy, Arc::new(late)));
+    let late = Arc::new(Scripted::new(inner.clone(), late));
+    buckets.insert("b".to_string(), BucketEntry::new(policy, late));
     (Arc::new(Gate::new(store.clone(), buckets)), inner, store)
 }
 

@@ -437,6 +437,45 @@ impl Backend for FsBackend {
         .await
     }
 
+    /// Only the s3 backend runs with a shared fence table, where deadlines matter.
+    async fn commit_by(
+        &self,
+        staged: &Staged,
+        expected: Option<&str>,
+        _not_after: std::time::SystemTime,
+    ) -> Result<ObjectInfo, BackendError> {
+        self.commit(staged, expected).await
+    }
+
+    async fn delete_by(
+        &self,
+        bucket: &str,
+        key: &str,
+        expected: &str,
+        _not_after: std::time::SystemTime,
+    ) -> Result<(), BackendError> {
+        self.delete(bucket, key, expected).await
+    }
+
+    /// The version is compared and the file renamed under the scope's lock.
+    fn conditional_commit(&self, _staged: &Staged) -> bool {
+        true
+    }
+
+    /// A commit or delete is a blocking task that has ended when the call returns.
+    fn in_flight_bound(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// A local disk: no clock but this machine's.
+    async fn clock_offset(&self) -> Option<Result<(i64, i64), String>> {
+        None
+    }
+
+    async fn release(&self, staged: Staged) {
+        self.discard(staged).await
+    }
+
     async fn check_ready(&self, bucket: &str) -> Result<(), BackendError> {
         let dir = self.root.join(bucket);
         let probe = self.staging_dir().join(format!(

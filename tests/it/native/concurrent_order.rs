@@ -6,9 +6,8 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 use fencegate::backend::fs::FsBackend;
-use fencegate::backend::{
-    Backend, BackendError, ByteStream, ListPage, ObjectInfo, ObjectMeta, Staged,
-};
+use fencegate::backend::scripted::{Script, Scripted};
+use fencegate::backend::{Backend, BackendError, ObjectInfo, ObjectMeta, Staged};
 use fencegate::config::BucketPolicy;
 use fencegate::fence::rocks::RocksFenceStore;
 use fencegate::gate::{BucketEntry, Conditions, Gate, WriteRequest};
@@ -19,59 +18,23 @@ use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// Records each commit's token as it takes effect.
 struct Recording {
-    inner: FsBackend,
     commits: Mutex<Vec<u64>>,
 }
 
 #[async_trait]
-impl Backend for Recording {
-    async fn stage(
-        &self,
-        b: &str,
-        k: &str,
-        m: ObjectMeta,
-        body: ByteStream,
-    ) -> Result<Staged, BackendError> {
-        self.inner.stage(b, k, m, body).await
-    }
+impl Script for Recording {
     async fn commit(
         &self,
+        inner: &Arc<dyn Backend>,
         staged: &Staged,
         expected: Option<&str>,
     ) -> Result<ObjectInfo, BackendError> {
-        let info = self.inner.commit(staged, expected).await?;
+        let info = inner.commit(staged, expected).await?;
         // Called under the scope's lock, so this order is the order commits took effect.
         self.commits.lock().push(info.meta.token.unwrap());
         Ok(info)
-    }
-    async fn discard(&self, staged: Staged) {
-        self.inner.discard(staged).await
-    }
-    async fn version(&self, b: &str, k: &str) -> Result<Option<String>, BackendError> {
-        self.inner.version(b, k).await
-    }
-    async fn head(&self, b: &str, k: &str) -> Result<Option<ObjectInfo>, BackendError> {
-        self.inner.head(b, k).await
-    }
-    async fn get(
-        &self,
-        b: &str,
-        k: &str,
-    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
-        self.inner.get(b, k).await
-    }
-    async fn delete(&self, b: &str, k: &str, e: &str) -> Result<(), BackendError> {
-        self.inner.delete(b, k, e).await
-    }
-    async fn list(
-        &self,
-        b: &str,
-        p: &str,
-        s: Option<&str>,
-        m: usize,
-    ) -> Result<ListPage, BackendError> {
-        self.inner.list(b, p, s, m).await
     }
 }
 
@@ -79,10 +42,13 @@ impl Backend for Recording {
 async fn random_tokens_commit_in_non_decreasing_order() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(RocksFenceStore::open(&dir.path().join("fences")).unwrap());
-    let backend = Arc::new(Recording {
-        inner: FsBackend::open(&dir.path().join("objects"), &["b"]).unwrap(),
-        commits: Mutex::new(Vec::new()),
-    });
+    let fs = Arc::new(FsBackend::open(&dir.path().join("objects"), &["b"]).unwrap());
+    let backend = Arc::new(Scripted::new(
+        fs,
+        Recording {
+            commits: Mutex::new(Vec::new()),
+        },
+    ));
     let mut buckets = BTreeMap::new();
     buckets.insert(
         "b".to_string(),
