@@ -83,8 +83,8 @@ pub async fn check(gate: &Gate) -> Vec<Check> {
 }
 
 /// Keeps the readiness gauges current while nobody probes.
-pub fn watch(gate: Arc<Gate>) {
-    tokio::spawn(async move {
+pub fn watch(gate: Arc<Gate>, shutdown: &crate::shutdown::Shutdown) {
+    shutdown.spawn_background(async move {
         loop {
             let failed: Vec<Check> = check(&gate).await.into_iter().filter(|c| !c.ok).collect();
             if !failed.is_empty() {

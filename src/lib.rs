@@ -21,6 +21,7 @@ pub mod logging;
 pub mod metrics;
 pub mod s3api;
 pub mod server;
+pub mod shutdown;
 pub mod token;
 pub mod version;
 pub mod wall_clock;

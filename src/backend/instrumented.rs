@@ -292,4 +292,40 @@ mod tests {
             ("error", Some("failing"))
         );
     }
+
+    /// A store the probe found ignoring If-Match, with requests that can land late: the
+    /// metrics wrapper reports both as the store does, never a trusting default.
+    struct Untrusted;
+
+    #[async_trait]
+    impl crate::backend::scripted::Script for Untrusted {
+        fn conditional_commit(&self, _inner: &Arc<dyn Backend>, _staged: &Staged) -> bool {
+            false
+        }
+        fn in_flight_bound(&self, _inner: &Arc<dyn Backend>) -> Option<Duration> {
+            Some(Duration::from_secs(900))
+        }
+        async fn clock_offset(&self, _inner: &Arc<dyn Backend>) -> Option<Result<(i64, i64), String>> {
+            Some(Ok((-3, 5)))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_wrapper_reports_what_the_store_is() {
+        let memory = Arc::new(crate::backend::memory::MemoryBackend::new());
+        let store = Arc::new(crate::backend::scripted::Scripted::new(memory, Untrusted));
+        let wrapped = Instrumented::wrap("s3", store);
+        let staged = wrapped
+            .stage(
+                "b",
+                "k",
+                ObjectMeta::default(),
+                Box::pin(futures::stream::iter([Ok(bytes::Bytes::from_static(b"x"))])),
+            )
+            .await
+            .unwrap();
+        assert!(!wrapped.conditional_commit(&staged));
+        assert_eq!(wrapped.in_flight_bound(), Some(Duration::from_secs(900)));
+        assert_eq!(wrapped.clock_offset().await, Some(Ok((-3, 5))));
+    }
 }

@@ -74,12 +74,12 @@ impl Gate {
     }
 
     /// Runs [`Gate::check_clocks`] every `every`, for as long as the process runs.
-    pub fn watch_clocks(self: &Arc<Self>, every: Duration) {
+    pub fn watch_clocks(self: &Arc<Self>, every: Duration, shutdown: &crate::shutdown::Shutdown) {
         if self.intents.is_none() {
             return;
         }
         let gate = Arc::downgrade(self);
-        tokio::spawn(async move {
+        shutdown.spawn_background(async move {
             loop {
                 tokio::time::sleep(every).await;
                 let Some(gate) = gate.upgrade() else { return };

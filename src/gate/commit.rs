@@ -25,13 +25,16 @@ use tracing::Instrument;
 
 /// Runs `work` to its end in a task of its own and returns its answer. Dropping the returned
 /// future (a client that hangs up) leaves the task running: tokio detaches a task whose
-/// handle is dropped.
+/// handle is dropped. The task is tracked, so a shutdown waits for it (`crate::shutdown`).
 pub async fn run_to_end<T, F>(work: F) -> Result<T, GateError>
 where
     T: Send + 'static,
     F: Future<Output = Result<T, GateError>> + Send + 'static,
 {
-    match tokio::spawn(work.in_current_span()).await {
+    match crate::shutdown::commits()
+        .spawn(work.in_current_span())
+        .await
+    {
         Ok(result) => result,
         Err(e) => {
             tracing::error!(error = %e, "a commit task panicked; its scope's lock was released when it unwound");

@@ -351,9 +351,9 @@ impl Leases {
 
     /// Keeps `fencegate_lease_expiries_total` and `fencegate_leases_held` current, every
     /// second (every 10 s on a shared table, where looking means a scan of the lease rows).
-    pub fn watch(self: &Arc<Self>) {
+    pub fn watch(self: &Arc<Self>, shutdown: &crate::shutdown::Shutdown) {
         let leases = Arc::clone(self);
-        tokio::spawn(async move {
+        shutdown.spawn_background(async move {
             let mut seen = HashMap::new();
             loop {
                 if leases.store.shared() {

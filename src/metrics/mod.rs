@@ -170,8 +170,8 @@ const COUNT_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256
 const UPKEEP: Duration = Duration::from_secs(5);
 
 /// Installs the Prometheus recorder (histograms as real histograms, every family described)
-/// and starts its upkeep. `None` when a recorder is installed already (logged).
-pub fn install() -> Option<PrometheusHandle> {
+/// and starts its upkeep, until `shutdown`. `None` when a recorder is installed already (logged).
+pub fn install(shutdown: &crate::shutdown::Shutdown) -> Option<PrometheusHandle> {
     let builder = PrometheusBuilder::new()
         .set_buckets(SECONDS_BUCKETS)
         .and_then(|b| {
@@ -214,7 +214,7 @@ pub fn install() -> Option<PrometheusHandle> {
     metrics::gauge!(LEASES_HELD).set(0.0);
     metrics::gauge!(UNVERIFIED_BODY_BYTES).set(0.0);
     let upkeep = handle.clone();
-    tokio::spawn(async move {
+    shutdown.spawn_background(async move {
         loop {
             tokio::time::sleep(UPKEEP).await;
             upkeep.run_upkeep();

@@ -3,11 +3,11 @@
 //! in flight finish their requests.
 
 use super::tls::Tls;
+use crate::shutdown::Shutdown;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -45,16 +45,17 @@ impl Limits {
     }
 }
 
-/// Serves `router` on `listener` until `shutdown` completes, then waits up to the grace for
+/// Serves `router` on `listener` until the shutdown starts, then waits up to the grace for
 /// the requests in flight.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     tls: Option<Tls>,
-    shutdown: impl Future<Output = ()>,
+    shutdown: Shutdown,
     limits: Limits,
 ) {
     let graceful = GracefulShutdown::new();
+    let shutdown = shutdown.requested();
     tokio::pin!(shutdown);
     // Accept failures (out of descriptors, say) and a full connection budget are logged at
     // most every 10 s, with a count.

@@ -94,7 +94,10 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
-    let metrics = crate::metrics::install();
+    // One shutdown for every listener and background loop.
+    let shutdown = crate::shutdown::Shutdown::new();
+    shutdown.on_signals();
+    let metrics = crate::metrics::install(&shutdown);
     // The registry first: the uploads clients started stay, other store uploads are swept.
     let uploads_dir = config.server.data_dir.join("uploads");
     let uploads =
@@ -111,11 +114,11 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     }
     let gate = Arc::new(gate.with_uploads(uploads));
     // Cluster mode: the clock checked at start-up is checked again as it runs.
-    gate.watch_clocks(Duration::from_secs(10));
+    gate.watch_clocks(Duration::from_secs(10), &shutdown);
     for bucket in config.buckets.keys() {
         crate::metrics::register_bucket(bucket);
     }
-    crate::health::watch(gate.clone());
+    crate::health::watch(gate.clone(), &shutdown);
     let catalog = Arc::new(Catalog::new(
         config.clone(),
         gate.clone(),
@@ -127,7 +130,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         store,
         Duration::from_secs(config.leases.credential_grace_secs),
     ));
-    leases.watch();
+    leases.watch(&shutdown);
     let created = catalog
         .load()
         .await
@@ -157,7 +160,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     ));
     // Always watched: SIGHUP's default action ends the process, and `systemctl reload` or a
     // logrotate hook sends it.
-    tokio::spawn(reload_on_sighup(reloader.clone()));
+    shutdown.spawn_background(reload_on_sighup(reloader.clone()));
     let s3 = if config.s3.enabled {
         Some(s3_service(&config, gate.clone(), catalog, keys.clone())?)
     } else {
@@ -205,7 +208,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
                 l,
                 router,
                 tls.clone(),
-                shutdown_signal(),
+                shutdown.clone(),
                 limits.clone(),
             ));
             routes::router(state.clone(), shared_s3, routes::AdminPlace::At(admin_addr))
@@ -220,7 +223,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             l,
             router,
             tls.clone(),
-            shutdown_signal(),
+            shutdown.clone(),
             limits.clone(),
         ));
     } else if s3.is_some() {
@@ -233,10 +236,19 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         listener,
         native_router,
         tls,
-        shutdown_signal(),
+        shutdown.clone(),
         limits,
     ));
     while servers.join_next().await.is_some() {}
+    // The listeners waited for the requests in flight; a commit whose client hung up may still
+    // run. It gets what is left of the grace.
+    let grace = Duration::from_secs(config.server.shutdown_grace_secs);
+    if !crate::shutdown::drain_commits(grace.saturating_sub(shutdown.elapsed())).await {
+        tracing::warn!(
+            grace_secs = grace.as_secs(),
+            "commits still in flight after the shutdown grace ([server] shutdown_grace_secs); stopping anyway"
+        );
+    }
     tracing::info!("fencegate stopped");
     Ok(())
 }
@@ -322,13 +334,3 @@ fn s3_service(
     s3api::service(gateway, &config.s3).map_err(StartError::Gateway)
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM can be watched");
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term.recv() => {},
-    }
-    tracing::info!("shutting down: finishing requests in flight");
-}
