@@ -103,4 +103,19 @@ mod tests {
         // The loop's future was dropped, and with it the sender.
         assert!(rx.recv().await.is_none());
     }
+
+    #[tokio::test]
+    async fn a_drain_waits_for_a_commit_whose_caller_left() {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = done.clone();
+        let caller = commits().spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        // The client hangs up: its wait is dropped, the commit is not.
+        drop(caller);
+        assert!(drain_commits(Duration::from_secs(10)).await);
+        assert!(done.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
 }

@@ -1,5 +1,6 @@
 //! Reading fencegate's request headers into the gate's types: the token, the scope, the
-//! conditions, the content type and user metadata, and the request body as a bounded stream.
+//! conditions, the content type, user and system metadata, and the request body as a bounded
+//! stream.
 
 use crate::backend::{BodyError, ByteStream, ObjectMeta};
 use crate::gate::{Conditions, EtagMatch, GateError, TokenInput};
@@ -7,6 +8,7 @@ use crate::token::{parse_token, Token, TokenError};
 use axum::body::Body;
 use axum::http::HeaderMap;
 use futures::StreamExt;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub const FENCING_TOKEN: &str = "fencing-token";
@@ -166,7 +168,7 @@ pub fn object_meta(headers: &HeaderMap) -> Result<ObjectMeta, GateError> {
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string),
-        headers: ObjectMeta::system_headers(headers).map_err(GateError::InvalidArgument)?,
+        headers: system_headers(headers).map_err(GateError::InvalidArgument)?,
         ..ObjectMeta::default()
     };
     let mut total = 0;
@@ -191,6 +193,56 @@ pub fn object_meta(headers: &HeaderMap) -> Result<ObjectMeta, GateError> {
         )));
     }
     Ok(meta)
+}
+
+/// The system metadata of a write's headers, one rule for both surfaces: each header once,
+/// printable, an Expires that is an HTTP date. `aws-chunked` names the transfer, not the
+/// object, and is dropped from Content-Encoding as S3 drops it; a coding that only contains
+/// it is refused, since stores take it for aws-chunked.
+pub fn system_headers(headers: &http::HeaderMap) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for name in crate::backend::SYSTEM_HEADERS {
+        let mut values = headers.get_all(name).iter();
+        let Some(value) = values.next() else { continue };
+        if values.next().is_some() {
+            return Err(format!("{name} is sent more than once; send it once"));
+        }
+        let value = String::from_utf8_lossy(value.as_bytes());
+        let value = value.trim();
+        if !crate::backend::printable(value) {
+            return Err(format!(
+                "{name} must be printable ASCII without tabs or other control characters"
+            ));
+        }
+        let value = match name {
+            "content-encoding" => {
+                let mut kept = Vec::new();
+                for coding in value.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+                    let lower = coding.to_ascii_lowercase();
+                    if lower == "aws-chunked" {
+                        continue;
+                    }
+                    if lower.contains("aws-chunked") {
+                        return Err(format!(
+                            "Content-Encoding {coding:?} is not a content coding; send aws-chunked for an aws-chunked body, or the object's own coding"
+                        ));
+                    }
+                    kept.push(coding);
+                }
+                kept.join(",")
+            }
+            "expires" if httpdate::parse_http_date(value).is_err() => {
+                return Err(format!(
+                    "Expires {value:?} is not an HTTP date such as \"Wed, 21 Oct 2026 07:28:00 GMT\""
+                ))
+            }
+            _ => value.to_string(),
+        };
+        if !value.is_empty() {
+            out.insert(name.to_string(), value);
+        }
+    }
+    Ok(out)
 }
 
 /// The request body as a stream that stops at `limit` bytes and at `idle` without data.

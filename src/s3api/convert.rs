@@ -108,7 +108,7 @@ pub fn object_meta(
         content_type,
         user_meta,
         token: None,
-        headers: ObjectMeta::system_headers(headers)
+        headers: headers::system_headers(headers)
             .map_err(|m| invalid(S3ErrorCode::InvalidArgument, m))?,
     })
 }
