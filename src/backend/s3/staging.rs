@@ -1,0 +1,314 @@
+//! Staging on the store: bodies up to the multipart threshold are spooled; larger ones
+//! stream into a multipart upload, one spooled part at a time, which a guard aborts if the
+//! request is dropped. Also the start-up sweep of uploads a crash abandoned.
+
+use super::*;
+
+/// A client's body read part by part: the rest of a chunk split at a part boundary is held
+/// for the next part.
+pub(super) struct PartReader<'a> {
+    pub(super) body: &'a mut ByteStream,
+    pub(super) held: Option<Bytes>,
+}
+
+impl PartReader<'_> {
+    pub(super) async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
+        match self.held.take() {
+            Some(chunk) => Some(Ok(chunk)),
+            None => self.body.next().await,
+        }
+    }
+}
+
+/// One part (or a whole small body), spooled, with its MD5.
+pub(super) struct SpooledPart {
+    pub(super) body: spool::Spooled,
+    md5: Md5,
+    /// The client's body ended with this part.
+    pub(super) ended: bool,
+}
+
+/// Aborts a multipart upload whose staging did not complete, when dropped armed.
+pub(super) struct UploadGuard {
+    pub(super) client: aws_sdk_s3::Client,
+    pub(super) bucket: String,
+    pub(super) store_key: String,
+    pub(super) upload_id: Option<String>,
+}
+
+impl Drop for UploadGuard {
+    fn drop(&mut self) {
+        let Some(upload_id) = self.upload_id.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // The start-up sweep (abandoned_upload_secs) collects it.
+            tracing::warn!(key = %self.store_key, %upload_id, "a cancelled request's multipart upload could not be aborted: no runtime");
+            return;
+        };
+        let (client, bucket, key) = (
+            self.client.clone(),
+            std::mem::take(&mut self.bucket),
+            std::mem::take(&mut self.store_key),
+        );
+        runtime.spawn(async move {
+            let result = client
+                .abort_multipart_upload()
+                .bucket(&bucket)
+                .key(&key)
+                .upload_id(&upload_id)
+                .send()
+                .await;
+            match result.map_err(|e| classify("AbortMultipartUpload", e)) {
+                Ok(_) | Err(S3Failure::NotFound) => {
+                    tracing::debug!(key, upload_id, "aborted the multipart upload of a cancelled request")
+                }
+                Err(e) => {
+                    let e = e.into_backend("AbortMultipartUpload");
+                    tracing::warn!(key, upload_id, error = %e, "could not abort the multipart upload of a cancelled request; the next start-up sweeps it")
+                }
+            }
+        });
+    }
+}
+
+impl S3Backend {
+    /// CreateMultipartUpload. `split`: fencegate cuts a body written whole into parts of its
+    /// own ([`parts::SPLIT_META`]), not a client's multipart upload.
+    pub(super) async fn start_multipart(
+        &self,
+        key: &str,
+        meta: &ObjectMeta,
+        split: bool,
+    ) -> Result<String, BackendError> {
+        let mut metadata = Self::metadata(meta);
+        if split {
+            metadata.insert(parts::SPLIT_META.into(), self.part_size.to_string());
+        }
+        let out = self
+            .clients
+            .reads
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(self.store_key(key))
+            .set_content_type(meta.content_type.clone())
+            .set_cache_control(meta.header("cache-control"))
+            .set_content_disposition(meta.header("content-disposition"))
+            .set_content_encoding(meta.header("content-encoding"))
+            .set_content_language(meta.header("content-language"))
+            .set_expires(expires(meta))
+            .set_metadata(Some(metadata))
+            .send()
+            .await
+            .map_err(|e| {
+                classify("CreateMultipartUpload", e).into_backend("CreateMultipartUpload")
+            })?;
+        out.upload_id().map(str::to_string).ok_or_else(|| {
+            BackendError::Failing("CreateMultipartUpload returned no upload id".into())
+        })
+    }
+
+    pub(super) async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        number: i32,
+        part: &spool::Spooled,
+        md5: &[u8],
+    ) -> Result<String, BackendError> {
+        // Part uploads are idempotent (same number, same bytes), so the retrying client is
+        // safe; a spooled part can be read again for each attempt.
+        let out = self
+            .clients
+            .reads
+            .upload_part()
+            .bucket(&self.bucket)
+            .key(self.store_key(key))
+            .upload_id(upload_id)
+            .part_number(number)
+            .content_length(part.len() as i64)
+            .content_md5(aws_smithy_types::base64::encode(md5))
+            .body(multipart::spooled_body(part))
+            .send()
+            .await
+            .map_err(|e| classify("UploadPart", e).into_backend("UploadPart"))?;
+        let etag = out
+            .e_tag()
+            .map(str::to_string)
+            .ok_or_else(|| BackendError::Failing("UploadPart returned no ETag".into()))?;
+        let sent = format!("\"{}\"", hex::encode(md5));
+        self.check_kept("UploadPart", key, &sent, &etag)?;
+        Ok(etag)
+    }
+
+    /// Aborts a losing upload; a failure is only logged.
+    pub(super) async fn abort(&self, key: &str, upload_id: &str) {
+        if let Err(e) = self.drop_upload(key, upload_id).await {
+            // The store's lifecycle rules (AbortIncompleteMultipartUpload) collect what is left.
+            tracing::warn!(key, upload_id, error = %e, "could not abort a losing multipart upload");
+        }
+    }
+
+    /// Streams the rest of a large body into parts (`first`, already spooled and full, is the
+    /// first one); on any error the upload is aborted. Returns the upload, its parts and the
+    /// MD5 of their MD5s (S3's ETag for the object).
+    pub(super) async fn stage_multipart(
+        &self,
+        key: &str,
+        meta: &ObjectMeta,
+        first: SpooledPart,
+        body: &mut PartReader<'_>,
+        size: &mut u64,
+    ) -> Result<(String, Vec<(i32, String)>, Md5), BackendError> {
+        let upload_id = self.start_multipart(key, meta, true).await?;
+        // A request dropped while its body streams (the client hung up) never reaches the
+        // match below; the guard aborts the upload then, so it does not linger in the store.
+        let mut guard = UploadGuard {
+            client: self.clients.reads.clone(),
+            bucket: self.bucket.clone(),
+            store_key: self.store_key(key),
+            upload_id: Some(upload_id.clone()),
+        };
+        let result: Result<(Vec<(i32, String)>, Md5), BackendError> = async {
+            let mut md5_of_parts = Md5::new();
+            let mut parts = Vec::new();
+            let mut current = first;
+            loop {
+                let SpooledPart {
+                    body: part,
+                    md5,
+                    ended,
+                } = current;
+                let digest = md5.finalize();
+                md5_of_parts.update(digest);
+                let number = parts.len() as i32 + 1;
+                let etag = self
+                    .upload_part(key, &upload_id, number, &part, &digest)
+                    .await?;
+                parts.push((number, etag));
+                if ended {
+                    break;
+                }
+                // Only one part is spooled at a time: this one goes before the next is read.
+                drop(part);
+                current = self.spool_part(body, size).await?;
+                if current.body.is_empty() {
+                    // The body ended right at a part boundary.
+                    break;
+                }
+            }
+            Ok((parts, md5_of_parts))
+        }
+        .await;
+        // Either way the guard's work is done here: a staged upload is the gate's to commit or
+        // discard, and a failed one is aborted now, before the error is answered.
+        guard.upload_id = None;
+        match result {
+            Ok((parts, md5_of_parts)) => Ok((upload_id, parts, md5_of_parts)),
+            Err(e) => {
+                self.abort(key, &upload_id).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Spools the body's next part: up to the part size, or to the body's end. A chunk that
+    /// straddles the part size is split, its rest held back for the next part.
+    pub(super) async fn spool_part(
+        &self,
+        body: &mut PartReader<'_>,
+        size: &mut u64,
+    ) -> Result<SpooledPart, BackendError> {
+        let mut part = self.spooler.spool();
+        let mut md5 = Md5::new();
+        let limit = self.part_size as u64;
+        let spool_err = |e: std::io::Error| {
+            BackendError::Failing(format!(
+                "cannot spool a body on its way to the store: {e}; check the free space in the data directory's spool/"
+            ))
+        };
+        let ended = loop {
+            let Some(chunk) = body.next().await else {
+                break true;
+            };
+            let chunk = chunk?;
+            let room = (limit - part.len()) as usize;
+            if room == 0 {
+                body.held = Some(chunk);
+                break false;
+            }
+            let now = if chunk.len() > room {
+                body.held = Some(chunk.slice(room..));
+                chunk.slice(..room)
+            } else {
+                chunk
+            };
+            *size += now.len() as u64;
+            md5.update(&now);
+            part.push(&now).await.map_err(spool_err)?;
+        };
+        Ok(SpooledPart {
+            body: part.finish().await.map_err(spool_err)?,
+            md5,
+            ended,
+        })
+    }
+
+    /// Aborts the multipart uploads under this bucket's prefix that began more than `min_age`
+    /// ago and whose ids are not in `known` (the uploads clients started through the S3
+    /// gateway). What is left is fencegate's own staging, from a request that never finished
+    /// (a crash, or a cancelled request whose abort failed). Returns how many were aborted.
+    pub async fn sweep_uploads(
+        &self,
+        known: &std::collections::HashSet<String>,
+        min_age: std::time::Duration,
+    ) -> Result<usize, BackendError> {
+        let now_ms = crate::wall_clock::now_ms() as i64;
+        let mut aborted = 0;
+        let mut key_marker: Option<String> = None;
+        let mut id_marker: Option<String> = None;
+        loop {
+            let page = self
+                .clients
+                .reads
+                .list_multipart_uploads()
+                .bucket(&self.bucket)
+                .prefix(&self.prefix)
+                .set_key_marker(key_marker.clone())
+                .set_upload_id_marker(id_marker.clone())
+                .send()
+                .await
+                .map_err(|e| {
+                    classify("ListMultipartUploads", e).into_backend("ListMultipartUploads")
+                })?;
+            for upload in page.uploads() {
+                let (Some(store_key), Some(id)) = (upload.key(), upload.upload_id()) else {
+                    continue;
+                };
+                let Some(key) = store_key.strip_prefix(&self.prefix) else {
+                    continue;
+                };
+                let age_ms = upload
+                    .initiated()
+                    .and_then(|t| t.to_millis().ok())
+                    .map_or(i64::MAX, |t| now_ms.saturating_sub(t));
+                if known.contains(id)
+                    || age_ms < i64::try_from(min_age.as_millis()).unwrap_or(i64::MAX)
+                {
+                    continue;
+                }
+                self.drop_upload(key, id).await?;
+                tracing::info!(bucket = %self.bucket, key = store_key, upload_id = id, age_ms, "aborted an abandoned multipart upload");
+                aborted += 1;
+            }
+            if page.is_truncated() != Some(true) {
+                return Ok(aborted);
+            }
+            key_marker = page.next_key_marker().map(str::to_string);
+            id_marker = page.next_upload_id_marker().map(str::to_string);
+            if key_marker.is_none() && id_marker.is_none() {
+                return Ok(aborted);
+            }
+        }
+    }
+}
