@@ -23,7 +23,7 @@ impl PartReader<'_> {
 /// One part (or a whole small body), spooled, with its MD5.
 pub(super) struct SpooledPart {
     pub(super) body: spool::Spooled,
-    md5: Md5,
+    pub(super) md5: Md5,
     /// The client's body ended with this part.
     pub(super) ended: bool,
 }
