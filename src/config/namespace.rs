@@ -1,0 +1,244 @@
+//! Where buckets' objects live, so that no two buckets (configured, or created through the S3
+//! API) can reach the same object, and nothing fencegate keeps on disk sits inside a bucket:
+//! two buckets over one object would each keep a fence for it.
+
+use super::*;
+
+/// Where a bucket's objects live, for telling whether two buckets could reach the same object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Namespace {
+    /// Keys starting with `prefix` in store bucket `bucket` of the store at `store` (its
+    /// endpoint, or "AWS").
+    S3 {
+        store: String,
+        bucket: String,
+        prefix: String,
+    },
+    /// Everything below a directory.
+    Fs { dir: PathBuf },
+}
+
+impl Namespace {
+    /// Whether every object of `other` lies in this namespace (the same store, and this prefix
+    /// or directory a prefix of the other's; an empty prefix holds the whole store bucket).
+    pub fn contains(&self, other: &Namespace) -> bool {
+        match (self, other) {
+            (
+                Namespace::S3 {
+                    store,
+                    bucket,
+                    prefix,
+                },
+                Namespace::S3 {
+                    store: s2,
+                    bucket: b2,
+                    prefix: p2,
+                },
+            ) => store == s2 && bucket == b2 && p2.starts_with(prefix.as_str()),
+            (Namespace::Fs { dir }, Namespace::Fs { dir: d2 }) => d2.starts_with(dir),
+            _ => false,
+        }
+    }
+
+    /// Whether the two can hold the same object: one contains the other.
+    pub fn overlaps(&self, other: &Namespace) -> bool {
+        self.contains(other) || other.contains(self)
+    }
+}
+
+impl std::fmt::Display for Namespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Namespace::S3 {
+                store,
+                bucket,
+                prefix,
+            } if prefix.is_empty() => write!(f, "all of store bucket {bucket} at {store}"),
+            Namespace::S3 {
+                store,
+                bucket,
+                prefix,
+            } => write!(f, "prefix {prefix:?} of store bucket {bucket} at {store}"),
+            Namespace::Fs { dir } => write!(f, "directory {}", dir.display()),
+        }
+    }
+}
+
+/// `path` made absolute and free of `.` and `..`, without touching the disk (it may not exist).
+/// A path as the file system resolves it: the longest existing ancestor canonicalized
+/// (symlinks followed), the rest appended lexically. Two spellings of one directory (a
+/// symlink) then compare equal.
+fn resolved_path(path: &Path) -> PathBuf {
+    let lexical = lexical_absolute(path);
+    let mut base = lexical.clone();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(&base) {
+            return rest.iter().rev().fold(real, |p, c| p.join(c));
+        }
+        match (base.file_name().map(|n| n.to_os_string()), base.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                base = parent.to_path_buf();
+            }
+            _ => return lexical,
+        }
+    }
+}
+
+/// An endpoint as the network resolves it: `scheme://ip:port` of its host's lowest address,
+/// so that two spellings of one store (`localhost`, `127.0.0.1`) compare equal. A host that
+/// does not resolve (no DNS where the config is checked) stays as written.
+fn resolved_endpoint(endpoint: &str) -> String {
+    // Parsed by hand: this module is also built into the config fuzz target, without `http`.
+    let text = endpoint.trim_end_matches('/').to_ascii_lowercase();
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return text;
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(':') && p.bytes().all(|b| b.is_ascii_digit()) => {
+            (h, p.parse::<u16>().ok())
+        }
+        _ => (authority, None),
+    };
+    let port = port.unwrap_or(if scheme == "https" { 443 } else { 80 });
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match std::net::ToSocketAddrs::to_socket_addrs(&(host, port)) {
+        Ok(addrs) => match addrs.map(|a| a.ip()).min() {
+            Some(ip) => format!("{scheme}://{}{path}", SocketAddr::new(ip, port)),
+            None => text,
+        },
+        Err(_) => text,
+    }
+}
+
+fn lexical_absolute(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(path)
+    };
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+impl Config {
+    /// Where `bucket` (served under `policy`) keeps its objects.
+    pub fn namespace(&self, bucket: &str, policy: &BucketPolicy) -> Namespace {
+        match &self.backends[&policy.backend] {
+            BackendConfig::Fs { root } => Namespace::Fs {
+                dir: resolved_path(&self.fs_root(root).join(bucket)),
+            },
+            BackendConfig::S3(s3) => Namespace::S3 {
+                store: s3
+                    .endpoint
+                    .as_deref()
+                    .map_or("AWS".to_string(), resolved_endpoint),
+                bucket: policy
+                    .backend_bucket
+                    .clone()
+                    .unwrap_or_else(|| bucket.to_string()),
+                prefix: policy.backend_prefix.clone(),
+            },
+        }
+    }
+
+    /// Where every bucket created through the S3 API lives: below this namespace.
+    fn created_root(&self) -> Option<Namespace> {
+        // Bucket "" is the root: the fs root directory, or the template's store prefix.
+        let template = self.bucket_defaults.as_ref()?;
+        Some(self.namespace("", template))
+    }
+
+    /// Refuses buckets whose namespaces overlap: two fence rows would guard one object, and a
+    /// tombstone written through one bucket could be revived through the other. `created` are
+    /// the buckets created through the S3 API (a configured bucket of the same name wins).
+    pub fn check_namespaces(
+        &self,
+        created: &BTreeMap<String, BucketPolicy>,
+    ) -> Result<(), ConfigError> {
+        match self.namespace_conflict(created) {
+            None => Ok(()),
+            Some((_, message, fix)) => Err(ConfigError {
+                source_name: self.source.clone(),
+                location: None,
+                variable: None,
+                message,
+                fix,
+            }),
+        }
+    }
+
+    /// The first overlap [`Config::check_namespaces`] refuses: the bucket it is found at, the
+    /// problem and the fix.
+    fn namespace_conflict(
+        &self,
+        created: &BTreeMap<String, BucketPolicy>,
+    ) -> Option<(String, String, String)> {
+        let mut all: Vec<(String, &str, Namespace)> = Vec::new();
+        for (name, policy) in &self.buckets {
+            all.push((format!("bucket {name}"), name, self.namespace(name, policy)));
+        }
+        for (name, policy) in created {
+            if !self.buckets.contains_key(name) && self.backends.contains_key(&policy.backend) {
+                all.push((
+                    format!("bucket {name} (created through the S3 API)"),
+                    name,
+                    self.namespace(name, policy),
+                ));
+            }
+        }
+        for (i, (a, _, na)) in all.iter().enumerate() {
+            for (b, bucket, nb) in &all[i + 1..] {
+                if na.overlaps(nb) {
+                    return Some((bucket.to_string(),
+                        format!("{a} and {b} overlap in the store: {a} is {na}, {b} is {nb}, so one object would have two fences and a delete through one could be undone through the other"),
+                        "give each its own place: backend_prefix values of which neither is a prefix of the other (an empty prefix takes the whole store bucket), a different backend_bucket, or a different fs root; then move the objects there".to_string(),
+                    ));
+                }
+            }
+        }
+        if let Some(root) = self.created_root() {
+            for (a, bucket, na) in &all {
+                if na.contains(&root) {
+                    return Some((bucket.to_string(),
+                        format!("{a} is {na}, which holds every bucket [bucket_defaults] creates through the S3 API ({root}), so their objects would also be {a}'s"),
+                        format!("give {a} a backend_prefix of its own that [bucket_defaults] does not use, or set [bucket_defaults] backend_prefix (or backend_bucket) to a place outside it"),
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    /// Why a bucket named `name`, created with the `[bucket_defaults]` policy `policy`, cannot
+    /// coexist with the buckets in `existing`: the first one it would overlap.
+    pub fn overlap_with(
+        &self,
+        name: &str,
+        policy: &BucketPolicy,
+        existing: &BTreeMap<String, BucketPolicy>,
+    ) -> Option<String> {
+        let mine = self.namespace(name, policy);
+        existing
+            .iter()
+            .filter(|(other, p)| other.as_str() != name && self.backends.contains_key(&p.backend))
+            .find_map(|(other, p)| {
+                let theirs = self.namespace(other, p);
+                mine.overlaps(&theirs).then(|| {
+                    format!("would be {mine}, which overlaps bucket {other} ({theirs}); choose a name whose place is not inside bucket {other}'s, or give bucket {other} a backend_prefix of its own")
+                })
+            })
+    }
+}
