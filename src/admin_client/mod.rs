@@ -1,0 +1,353 @@
+//! The admin command line: `fencegate fences get|advance|list` and `fencegate leases
+//! list|revoke` talk to a running instance through its admin surface (`/admin/...`,
+//! src/api/admin.rs), and print aligned tables, or the server's JSON with `--json`.
+//!
+//! Credentials, first found wins: `--token-file` (the `[admin]` bearer token), an access key
+//! named by `--access-key-id` / `--secret-access-key-file`, `FENCEGATE_ADMIN_TOKEN`, the pair
+//! `FENCEGATE_ACCESS_KEY_ID` / `FENCEGATE_SECRET_ACCESS_KEY`, the pair `AWS_ACCESS_KEY_ID` /
+//! `AWS_SECRET_ACCESS_KEY`; none at all is anonymous, which only development mode accepts
+//! (from loopback). Keys sign with SigV4 exactly as [`crate::client`] does. Secrets come from
+//! files or the environment, never from the command line (where `ps` would show them).
+//!
+//! A refusal prints the server's code and message and a hint of what to change, and the
+//! command exits 1.
+
+mod connection;
+
+pub use connection::{AdminClient, AdminError, Connection};
+
+use clap::Args;
+use serde_json::Value;
+
+/// `fences list`: which rows, and how many at most.
+#[derive(Args, Debug, Clone)]
+pub struct ListArgs {
+    /// The bucket whose fence rows to list.
+    pub bucket: String,
+    /// Only rows of keys (and prefix scopes) starting with this.
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+    /// Print at most this many rows (0: every row, however many; they are held in memory).
+    /// When more remain, the token to continue with is printed (stderr, or
+    /// next_continuation_token with --json).
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub limit: usize,
+    /// Rows asked per request (1 to 1000, the server's cap).
+    #[arg(long, default_value_t = crate::gate::MAX_FENCE_PAGE, value_name = "N")]
+    pub page_size: usize,
+    /// Start after this token, from an earlier listing's next_continuation_token.
+    #[arg(long, value_name = "TOKEN")]
+    pub continuation_token: Option<String>,
+}
+
+/// A shown value, `-` for none.
+fn shown(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::Bool(true) => "yes".into(),
+        Value::Bool(false) => "no".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Columns padded to their widest cell, two spaces apart; the last one unpadded.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let last = row.len().saturating_sub(1);
+        for (i, cell) in row.iter().enumerate() {
+            if i == last {
+                out.push_str(cell);
+            } else {
+                let pad = widths[i] - cell.chars().count() + 2;
+                out.push_str(cell);
+                out.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn print_json(v: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+    );
+}
+
+/// `fencegate fences get`.
+pub async fn get(
+    conn: &Connection,
+    bucket: &str,
+    key: &str,
+    scope: Option<&str>,
+) -> Result<(), AdminError> {
+    let info = AdminClient::new(conn)?.fence(bucket, key, scope).await?;
+    if conn.json {
+        print_json(&info);
+    } else {
+        print!("{}", fence_table(&info));
+    }
+    Ok(())
+}
+
+fn fence_table(info: &Value) -> String {
+    table(
+        &["BUCKET", "KEY", "SCOPE", "HIGHEST", "TOMBSTONE", "ETAG"],
+        &[vec![
+            shown(&info["bucket"]),
+            shown(&info["key"]),
+            shown(&info["scope"]),
+            shown(&info["highest"]),
+            shown(&info["tombstone"]),
+            shown(&info["etag"]),
+        ]],
+    )
+}
+
+/// `fencegate fences advance`. The token is checked by the server, which owns the grammar.
+pub async fn advance(
+    conn: &Connection,
+    bucket: &str,
+    key: &str,
+    token: &str,
+    scope: Option<&str>,
+) -> Result<(), AdminError> {
+    let done = AdminClient::new(conn)?
+        .advance(bucket, key, token, scope)
+        .await?;
+    if conn.json {
+        print_json(&done);
+        return Ok(());
+    }
+    let fence = &done["fence"];
+    print!(
+        "{}",
+        table(
+            &["SCOPE", "WAS", "HIGHEST", "ADVANCED"],
+            &[vec![
+                shown(&fence["scope"]),
+                shown(&done["was"]),
+                shown(&fence["highest"]),
+                shown(&done["advanced"]),
+            ]],
+        )
+    );
+    if done["advanced"] == Value::Bool(false) {
+        eprintln!(
+            "note: the fence already stood at {}, at or above {token}: nothing changed (an advance never lowers a fence)",
+            shown(&fence["highest"])
+        );
+    }
+    Ok(())
+}
+
+/// `fencegate fences list`: pages until `limit` rows or the end.
+pub async fn list(conn: &Connection, args: &ListArgs) -> Result<(), AdminError> {
+    if !(1..=crate::gate::MAX_FENCE_PAGE).contains(&args.page_size) {
+        return Err(AdminError::Usage(format!(
+            "--page-size {} must be 1 to {}",
+            args.page_size,
+            crate::gate::MAX_FENCE_PAGE
+        )));
+    }
+    let admin = AdminClient::new(conn)?;
+    let mut rows: Vec<Value> = Vec::new();
+    let mut next = args.continuation_token.clone();
+    loop {
+        let want = match args.limit {
+            0 => args.page_size,
+            limit => args.page_size.min(limit - rows.len()),
+        };
+        let page = admin
+            .fence_page(&args.bucket, &args.prefix, next.as_deref(), want)
+            .await?;
+        if let Some(found) = page["rows"].as_array() {
+            rows.extend(found.iter().cloned());
+        }
+        next = page["next_continuation_token"].as_str().map(str::to_string);
+        if next.is_none() || (args.limit != 0 && rows.len() >= args.limit) {
+            break;
+        }
+    }
+    if conn.json {
+        print_json(&serde_json::json!({
+            "bucket": args.bucket,
+            "prefix": args.prefix,
+            "rows": rows,
+            "next_continuation_token": next,
+        }));
+    } else {
+        let cells: Vec<Vec<String>> = rows
+            .iter()
+            .map(|r| {
+                vec![
+                    shown(&r["scope"]),
+                    shown(&r["highest"]),
+                    shown(&r["tombstone"]),
+                    shown(&r["pending"]),
+                    shown(&r["bound_to"]),
+                    shown(&r["etag"]),
+                ]
+            })
+            .collect();
+        print!(
+            "{}",
+            table(
+                &[
+                    "SCOPE",
+                    "HIGHEST",
+                    "TOMBSTONE",
+                    "PENDING",
+                    "BOUND_TO",
+                    "ETAG"
+                ],
+                &cells
+            )
+        );
+        if let Some(token) = &next {
+            eprintln!(
+                "more rows: continue with --continuation-token '{}' (or --limit 0 for all)",
+                token.replace('\'', "'\\''")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Milliseconds from now until `at_ms` (Unix), shown as seconds.
+fn remaining(at_ms: &Value) -> String {
+    let Some(at) = at_ms.as_u64() else {
+        return "-".into();
+    };
+    let now = crate::wall_clock::now_ms();
+    if at <= now {
+        "expired".into()
+    } else {
+        format!("{:.1}s", (at - now) as f64 / 1000.0)
+    }
+}
+
+fn binding(lease: &Value) -> String {
+    match (
+        lease["bound"]["bucket"].as_str(),
+        lease["bound"]["key"].as_str(),
+    ) {
+        (Some(b), Some(k)) => format!("{b}/{k}"),
+        _ => "-".into(),
+    }
+}
+
+/// `fencegate leases list`.
+pub async fn leases(conn: &Connection) -> Result<(), AdminError> {
+    let listed = AdminClient::new(conn)?.leases().await?;
+    if conn.json {
+        print_json(&listed);
+        return Ok(());
+    }
+    let empty = Vec::new();
+    let cells: Vec<Vec<String>> = listed["leases"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .map(|l| {
+            vec![
+                shown(&l["name"]),
+                shown(&l["holder"]),
+                shown(&l["token"]),
+                remaining(&l["expires_at_ms"]),
+                binding(l),
+                shown(&l["principal"]),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(
+            &[
+                "NAME",
+                "HOLDER",
+                "TOKEN",
+                "EXPIRES_IN",
+                "BOUND_TO",
+                "PRINCIPAL"
+            ],
+            &cells
+        )
+    );
+    let grace: Vec<&str> = listed["credentials_in_grace"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    if !grace.is_empty() {
+        println!(
+            "S3 credentials still working after their lease ended: {}",
+            grace.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// `fencegate leases revoke`.
+pub async fn revoke(conn: &Connection, name: &str) -> Result<(), AdminError> {
+    let revoked = AdminClient::new(conn)?.revoke(name).await?;
+    if conn.json {
+        print_json(&revoked);
+        return Ok(());
+    }
+    let lease = &revoked["lease"];
+    print!(
+        "{}",
+        table(
+            &["NAME", "HOLDER", "TOKEN", "CREDENTIALS_REVOKED"],
+            &[vec![
+                name.to_string(),
+                shown(&lease["holder"]),
+                shown(&lease["token"]),
+                shown(&revoked["credentials"]),
+            ]],
+        )
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_on_the_widest_cell() {
+        let t = table(
+            &["SCOPE", "HIGHEST"],
+            &[
+                vec!["object:b/a-long-key".into(), "7".into()],
+                vec!["object:b/k".into(), "18446744073709551615".into()],
+            ],
+        );
+        assert_eq!(
+            t,
+            "SCOPE                HIGHEST\n\
+             object:b/a-long-key  7\n\
+             object:b/k           18446744073709551615\n"
+        );
+    }
+
+    #[test]
+    fn values_show_as_an_operator_reads_them() {
+        assert_eq!(shown(&Value::Null), "-");
+        assert_eq!(shown(&Value::Bool(true)), "yes");
+        assert_eq!(shown(&serde_json::json!(u64::MAX)), "18446744073709551615");
+        assert_eq!(shown(&serde_json::json!("x")), "x");
+    }
+}
