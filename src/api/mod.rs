@@ -29,6 +29,7 @@ pub struct AppState {
     pub max_body_bytes: u64,
     pub body_idle_timeout: Duration,
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    pub max_header_bytes: usize,
     pub leases: Arc<crate::lease::Leases>,
     /// The key table every `/v1` request authenticates against.
     pub keys: Arc<crate::auth::KeyTable>,

@@ -18,7 +18,6 @@ use axum::extract::Request;
 use futures::{Stream, StreamExt};
 use sha2::{Digest, Sha256};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 

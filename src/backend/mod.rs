@@ -20,7 +20,6 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use serde::Serialize;
-use std::collections::BTreeMap;
 
 /// A request or response body: a stream of chunks, never one buffer.
 pub type ByteStream = BoxStream<'static, Result<Bytes, BodyError>>;

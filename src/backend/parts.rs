@@ -4,6 +4,10 @@
 //! read whole objects.
 
 use super::{Backend, BackendError, ByteStream, ObjectInfo};
+#[cfg(test)]
+use super::BodyError;
+#[cfg(test)]
+use bytes::Bytes;
 use serde::Serialize;
 
 /// Where one part of an object lies, for GetObject and HeadObject `partNumber`.

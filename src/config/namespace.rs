@@ -155,7 +155,7 @@ impl Config {
     }
 
     /// Where every bucket created through the S3 API lives: below this namespace.
-    fn created_root(&self) -> Option<Namespace> {
+    pub(super) fn created_root(&self) -> Option<Namespace> {
         // Bucket "" is the root: the fs root directory, or the template's store prefix.
         let template = self.bucket_defaults.as_ref()?;
         Some(self.namespace("", template))
@@ -182,7 +182,7 @@ impl Config {
 
     /// The first overlap [`Config::check_namespaces`] refuses: the bucket it is found at, the
     /// problem and the fix.
-    fn namespace_conflict(
+    pub(super) fn namespace_conflict(
         &self,
         created: &BTreeMap<String, BucketPolicy>,
     ) -> Option<(String, String, String)> {

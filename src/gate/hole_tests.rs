@@ -6,7 +6,7 @@
 use super::*;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::scripted::{Script, Scripted};
-use crate::backend::{Backend, BackendError, BodyError, ByteStream, ListPage, ObjectInfo, Staged};
+use crate::backend::{Backend, BackendError, BodyError, ByteStream, ObjectInfo, Staged};
 use crate::config::{BucketPolicy, ScopeKind};
 use crate::fence::memory::MemoryFenceStore;
 use bytes::Bytes;

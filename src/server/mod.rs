@@ -11,18 +11,14 @@ pub use crate::catalog::{build_gate, StartupError};
 
 use crate::api::{self, AppState};
 use crate::auth::KeyTable;
-use crate::backend::s3::S3Backend;
 use crate::catalog::{Backends, Catalog};
-use crate::config::{BucketPolicy, Config, S3BackendConfig};
-use crate::fence::etcd::{EtcdFenceStore, EtcdSettings};
-use crate::fence::rocks::RocksFenceStore;
-use crate::fence::{Durability, FenceRow, FenceStore, StoreError};
-use crate::gate::{BucketEntry, Gate, Upload, UploadRegistry};
+use crate::config::Config;
+use crate::fence::StoreError;
+use crate::gate::{Gate, Upload, UploadRegistry};
 use crate::lease::Leases;
 use crate::s3api::{self, S3Gateway};
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Semaphore;
 
 #[derive(Debug, thiserror::Error)]
