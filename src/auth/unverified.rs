@@ -3,8 +3,11 @@
 //! whole body in hand. Anyone who knows an access key id (every presigned URL shows one) can
 //! send such a body, so what they can make fencegate hold is bounded twice: each body by
 //! [`MAX_BODY`], and all of them together, over every connection, by one process-wide budget
-//! (`[server] max_unverified_body_bytes`). A body that would overdraw the budget is refused at
-//! once with 503 `SlowDown` rather than waited for, so a refusal holds nothing.
+//! (`[server] max_unverified_body_bytes`). A body's share is taken when its head arrives: its
+//! `Content-Length`, or the whole 1 MiB for a body sent without one, and its buffer is
+//! allocated at that size once, never grown, so memory held never exceeds what was charged.
+//! A body that would overdraw the budget is refused at once with 503 `SlowDown` rather than
+//! waited for, before any of it is read, so a refusal holds nothing.
 
 use super::AuthError;
 use axum::body::{Body, Bytes};
@@ -40,20 +43,23 @@ impl UnverifiedBodies {
         self.budget.available_permits()
     }
 
-    /// Reads `body` whole (its declared `Content-Length`, when sent, is checked first), each
-    /// chunk charged to the budget as it arrives and given back when this returns: the body
-    /// is then either refused or checked against its signature by the caller.
+    /// Reads `body` whole, its share of the budget held until this returns: the body is then
+    /// either refused or checked against its signature by the caller. The share (the declared
+    /// `Content-Length`, or [`MAX_BODY`] without one) is taken before a byte is read, and the
+    /// buffer allocated at that size.
     pub async fn read(&self, body: Body, declared: Option<u64>) -> Result<Bytes, AuthError> {
         if declared.is_some_and(|n| n > MAX_BODY as u64) {
             return Err(too_large());
         }
+        let share = declared.map_or(MAX_BODY, |n| n as usize);
         let mut held = Held {
             budget: &self.budget,
             bytes: 0,
         };
+        held.take(share, self.total)?;
         let read = async {
             let mut stream = body.into_data_stream();
-            let mut buf = BytesMut::with_capacity(declared.unwrap_or(0) as usize);
+            let mut buf = BytesMut::with_capacity(share);
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| {
                     match crate::http::StalledBody::in_chain(e.into_inner().as_ref()) {
@@ -61,10 +67,11 @@ impl UnverifiedBodies {
                         None => AuthError::Malformed("the request body was cut short".into()),
                     }
                 })?;
-                if buf.len() + chunk.len() > MAX_BODY {
+                // Within the share, so the buffer never grows past what was charged (hyper
+                // holds a body to its Content-Length; the share of one without is the bound).
+                if buf.len() + chunk.len() > share {
                     return Err(too_large());
                 }
-                held.take(chunk.len(), self.total)?;
                 buf.extend_from_slice(&chunk);
             }
             Ok(buf.freeze())
@@ -131,9 +138,28 @@ mod tests {
     #[tokio::test]
     async fn a_body_over_the_budget_is_refused_and_holds_nothing() {
         let bodies = UnverifiedBodies::new(10);
-        let e = bodies.read(Body::from("0123456789A"), None).await;
+        let e = bodies.read(Body::from("0123456789A"), Some(11)).await;
         assert_eq!(e.unwrap_err(), AuthError::Busy(10));
         assert_eq!(bodies.available(), 10);
+    }
+
+    #[tokio::test]
+    async fn a_body_without_a_length_takes_the_largest_share() {
+        let bodies = UnverifiedBodies::new(MAX_BODY + 5);
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Result<Bytes, std::io::Error>>();
+        let first = {
+            let bodies = bodies.clone();
+            tokio::spawn(async move { bodies.read(Body::from_stream(rx), None).await })
+        };
+        while bodies.available() != 5 {
+            tokio::task::yield_now().await;
+        }
+        let e = bodies.read(Body::from("123456"), Some(6)).await;
+        assert_eq!(e.unwrap_err(), AuthError::Busy(MAX_BODY + 5));
+        tx.unbounded_send(Ok(Bytes::from_static(b"abc"))).unwrap();
+        drop(tx);
+        assert_eq!(&first.await.unwrap().unwrap()[..], b"abc");
+        assert_eq!(bodies.available(), MAX_BODY + 5);
     }
 
     #[tokio::test]
@@ -143,17 +169,36 @@ mod tests {
         tx.unbounded_send(Ok(Bytes::from_static(b"12345"))).unwrap();
         let first = {
             let bodies = bodies.clone();
-            tokio::spawn(async move { bodies.read(Body::from_stream(rx), None).await })
+            tokio::spawn(async move { bodies.read(Body::from_stream(rx), Some(5)).await })
         };
         while bodies.available() != 3 {
             tokio::task::yield_now().await;
         }
         // The second body finds 3 bytes left of 8 and is refused; the first is not disturbed.
-        let e = bodies.read(Body::from("1234"), None).await;
+        let e = bodies.read(Body::from("1234"), Some(4)).await;
         assert_eq!(e.unwrap_err(), AuthError::Busy(8));
         drop(tx);
         assert_eq!(&first.await.unwrap().unwrap()[..], b"12345");
         assert_eq!(bodies.available(), 8);
+    }
+
+    #[tokio::test]
+    async fn a_declared_length_is_charged_before_a_byte_is_read() {
+        let bodies = UnverifiedBodies::new(10);
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Result<Bytes, std::io::Error>>();
+        let first = {
+            let bodies = bodies.clone();
+            tokio::spawn(async move { bodies.read(Body::from_stream(rx), Some(8)).await })
+        };
+        while bodies.available() != 2 {
+            tokio::task::yield_now().await;
+        }
+        let e = bodies.read(Body::from("123"), Some(3)).await;
+        assert_eq!(e.unwrap_err(), AuthError::Busy(10));
+        tx.unbounded_send(Ok(Bytes::from_static(b"12345678"))).unwrap();
+        drop(tx);
+        assert_eq!(first.await.unwrap().unwrap().len(), 8);
+        assert_eq!(bodies.available(), 10);
     }
 
     #[tokio::test]

@@ -115,6 +115,9 @@ pub fn parse_layered(text: &str, name: &str, env: &EnvLayer) -> Result<Config, C
     Ok(config)
 }
 
+/// The most `[server] max_unverified_body_bytes` may be: 4,096 bodies of the largest size.
+const MAX_UNVERIFIED_BUDGET: usize = 4096 * model::MAX_UNVERIFIED_BODY;
+
 /// `[server]`: the listen address, and the sizes and durations that may not be zero.
 fn server(raw: &ServerConfig, places: &Places) -> Result<SocketAddr, ConfigError> {
     let listen: SocketAddr = raw.listen.parse().map_err(|_| {
@@ -134,14 +137,16 @@ fn server(raw: &ServerConfig, places: &Places) -> Result<SocketAddr, ConfigError
             "set a positive size, e.g. \"5GiB\" (5368709120 bytes)".into(),
         ));
     }
-    if raw.max_unverified_body_bytes < model::MAX_UNVERIFIED_BODY {
+    if !(model::MAX_UNVERIFIED_BODY..=MAX_UNVERIFIED_BUDGET)
+        .contains(&raw.max_unverified_body_bytes)
+    {
         return Err(places.err(
             &["server", "max_unverified_body_bytes"],
             format!(
-                "[server] max_unverified_body_bytes is {}, below the 1 MiB one such body may take",
+                "[server] max_unverified_body_bytes is {}, outside 1 MiB (one such body) to 4 GiB (what it bounds is memory anyone with a key id can make fencegate hold)",
                 raw.max_unverified_body_bytes
             ),
-            "set at least \"1MiB\"; the default is \"64MiB\"".into(),
+            "set \"1MiB\" to \"4GiB\"; the default is \"64MiB\"".into(),
         ));
     }
     if raw.body_idle_timeout_secs == 0 {
