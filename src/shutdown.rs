@@ -1,9 +1,11 @@
 //! One shutdown for the whole process, handed to every listener and every background loop (as
 //! mini-redis hands its `Shutdown` to each task), and the commits in flight it waits for
 //! (tokio-util's `TaskTracker`). SIGINT or SIGTERM starts it: the listeners stop accepting,
-//! the background loops end, and the process waits for the requests and the commits in flight,
-//! up to `[server] shutdown_grace_secs`. A commit whose client has hung up is still waited
-//! for: it runs in a task of its own (`gate::run_to_end`), tracked here.
+//! and the process waits for the requests and the commits in flight, up to `[server]
+//! shutdown_grace_secs`. The background loops (readiness, lease expiry, the clock watch,
+//! SIGHUP reloads) keep running while they drain, since those requests still rely on them,
+//! and end when it is finished. A commit whose client has hung up is still waited for: it
+//! runs in a task of its own (`gate::run_to_end`), tracked here.
 
 use std::future::Future;
 use std::sync::{Arc, LazyLock, OnceLock};
@@ -14,7 +16,10 @@ use tokio_util::task::TaskTracker;
 /// A handle on the process's shutdown: cheap to clone, one per task that must stop.
 #[derive(Clone, Default)]
 pub struct Shutdown {
+    /// Cancelled when the shutdown starts: stop accepting.
     token: CancellationToken,
+    /// Cancelled when the requests and commits in flight are done: stop the background loops.
+    finished: CancellationToken,
     started: Arc<OnceLock<Instant>>,
 }
 
@@ -34,7 +39,7 @@ impl Shutdown {
                 _ = tokio::signal::ctrl_c() => {},
                 _ = term.recv() => {},
             }
-            tracing::info!("shutting down: finishing requests and commits in flight");
+            tracing::info!(target: "fencegate::server", "shutting down: finishing requests in flight");
             shutdown.begin();
         });
     }
@@ -59,9 +64,15 @@ impl Shutdown {
         self.token.is_cancelled()
     }
 
-    /// Runs the background loop `work` until it ends or the shutdown starts.
+    /// The requests and commits in flight are done (or out of time): the background loops end.
+    pub fn finish(&self) {
+        self.token.cancel();
+        self.finished.cancel();
+    }
+
+    /// Runs the background loop `work` until it ends or the shutdown has finished.
     pub fn spawn_background(&self, work: impl Future<Output = ()> + Send + 'static) {
-        let token = self.token.clone();
+        let token = self.finished.clone();
         tokio::spawn(async move {
             tokio::select! {
                 _ = work => {},
@@ -90,7 +101,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn background_loops_end_with_the_shutdown() {
+    async fn background_loops_run_until_the_shutdown_has_finished() {
         let shutdown = Shutdown::new();
         let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
         shutdown.spawn_background(async move {
@@ -100,6 +111,10 @@ mod tests {
         assert!(!shutdown.is_requested());
         shutdown.begin();
         shutdown.requested().await;
+        // Still running while requests drain.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(rx.try_recv().is_err_and(|e| e == tokio::sync::mpsc::error::TryRecvError::Empty));
+        shutdown.finish();
         // The loop's future was dropped, and with it the sender.
         assert!(rx.recv().await.is_none());
     }

@@ -374,7 +374,7 @@ fn s3_gateway(raw: &S3GatewayConfig, places: &Places) -> Result<Option<SocketAdd
             return Err(places.err(
                 &["s3", "domain"],
                 format!("[s3] domain = {domain:?} {problem}"),
-                "write a domain name like \"raw.example.com\" (no scheme, port or path), or remove it for path-style requests only".into(),
+                "write a domain name like \"s3.example.com\" (no scheme, port or path), or remove it for path-style requests only".into(),
             ));
         }
     }

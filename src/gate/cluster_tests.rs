@@ -4,14 +4,14 @@
 //! records the token of every commit in the order they land, so the contract's line 1 is
 //! checked on that order. tests/it/cluster/protocol.rs runs the same protocol on real etcd and ministack.
 
+use super::test_kit::{body, req};
 use super::*;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::scripted::{Script, Scripted};
-use crate::backend::{Backend, BackendError, BodyError, ByteStream, ObjectInfo, Staged};
+use crate::backend::{Backend, BackendError, ObjectInfo, Staged};
 use crate::config::BucketPolicy;
 use crate::fence::memory::MemoryFenceStore;
 use crate::fence::{Durability, StoreError};
-use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -188,25 +188,6 @@ fn cluster_with(apply: Duration) -> ([Arc<Gate>; 2], Arc<Scripted<Store>>, Arc<I
         )
     };
     ([gate(), gate()], store, table)
-}
-
-fn req(key: &str, token: u64) -> WriteRequest {
-    WriteRequest {
-        bucket: "b".into(),
-        key: key.into(),
-        token: Ok(Some(Token(token))),
-        scope_header: None,
-        scope_takeover: None,
-        conditions: Conditions::default(),
-        meta: ObjectMeta::default(),
-        idempotency: None,
-    }
-}
-
-fn body(bytes: Vec<u8>) -> ByteStream {
-    Box::pin(futures::stream::once(async move {
-        Ok::<_, BodyError>(Bytes::from(bytes))
-    }))
 }
 
 /// Line 1's check on the store's order: no commit lands after a higher token's.

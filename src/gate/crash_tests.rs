@@ -6,10 +6,11 @@
 //! it (docs/design.md, contract line 2), and a new lock holder must be able to carry on without the gate's own
 //! half-finished commits being taken for writes around it.
 
+use super::test_kit::{body, req};
 use super::*;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::scripted::{Script, Scripted};
-use crate::backend::{Backend, BackendError, BodyError, ByteStream, ObjectInfo, Staged};
+use crate::backend::{Backend, BackendError, ObjectInfo, Staged};
 use crate::config::BucketPolicy;
 use crate::fence::memory::MemoryFenceStore;
 use crate::fence::Durability;
@@ -120,54 +121,30 @@ impl Script for CrashBackend {
 }
 
 fn gate(store: Arc<dyn FenceStore>, backend: Arc<dyn Backend>) -> Arc<Gate> {
-    let mut buckets = BTreeMap::new();
-    buckets.insert(
-        "b".to_string(),
-        BucketEntry::new(BucketPolicy::default(), backend),
-    );
-    Arc::new(Gate::new(store, buckets))
-}
-
-fn write(key: &str, token: u64) -> WriteRequest {
-    WriteRequest {
-        bucket: "b".into(),
-        key: key.into(),
-        token: Ok(Some(Token(token))),
-        scope_header: None,
-        scope_takeover: None,
-        conditions: Conditions::default(),
-        meta: ObjectMeta::default(),
-        idempotency: None,
-    }
-}
-
-fn body() -> ByteStream {
-    Box::pin(futures::stream::once(async {
-        Ok::<_, BodyError>(Bytes::from_static(b"v"))
-    }))
+    super::test_kit::gate_over(BucketPolicy::default(), backend, store)
 }
 
 /// The scripted run; returns the acknowledged (key, token) pairs.
 async fn script(g: &Arc<Gate>, backend: &MemoryBackend) -> Vec<(&'static str, u64)> {
     let mut acked = Vec::new();
     for (key, token) in [("a", 5), ("a", 6), ("c", 2)] {
-        if g.put(write(key, token), body()).await.is_ok() {
+        if g.put(req(key, token), body(b"v")).await.is_ok() {
             acked.push((key, token));
         }
     }
-    if g.delete(write("a", 7)).await.is_ok() {
+    if g.delete(req("a", 7)).await.is_ok() {
         acked.push(("a", 7));
     }
     if g.advance("b", "c", Ok(Some(Token(9))), None).await.is_ok() {
         acked.push(("c", 9));
     }
-    if g.put(write("a", 8), body()).await.is_ok() {
+    if g.put(req("a", 8), body(b"v")).await.is_ok() {
         acked.push(("a", 8));
     }
     // A write around the gate, then a write that must be refused and rolled back.
     backend.write_behind("b", "x", b"theirs");
-    let _ = g.put(write("x", 4), body()).await;
-    if g.put(write("c", 10), body()).await.is_ok() {
+    let _ = g.put(req("x", 4), body(b"v")).await;
+    if g.put(req("c", 10), body(b"v")).await.is_ok() {
         acked.push(("c", 10));
     }
     acked
@@ -218,7 +195,7 @@ async fn no_acknowledged_token_is_forgotten_at_any_crash_point() {
             store.lose_unsynced();
             let g = gate(store.clone(), backend.clone());
             for &(key, token) in &acked {
-                let e = g.put(write(key, token - 1), body()).await.unwrap_err();
+                let e = g.put(req(key, token - 1), body(b"v")).await.unwrap_err();
                 assert_eq!(
                     e.code(),
                     "StaleFencingToken",
@@ -229,7 +206,7 @@ async fn no_acknowledged_token_is_forgotten_at_any_crash_point() {
             // the gate mistakes for a write around it. (An unacknowledged write's token may
             // have been recorded, so the acknowledged ones are not the upper bound.)
             for key in ["a", "c"] {
-                let r = g.put(write(key, 100), body()).await;
+                let r = g.put(req(key, 100), body(b"v")).await;
                 assert!(r.is_ok(), "crash at {at} ({applied}): {key}: {:?}", r.err());
             }
             checked += 1;
@@ -241,7 +218,7 @@ async fn no_acknowledged_token_is_forgotten_at_any_crash_point() {
 fn keyed(key: &str, token: u64, idem: &str) -> WriteRequest {
     WriteRequest {
         idempotency: Some(crate::gate::Idempotency::from_header("key:t", idem.as_bytes()).unwrap()),
-        ..write(key, token)
+        ..req(key, token)
     }
 }
 
@@ -256,14 +233,14 @@ async fn a_retry_after_a_crash_at_any_point_commits_once() {
         let store = Arc::new(MemoryFenceStore::new());
         let backend = Arc::new(MemoryBackend::new());
         let g = gate(store.clone(), backend.clone());
-        g.put(write("c", 1), body()).await.unwrap();
+        g.put(req("c", 1), body(b"v")).await.unwrap();
         (store, backend)
     }
     async fn run(g: &Arc<Gate>) -> Vec<Result<Written, GateError>> {
         vec![
-            g.put(keyed("a", 5, "p"), body()).await,
+            g.put(keyed("a", 5, "p"), body(b"v")).await,
             g.delete(keyed("c", 3, "d")).await,
-            g.put(keyed("c", 4, "q"), body()).await,
+            g.put(keyed("c", 4, "q"), body(b"v")).await,
         ]
     }
     let ops = {
@@ -411,7 +388,7 @@ async fn killed_mid_commit(
         dead: std::sync::atomic::AtomicBool::new(false),
     });
     let g = gate(dying.clone(), first.clone());
-    let zombie = tokio::spawn(async move { g.put(write("k", 5), body()).await });
+    let zombie = tokio::spawn(async move { g.put(req("k", 5), body(b"v")).await });
     while !first.held.load(Ordering::SeqCst) {
         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
@@ -419,13 +396,13 @@ async fn killed_mid_commit(
     dying.dead.store(true, Ordering::SeqCst);
     table.lose_unsynced();
     let g = gate(table.clone(), late(false));
-    let answer = g.delete(write("k", 6)).await;
+    let answer = g.delete(req("k", 6)).await;
     // The late request lands now.
     let _ = first.land.send(true);
     let _ = zombie.await;
     // The newer holder retries its delete as told: it removes what landed, if the hold knew.
     loop {
-        match g.delete(write("k", 6)).await {
+        match g.delete(req("k", 6)).await {
             Err(e) if e.code() == "CommitUnresolved" => {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await
             }

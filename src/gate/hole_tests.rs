@@ -3,10 +3,11 @@
 //! after an unknown outcome, scope switching in header-scoped buckets, bound advances racing
 //! writers, tokens at the u64 edge and fenced aborts. Each fails on the code before its fix.
 
+use super::test_kit::{body, req};
 use super::*;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::scripted::{Script, Scripted};
-use crate::backend::{Backend, BackendError, BodyError, ByteStream, ObjectInfo, Staged};
+use crate::backend::{Backend, BackendError, ObjectInfo, Staged};
 use crate::config::{BucketPolicy, ScopeKind};
 use crate::fence::memory::MemoryFenceStore;
 use bytes::Bytes;
@@ -81,22 +82,8 @@ fn gate_with(policy: BucketPolicy) -> (Arc<Gate>, Arc<Scripted<Faulty>>, Arc<Mem
     let store = Arc::new(MemoryFenceStore::new());
     let faulty = Faulty::default();
     let backend = Arc::new(Scripted::new(faulty.inner.clone(), faulty));
-    let mut buckets = BTreeMap::new();
-    buckets.insert("b".to_string(), BucketEntry::new(policy, backend.clone()));
-    (Arc::new(Gate::new(store.clone(), buckets)), backend, store)
-}
-
-fn req(key: &str, token: Option<u64>) -> WriteRequest {
-    WriteRequest {
-        bucket: "b".into(),
-        key: key.into(),
-        token: Ok(token.map(Token)),
-        scope_header: None,
-        scope_takeover: None,
-        conditions: Conditions::default(),
-        meta: ObjectMeta::default(),
-        idempotency: None,
-    }
+    let gate = super::test_kit::gate_over(policy, backend.clone(), store.clone());
+    (gate, backend, store)
 }
 
 fn scoped(key: &str, token: u64, scope: &str) -> WriteRequest {
@@ -104,12 +91,6 @@ fn scoped(key: &str, token: u64, scope: &str) -> WriteRequest {
         scope_header: Some(scope.as_bytes().to_vec()),
         ..req(key, Some(token))
     }
-}
-
-fn body(bytes: &'static [u8]) -> ByteStream {
-    Box::pin(futures::stream::once(async move {
-        Ok::<_, BodyError>(Bytes::from_static(bytes))
-    }))
 }
 
 #[tokio::test]

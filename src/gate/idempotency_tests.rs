@@ -4,19 +4,18 @@
 //! Power loss at every step is in `crash_tests.rs`, multipart completions in
 //! `tests/it/s3/gateway.rs`, several instances in `tests/it/cluster/protocol.rs`.
 
+use super::test_kit::body;
 use super::*;
 use crate::backend::memory::MemoryBackend;
-use crate::backend::{BodyError, ByteStream};
+use crate::backend::ByteStream;
 use crate::config::{BucketPolicy, TokenOrder};
 use crate::fence::memory::MemoryFenceStore;
 use bytes::Bytes;
 
 fn gate_with(policy: BucketPolicy) -> (Arc<Gate>, Arc<MemoryBackend>) {
     let backend = Arc::new(MemoryBackend::new());
-    let mut buckets = BTreeMap::new();
-    buckets.insert("b".to_string(), BucketEntry::new(policy, backend.clone()));
-    let gate = Gate::new(Arc::new(MemoryFenceStore::new()), buckets);
-    (Arc::new(gate), backend)
+    let store = Arc::new(MemoryFenceStore::new());
+    (super::test_kit::gate_over(policy, backend.clone(), store), backend)
 }
 
 fn keyed(key: &str, token: u64, idem: Option<&str>) -> WriteRequest {
@@ -30,12 +29,6 @@ fn keyed(key: &str, token: u64, idem: Option<&str>) -> WriteRequest {
         meta: ObjectMeta::default(),
         idempotency: idem.map(|k| Idempotency::from_header("key:test", k.as_bytes()).unwrap()),
     }
-}
-
-fn body(bytes: &'static [u8]) -> ByteStream {
-    Box::pin(futures::stream::once(async move {
-        Ok::<_, BodyError>(Bytes::from_static(bytes))
-    }))
 }
 
 fn commits_of(backend: &MemoryBackend, token: u64) -> usize {

@@ -295,4 +295,6 @@ mod hole_tests;
 #[cfg(test)]
 mod idempotency_tests;
 #[cfg(test)]
+mod test_kit;
+#[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
 //! The gate's rules against the in-memory doubles: every error-table row, the token rules, the
 //! commit protocol's ordering, tombstones, bypass detection and power loss.
 
+use super::test_kit::{body, req};
 use super::*;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::{BodyError, ByteStream};
@@ -18,10 +19,8 @@ struct Fixture {
 fn fixture(policy: BucketPolicy) -> Fixture {
     let store = Arc::new(MemoryFenceStore::new());
     let backend = Arc::new(MemoryBackend::new());
-    let mut buckets = BTreeMap::new();
-    buckets.insert("b".to_string(), BucketEntry::new(policy, backend.clone()));
     Fixture {
-        gate: Arc::new(Gate::new(store.clone(), buckets)),
+        gate: super::test_kit::gate_over(policy, backend.clone(), store.clone()),
         store,
         backend,
     }
@@ -29,25 +28,6 @@ fn fixture(policy: BucketPolicy) -> Fixture {
 
 fn default_fixture() -> Fixture {
     fixture(BucketPolicy::default())
-}
-
-fn req(key: &str, token: Option<u64>) -> WriteRequest {
-    WriteRequest {
-        bucket: "b".into(),
-        key: key.into(),
-        token: Ok(token.map(Token)),
-        scope_header: None,
-        scope_takeover: None,
-        conditions: Conditions::default(),
-        meta: ObjectMeta::default(),
-        idempotency: None,
-    }
-}
-
-fn body(bytes: &'static [u8]) -> ByteStream {
-    Box::pin(futures::stream::once(async move {
-        Ok(Bytes::from_static(bytes))
-    }))
 }
 
 /// A body that fails the test if the gate reads it.

@@ -13,7 +13,6 @@ use crate::api::{self, AppState};
 use crate::auth::KeyTable;
 use crate::catalog::{Backends, Catalog};
 use crate::config::Config;
-use crate::fence::StoreError;
 use crate::gate::{Gate, Upload, UploadRegistry};
 use crate::lease::Leases;
 use crate::s3api::{self, S3Gateway};
@@ -23,14 +22,6 @@ use tokio::sync::Semaphore;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("{0}")]
-    Store(#[from] StoreError),
-    #[error("cannot prepare the fs backend {name} at {path}: {error}; check that the directory is writable")]
-    Backend {
-        name: String,
-        path: String,
-        error: std::io::Error,
-    },
     #[error("cannot listen on {addr}: {error}; pick another address with --listen or stop what holds the port")]
     Listen {
         addr: std::net::SocketAddr,
@@ -38,16 +29,19 @@ pub enum StartError {
     },
     #[error("the server failed: {0}")]
     Serve(std::io::Error),
-    #[error("{0}")]
-    Gateway(String),
     #[error("no keys are configured, so fencegate is in development mode, where anyone may do anything; it therefore listens on loopback only, and {addr} is not loopback. Add a key to the configuration ([keys.NAME] with access_key_id, secret_access_key_file and bucket permissions; README, \"Security\"), or listen on 127.0.0.1. To expose development mode anyway, set [server] protected_mode = false")]
     Unprotected { addr: std::net::SocketAddr },
     #[error("{0}")]
-    Config(#[from] crate::config::ConfigError),
-    #[error("{0}")]
     Tls(#[from] tls::TlsError),
+    /// The fence table, a backend, a store or the configuration (`catalog::startup`).
     #[error(transparent)]
     Startup(#[from] crate::catalog::StartupError),
+}
+
+impl From<crate::config::ConfigError> for StartError {
+    fn from(e: crate::config::ConfigError) -> Self {
+        StartError::Startup(e.into())
+    }
 }
 
 /// Protected mode: without keys, only loopback listeners (Redis's protected mode), unless the
@@ -90,14 +84,14 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
-    // One shutdown for every listener and background loop.
+    // One shutdown for every listener and background loop. Signals start it only once the
+    // listeners serve: before, SIGTERM ends the start-up at once, as it always has.
     let shutdown = crate::shutdown::Shutdown::new();
-    shutdown.on_signals();
     let metrics = crate::metrics::install(&shutdown);
     // The registry first: the uploads clients started stay, other store uploads are swept.
     let uploads_dir = config.server.data_dir.join("uploads");
     let uploads =
-        UploadRegistry::open(uploads_dir.clone()).map_err(|error| StartError::Backend {
+        UploadRegistry::open(uploads_dir.clone()).map_err(|error| StartupError::Backend {
             name: "uploads".into(),
             path: uploads_dir.display().to_string(),
             error,
@@ -130,7 +124,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     let created = catalog
         .load()
         .await
-        .map_err(|e| StartError::Gateway(e.to_string()))?;
+        .map_err(|e| StartupError::Gateway(e.to_string()))?;
     if created > 0 {
         tracing::info!(created, "serving buckets created through the S3 API");
     }
@@ -192,6 +186,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         grace: Duration::from_secs(config.server.shutdown_grace_secs),
         read_buffer: listen::Limits::read_buffer_for(config.server.max_header_bytes),
     };
+    shutdown.on_signals();
     let mut servers = tokio::task::JoinSet::new();
     // The S3 gateway answers on the native listener unless it has one of its own.
     let shared_s3 = s3.clone().filter(|_| config.s3_listen.is_none());
@@ -245,6 +240,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             "commits still in flight after the shutdown grace ([server] shutdown_grace_secs); stopping anyway"
         );
     }
+    shutdown.finish();
     tracing::info!("fencegate stopped");
     Ok(())
 }
@@ -327,6 +323,6 @@ fn s3_service(
         max_parts: config.s3.max_parts,
         region: config.s3.region.clone(),
     };
-    s3api::service(gateway, &config.s3).map_err(StartError::Gateway)
+    s3api::service(gateway, &config.s3).map_err(|e| StartupError::Gateway(e).into())
 }
 

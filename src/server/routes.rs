@@ -87,7 +87,9 @@ fn with_layers(routes: Router, state: &AppState) -> Router {
                 .on_request(())
                 .on_response(
                     |resp: &Response, latency: Duration, _span: &tracing::Span| {
+                        // The target the README's log examples and filters name.
                         tracing::info!(
+                            target: "fencegate::api",
                             status = resp.status().as_u16(),
                             latency_ms = latency.as_secs_f64() * 1000.0,
                             "served"
