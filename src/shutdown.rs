@@ -113,7 +113,9 @@ mod tests {
         shutdown.requested().await;
         // Still running while requests drain.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(rx.try_recv().is_err_and(|e| e == tokio::sync::mpsc::error::TryRecvError::Empty));
+        assert!(rx
+            .try_recv()
+            .is_err_and(|e| e == tokio::sync::mpsc::error::TryRecvError::Empty));
         shutdown.finish();
         // The loop's future was dropped, and with it the sender.
         assert!(rx.recv().await.is_none());
@@ -132,5 +134,4 @@ mod tests {
         assert!(drain_commits(Duration::from_secs(10)).await);
         assert!(done.load(std::sync::atomic::Ordering::SeqCst));
     }
-
 }

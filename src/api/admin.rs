@@ -29,10 +29,7 @@ pub fn routes(state: AppState, auth: Arc<crate::auth::admin::AdminAuth>) -> Rout
             get(show_fence).post(change_fence),
         )
         .route("/admin/reload", post(reload))
-        .route_layer(axum::middleware::from_fn_with_state(
-            auth,
-            authenticate,
-        ))
+        .route_layer(axum::middleware::from_fn_with_state(auth, authenticate))
         .with_state(state)
 }
 

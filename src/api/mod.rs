@@ -59,9 +59,7 @@ impl AppState {
         who: &crate::auth::Principal,
         action: crate::auth::Action<'_>,
     ) -> Result<(), ApiError> {
-        self.keys
-            .authorize(who, action)
-            .map_err(ApiError::Auth)
+        self.keys.authorize(who, action).map_err(ApiError::Auth)
     }
 }
 

@@ -195,7 +195,8 @@ mod tests {
         }
         let e = bodies.read(Body::from("123"), Some(3)).await;
         assert_eq!(e.unwrap_err(), AuthError::Busy(10));
-        tx.unbounded_send(Ok(Bytes::from_static(b"12345678"))).unwrap();
+        tx.unbounded_send(Ok(Bytes::from_static(b"12345678")))
+            .unwrap();
         drop(tx);
         assert_eq!(first.await.unwrap().unwrap().len(), 8);
         assert_eq!(bodies.available(), 10);

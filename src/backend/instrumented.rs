@@ -305,7 +305,10 @@ mod tests {
         fn in_flight_bound(&self, _inner: &Arc<dyn Backend>) -> Option<Duration> {
             Some(Duration::from_secs(900))
         }
-        async fn clock_offset(&self, _inner: &Arc<dyn Backend>) -> Option<Result<(i64, i64), String>> {
+        async fn clock_offset(
+            &self,
+            _inner: &Arc<dyn Backend>,
+        ) -> Option<Result<(i64, i64), String>> {
             Some(Ok((-3, 5)))
         }
     }

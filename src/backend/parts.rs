@@ -3,9 +3,9 @@
 //! object for GetObject and HeadObject `partNumber`. Also reads for a backend that can only
 //! read whole objects.
 
-use super::{Backend, BackendError, ByteStream, ObjectInfo};
 #[cfg(test)]
 use super::BodyError;
+use super::{Backend, BackendError, ByteStream, ObjectInfo};
 #[cfg(test)]
 use bytes::Bytes;
 use serde::Serialize;

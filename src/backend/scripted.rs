@@ -15,6 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// What a test changes of a backend's behaviour: each hook gets the wrapped backend.
+// A hook takes the wrapped backend beside the operation's own arguments.
+#[allow(clippy::too_many_arguments)]
 #[async_trait]
 pub trait Script: Send + Sync + 'static {
     async fn stage(
@@ -311,7 +313,9 @@ impl<S: Script> Backend for Scripted<S> {
     }
 
     async fn delete(&self, bucket: &str, key: &str, expected: &str) -> Result<(), BackendError> {
-        self.script.delete(&self.wrapped, bucket, key, expected).await
+        self.script
+            .delete(&self.wrapped, bucket, key, expected)
+            .await
     }
 
     async fn get_range(

@@ -253,10 +253,9 @@ impl Catalog {
             if self.config.buckets.contains_key(name) {
                 continue; // configured since: the configuration wins
             }
-            let created_ms =
-                startup::record_scope(self.store.as_ref(), &self.config, name, policy)
-                    .await
-                    .map_err(|e| CatalogError::Failed(e.to_string()))?;
+            let created_ms = startup::record_scope(self.store.as_ref(), &self.config, name, policy)
+                .await
+                .map_err(|e| CatalogError::Failed(e.to_string()))?;
             let backend = backends
                 .for_bucket(&self.config, name, policy)
                 .await
@@ -303,10 +302,9 @@ impl Catalog {
             .for_bucket(&self.config, name, &policy)
             .await
             .map_err(CatalogError::Failed)?;
-        let created_ms =
-            startup::record_scope(self.store.as_ref(), &self.config, name, &policy)
-                .await
-                .map_err(|e| CatalogError::Failed(e.to_string()))?;
+        let created_ms = startup::record_scope(self.store.as_ref(), &self.config, name, &policy)
+            .await
+            .map_err(|e| CatalogError::Failed(e.to_string()))?;
         created.insert(name.to_string(), policy.clone());
         self.save(&created)?;
         self.gate.add_bucket(

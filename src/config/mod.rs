@@ -283,10 +283,18 @@ mod tests {
     fn the_unverified_body_budget_is_within_its_bounds() {
         let c = parse("[server]\nmax_unverified_body_bytes = \"8MiB\"\n", "f.toml").unwrap();
         assert_eq!(c.server.max_unverified_body_bytes, 8 << 20);
-        for (value, line) in [("\"1023KiB\"", 2), ("0", 2), ("\"5GiB\"", 2), ("\"1TiB\"", 2)] {
+        for (value, line) in [
+            ("\"1023KiB\"", 2),
+            ("0", 2),
+            ("\"5GiB\"", 2),
+            ("\"1TiB\"", 2),
+        ] {
             let text = format!("[server]\nmax_unverified_body_bytes = {value}\n");
             let e = parse(&text, "f.toml").unwrap_err();
-            assert!(e.message.contains("max_unverified_body_bytes"), "{value}: {e}");
+            assert!(
+                e.message.contains("max_unverified_body_bytes"),
+                "{value}: {e}"
+            );
             assert!(e.fix.contains("4GiB"), "{value}: {e}");
             assert_eq!(e.location.map(|l| l.0), Some(line), "{value}: {e}");
         }

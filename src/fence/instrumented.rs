@@ -19,7 +19,8 @@ impl Instrumented {
 
 fn count<T>(operation: &'static str, result: &Result<T, StoreError>) {
     if let Err(StoreError::Io(_) | StoreError::Corrupt(_)) = result {
-        metrics::counter!(crate::metrics::FENCE_STORE_ERRORS, "operation" => operation).increment(1);
+        metrics::counter!(crate::metrics::FENCE_STORE_ERRORS, "operation" => operation)
+            .increment(1);
     }
 }
 

@@ -12,9 +12,9 @@
 //! default `object` scope the scope row and the object row are the same row; with wider scopes
 //! the highest token lives on the scope row and each object's version on its own row.
 
-pub mod instrumented;
 pub mod etcd;
 mod etcd_batch;
+pub mod instrumented;
 pub mod memory;
 pub mod rocks;
 

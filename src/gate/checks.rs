@@ -4,10 +4,10 @@
 
 use super::{check_token, BucketEntry, Gate, GateError, WriteRequest};
 use crate::backend::BackendError;
-use crate::version::same_version;
 use crate::config::{BypassPolicy, ScopeKind};
 use crate::fence::{Durability, FenceRow};
 use crate::token::Token;
+use crate::version::same_version;
 
 /// Everything a commit needs, read under the scope's lock.
 pub(super) struct Locked {

@@ -36,16 +36,19 @@ struct Store {
 impl Store {
     fn new() -> Arc<Scripted<Store>> {
         let inner = Arc::new(MemoryBackend::new());
-        Arc::new(Scripted::new(inner.clone(), Store {
-            inner,
-            hold: AtomicBool::new(false),
-            held: AtomicU64::new(0),
-            release: watch::channel(false).0,
-            ignore_conditions: AtomicBool::new(false),
-            ignore_deadlines: AtomicBool::new(false),
-            apply_ms: AtomicU64::new(0),
-            clock_ahead_ms: std::sync::atomic::AtomicI64::new(0),
-        }))
+        Arc::new(Scripted::new(
+            inner.clone(),
+            Store {
+                inner,
+                hold: AtomicBool::new(false),
+                held: AtomicU64::new(0),
+                release: watch::channel(false).0,
+                ignore_conditions: AtomicBool::new(false),
+                ignore_deadlines: AtomicBool::new(false),
+                apply_ms: AtomicU64::new(0),
+                clock_ahead_ms: std::sync::atomic::AtomicI64::new(0),
+            },
+        ))
     }
 
     /// Tokens of the commits, in the order they landed.
@@ -74,7 +77,10 @@ impl Store {
 impl Script for Store {
     async fn commit(
         &self,
-        _inner: &Arc<dyn Backend>, _: &Staged, _: Option<&str>) -> Result<ObjectInfo, BackendError> {
+        _inner: &Arc<dyn Backend>,
+        _: &Staged,
+        _: Option<&str>,
+    ) -> Result<ObjectInfo, BackendError> {
         unreachable!("a gate on a shared table commits with a deadline")
     }
     async fn commit_by(
@@ -97,7 +103,11 @@ impl Script for Store {
     }
     async fn delete(
         &self,
-        _inner: &Arc<dyn Backend>, _: &str, _: &str, _: &str) -> Result<(), BackendError> {
+        _inner: &Arc<dyn Backend>,
+        _: &str,
+        _: &str,
+        _: &str,
+    ) -> Result<(), BackendError> {
         unreachable!("a gate on a shared table deletes with a deadline")
     }
     async fn delete_by(
@@ -205,24 +215,15 @@ fn in_token_order(landed: &[Option<u64>]) -> Result<(), String> {
 #[tokio::test]
 async fn a_token_recorded_through_one_gate_fences_the_other() {
     let ([a, b], store, _) = cluster();
-    a.put(req("k", 5), body(b"five".to_vec())).await.unwrap();
-    let e = b
-        .put(req("k", 4), body(b"four".to_vec()))
-        .await
-        .unwrap_err();
+    a.put(req("k", 5), body(b"five")).await.unwrap();
+    let e = b.put(req("k", 4), body(b"four")).await.unwrap_err();
     assert_eq!(e.code(), "StaleFencingToken");
-    b.put(req("k", 6), body(b"six".to_vec())).await.unwrap();
-    let e = a
-        .put(req("k", 5), body(b"again".to_vec()))
-        .await
-        .unwrap_err();
+    b.put(req("k", 6), body(b"six")).await.unwrap();
+    let e = a.put(req("k", 5), body(b"again")).await.unwrap_err();
     assert_eq!(e.code(), "StaleFencingToken");
     // A delete of an absent key through one gate fences the other.
     b.delete(req("gone", 9)).await.unwrap();
-    let e = a
-        .put(req("gone", 8), body(b"zombie".to_vec()))
-        .await
-        .unwrap_err();
+    let e = a.put(req("gone", 8), body(b"zombie")).await.unwrap_err();
     assert_eq!(e.code(), "StaleFencingToken");
     assert_eq!(store.landed(), vec![Some(5), Some(6)]);
 }
@@ -314,7 +315,7 @@ impl Store {
     ) -> tokio::task::JoinHandle<Result<Written, GateError>> {
         self.hold.store(true, Ordering::SeqCst);
         let gate = gate.clone();
-        let task = tokio::spawn(async move { gate.put(request, body(bytes.to_vec())).await });
+        let task = tokio::spawn(async move { gate.put(request, body(bytes)).await });
         while self.held.load(Ordering::SeqCst) == 0 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
@@ -328,10 +329,10 @@ impl Store {
 /// store that enforces nothing (the negative control), token 2 lands after token 3.
 async fn paused(fault: Fault) -> (Vec<Option<u64>>, Result<Written, GateError>) {
     let ([a, b], store, _) = cluster();
-    a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
+    a.put(req("k", 1), body(b"first")).await.unwrap();
     store.misbehave(fault);
     let zombie = store.held_put(&a, req("k", 2), b"zombie").await;
-    retried(|| b.put(req("k", 3), body(b"newer".to_vec())))
+    retried(|| b.put(req("k", 3), body(b"newer")))
         .await
         .unwrap();
     let _ = store.release.send(true);
@@ -360,7 +361,7 @@ async fn negative_control_a_store_enforcing_nothing_is_caught() {
 /// acknowledgement, and the token it granted.
 async fn advance_over_held(fault: Fault) -> (Vec<Option<u64>>, u64) {
     let ([a, b], store, _) = cluster();
-    a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
+    a.put(req("k", 1), body(b"first")).await.unwrap();
     store.misbehave(fault);
     let zombie = store.held_put(&a, req("k", 2), b"zombie").await;
     let (granted, _) = retried(|| b.advance_past("b", "k", 1, None)).await.unwrap();
@@ -424,7 +425,7 @@ async fn two_exclusive_creates_through_two_gates_acknowledge_one() {
         ..req(key, 5)
     };
     let first = store.held_put(&a, once("once"), b"first").await;
-    let second = retried(|| b.put(once("once"), body(b"second".to_vec()))).await;
+    let second = retried(|| b.put(once("once"), body(b"second"))).await;
     let _ = store.release.send(true);
     let first = first.await.unwrap();
     let codes = [&first, &second].map(|r| r.as_ref().err().map(|e| e.code()));
@@ -460,7 +461,7 @@ async fn racing_puts_and_deletes_never_look_like_bypasses() {
                 );
             }
         }
-        retried(|| a.put(req("w", t + 2), body(b"after".to_vec())))
+        retried(|| a.put(req("w", t + 2), body(b"after")))
             .await
             .unwrap_or_else(|e| panic!("round {round}: the object is wedged: {e}"));
     }
@@ -499,7 +500,7 @@ async fn advances_through_one_gate_order_against_writes_through_the_other() {
 /// the advance was acknowledged. Returns the tokens that landed after it.
 async fn advance_over_slow_apply(margin: Duration) -> Vec<Option<u64>> {
     let ([a, b], store, table) = cluster_with(margin);
-    a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
+    a.put(req("k", 1), body(b"first")).await.unwrap();
     store.apply_ms.store(80, Ordering::SeqCst);
     let zombie = store.held_put(&a, req("k", 2), b"slow").await;
     // Admitted 30 ms before its deadline (the row's `u` is the deadline plus the margin).
@@ -534,14 +535,14 @@ async fn negative_control_an_apply_margin_too_short_is_caught() {
 #[tokio::test]
 async fn a_request_refused_as_expired_leaves_no_deadline_behind() {
     let ([a, b], store, _) = cluster_with(Duration::from_secs(5));
-    a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
+    a.put(req("k", 1), body(b"first")).await.unwrap();
     let held = store.held_put(&a, req("k", 2), b"late").await;
     tokio::time::sleep(TTL + Duration::from_millis(50)).await;
     let _ = store.release.send(true);
     let started = std::time::Instant::now();
     let retried_commit = held.await.unwrap();
     assert!(retried_commit.is_ok(), "{:?}", retried_commit.err());
-    b.put(req("k", 3), body(b"next".to_vec())).await.unwrap();
+    b.put(req("k", 3), body(b"next")).await.unwrap();
     // The same for a delete.
     let _ = store.release.send(false);
     store.hold.store(true, Ordering::SeqCst);
@@ -556,7 +557,7 @@ async fn a_request_refused_as_expired_leaves_no_deadline_behind() {
     tokio::time::sleep(TTL + Duration::from_millis(50)).await;
     let _ = store.release.send(true);
     assert_eq!(deleting.await.unwrap().unwrap().existed, Some(true));
-    b.put(req("k", 5), body(b"again".to_vec())).await.unwrap();
+    b.put(req("k", 5), body(b"again")).await.unwrap();
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "held back by a deadline left behind: {:?}",
@@ -570,13 +571,10 @@ async fn a_request_refused_as_expired_leaves_no_deadline_behind() {
 #[tokio::test]
 async fn a_write_refused_as_a_bypass_leaves_no_deadline_behind() {
     let ([a, b], store, _) = cluster_with(Duration::from_secs(5));
-    a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
+    a.put(req("k", 1), body(b"first")).await.unwrap();
     store.inner.write_behind("b", "k", b"around");
     for (gate, token) in [(&a, 2), (&b, 3), (&a, 4)] {
-        let e = gate
-            .put(req("k", token), body(b"mine".to_vec()))
-            .await
-            .unwrap_err();
+        let e = gate.put(req("k", token), body(b"mine")).await.unwrap_err();
         assert_eq!(e.code(), "BypassDetected", "token {token}: {e}");
     }
 }
@@ -589,15 +587,12 @@ async fn a_write_refused_as_a_bypass_leaves_no_deadline_behind() {
 #[tokio::test]
 async fn a_clock_found_too_far_ahead_does_not_decide_over_an_intent() {
     let ([a, b], store, _) = cluster();
-    a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
+    a.put(req("k", 1), body(b"first")).await.unwrap();
     let held = store.held_put(&a, req("k", 2), b"held").await;
     store.clock_ahead_ms.store(5_000, Ordering::SeqCst);
     b.check_clocks().await;
     tokio::time::sleep(TTL + Duration::from_millis(100)).await;
-    let e = b
-        .put(req("k", 3), body(b"newer".to_vec()))
-        .await
-        .unwrap_err();
+    let e = b.put(req("k", 3), body(b"newer")).await.unwrap_err();
     assert_eq!((e.status(), e.code()), (503, "ClockSkewed"), "{e}");
     let e = b
         .advance("b", "k", Ok(Some(Token(4))), None)
@@ -607,7 +602,7 @@ async fn a_clock_found_too_far_ahead_does_not_decide_over_an_intent() {
     // Within the bound again (the store's Date has whole seconds: up to 999 ms is no proof).
     store.clock_ahead_ms.store(900, Ordering::SeqCst);
     b.check_clocks().await;
-    retried(|| b.put(req("k", 3), body(b"newer".to_vec())))
+    retried(|| b.put(req("k", 3), body(b"newer")))
         .await
         .unwrap();
     let _ = store.release.send(true);
@@ -622,20 +617,17 @@ async fn a_clock_found_too_far_ahead_does_not_decide_over_an_intent() {
 #[tokio::test]
 async fn a_clock_stepped_ahead_between_samples_waits_for_the_stores_deadline() {
     let ([a, b], store, _) = cluster();
-    a.put(req("k", 1), body(b"first".to_vec())).await.unwrap();
+    a.put(req("k", 1), body(b"first")).await.unwrap();
     let held = store.held_put(&a, req("k", 2), b"held").await;
     tokio::time::sleep(TTL + Duration::from_millis(50)).await;
     // Stepped 5 s ahead since the last sample: the intent looks long over to this clock.
     store.clock_ahead_ms.store(5_000, Ordering::SeqCst);
     let started = std::time::Instant::now();
-    let e = b
-        .put(req("k", 3), body(b"newer".to_vec()))
-        .await
-        .unwrap_err();
+    let e = b.put(req("k", 3), body(b"newer")).await.unwrap_err();
     assert_eq!(e.code(), "CommitInProgress", "{e}");
     assert!(started.elapsed() < Duration::from_secs(5));
     store.clock_ahead_ms.store(0, Ordering::SeqCst);
-    retried(|| b.put(req("k", 3), body(b"newer".to_vec())))
+    retried(|| b.put(req("k", 3), body(b"newer")))
         .await
         .unwrap();
     let _ = store.release.send(true);

@@ -105,7 +105,11 @@ impl Script for CrashBackend {
     }
     async fn delete(
         &self,
-        _inner: &Arc<dyn Backend>, b: &str, k: &str, e: &str) -> Result<(), BackendError> {
+        _inner: &Arc<dyn Backend>,
+        b: &str,
+        k: &str,
+        e: &str,
+    ) -> Result<(), BackendError> {
         match self.power.step() {
             Err(()) => Err(BackendError::Unreachable("power lost".into())),
             Ok(alive) => {
@@ -161,10 +165,13 @@ async fn no_acknowledged_token_is_forgotten_at_any_crash_point() {
             inner: store.clone(),
             power: power.clone(),
         }),
-        Arc::new(Scripted::new(backend.clone(), CrashBackend {
-            inner: backend.clone(),
-            power: power.clone(),
-        })),
+        Arc::new(Scripted::new(
+            backend.clone(),
+            CrashBackend {
+                inner: backend.clone(),
+                power: power.clone(),
+            },
+        )),
     );
     let full = script(&g, &backend).await;
     assert_eq!(full.len(), 7, "{full:?}");
@@ -185,10 +192,13 @@ async fn no_acknowledged_token_is_forgotten_at_any_crash_point() {
                     inner: store.clone(),
                     power: power.clone(),
                 }),
-                Arc::new(Scripted::new(backend.clone(), CrashBackend {
-                    inner: backend.clone(),
-                    power,
-                })),
+                Arc::new(Scripted::new(
+                    backend.clone(),
+                    CrashBackend {
+                        inner: backend.clone(),
+                        power,
+                    },
+                )),
             );
             let acked = script(&g, &backend).await;
             // Power loss: unsynced fence rows are gone; a fresh gate starts on what is left.
@@ -251,10 +261,13 @@ async fn a_retry_after_a_crash_at_any_point_commits_once() {
                 inner: store,
                 power: power.clone(),
             }),
-            Arc::new(Scripted::new(backend.clone(), CrashBackend {
-                inner: backend,
-                power: power.clone(),
-            })),
+            Arc::new(Scripted::new(
+                backend.clone(),
+                CrashBackend {
+                    inner: backend,
+                    power: power.clone(),
+                },
+            )),
         );
         assert!(run(&g).await.iter().all(|r| r.is_ok()));
         power.ops.load(Ordering::SeqCst)
@@ -271,10 +284,13 @@ async fn a_retry_after_a_crash_at_any_point_commits_once() {
                     inner: store.clone(),
                     power: power.clone(),
                 }),
-                Arc::new(Scripted::new(backend.clone(), CrashBackend {
-                    inner: backend.clone(),
-                    power,
-                })),
+                Arc::new(Scripted::new(
+                    backend.clone(),
+                    CrashBackend {
+                        inner: backend.clone(),
+                        power,
+                    },
+                )),
             );
             run(&g).await;
             store.lose_unsynced();
@@ -374,13 +390,16 @@ async fn killed_mid_commit(
     let table = Arc::new(MemoryFenceStore::new());
     let objects = Arc::new(MemoryBackend::new());
     let late = |hold| {
-        Arc::new(Scripted::new(objects.clone(), LateStore {
-            inner: objects.clone(),
-            bound,
-            hold: std::sync::atomic::AtomicBool::new(hold),
-            held: std::sync::atomic::AtomicBool::new(false),
-            land: tokio::sync::watch::channel(false).0,
-        }))
+        Arc::new(Scripted::new(
+            objects.clone(),
+            LateStore {
+                inner: objects.clone(),
+                bound,
+                hold: std::sync::atomic::AtomicBool::new(hold),
+                held: std::sync::atomic::AtomicBool::new(false),
+                land: tokio::sync::watch::channel(false).0,
+            },
+        ))
     };
     let first = late(true);
     let dying = Arc::new(Dead {

@@ -15,7 +15,10 @@ use bytes::Bytes;
 fn gate_with(policy: BucketPolicy) -> (Arc<Gate>, Arc<MemoryBackend>) {
     let backend = Arc::new(MemoryBackend::new());
     let store = Arc::new(MemoryFenceStore::new());
-    (super::test_kit::gate_over(policy, backend.clone(), store), backend)
+    (
+        super::test_kit::gate_over(policy, backend.clone(), store),
+        backend,
+    )
 }
 
 fn keyed(key: &str, token: u64, idem: Option<&str>) -> WriteRequest {

@@ -28,7 +28,9 @@ pub fn req(key: &str, token: impl Into<Option<u64>>) -> WriteRequest {
 /// A body of `bytes`, in one chunk.
 pub fn body(bytes: impl AsRef<[u8]>) -> ByteStream {
     let bytes = Bytes::copy_from_slice(bytes.as_ref());
-    Box::pin(futures::stream::once(async move { Ok::<_, BodyError>(bytes) }))
+    Box::pin(futures::stream::once(
+        async move { Ok::<_, BodyError>(bytes) },
+    ))
 }
 
 /// A gate whose one bucket `b` has `policy`, over `backend` and `store`.

@@ -1,10 +1,10 @@
 //! Translations between S3 shapes and the gate's: errors to S3 XML errors (with
 //! `Fencing-Token-Highest`), the token's carriers, user metadata, ETags, times and bodies.
 
-use crate::http::headers;
 use crate::backend::s3::TOKEN_META;
 use crate::backend::{BodyError, ByteStream, ObjectInfo, ObjectMeta};
 use crate::gate::{GateError, TokenInput};
+use crate::http::headers;
 use crate::token::{parse_token, Token, TokenError};
 use futures::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode};

@@ -486,7 +486,10 @@ impl s3s::S3 for S3Gateway {
 }
 /// Answers one request with the S3 gateway: fencegate's own refusals first (those it must
 /// make before s3s reads a body), then s3s, then the request id on whatever answers.
-pub async fn serve(s3: &s3s::service::S3Service, req: axum::extract::Request) -> axum::response::Response {
+pub async fn serve(
+    s3: &s3s::service::S3Service,
+    req: axum::extract::Request,
+) -> axum::response::Response {
     crate::metrics::http::S3Op::handed(req.extensions());
     let id = crate::http::request_id();
     tracing::Span::current().record("request_id", id.as_str());
@@ -517,4 +520,3 @@ pub async fn serve(s3: &s3s::service::S3Service, req: axum::extract::Request) ->
     };
     answer::finish(resp, &id).await
 }
-

@@ -4,9 +4,9 @@
 use super::convert::{self, s3_error, ReadConditions};
 use super::objects::copy_source;
 use super::{part_checksums, S3Gateway};
-use crate::http::headers;
 use crate::backend::PartChecksum;
 use crate::gate::WriteRequest;
+use crate::http::headers;
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 

@@ -4,8 +4,8 @@
 
 use super::convert::{self, s3_error, ReadConditions};
 use super::S3Gateway;
-use crate::http::headers;
 use crate::gate::{GateError, WriteRequest};
+use crate::http::headers;
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 

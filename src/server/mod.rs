@@ -204,7 +204,11 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             ));
             routes::router(state.clone(), shared_s3, routes::AdminPlace::At(admin_addr))
         }
-        None => routes::router(state.clone(), shared_s3, routes::AdminPlace::Here(admin_routes)),
+        None => routes::router(
+            state.clone(),
+            shared_s3,
+            routes::AdminPlace::Here(admin_routes),
+        ),
     };
     if let Some(l) = s3_listener {
         let s3_addr = l.local_addr().map_err(StartError::Serve)?;
@@ -325,4 +329,3 @@ fn s3_service(
     };
     s3api::service(gateway, &config.s3).map_err(|e| StartupError::Gateway(e).into())
 }
-

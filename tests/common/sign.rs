@@ -192,7 +192,12 @@ pub fn lease_creds(grant: &serde_json::Value) -> Creds {
 /// The head of a raw `PUT path` of `len` body bytes, signed for `creds` over the body's own
 /// hash (as curl signs): fencegate must read the whole body before it can check the signature.
 /// The hash signed is that of an empty body, so the signature never matches a real body.
-pub fn body_hash_signed_head(addr: std::net::SocketAddr, path: &str, creds: Creds, len: usize) -> String {
+pub fn body_hash_signed_head(
+    addr: std::net::SocketAddr,
+    path: &str,
+    creds: Creds,
+    len: usize,
+) -> String {
     let mut req = reqwest::Client::new()
         .put(format!("http://{addr}{path}"))
         .body("")

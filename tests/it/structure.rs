@@ -93,7 +93,12 @@ fn module_edges() -> (BTreeSet<String>, Edges) {
     rust_files(src, &mut files);
     let top = |path: &Path| -> String {
         let rel = path.strip_prefix(src).unwrap();
-        let first = rel.components().next().unwrap().as_os_str().to_string_lossy();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
         first.trim_end_matches(".rs").to_string()
     };
     let modules: BTreeSet<String> = files
@@ -211,7 +216,10 @@ fn no_cycle_between_top_level_modules() {
             }
         }
     }
-    assert!(found.is_empty(), "top-level modules reach each other:{report}");
+    assert!(
+        found.is_empty(),
+        "top-level modules reach each other:{report}"
+    );
 }
 
 #[test]

@@ -643,7 +643,11 @@ async fn held_body(
 
 /// One whole body-hash-signed PUT of `len` bytes on a keep-alive connection: the answer's
 /// head, its body, and whether the server then closed the connection.
-async fn whole_body(addr: std::net::SocketAddr, creds: Creds, len: usize) -> (String, String, bool) {
+async fn whole_body(
+    addr: std::net::SocketAddr,
+    creds: Creds,
+    len: usize,
+) -> (String, String, bool) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
     let head = common::sign::body_hash_signed_head(addr, "/v1/objects/default/probe", creds, len);
@@ -706,7 +710,10 @@ async fn unverified_bodies_share_one_budget() {
     let b = held_body(s.addr, forger, len, 1).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while unverified_bytes(&c, &s).await != 2.0 * len as f64 {
-        assert!(std::time::Instant::now() < deadline, "the held bodies were never charged");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the held bodies were never charged"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
@@ -732,7 +739,10 @@ async fn unverified_bodies_share_one_budget() {
     // its signature is wrong) and a rightly signed one is written.
     drop((a, b));
     while unverified_bytes(&c, &s).await != 0.0 {
-        assert!(std::time::Instant::now() < deadline, "the budget never came back");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the budget never came back"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let (head, body, _) = whole_body(s.addr, forger, 4096).await;
