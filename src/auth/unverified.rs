@@ -6,8 +6,9 @@
 //! (`[server] max_unverified_body_bytes`). A body's share is taken when its head arrives: its
 //! `Content-Length`, or the whole 1 MiB for a body sent without one, and its buffer is
 //! allocated at that size once, never grown, so memory held never exceeds what was charged.
-//! A body that would overdraw the budget is refused at once with 503 `SlowDown` rather than
-//! waited for, before any of it is read, so a refusal holds nothing.
+//! A body that would overdraw the budget is refused with 503 `SlowDown` rather than waited
+//! for, and nothing of it is kept: it is read past and dropped (up to 4 MiB, for 10 s), so that
+//! a client still sending hears the refusal rather than a reset, and the connection is closed.
 
 use super::AuthError;
 use axum::body::{Body, Bytes};
@@ -49,14 +50,19 @@ impl UnverifiedBodies {
     /// buffer allocated at that size.
     pub async fn read(&self, body: Body, declared: Option<u64>) -> Result<Bytes, AuthError> {
         if declared.is_some_and(|n| n > MAX_BODY as u64) {
-            return Err(too_large());
+            return Err(refused(body, declared, too_large()).await);
         }
         let share = declared.map_or(MAX_BODY, |n| n as usize);
         let mut held = Held {
             budget: &self.budget,
             bytes: 0,
         };
-        held.take(share, self.total)?;
+        // A request without a body (a GET, a DELETE) takes nothing.
+        if share > 0 {
+            if let Err(e) = held.take(share, self.total) {
+                return Err(refused(body, declared, e).await);
+            }
+        }
         let read = async {
             let mut stream = body.into_data_stream();
             let mut buf = BytesMut::with_capacity(share);
@@ -80,6 +86,24 @@ impl UnverifiedBodies {
             .await
             .map_err(|_| AuthError::Stalled(DEADLINE.as_secs()))?
     }
+}
+
+/// Bodies refused before they are read are read past and dropped, up to this many bytes, so
+/// that the client, still sending, hears the refusal instead of a reset connection.
+const DRAIN_LIMIT: u64 = 4 * 1024 * 1024;
+/// The longest that reading past a refused body may take.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// `refusal`, once the body it refuses has been read past and dropped, where its declared
+/// length is small enough to be worth it; nothing of it is kept. Larger or slower bodies are
+/// left unread: the refusal closes the connection.
+async fn refused(body: Body, declared: Option<u64>, refusal: AuthError) -> AuthError {
+    if declared.is_some_and(|n| n <= DRAIN_LIMIT) {
+        let mut stream = body.into_data_stream();
+        let drain = async { while let Some(Ok(_)) = stream.next().await {} };
+        let _ = tokio::time::timeout(DRAIN_DEADLINE, drain).await;
+    }
+    refusal
 }
 
 fn too_large() -> AuthError {
@@ -200,6 +224,24 @@ mod tests {
         drop(tx);
         assert_eq!(first.await.unwrap().unwrap().len(), 8);
         assert_eq!(bodies.available(), 10);
+    }
+
+    #[tokio::test]
+    async fn a_request_without_a_body_takes_nothing_even_when_the_budget_is_spent() {
+        let bodies = UnverifiedBodies::new(4);
+        let (_tx, rx) = futures::channel::mpsc::unbounded::<Result<Bytes, std::io::Error>>();
+        let holder = {
+            let bodies = bodies.clone();
+            tokio::spawn(async move { bodies.read(Body::from_stream(rx), Some(4)).await })
+        };
+        while bodies.available() != 0 {
+            tokio::task::yield_now().await;
+        }
+        let empty = Body::empty();
+        let declared = http_body::Body::size_hint(&empty).exact();
+        assert_eq!(declared, Some(0));
+        assert!(bodies.read(empty, declared).await.unwrap().is_empty());
+        holder.abort();
     }
 
     #[tokio::test]

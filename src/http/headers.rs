@@ -231,9 +231,11 @@ pub fn system_headers(headers: &http::HeaderMap) -> Result<BTreeMap<String, Stri
                 }
                 kept.join(",")
             }
-            "expires" if httpdate::parse_http_date(value).is_err() => return Err(format!(
+            "expires" if httpdate::parse_http_date(value).is_err() => {
+                return Err(format!(
                 "Expires {value:?} is not an HTTP date such as \"Wed, 21 Oct 2026 07:28:00 GMT\""
-            )),
+            ))
+            }
             _ => value.to_string(),
         };
         if !value.is_empty() {

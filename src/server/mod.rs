@@ -269,13 +269,23 @@ fn connection_budget(max_connections: usize) -> usize {
 /// SIGHUP reloads the configuration: keys, bucket policies and the TLS certificate (a renewal
 /// copied into place), all or nothing (`reload.rs`); a refused reload is logged and the
 /// configuration in use stays.
-async fn reload_on_sighup(reloader: Arc<reload::Reloader>) {
-    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-        tracing::warn!(
-            "SIGHUP cannot be watched; reload the configuration with POST /admin/reload"
-        );
-        return;
-    };
+/// Watches SIGHUP from now on (registered here, before the caller goes on, so that a SIGHUP
+/// sent once fencegate listens never meets the default action, which ends the process), and
+/// reloads on each.
+fn reload_on_sighup(reloader: Arc<reload::Reloader>) -> impl std::future::Future<Output = ()> {
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+    async move {
+        let Ok(mut hup) = hup else {
+            tracing::warn!(
+                "SIGHUP cannot be watched; reload the configuration with POST /admin/reload"
+            );
+            return;
+        };
+        reload_each(&mut hup, &reloader).await
+    }
+}
+
+async fn reload_each(hup: &mut tokio::signal::unix::Signal, reloader: &reload::Reloader) {
     while hup.recv().await.is_some() {
         match reloader.reload("SIGHUP").await {
             Ok(report) if report.unchanged() && report.tls == "off" => tracing::info!(

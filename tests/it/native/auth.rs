@@ -734,6 +734,16 @@ async fn unverified_bodies_share_one_budget() {
     );
     let refused = s.awaited_log_lines(&["fencegate::audit", "SlowDown"], 1);
     assert_eq!(refused.len(), 1, "{refused:?}");
+    // A request without a body, signed the same way (curl's GET), takes nothing of it: the
+    // budget spent never locks the rightful key out of reads and fences.
+    let mut read = c.get(s.url("/v1/fences/default/held")).build().unwrap();
+    sign_at(
+        &mut read,
+        WORKER,
+        SystemTime::now(),
+        BodyHash::SignatureOnly,
+    );
+    assert_eq!(c.execute(read).await.unwrap().status().as_u16(), 200);
 
     // Once the held bodies go, the budget is whole again: the same request is judged (here,
     // its signature is wrong) and a rightly signed one is written.
