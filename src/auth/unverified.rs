@@ -6,9 +6,10 @@
 //! (`[server] max_unverified_body_bytes`). A body's share is taken when its head arrives: its
 //! `Content-Length`, or the whole 1 MiB for a body sent without one, and its buffer is
 //! allocated at that size once, never grown, so memory held never exceeds what was charged.
-//! A body that would overdraw the budget is refused with 503 `SlowDown` rather than waited
-//! for, and nothing of it is kept: it is read past and dropped (up to 4 MiB, for 10 s), so that
-//! a client still sending hears the refusal rather than a reset, and the connection is closed.
+//! A body that would overdraw the budget is refused at once with 503 `SlowDown` rather than
+//! waited for, unread, and its connection closed, so a refusal holds nothing. A body over
+//! 1 MiB, a client's mistake rather than load, is read past and dropped (up to 4 MiB, for
+//! 10 s) so that the client, still sending, hears why instead of a reset.
 
 use super::AuthError;
 use axum::body::{Body, Bytes};
@@ -57,11 +58,10 @@ impl UnverifiedBodies {
             budget: &self.budget,
             bytes: 0,
         };
-        // A request without a body (a GET, a DELETE) takes nothing.
+        // A request without a body (a GET, a DELETE) takes nothing. One past the budget is
+        // refused unread: reading past it would hold its connection's buffer for as long.
         if share > 0 {
-            if let Err(e) = held.take(share, self.total) {
-                return Err(refused(body, declared, e).await);
-            }
+            held.take(share, self.total)?;
         }
         let read = async {
             let mut stream = body.into_data_stream();
@@ -88,8 +88,8 @@ impl UnverifiedBodies {
     }
 }
 
-/// Bodies refused before they are read are read past and dropped, up to this many bytes, so
-/// that the client, still sending, hears the refusal instead of a reset connection.
+/// Bodies refused as too large are read past and dropped, up to this many bytes, so that the
+/// client, still sending, hears the refusal instead of a reset connection.
 const DRAIN_LIMIT: u64 = 4 * 1024 * 1024;
 /// The longest that reading past a refused body may take.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
