@@ -11,7 +11,7 @@ use crate::backend::scripted::{Script, Scripted};
 use crate::backend::{Backend, BackendError, ObjectInfo, Staged};
 use crate::config::BucketPolicy;
 use crate::fence::memory::MemoryFenceStore;
-use crate::fence::{Durability, StoreError};
+use crate::fence::{Durability, FenceRow, StoreError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::watch;

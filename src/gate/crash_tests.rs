@@ -13,7 +13,7 @@ use crate::backend::scripted::{Script, Scripted};
 use crate::backend::{Backend, BackendError, ObjectInfo, Staged};
 use crate::config::BucketPolicy;
 use crate::fence::memory::MemoryFenceStore;
-use crate::fence::Durability;
+use crate::fence::{Durability, FenceRow};
 use crate::fence::StoreError;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicUsize, Ordering};

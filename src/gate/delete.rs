@@ -5,7 +5,7 @@
 //! task of its own (see `commit.rs`).
 
 use super::checks::Locked;
-use super::commit::run_to_end;
+use super::run_to_end;
 use super::{record_outcome, scope, BucketEntry, Gate, GateError, WriteRequest, Written};
 use crate::config::ScopeKind;
 use crate::fence::{Durability, FenceRow, Pending};
@@ -165,7 +165,7 @@ impl Gate {
                 // Another instance's commit, most likely: taken again from the checks.
                 self.still_ours(object_key, rev).await?;
             }
-            if conflict || !super::checks::outcome_unknown(&e) {
+            if conflict || !super::intents::outcome_unknown(&e) {
                 // The store answered (a write around fencegate, expired: after its deadline,
                 // or another refusal): nothing of this delete can land, so the object's row is
                 // as it was (the raised highest stays), and an expired request is taken again.

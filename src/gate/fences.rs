@@ -5,7 +5,7 @@
 //! admin raising one, and the read side: `fence_info`, and `list_fences`, a bucket's rows a
 //! bounded page at a time.
 
-use super::commit::run_to_end;
+use super::run_to_end;
 use super::{check_token, scope, FenceInfo, Gate, GateError, TokenInput};
 use crate::config::TokenOrder;
 use crate::fence::Durability;

@@ -15,7 +15,7 @@
 //!   a retry while the first request's commit is still in progress on another instance gets
 //!   409, and so does one on this instance while the first is still being received.
 
-use super::checks::pending_landed;
+use super::intents::pending_landed;
 use super::{Gate, GateError, WriteRequest, Written};
 use crate::backend::{BodyError, ByteStream};
 use crate::fence::{Answered, FenceRow, Pending};
@@ -193,6 +193,20 @@ pub(super) fn settle(row: &mut FenceRow, pending: Option<Pending>, etag: Option<
 }
 
 impl Gate {
+    /// What a put asks: its object, scope (the lock, in a header-scoped bucket), token, body,
+    /// metadata and conditions, so that a retry differing in any of them is not answered as the
+    /// first (pinned by `the_lock_metadata_and_conditions_are_part_of_the_request`).
+    pub(super) fn fingerprint_put(&self, req: &mut WriteRequest, scope: &str, body_digest: &[u8]) {
+        let mut content = body_digest.to_vec();
+        content.extend_from_slice(
+            format!("\0{scope}\0{:?}\0{:?}", req.meta, req.conditions).as_bytes(),
+        );
+        let fingerprint = fingerprint("put", &req.bucket, &req.key, req.meta.token, &content);
+        if let Some(idem) = &mut req.idempotency {
+            idem.fingerprint = fingerprint;
+        }
+    }
+
     /// The answer an idempotent request will give if its commit or delete lands.
     pub(super) fn answer_for(
         &self,

@@ -5,36 +5,40 @@
 //! conditionally (ARCHITECTURE.md, "The path of one write").
 //!
 //! The rule every change obeys: **a commit, once started, runs to its end.** The section from
-//! taking the scope's lock to the backend's answer runs in a task of its own
-//! (`commit::run_to_end`), never in the request's future, so a client that hangs up cannot
-//! release the lock while its commit is still changing the backend.
+//! taking the scope's lock to the backend's answer runs in a task of its own ([`run_to_end`]),
+//! never in the request's future, so a client that hangs up cannot release the lock while its
+//! commit is still changing the backend.
 //!
-//! Files: `commit.rs` (put), `delete.rs`, `fences.rs` (advances, resets, fence info),
-//! `checks.rs` (what is checked under the lock), `tokens.rs` (fencing mode, token rules),
-//! `buckets.rs` (the bucket registry), `multipart.rs`, `read.rs`, `scope.rs`, `locks.rs`,
-//! `conditions.rs`, `uploads.rs`, `rebuild.rs`, `inflight.rs` (writes in flight per bucket),
-//! `idempotency.rs` (Idempotency-Key), `clock.rs` (cluster mode's clock watch), `error.rs`.
+//! Files: `put.rs` (the put protocol, top to bottom), `checks.rs` (the re-check under the
+//! lock), `intents.rs` (requests whose outcome is unknown), `rows.rs` (saving fence rows),
+//! `meta.rs` (the metadata a write stores), `delete.rs`, `multipart.rs`, `fences.rs` (advances,
+//! resets, fence info), `tokens.rs` (fencing mode, token rules), `buckets.rs` (the bucket
+//! registry), `read.rs`, `scope.rs`, `locks.rs`, `conditions.rs`, `uploads.rs`, `rebuild.rs`,
+//! `inflight.rs` (writes in flight per bucket), `idempotency.rs` (Idempotency-Key), `clock.rs`
+//! (cluster mode's clock watch), `error.rs`.
 
 mod buckets;
 mod checks;
 mod clock;
-mod commit;
 mod conditions;
 mod delete;
 mod error;
 mod fences;
 pub mod idempotency;
 mod inflight;
+mod intents;
 mod locks;
+mod meta;
 mod multipart;
+mod put;
 mod read;
 mod rebuild;
+mod rows;
 pub mod scope;
 mod tokens;
 mod uploads;
 
 pub use buckets::BucketEntry;
-pub use commit::run_to_end;
 pub use conditions::{Conditions, EtagMatch};
 pub use error::GateError;
 pub use fences::{AdminAdvance, FenceListRow, FenceListing, MAX_FENCE_PAGE};
@@ -46,8 +50,7 @@ pub(crate) use tokens::{check_token, TokenRules};
 pub use uploads::{Upload, UploadRegistry};
 
 use crate::backend::ObjectMeta;
-use crate::config::ScopeKind;
-use crate::fence::{FenceRow, FenceStore, StoreError};
+use crate::fence::{FenceStore, StoreError};
 use crate::token::{Token, TokenError};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -172,36 +175,6 @@ impl Gate {
         self
     }
 
-    /// The first steps of every fenced request: the bucket, a valid key, the token under the
-    /// bucket's fencing mode, and the scope, recorded on the request's span.
-    fn admit_request(
-        &self,
-        req: &WriteRequest,
-        is_delete: bool,
-    ) -> Result<(WriteTicket, Option<Token>, String), GateError> {
-        let entry = self.bucket_for_write(&req.bucket)?;
-        scope::validate_key(&req.key)?;
-        let token = Self::admit(&req.bucket, &entry.policy, req.token.clone(), is_delete)?;
-        let scope = scope::resolve(
-            &entry.policy,
-            &req.bucket,
-            &req.key,
-            req.scope_header.as_deref(),
-        )?;
-        if req.scope_takeover.is_some() && entry.policy.scope != ScopeKind::Header {
-            return Err(GateError::InvalidFencingScope(format!(
-                "bucket {} does not fence by a Fencing-Scope header, so there is no scope to take an object over from; remove Fencing-Scope-Takeover",
-                req.bucket
-            )));
-        }
-        let span = Span::current();
-        span.record("scope", scope.as_str());
-        if let Some(t) = token {
-            span.record("token", t.0);
-        }
-        Ok((entry, token, scope))
-    }
-
     /// The scope a write of `bucket/key` (with this `Fencing-Scope`) fences under.
     pub fn scope_of(
         &self,
@@ -232,9 +205,25 @@ impl Gate {
             })
             .collect()
     }
+}
 
-    pub(super) async fn row(&self, key: &str) -> Result<FenceRow, GateError> {
-        Ok(self.store.get(key).await?.unwrap_or_default())
+/// Runs `work` to its end in a task of its own and returns its answer. Dropping the returned
+/// future (a client that hangs up) leaves the task running: tokio detaches a task whose
+/// handle is dropped. The task is tracked, so a shutdown waits for it (`crate::shutdown`).
+pub async fn run_to_end<T, F>(work: F) -> Result<T, GateError>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = Result<T, GateError>> + Send + 'static,
+{
+    match crate::shutdown::commits()
+        .spawn(tracing::Instrument::in_current_span(work))
+        .await
+    {
+        Ok(result) => result,
+        Err(e) => {
+            tracing::error!(error = %e, "a commit task panicked; its scope's lock was released when it unwound");
+            Err(GateError::Internal(format!("the commit task failed: {e}")))
+        }
     }
 }
 

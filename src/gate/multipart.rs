@@ -5,7 +5,7 @@
 //! fails, and the upload is dropped with nothing made visible. AbortMultipartUpload is fenced
 //! by the upload's token.
 
-use super::commit::run_to_end;
+use super::run_to_end;
 use super::uploads::{Upload, UploadRegistry};
 use super::{
     check_token, record_outcome, scope, Gate, GateError, TokenInput, WriteRequest, Written,
@@ -29,7 +29,7 @@ impl Gate {
         if let Some(t) = token {
             check_token(&entry.policy, t.0, &self.row(&scope).await?, &scope)?;
         }
-        super::commit::own_meta(&mut req.meta, token.map(|t| t.0), &entry, &scope)?;
+        super::meta::own_meta(&mut req.meta, token.map(|t| t.0), &entry, &scope)?;
         let handle = entry
             .backend
             .create_upload(&req.bucket, &req.key, &req.meta)

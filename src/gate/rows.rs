@@ -1,0 +1,107 @@
+//! The one way the gate writes fence rows: a decision's scope row and object row saved
+//! together, and a commit's outcome recorded after the store answered.
+
+use super::{Gate, GateError};
+use crate::backend::BackendError;
+use crate::fence::{Durability, FenceRow};
+
+/// Whether the refusal already put the rows back as they were (docs/design.md, contract line 7).
+pub(super) fn rows_restored(error: &GateError) -> bool {
+    matches!(
+        error,
+        GateError::PreconditionFailed(_)
+            // If-Match on an absent object: a failed condition too.
+            | GateError::NoSuchKey { .. }
+            | GateError::BypassDetected { .. }
+            | GateError::Backend(BackendError::Conflict { .. })
+            | GateError::Store(_)
+    )
+}
+
+impl Gate {
+    /// Records a commit's or a delete's outcome, after the store answered. The scope row is as
+    /// the intent left it, so only the object's row is written (with the scope row when they
+    /// are one row). On a shared table another instance may have taken the object over since
+    /// (its own commit was conditional on this one's outcome): the row is then its, and this
+    /// outcome is not written over it. Returns whether that happened.
+    pub(super) async fn finish(
+        &self,
+        scope: &str,
+        scope_row: FenceRow,
+        object_key: &str,
+        object_row: FenceRow,
+        durability: Durability,
+    ) -> Result<bool, GateError> {
+        let finished = if object_key == scope {
+            self.save(scope, scope_row, object_key, object_row, durability)
+                .await
+        } else {
+            self.store
+                .put(vec![(object_key.to_string(), object_row)], durability)
+                .await
+                .map_err(GateError::from)
+        };
+        match finished {
+            Err(GateError::Store(crate::fence::StoreError::Conflict(_))) => Ok(true),
+            Ok(_) => Ok(false),
+            // Cluster mode: the store has answered, and the intent (token, pending version,
+            // deadline) is durable on etcd, so every instance recognises the outcome from the
+            // store; the client is told what happened, not that the fence table failed.
+            Err(GateError::Store(e)) if self.intents.is_some() => {
+                tracing::warn!(error = %e, row = object_key, "the outcome is in the store but could not be recorded in the fence table; its intent stands for it");
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes the scope row and the object row (one row when they are the same) in one put.
+    /// Returns the revision both rows have now (shared tables; 0 on a local one).
+    pub(super) async fn save(
+        &self,
+        scope: &str,
+        scope_row: FenceRow,
+        object_key: &str,
+        object_row: FenceRow,
+        durability: Durability,
+    ) -> Result<i64, GateError> {
+        let rows = if object_key == scope {
+            vec![(
+                scope.to_string(),
+                FenceRow {
+                    highest: scope_row.highest,
+                    fresh: scope_row.fresh,
+                    ..object_row
+                },
+            )]
+        } else {
+            vec![
+                (scope.to_string(), scope_row),
+                (object_key.to_string(), object_row),
+            ]
+        };
+        Ok(self.store.put(rows, durability).await?)
+    }
+
+    /// A row as the table holds it, or the empty row of a key never written.
+    pub(super) async fn row(&self, key: &str) -> Result<FenceRow, GateError> {
+        Ok(self.store.get(key).await?.unwrap_or_default())
+    }
+
+    /// Shared tables, after the store refused a conditional commit or delete: if another
+    /// instance changed the object's row since this one recorded its intent (at `rev`), the
+    /// store's new version is most likely that instance's commit, not a write around
+    /// fencegate. Nothing of this attempt landed, so it is taken again from the checks
+    /// ([`StoreError::Conflict`](crate::fence::StoreError::Conflict)), where a newer token
+    /// refuses it as stale.
+    pub(super) async fn still_ours(&self, object_key: &str, rev: i64) -> Result<(), GateError> {
+        if !self.store.shared() {
+            return Ok(());
+        }
+        let now = self.row(object_key).await?;
+        if now.rev != rev {
+            return Err(crate::fence::StoreError::Conflict(object_key.to_string()).into());
+        }
+        Ok(())
+    }
+}
