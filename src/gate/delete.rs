@@ -2,7 +2,7 @@
 //! durably before it answers, whether or not the object existed: S3's idempotent delete plus
 //! the fence, so a zombie that was slow to create the object cannot create it after the new
 //! holder's acknowledged delete. Like every commit, the locked section runs to its end in a
-//! task of its own (see `commit.rs`).
+//! task of its own (see `put.rs`).
 
 use super::checks::Locked;
 use super::run_to_end;
@@ -125,7 +125,7 @@ impl Gate {
             answer: self.answer_for(req, token.map(|t| t.0), (None, 0, Some(true))),
             ..Pending::default()
         });
-        // Cluster mode: the delete's request gets a deadline, on its intent (see commit.rs).
+        // Cluster mode: the delete's request gets a deadline, on its intent (see `Gate::record_intent`, put.rs).
         let deadline = self.intent_deadline();
         object_row.unresolved_until_ms = deadline.map(|(_, until)| until);
         object_row.scope = binding;

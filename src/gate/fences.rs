@@ -1,7 +1,7 @@
 //! Fences moved without a write: `advance` (a new holder fencing out the old one) and
 //! `advance_past` (a lease grant bound to a scope, which must be strictly above everything the
 //! scope recorded, decided under the scope's lock). Both run to their end in a task of their
-//! own (see `commit.rs`). Also `reset_fence`, an admin lowering a fence, `admin_advance`, an
+//! own (see `put.rs`). Also `reset_fence`, an admin lowering a fence, `admin_advance`, an
 //! admin raising one, and the read side: `fence_info`, and `list_fences`, a bucket's rows a
 //! bounded page at a time.
 

@@ -121,7 +121,7 @@ pub struct Gate {
     /// Cluster mode: why this instance's clock is not trusted now (`clock.rs`).
     clock_verdict: parking_lot::Mutex<Option<String>>,
     /// When this gate started (Unix ms): intents left by an earlier process are held back
-    /// from then for the backend's in-flight bound (`checks.rs`, `still_unresolved`).
+    /// from then for the backend's in-flight bound (`intents.rs`, `still_unresolved`).
     started_ms: u64,
 }
 
