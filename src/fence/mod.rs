@@ -17,6 +17,7 @@ mod etcd_batch;
 pub mod instrumented;
 pub mod memory;
 pub mod rocks;
+pub mod scripted;
 
 use crate::version::same_version;
 use async_trait::async_trait;
@@ -222,8 +223,7 @@ pub trait FenceStore: Send + Sync + 'static {
         durability: Durability,
     ) -> Result<i64, StoreError>;
     /// Whether other instances write this table too (etcd): rows then carry revisions and a
-    /// put can meet [`StoreError::Conflict`].
-    fn shared(&self) -> bool {
-        false
-    }
+    /// put can meet [`StoreError::Conflict`]. Required: a wrapper that forgot it would take a
+    /// shared table for a local one.
+    fn shared(&self) -> bool;
 }

@@ -201,6 +201,10 @@ impl FenceStore for RocksFenceStore {
             }
         }
     }
+
+    fn shared(&self) -> bool {
+        false
+    }
 }
 
 impl Drop for RocksFenceStore {

@@ -127,16 +127,19 @@ impl Script for Store {
 /// decisions interleave as two processes' would, counting the conflicts it reports and the
 /// reads that found another commit in progress (an intent with a deadline).
 struct Interleaved {
-    inner: MemoryFenceStore,
     conflicts: AtomicU64,
     busy: AtomicU64,
 }
 
 #[async_trait::async_trait]
-impl FenceStore for Interleaved {
-    async fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError> {
+impl crate::fence::scripted::Script for Interleaved {
+    async fn get(
+        &self,
+        inner: &Arc<dyn FenceStore>,
+        key: &str,
+    ) -> Result<Option<FenceRow>, StoreError> {
         tokio::task::yield_now().await;
-        let row = self.inner.get(key).await?;
+        let row = inner.get(key).await?;
         if row
             .as_ref()
             .is_some_and(|r| r.unresolved_until_ms.is_some())
@@ -145,43 +148,41 @@ impl FenceStore for Interleaved {
         }
         Ok(row)
     }
-    fn scan_after(
+    async fn put(
         &self,
-        prefix: &str,
-        after: Option<&str>,
-        visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
-    ) -> Result<(), StoreError> {
-        self.inner.scan_after(prefix, after, visit)
-    }
-    async fn put(&self, rows: Vec<(String, FenceRow)>, d: Durability) -> Result<i64, StoreError> {
+        inner: &Arc<dyn FenceStore>,
+        rows: Vec<(String, FenceRow)>,
+        d: Durability,
+    ) -> Result<i64, StoreError> {
         tokio::task::yield_now().await;
-        let result = self.inner.put(rows, d).await;
+        let result = inner.put(rows, d).await;
         if matches!(result, Err(StoreError::Conflict(_))) {
             self.conflicts.fetch_add(1, Ordering::SeqCst);
         }
         tokio::task::yield_now().await;
         result
     }
-    fn shared(&self) -> bool {
-        true
-    }
 }
+
+type Table = crate::fence::scripted::Scripted<Interleaved>;
 
 /// The intents' deadline: short, so that the tests wait it out.
 const TTL: Duration = Duration::from_millis(100);
 
 /// Two gates over one shared table and one store.
-fn cluster() -> ([Arc<Gate>; 2], Arc<Scripted<Store>>, Arc<Interleaved>) {
+fn cluster() -> ([Arc<Gate>; 2], Arc<Scripted<Store>>, Arc<Table>) {
     cluster_with(Duration::from_millis(20))
 }
 
 /// [`cluster`], with `apply` as the gates' margin for the store's apply time.
-fn cluster_with(apply: Duration) -> ([Arc<Gate>; 2], Arc<Scripted<Store>>, Arc<Interleaved>) {
-    let table = Arc::new(Interleaved {
-        inner: MemoryFenceStore::new_shared(),
-        conflicts: AtomicU64::new(0),
-        busy: AtomicU64::new(0),
-    });
+fn cluster_with(apply: Duration) -> ([Arc<Gate>; 2], Arc<Scripted<Store>>, Arc<Table>) {
+    let table = Arc::new(Table::new(
+        Arc::new(MemoryFenceStore::new_shared()),
+        Interleaved {
+            conflicts: AtomicU64::new(0),
+            busy: AtomicU64::new(0),
+        },
+    ));
     let store = Store::new();
     let gate = || {
         let mut buckets = BTreeMap::new();
@@ -504,7 +505,7 @@ async fn advance_over_slow_apply(margin: Duration) -> Vec<Option<u64>> {
     store.apply_ms.store(80, Ordering::SeqCst);
     let zombie = store.held_put(&a, req("k", 2), b"slow").await;
     // Admitted 30 ms before its deadline (the row's `u` is the deadline plus the margin).
-    let until = table.inner.get("object:b/k").await.unwrap().unwrap();
+    let until = table.wrapped.get("object:b/k").await.unwrap().unwrap();
     let not_after = until.unresolved_until_ms.unwrap() - margin.as_millis() as u64;
     let now = crate::wall_clock::now_ms();
     tokio::time::sleep(Duration::from_millis(not_after.saturating_sub(now + 30))).await;

@@ -13,8 +13,8 @@ use crate::backend::scripted::{Script, Scripted};
 use crate::backend::{Backend, BackendError, ObjectInfo, Staged};
 use crate::config::BucketPolicy;
 use crate::fence::memory::MemoryFenceStore;
-use crate::fence::{Durability, FenceRow};
 use crate::fence::StoreError;
+use crate::fence::{Durability, FenceRow};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -45,28 +45,21 @@ impl Power {
 }
 
 struct CrashStore {
-    inner: Arc<MemoryFenceStore>,
     power: Arc<Power>,
 }
 
 #[async_trait::async_trait]
-impl FenceStore for CrashStore {
-    async fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError> {
-        self.inner.get(key).await
-    }
-    fn scan_after(
+impl crate::fence::scripted::Script for CrashStore {
+    async fn put(
         &self,
-        prefix: &str,
-        after: Option<&str>,
-        visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
-    ) -> Result<(), crate::fence::StoreError> {
-        self.inner.scan_after(prefix, after, visit)
-    }
-    async fn put(&self, rows: Vec<(String, FenceRow)>, d: Durability) -> Result<i64, StoreError> {
+        inner: &Arc<dyn FenceStore>,
+        rows: Vec<(String, FenceRow)>,
+        d: Durability,
+    ) -> Result<i64, StoreError> {
         match self.power.step() {
             Err(()) => Err(StoreError::Io("power lost".into())),
             Ok(alive) => {
-                self.inner.put(rows, d).await?;
+                inner.put(rows, d).await?;
                 // Applied, but the power went right after: the caller never hears back.
                 if alive {
                     Ok(0)
@@ -161,10 +154,12 @@ async fn no_acknowledged_token_is_forgotten_at_any_crash_point() {
     let store = Arc::new(MemoryFenceStore::new());
     let backend = Arc::new(MemoryBackend::new());
     let g = gate(
-        Arc::new(CrashStore {
-            inner: store.clone(),
-            power: power.clone(),
-        }),
+        Arc::new(crate::fence::scripted::Scripted::new(
+            store.clone(),
+            CrashStore {
+                power: power.clone(),
+            },
+        )),
         Arc::new(Scripted::new(
             backend.clone(),
             CrashBackend {
@@ -188,10 +183,12 @@ async fn no_acknowledged_token_is_forgotten_at_any_crash_point() {
             let store = Arc::new(MemoryFenceStore::new());
             let backend = Arc::new(MemoryBackend::new());
             let g = gate(
-                Arc::new(CrashStore {
-                    inner: store.clone(),
-                    power: power.clone(),
-                }),
+                Arc::new(crate::fence::scripted::Scripted::new(
+                    store.clone(),
+                    CrashStore {
+                        power: power.clone(),
+                    },
+                )),
                 Arc::new(Scripted::new(
                     backend.clone(),
                     CrashBackend {
@@ -257,10 +254,12 @@ async fn a_retry_after_a_crash_at_any_point_commits_once() {
         let (store, backend) = setup().await;
         let power = Arc::new(Power::default());
         let g = gate(
-            Arc::new(CrashStore {
-                inner: store,
-                power: power.clone(),
-            }),
+            Arc::new(crate::fence::scripted::Scripted::new(
+                store,
+                CrashStore {
+                    power: power.clone(),
+                },
+            )),
             Arc::new(Scripted::new(
                 backend.clone(),
                 CrashBackend {
@@ -280,10 +279,12 @@ async fn a_retry_after_a_crash_at_any_point_commits_once() {
             });
             let (store, backend) = setup().await;
             let g = gate(
-                Arc::new(CrashStore {
-                    inner: store.clone(),
-                    power: power.clone(),
-                }),
+                Arc::new(crate::fence::scripted::Scripted::new(
+                    store.clone(),
+                    CrashStore {
+                        power: power.clone(),
+                    },
+                )),
                 Arc::new(Scripted::new(
                     backend.clone(),
                     CrashBackend {
@@ -352,28 +353,21 @@ impl Script for LateStore {
 
 /// A fence table whose process has died: nothing more is written to it.
 struct Dead {
-    inner: Arc<MemoryFenceStore>,
     dead: std::sync::atomic::AtomicBool,
 }
 
 #[async_trait::async_trait]
-impl FenceStore for Dead {
-    async fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError> {
-        self.inner.get(key).await
-    }
-    fn scan_after(
+impl crate::fence::scripted::Script for Dead {
+    async fn put(
         &self,
-        prefix: &str,
-        after: Option<&str>,
-        visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
-    ) -> Result<(), StoreError> {
-        self.inner.scan_after(prefix, after, visit)
-    }
-    async fn put(&self, rows: Vec<(String, FenceRow)>, d: Durability) -> Result<i64, StoreError> {
+        inner: &Arc<dyn FenceStore>,
+        rows: Vec<(String, FenceRow)>,
+        d: Durability,
+    ) -> Result<i64, StoreError> {
         if self.dead.load(Ordering::SeqCst) {
             return Err(StoreError::Io("the process is dead".into()));
         }
-        self.inner.put(rows, d).await
+        inner.put(rows, d).await
     }
 }
 
@@ -402,10 +396,12 @@ async fn killed_mid_commit(
         ))
     };
     let first = late(true);
-    let dying = Arc::new(Dead {
-        inner: table.clone(),
-        dead: std::sync::atomic::AtomicBool::new(false),
-    });
+    let dying = Arc::new(crate::fence::scripted::Scripted::new(
+        table.clone(),
+        Dead {
+            dead: std::sync::atomic::AtomicBool::new(false),
+        },
+    ));
     let g = gate(dying.clone(), first.clone());
     let zombie = tokio::spawn(async move { g.put(req("k", 5), body(b"v")).await });
     while !first.held.load(Ordering::SeqCst) {

@@ -6,6 +6,7 @@ use super::*;
 use crate::backend::memory::MemoryBackend;
 use crate::config::BucketPolicy;
 use crate::fence::memory::MemoryFenceStore;
+use crate::fence::scripted::{Script, Scripted};
 use crate::gate::{BucketEntry, WriteRequest};
 use crate::token::Token;
 use std::collections::BTreeMap;
@@ -367,40 +368,31 @@ async fn a_bound_grant_is_strictly_above_a_foreign_write_recorded_first() {
 
 /// A fence table whose synced puts take a while (a busy disk).
 struct SlowStore {
-    inner: Arc<MemoryFenceStore>,
     delay: Duration,
 }
 
 #[async_trait::async_trait]
-impl FenceStore for SlowStore {
-    async fn get(&self, key: &str) -> Result<Option<FenceRow>, crate::fence::StoreError> {
-        self.inner.get(key).await
-    }
-    fn scan_after(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        visit: &mut dyn FnMut(&str, &FenceRow) -> bool,
-    ) -> Result<(), crate::fence::StoreError> {
-        self.inner.scan_after(prefix, after, visit)
-    }
+impl Script for SlowStore {
     async fn put(
         &self,
+        inner: &Arc<dyn FenceStore>,
         rows: Vec<(String, FenceRow)>,
         d: Durability,
     ) -> Result<i64, crate::fence::StoreError> {
         tokio::time::sleep(self.delay).await;
-        self.inner.put(rows, d).await
+        inner.put(rows, d).await
     }
 }
 
 #[tokio::test]
 async fn a_renewal_does_not_wait_behind_another_grant() {
     let (_, _, store) = leases();
-    let slow: Arc<dyn FenceStore> = Arc::new(SlowStore {
-        inner: store,
-        delay: Duration::from_millis(300),
-    });
+    let slow: Arc<dyn FenceStore> = Arc::new(Scripted::new(
+        store,
+        SlowStore {
+            delay: Duration::from_millis(300),
+        },
+    ));
     let mut buckets = BTreeMap::new();
     buckets.insert(
         "b".to_string(),
