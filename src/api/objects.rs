@@ -36,16 +36,13 @@ fn write_request(
     h: &HeaderMap,
     who: &Principal,
 ) -> Result<WriteRequest, GateError> {
-    Ok(WriteRequest {
-        idempotency: headers::idempotency(h, &who.name())?,
-        bucket,
-        key,
-        token: headers::write_token(h),
-        scope_header: headers::scope(h)?,
-        scope_takeover: headers::scope_takeover(h)?,
-        conditions: headers::conditions(h)?,
-        meta: headers::object_meta(h)?,
-    })
+    headers::write_request(
+        h,
+        (&bucket, &key),
+        &who.name(),
+        headers::write_token(h),
+        || headers::object_meta(h),
+    )
 }
 
 /// May `who` change this object (`perm`: write or delete)?

@@ -3,7 +3,7 @@
 //! stream.
 
 use crate::backend::{BodyError, ByteStream, ObjectMeta};
-use crate::gate::{Conditions, EtagMatch, GateError, TokenInput};
+use crate::gate::{Conditions, EtagMatch, GateError, TokenInput, WriteRequest};
 use crate::token::{parse_token, Token, TokenError};
 use axum::body::Body;
 use axum::http::HeaderMap;
@@ -107,6 +107,31 @@ pub fn idempotency(
         ));
     }
     crate::gate::Idempotency::from_header(principal, first.as_bytes()).map(Some)
+}
+
+/// The one builder of a [`WriteRequest`] from a request's headers, for both surfaces: the
+/// `Idempotency-Key` (kept per `principal`), `Fencing-Scope`, `Fencing-Scope-Takeover` and
+/// the conditions, read in that order, then `meta`. The token and the metadata are the
+/// surface's own (the S3 gateway also reads them from `x-amz-meta-*`). Three S3 requests take
+/// less from their headers, as S3 defines them (DeleteObjects, CreateMultipartUpload and
+/// CompleteMultipartUpload, in `s3api`).
+pub fn write_request(
+    headers: &HeaderMap,
+    (bucket, key): (&str, &str),
+    principal: &str,
+    token: TokenInput,
+    meta: impl FnOnce() -> Result<ObjectMeta, GateError>,
+) -> Result<WriteRequest, GateError> {
+    Ok(WriteRequest {
+        idempotency: idempotency(headers, principal)?,
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+        token,
+        scope_header: scope(headers)?,
+        scope_takeover: scope_takeover(headers)?,
+        conditions: conditions(headers)?,
+        meta: meta()?,
+    })
 }
 
 /// `Idempotent-Replayed: true` on an answer replayed from an earlier request (as Stripe does).

@@ -46,6 +46,7 @@ pub async fn create(
         ),
         scope_header: headers::scope(&req.headers).map_err(s3_error)?,
         scope_takeover: headers::scope_takeover(&req.headers).map_err(s3_error)?,
+        // S3 takes an upload's conditions at its completion.
         conditions: Default::default(),
         meta: convert::object_meta(
             input.content_type.clone(),
@@ -290,6 +291,7 @@ pub async fn complete(
             None,
             super::access::lease_token(&req.extensions),
         ),
+        // The scope was fixed when the upload was created.
         scope_header: None,
         scope_takeover: headers::scope_takeover(&req.headers).map_err(s3_error)?,
         conditions: headers::conditions(&req.headers).map_err(s3_error)?,

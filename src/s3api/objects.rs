@@ -36,16 +36,7 @@ fn write_request(
     token: crate::gate::TokenInput,
     meta: crate::backend::ObjectMeta,
 ) -> S3Result<WriteRequest> {
-    Ok(WriteRequest {
-        idempotency: headers::idempotency(req_headers, who).map_err(s3_error)?,
-        bucket: bucket.to_string(),
-        key: key.to_string(),
-        token,
-        scope_header: headers::scope(req_headers).map_err(s3_error)?,
-        scope_takeover: headers::scope_takeover(req_headers).map_err(s3_error)?,
-        conditions: headers::conditions(req_headers).map_err(s3_error)?,
-        meta,
-    })
+    headers::write_request(req_headers, (bucket, key), who, token, || Ok(meta)).map_err(s3_error)
 }
 
 pub async fn put_object(
