@@ -3,6 +3,8 @@
 //! [`crate::client`] signs them, and refusals turned into errors that say what to change.
 
 use crate::client::{self, SigningKey};
+use crate::gate::{AdminAdvance, FenceInfo, FenceListing};
+use crate::lease::{LeaseListing, Revoked};
 use clap::Args;
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -222,14 +224,15 @@ impl AdminClient {
         })
     }
 
-    /// Sends `method path?query` with the credentials; the answer's JSON, or the refusal.
-    async fn call(
+    /// Sends `method path?query` with the credentials; the answer, as the wire type the admin
+    /// surface serializes (`api/admin.rs`), or the refusal.
+    async fn call<T: serde::de::DeserializeOwned>(
         &self,
         method: reqwest::Method,
         path: &str,
         query: &[(&str, &str)],
         headers: &[(&str, &str)],
-    ) -> Result<Value, AdminError> {
+    ) -> Result<T, AdminError> {
         let mut url = format!("{}{path}", self.base);
         // Encoded by hand, every byte but letters and digits: form encoding's `+` for a space
         // would be read as `+` by the signature's canonical query.
@@ -262,7 +265,10 @@ impl AdminClient {
             body: text.chars().take(300).collect(),
         })?;
         if (200..300).contains(&status) {
-            return Ok(body);
+            return serde_json::from_value(body).map_err(|_| AdminError::BadAnswer {
+                status,
+                body: text.chars().take(300).collect(),
+            });
         }
         let code = body["error"].as_str().unwrap_or("").to_string();
         let message = body["message"].as_str().unwrap_or("").to_string();
@@ -363,7 +369,7 @@ impl AdminClient {
         bucket: &str,
         key: &str,
         scope: Option<&str>,
-    ) -> Result<Value, AdminError> {
+    ) -> Result<FenceInfo, AdminError> {
         let headers: Vec<(&str, &str)> = scope.map(|s| ("Fencing-Scope", s)).into_iter().collect();
         self.call(
             reqwest::Method::GET,
@@ -381,7 +387,7 @@ impl AdminClient {
         key: &str,
         token: &str,
         scope: Option<&str>,
-    ) -> Result<Value, AdminError> {
+    ) -> Result<AdminAdvance, AdminError> {
         let headers: Vec<(&str, &str)> = scope.map(|s| ("Fencing-Scope", s)).into_iter().collect();
         self.call(
             reqwest::Method::POST,
@@ -399,7 +405,7 @@ impl AdminClient {
         prefix: &str,
         continuation: Option<&str>,
         max_rows: usize,
-    ) -> Result<Value, AdminError> {
+    ) -> Result<FenceListing, AdminError> {
         let max_rows = max_rows.to_string();
         let mut query = vec![("max_rows", max_rows.as_str())];
         if !prefix.is_empty() {
@@ -413,13 +419,13 @@ impl AdminClient {
     }
 
     /// `GET /admin/leases`.
-    pub async fn leases(&self) -> Result<Value, AdminError> {
+    pub async fn leases(&self) -> Result<LeaseListing, AdminError> {
         self.call(reqwest::Method::GET, "/admin/leases", &[], &[])
             .await
     }
 
     /// `DELETE /admin/leases/{name}`.
-    pub async fn revoke(&self, name: &str) -> Result<Value, AdminError> {
+    pub async fn revoke(&self, name: &str) -> Result<Revoked, AdminError> {
         let path = format!("/admin/leases/{}", client::urlencode(name));
         self.call(reqwest::Method::DELETE, &path, &[], &[]).await
     }

@@ -16,8 +16,9 @@ mod connection;
 
 pub use connection::{AdminClient, AdminError, Connection};
 
+use crate::gate::{FenceInfo, FenceListRow, FenceListing};
+use crate::lease::Grant;
 use clap::Args;
-use serde_json::Value;
 
 /// `fences list`: which rows, and how many at most.
 #[derive(Args, Debug, Clone)]
@@ -40,14 +41,26 @@ pub struct ListArgs {
     pub continuation_token: Option<String>,
 }
 
-/// A shown value, `-` for none.
-fn shown(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::Bool(true) => "yes".into(),
-        Value::Bool(false) => "no".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+/// A value as an operator reads it: `-` for none, `yes`/`no` for a flag.
+trait Shown {
+    fn shown(&self) -> String;
+}
+
+impl Shown for Option<u64> {
+    fn shown(&self) -> String {
+        self.map_or_else(|| "-".into(), |v| v.to_string())
+    }
+}
+
+impl Shown for Option<String> {
+    fn shown(&self) -> String {
+        self.clone().unwrap_or_else(|| "-".into())
+    }
+}
+
+impl Shown for bool {
+    fn shown(&self) -> String {
+        if *self { "yes" } else { "no" }.into()
     }
 }
 
@@ -77,11 +90,11 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-fn print_json(v: &Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
-    );
+fn print_json(v: &impl serde::Serialize) {
+    match serde_json::to_string_pretty(v) {
+        Ok(json) => println!("{json}"),
+        Err(e) => eprintln!("error: the answer could not be printed as JSON: {e}"),
+    }
 }
 
 /// `fencegate fences get`.
@@ -100,16 +113,16 @@ pub async fn get(
     Ok(())
 }
 
-fn fence_table(info: &Value) -> String {
+fn fence_table(info: &FenceInfo) -> String {
     table(
         &["BUCKET", "KEY", "SCOPE", "HIGHEST", "TOMBSTONE", "ETAG"],
         &[vec![
-            shown(&info["bucket"]),
-            shown(&info["key"]),
-            shown(&info["scope"]),
-            shown(&info["highest"]),
-            shown(&info["tombstone"]),
-            shown(&info["etag"]),
+            info.bucket.clone(),
+            info.key.clone(),
+            info.scope.clone(),
+            info.highest.shown(),
+            info.tombstone.shown(),
+            info.etag.shown(),
         ]],
     )
 }
@@ -129,23 +142,23 @@ pub async fn advance(
         print_json(&done);
         return Ok(());
     }
-    let fence = &done["fence"];
+    let fence = &done.fence;
     print!(
         "{}",
         table(
             &["SCOPE", "WAS", "HIGHEST", "ADVANCED"],
             &[vec![
-                shown(&fence["scope"]),
-                shown(&done["was"]),
-                shown(&fence["highest"]),
-                shown(&done["advanced"]),
+                fence.scope.clone(),
+                done.was.shown(),
+                fence.highest.shown(),
+                done.advanced.shown(),
             ]],
         )
     );
-    if done["advanced"] == Value::Bool(false) {
+    if !done.advanced {
         eprintln!(
             "note: the fence already stood at {}, at or above {token}: nothing changed (an advance never lowers a fence)",
-            shown(&fence["highest"])
+            fence.highest.shown()
         );
     }
     Ok(())
@@ -161,7 +174,7 @@ pub async fn list(conn: &Connection, args: &ListArgs) -> Result<(), AdminError> 
         )));
     }
     let admin = AdminClient::new(conn)?;
-    let mut rows: Vec<Value> = Vec::new();
+    let mut rows: Vec<FenceListRow> = Vec::new();
     let mut next = args.continuation_token.clone();
     loop {
         let want = match args.limit {
@@ -171,32 +184,30 @@ pub async fn list(conn: &Connection, args: &ListArgs) -> Result<(), AdminError> 
         let page = admin
             .fence_page(&args.bucket, &args.prefix, next.as_deref(), want)
             .await?;
-        if let Some(found) = page["rows"].as_array() {
-            rows.extend(found.iter().cloned());
-        }
-        next = page["next_continuation_token"].as_str().map(str::to_string);
+        rows.extend(page.rows);
+        next = page.next_continuation_token;
         if next.is_none() || (args.limit != 0 && rows.len() >= args.limit) {
             break;
         }
     }
     if conn.json {
-        print_json(&serde_json::json!({
-            "bucket": args.bucket,
-            "prefix": args.prefix,
-            "rows": rows,
-            "next_continuation_token": next,
-        }));
+        print_json(&FenceListing {
+            bucket: args.bucket.clone(),
+            prefix: args.prefix.clone(),
+            rows,
+            next_continuation_token: next,
+        });
     } else {
         let cells: Vec<Vec<String>> = rows
             .iter()
             .map(|r| {
                 vec![
-                    shown(&r["scope"]),
-                    shown(&r["highest"]),
-                    shown(&r["tombstone"]),
-                    shown(&r["pending"]),
-                    shown(&r["bound_to"]),
-                    shown(&r["etag"]),
+                    r.scope.clone(),
+                    r.highest.shown(),
+                    r.tombstone.shown(),
+                    r.pending.shown(),
+                    r.bound_to.shown(),
+                    r.etag.shown(),
                 ]
             })
             .collect();
@@ -225,25 +236,19 @@ pub async fn list(conn: &Connection, args: &ListArgs) -> Result<(), AdminError> 
 }
 
 /// Milliseconds from now until `at_ms` (Unix), shown as seconds.
-fn remaining(at_ms: &Value) -> String {
-    let Some(at) = at_ms.as_u64() else {
-        return "-".into();
-    };
+fn remaining(at_ms: u64) -> String {
     let now = crate::wall_clock::now_ms();
-    if at <= now {
+    if at_ms <= now {
         "expired".into()
     } else {
-        format!("{:.1}s", (at - now) as f64 / 1000.0)
+        format!("{:.1}s", (at_ms - now) as f64 / 1000.0)
     }
 }
 
-fn binding(lease: &Value) -> String {
-    match (
-        lease["bound"]["bucket"].as_str(),
-        lease["bound"]["key"].as_str(),
-    ) {
-        (Some(b), Some(k)) => format!("{b}/{k}"),
-        _ => "-".into(),
+fn binding(lease: &Grant) -> String {
+    match &lease.bound {
+        Some(b) => format!("{}/{}", b.bucket, b.key),
+        None => "-".into(),
     }
 }
 
@@ -254,19 +259,17 @@ pub async fn leases(conn: &Connection) -> Result<(), AdminError> {
         print_json(&listed);
         return Ok(());
     }
-    let empty = Vec::new();
-    let cells: Vec<Vec<String>> = listed["leases"]
-        .as_array()
-        .unwrap_or(&empty)
+    let cells: Vec<Vec<String>> = listed
+        .leases
         .iter()
         .map(|l| {
             vec![
-                shown(&l["name"]),
-                shown(&l["holder"]),
-                shown(&l["token"]),
-                remaining(&l["expires_at_ms"]),
-                binding(l),
-                shown(&l["principal"]),
+                l.grant.name.clone(),
+                l.grant.holder.clone(),
+                l.grant.token.to_string(),
+                remaining(l.grant.expires_at_ms),
+                binding(&l.grant),
+                l.principal.clone(),
             ]
         })
         .collect();
@@ -284,16 +287,10 @@ pub async fn leases(conn: &Connection) -> Result<(), AdminError> {
             &cells
         )
     );
-    let grace: Vec<&str> = listed["credentials_in_grace"]
-        .as_array()
-        .unwrap_or(&empty)
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    if !grace.is_empty() {
+    if !listed.credentials_in_grace.is_empty() {
         println!(
             "S3 credentials still working after their lease ended: {}",
-            grace.join(", ")
+            listed.credentials_in_grace.join(", ")
         );
     }
     Ok(())
@@ -306,16 +303,16 @@ pub async fn revoke(conn: &Connection, name: &str) -> Result<(), AdminError> {
         print_json(&revoked);
         return Ok(());
     }
-    let lease = &revoked["lease"];
+    let lease = revoked.lease.as_ref();
     print!(
         "{}",
         table(
             &["NAME", "HOLDER", "TOKEN", "CREDENTIALS_REVOKED"],
             &[vec![
                 name.to_string(),
-                shown(&lease["holder"]),
-                shown(&lease["token"]),
-                shown(&revoked["credentials"]),
+                lease.map(|l| l.holder.clone()).shown(),
+                lease.map(|l| l.token).shown(),
+                revoked.credentials.to_string(),
             ]],
         )
     );
@@ -345,9 +342,48 @@ mod tests {
 
     #[test]
     fn values_show_as_an_operator_reads_them() {
-        assert_eq!(shown(&Value::Null), "-");
-        assert_eq!(shown(&Value::Bool(true)), "yes");
-        assert_eq!(shown(&serde_json::json!(u64::MAX)), "18446744073709551615");
-        assert_eq!(shown(&serde_json::json!("x")), "x");
+        assert_eq!(None::<u64>.shown(), "-");
+        assert_eq!(None::<String>.shown(), "-");
+        assert_eq!(true.shown(), "yes");
+        assert_eq!(false.shown(), "no");
+        assert_eq!(Some(u64::MAX).shown(), "18446744073709551615");
+        assert_eq!(Some("x".to_string()).shown(), "x");
+    }
+
+    #[test]
+    fn the_wire_types_read_back_what_the_admin_surface_writes() {
+        let listing = crate::lease::LeaseListing {
+            leases: vec![crate::lease::ListedLease {
+                grant: Grant {
+                    name: "n".into(),
+                    holder: "h".into(),
+                    token: u64::MAX,
+                    ttl_ms: 1,
+                    expires_at_ms: 2,
+                    bound: None,
+                    scope: None,
+                    s3_credentials: None,
+                    lease_secret: None,
+                },
+                principal: "alice".into(),
+            }],
+            credentials_in_grace: vec!["AKIA".into()],
+        };
+        let wire = serde_json::to_value(&listing).unwrap();
+        // The principal sits beside the grant's fields, as `GET /admin/leases` has always shown it.
+        assert_eq!(wire["leases"][0]["principal"], "alice");
+        assert_eq!(wire["leases"][0]["token"], u64::MAX);
+        let back: crate::lease::LeaseListing = serde_json::from_value(wire.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&back).unwrap(), wire);
+
+        let page: FenceListing = serde_json::from_value(serde_json::json!({
+            "bucket": "b", "prefix": "", "next_continuation_token": null,
+            "rows": [{"scope": "object:b/k", "kind": "object", "key": "k", "highest": 7,
+                      "tombstone": false, "etag": null, "pending": false}]
+        }))
+        .unwrap();
+        assert_eq!(page.rows[0].kind, "object");
+        assert_eq!(page.rows[0].highest, Some(7));
+        assert_eq!(page.rows[0].bound_to, None);
     }
 }

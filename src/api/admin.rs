@@ -8,6 +8,7 @@ use super::{ApiError, AppState};
 use crate::auth::Principal;
 use crate::gate::GateError;
 use crate::gate::MAX_FENCE_PAGE;
+use crate::lease::{LeaseListing, ListedLease};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -45,18 +46,13 @@ async fn list_leases(State(state): State<AppState>) -> Response {
         Ok(l) => l,
         Err(e) => return super::leases::LeaseApiError::from(e).into_response(),
     };
-    let leases: Vec<_> = listed
-        .into_iter()
-        .map(|(grant, owner)| {
-            let mut v = serde_json::to_value(grant).unwrap_or_default();
-            v["principal"] = owner.into();
-            v
-        })
-        .collect();
-    Json(serde_json::json!({
-        "leases": leases,
-        "credentials_in_grace": state.leases.credentials_in_grace(),
-    }))
+    Json(LeaseListing {
+        leases: listed
+            .into_iter()
+            .map(|(grant, principal)| ListedLease { grant, principal })
+            .collect(),
+        credentials_in_grace: state.leases.credentials_in_grace(),
+    })
     .into_response()
 }
 
@@ -132,11 +128,11 @@ async fn change_fence(
         }
         (None, Some(to)) => {
             let to = token_param("reset_to", &to)?;
-            let (was, info) = state
+            let reset = state
                 .gate
                 .reset_fence(&bucket, &key, scope.as_deref(), to, who.name())
                 .await?;
-            Ok(Json(serde_json::json!({ "was": was, "fence": info })).into_response())
+            Ok(Json(reset).into_response())
         }
         _ => Err(GateError::InvalidArgument(
             "name exactly one of advance_to=N (raise the highest token to N; never lowers) and reset_to=N (lower it to N): POST /admin/fences/{bucket}/{key}?advance_to=N".into(),

@@ -10,7 +10,7 @@ use super::{check_token, scope, FenceInfo, Gate, GateError, TokenInput};
 use crate::config::TokenOrder;
 use crate::fence::Durability;
 use crate::token::Token;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use tracing::Span;
 
@@ -18,29 +18,29 @@ use tracing::Span;
 pub const MAX_FENCE_PAGE: usize = 1000;
 
 /// One row of a bucket's fence listing (`GET /admin/fences/{bucket}`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FenceListRow {
     /// The row's name in the fence table: a scope (`object:b/k`, `prefix:b/p`, `bucket:b`,
     /// `header:b#lock`). Under wider scopes an object's own `object:` row carries its
     /// version and tombstone, and the scope's row its highest token.
     pub scope: String,
     /// `object`, `prefix`, `bucket` or `header`.
-    pub kind: &'static str,
+    pub kind: std::borrow::Cow<'static, str>,
     /// The object's key, on an `object:` row.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     pub highest: Option<u64>,
     pub tombstone: bool,
     pub etag: Option<String>,
     /// Header-scoped buckets: the lock's scope the object belongs to.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound_to: Option<String>,
     /// A commit or delete of the object is in progress, or its store request is unresolved.
     pub pending: bool,
 }
 
 /// One page of a bucket's fence rows, in row order.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FenceListing {
     pub bucket: String,
     pub prefix: String,
@@ -50,12 +50,20 @@ pub struct FenceListing {
 }
 
 /// What an admin's advance did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AdminAdvance {
     /// The highest token before, as read under the scope's lock.
     pub was: Option<u64>,
     /// False when the fence already stood at or above the token: nothing changed.
     pub advanced: bool,
+    pub fence: FenceInfo,
+}
+
+/// What an admin's reset did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AdminReset {
+    /// The highest token before the reset.
+    pub was: Option<u64>,
     pub fence: FenceInfo,
 }
 
@@ -88,7 +96,7 @@ fn ranges(bucket: &str, prefix: &str) -> Vec<Range> {
 
 fn list_row(bucket: &str, name: &str, row: &crate::fence::FenceRow) -> FenceListRow {
     let object = name.strip_prefix(&format!("object:{bucket}/"));
-    let kind = if object.is_some() {
+    let kind: &'static str = if object.is_some() {
         "object"
     } else if name.starts_with("prefix:") {
         "prefix"
@@ -99,7 +107,7 @@ fn list_row(bucket: &str, name: &str, row: &crate::fence::FenceRow) -> FenceList
     };
     FenceListRow {
         scope: name.to_string(),
-        kind,
+        kind: kind.into(),
         key: object.map(str::to_string),
         highest: row.highest,
         tombstone: row.tombstone,
@@ -371,7 +379,7 @@ impl Gate {
         scope_header: Option<&[u8]>,
         to: u64,
         by: String,
-    ) -> Result<(Option<u64>, FenceInfo), GateError> {
+    ) -> Result<AdminReset, GateError> {
         let entry = self.bucket(bucket)?;
         scope::validate_key(key)?;
         let scope = scope::resolve(&entry.policy, bucket, key, scope_header)?;
@@ -400,7 +408,10 @@ impl Gate {
             Ok::<_, GateError>(was)
         })
         .await?;
-        Ok((was, self.fence_info(bucket, key, scope_header).await?))
+        Ok(AdminReset {
+            was,
+            fence: self.fence_info(bucket, key, scope_header).await?,
+        })
     }
 
     /// A fence moved while a store request of the scope is unresolved would be acknowledged
@@ -527,7 +538,7 @@ mod tests {
             ]
         );
         assert_eq!(all.next_continuation_token, None);
-        let kinds: Vec<&str> = all.rows.iter().map(|r| r.kind).collect();
+        let kinds: Vec<&str> = all.rows.iter().map(|r| r.kind.as_ref()).collect();
         assert_eq!(kinds, ["bucket", "header", "object", "object", "prefix"]);
         assert_eq!(all.rows[2].key.as_deref(), Some("k1"));
         assert_eq!(all.rows[2].highest, Some(4));

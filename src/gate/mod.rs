@@ -41,7 +41,7 @@ mod uploads;
 pub use buckets::BucketEntry;
 pub use conditions::{Conditions, EtagMatch};
 pub use error::GateError;
-pub use fences::{AdminAdvance, FenceListRow, FenceListing, MAX_FENCE_PAGE};
+pub use fences::{AdminAdvance, AdminReset, FenceListRow, FenceListing, MAX_FENCE_PAGE};
 pub use idempotency::Idempotency;
 pub use inflight::{Closing, WriteTicket};
 pub use locks::ScopeLocks;
@@ -52,7 +52,7 @@ pub use uploads::{Upload, UploadRegistry};
 use crate::backend::ObjectMeta;
 use crate::fence::{FenceStore, StoreError};
 use crate::token::{Token, TokenError};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tracing::Span;
@@ -95,8 +95,8 @@ pub struct Written {
     pub replayed: bool,
 }
 
-/// A scope's state, for `GET /v1/fences`.
-#[derive(Debug, Clone, Serialize)]
+/// A scope's state, for `GET /v1/fences` and `GET /admin/fences/{bucket}/{key}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FenceInfo {
     pub bucket: String,
     pub key: String,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Credentials as handed to the lease holder.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct LeaseCredential {
     pub access_key_id: String,
     pub secret_access_key: String,

@@ -56,7 +56,7 @@ pub struct AcquireRequest {
 }
 
 /// A lease as a client sees it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Grant {
     pub name: String,
     pub holder: String,
@@ -64,14 +64,14 @@ pub struct Grant {
     pub ttl_ms: u64,
     /// Wall-clock expiry (Unix ms), for display; the server judges expiry monotonically.
     pub expires_at_ms: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound: Option<Binding>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3_credentials: Option<LeaseCredential>,
     /// The proof renew and release ask for; shown once, in the acquire's answer.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_secret: Option<String>,
 }
 
@@ -461,11 +461,27 @@ impl Leases {
 }
 
 /// What an admin's revoke ended: the live lease, if any, and how many credentials.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Revoked {
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Grant>,
     pub credentials: usize,
+}
+
+/// `GET /admin/leases`: every lease held, with the principal that acquired it, and the lease
+/// S3 credentials still working in their grace period.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct LeaseListing {
+    pub leases: Vec<ListedLease>,
+    pub credentials_in_grace: Vec<String>,
+}
+
+/// One lease of a [`LeaseListing`].
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct ListedLease {
+    #[serde(flatten)]
+    pub grant: Grant,
+    pub principal: String,
 }
 
 /// A grant as shown to anyone but its holder at acquire: the secrets were shown once.
