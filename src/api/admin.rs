@@ -208,7 +208,7 @@ async fn authenticate(
         Ok(req) => next.run(req).await,
         Err(e) => {
             tracing::info!(target: "fencegate::audit", code = e.code(), error = %e, "admin authentication failed");
-            super::auth_error_response(&e)
+            e.into_response()
         }
     }
 }

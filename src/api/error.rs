@@ -32,7 +32,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let e = match self {
             ApiError::Gate(e) => e,
-            ApiError::Auth(a) => return refusal(a.status(), a.code(), a.to_string()),
+            ApiError::Auth(a) => return a.into_response(),
         };
         let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
         if status.is_server_error() {
@@ -62,23 +62,31 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// An authentication or authorization refusal: the one rendering of an [`AuthError`], for the
+/// middlewares and the handlers alike.
 impl IntoResponse for AuthError {
     fn into_response(self) -> Response {
-        super::auth_error_response(&self)
+        let status = StatusCode::from_u16(self.status()).unwrap_or(StatusCode::FORBIDDEN);
+        tracing::debug!(code = self.code(), error = %self, "request refused");
+        let mut resp = plain(status, self.code(), self.to_string());
+        let headers = resp.headers_mut();
+        if status == StatusCode::UNAUTHORIZED {
+            headers.insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("AWS4-HMAC-SHA256"),
+            );
+        }
+        if matches!(self, AuthError::Busy(_)) {
+            // The body was left partly unread: the connection cannot carry another request.
+            headers.insert(
+                axum::http::header::RETRY_AFTER,
+                HeaderValue::from_static("1"),
+            );
+            headers.insert(
+                axum::http::header::CONNECTION,
+                HeaderValue::from_static("close"),
+            );
+        }
+        resp
     }
-}
-
-/// A refusal that is not the gate's: logged as the gate's are, answered as `{error, message}`.
-fn refusal(status: u16, code: &'static str, message: String) -> Response {
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
-    if status.is_server_error() {
-        tracing::warn!(code, error = %message, "request failed");
-    } else {
-        tracing::debug!(code, error = %message, "request refused");
-    }
-    (
-        status,
-        Json(serde_json::json!({ "error": code, "message": message })),
-    )
-        .into_response()
 }

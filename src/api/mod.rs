@@ -15,8 +15,7 @@ pub use error::ApiError;
 use crate::gate::Gate;
 use crate::http::headers;
 use axum::extract::{Request, State};
-use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use std::sync::Arc;
@@ -61,31 +60,6 @@ impl AppState {
     ) -> Result<(), ApiError> {
         self.keys.authorize(who, action).map_err(ApiError::Auth)
     }
-}
-
-/// An authentication or authorization refusal as a JSON response.
-pub fn auth_error_response(e: &crate::auth::AuthError) -> Response {
-    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::FORBIDDEN);
-    let mut resp = error::plain(status, e.code(), e.to_string());
-    if status == StatusCode::UNAUTHORIZED {
-        resp.headers_mut().insert(
-            axum::http::header::WWW_AUTHENTICATE,
-            axum::http::HeaderValue::from_static("AWS4-HMAC-SHA256"),
-        );
-    }
-    if matches!(e, crate::auth::AuthError::Busy(_)) {
-        // The body was left partly unread: the connection cannot carry another request.
-        let headers = resp.headers_mut();
-        headers.insert(
-            axum::http::header::RETRY_AFTER,
-            axum::http::HeaderValue::from_static("1"),
-        );
-        headers.insert(
-            axum::http::header::CONNECTION,
-            axum::http::HeaderValue::from_static("close"),
-        );
-    }
-    resp
 }
 
 /// The native API's routes (`/v1/...`, `/healthz`, `/readyz`), each `/v1` route behind
@@ -143,7 +117,7 @@ pub async fn authenticate(
         Ok(req) => next.run(req).await,
         Err(e) => {
             tracing::info!(target: "fencegate::audit", code = e.code(), error = %e, "authentication failed");
-            auth_error_response(&e)
+            e.into_response()
         }
     }
 }

@@ -38,12 +38,6 @@ pub enum StartError {
     Startup(#[from] crate::catalog::StartupError),
 }
 
-impl From<crate::config::ConfigError> for StartError {
-    fn from(e: crate::config::ConfigError) -> Self {
-        StartError::Startup(e.into())
-    }
-}
-
 /// Protected mode: without keys, only loopback listeners (Redis's protected mode), unless the
 /// operator lifted it, which is logged loudly.
 pub fn check_protected(config: &Config) -> Result<(), StartError> {
