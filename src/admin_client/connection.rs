@@ -7,6 +7,12 @@ use crate::gate::{AdminAdvance, FenceInfo, FenceListing};
 use crate::lease::{LeaseListing, Revoked};
 use clap::Args;
 use serde_json::Value;
+
+/// An admin answer: typed for the tables, and the server's JSON as it came, for `--json`.
+pub struct Answer<T> {
+    pub typed: T,
+    pub json: Value,
+}
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -224,15 +230,16 @@ impl AdminClient {
         })
     }
 
-    /// Sends `method path?query` with the credentials; the answer, as the wire type the admin
-    /// surface serializes (`api/admin.rs`), or the refusal.
+    /// Sends `method path?query` with the credentials; the answer, read as the wire type the
+    /// admin surface serializes (`api/admin.rs`) and kept as the server's JSON for `--json`,
+    /// or the refusal.
     async fn call<T: serde::de::DeserializeOwned>(
         &self,
         method: reqwest::Method,
         path: &str,
         query: &[(&str, &str)],
         headers: &[(&str, &str)],
-    ) -> Result<T, AdminError> {
+    ) -> Result<Answer<T>, AdminError> {
         let mut url = format!("{}{path}", self.base);
         // Encoded by hand, every byte but letters and digits: form encoding's `+` for a space
         // would be read as `+` by the signature's canonical query.
@@ -265,10 +272,11 @@ impl AdminClient {
             body: text.chars().take(300).collect(),
         })?;
         if (200..300).contains(&status) {
-            return serde_json::from_value(body).map_err(|_| AdminError::BadAnswer {
+            let typed = T::deserialize(&body).map_err(|_| AdminError::BadAnswer {
                 status,
                 body: text.chars().take(300).collect(),
-            });
+            })?;
+            return Ok(Answer { typed, json: body });
         }
         let code = body["error"].as_str().unwrap_or("").to_string();
         let message = body["message"].as_str().unwrap_or("").to_string();
@@ -369,7 +377,7 @@ impl AdminClient {
         bucket: &str,
         key: &str,
         scope: Option<&str>,
-    ) -> Result<FenceInfo, AdminError> {
+    ) -> Result<Answer<FenceInfo>, AdminError> {
         let headers: Vec<(&str, &str)> = scope.map(|s| ("Fencing-Scope", s)).into_iter().collect();
         self.call(
             reqwest::Method::GET,
@@ -387,7 +395,7 @@ impl AdminClient {
         key: &str,
         token: &str,
         scope: Option<&str>,
-    ) -> Result<AdminAdvance, AdminError> {
+    ) -> Result<Answer<AdminAdvance>, AdminError> {
         let headers: Vec<(&str, &str)> = scope.map(|s| ("Fencing-Scope", s)).into_iter().collect();
         self.call(
             reqwest::Method::POST,
@@ -405,7 +413,7 @@ impl AdminClient {
         prefix: &str,
         continuation: Option<&str>,
         max_rows: usize,
-    ) -> Result<FenceListing, AdminError> {
+    ) -> Result<Answer<FenceListing>, AdminError> {
         let max_rows = max_rows.to_string();
         let mut query = vec![("max_rows", max_rows.as_str())];
         if !prefix.is_empty() {
@@ -419,13 +427,13 @@ impl AdminClient {
     }
 
     /// `GET /admin/leases`.
-    pub async fn leases(&self) -> Result<LeaseListing, AdminError> {
+    pub async fn leases(&self) -> Result<Answer<LeaseListing>, AdminError> {
         self.call(reqwest::Method::GET, "/admin/leases", &[], &[])
             .await
     }
 
     /// `DELETE /admin/leases/{name}`.
-    pub async fn revoke(&self, name: &str) -> Result<Revoked, AdminError> {
+    pub async fn revoke(&self, name: &str) -> Result<Answer<Revoked>, AdminError> {
         let path = format!("/admin/leases/{}", client::urlencode(name));
         self.call(reqwest::Method::DELETE, &path, &[], &[]).await
     }

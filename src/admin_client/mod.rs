@@ -14,9 +14,9 @@
 
 mod connection;
 
-pub use connection::{AdminClient, AdminError, Connection};
+pub use connection::{AdminClient, AdminError, Answer, Connection};
 
-use crate::gate::{FenceInfo, FenceListRow, FenceListing};
+use crate::gate::{FenceInfo, FenceListRow};
 use crate::lease::Grant;
 use clap::Args;
 
@@ -106,9 +106,9 @@ pub async fn get(
 ) -> Result<(), AdminError> {
     let info = AdminClient::new(conn)?.fence(bucket, key, scope).await?;
     if conn.json {
-        print_json(&info);
+        print_json(&info.json);
     } else {
-        print!("{}", fence_table(&info));
+        print!("{}", fence_table(&info.typed));
     }
     Ok(())
 }
@@ -139,9 +139,10 @@ pub async fn advance(
         .advance(bucket, key, token, scope)
         .await?;
     if conn.json {
-        print_json(&done);
+        print_json(&done.json);
         return Ok(());
     }
+    let done = done.typed;
     let fence = &done.fence;
     print!(
         "{}",
@@ -175,6 +176,7 @@ pub async fn list(conn: &Connection, args: &ListArgs) -> Result<(), AdminError> 
     }
     let admin = AdminClient::new(conn)?;
     let mut rows: Vec<FenceListRow> = Vec::new();
+    let mut json_rows: Vec<serde_json::Value> = Vec::new();
     let mut next = args.continuation_token.clone();
     loop {
         let want = match args.limit {
@@ -184,19 +186,23 @@ pub async fn list(conn: &Connection, args: &ListArgs) -> Result<(), AdminError> 
         let page = admin
             .fence_page(&args.bucket, &args.prefix, next.as_deref(), want)
             .await?;
-        rows.extend(page.rows);
-        next = page.next_continuation_token;
+        if let Some(found) = page.json.get("rows").and_then(|r| r.as_array()) {
+            json_rows.extend(found.iter().cloned());
+        }
+        rows.extend(page.typed.rows);
+        next = page.typed.next_continuation_token;
         if next.is_none() || (args.limit != 0 && rows.len() >= args.limit) {
             break;
         }
     }
     if conn.json {
-        print_json(&FenceListing {
-            bucket: args.bucket.clone(),
-            prefix: args.prefix.clone(),
-            rows,
-            next_continuation_token: next,
-        });
+        // The server's rows as it sent them, in the shape of one page.
+        print_json(&serde_json::json!({
+            "bucket": args.bucket,
+            "prefix": args.prefix,
+            "rows": json_rows,
+            "next_continuation_token": next,
+        }));
     } else {
         let cells: Vec<Vec<String>> = rows
             .iter()
@@ -256,9 +262,10 @@ fn binding(lease: &Grant) -> String {
 pub async fn leases(conn: &Connection) -> Result<(), AdminError> {
     let listed = AdminClient::new(conn)?.leases().await?;
     if conn.json {
-        print_json(&listed);
+        print_json(&listed.json);
         return Ok(());
     }
+    let listed = listed.typed;
     let cells: Vec<Vec<String>> = listed
         .leases
         .iter()
@@ -300,9 +307,10 @@ pub async fn leases(conn: &Connection) -> Result<(), AdminError> {
 pub async fn revoke(conn: &Connection, name: &str) -> Result<(), AdminError> {
     let revoked = AdminClient::new(conn)?.revoke(name).await?;
     if conn.json {
-        print_json(&revoked);
+        print_json(&revoked.json);
         return Ok(());
     }
+    let revoked = revoked.typed;
     let lease = revoked.lease.as_ref();
     print!(
         "{}",
@@ -376,7 +384,7 @@ mod tests {
         let back: crate::lease::LeaseListing = serde_json::from_value(wire.clone()).unwrap();
         assert_eq!(serde_json::to_value(&back).unwrap(), wire);
 
-        let page: FenceListing = serde_json::from_value(serde_json::json!({
+        let page: crate::gate::FenceListing = serde_json::from_value(serde_json::json!({
             "bucket": "b", "prefix": "", "next_continuation_token": null,
             "rows": [{"scope": "object:b/k", "kind": "object", "key": "k", "highest": 7,
                       "tombstone": false, "etag": null, "pending": false}]

@@ -89,7 +89,12 @@ pub async fn build(
         buckets.insert(bucket.clone(), entry);
     }
     let mut gate = Gate::new(store.clone(), buckets)
-        .with_idempotency_ttl(Duration::from_secs(config.server.idempotency_ttl_secs));
+        .with_idempotency_ttl(Duration::from_secs(config.server.idempotency_ttl_secs))
+        .with_upload_limits(crate::gate::UploadLimits {
+            expiry: Duration::from_secs(config.server.upload_expiry_secs),
+            per_key: config.server.max_uploads_per_key,
+            per_bucket: config.server.max_uploads_per_bucket,
+        });
     if let Some(etcd) = &config.etcd {
         gate = gate.with_intent_bound(crate::gate::IntentBound {
             ttl: Duration::from_secs(etcd.intent_ttl_secs),

@@ -16,7 +16,8 @@ pub use keys::{Key, Permission};
 pub use model::{
     BackendConfig, BucketPolicy, BypassPolicy, FenceStoreConfig, FenceStoreKind, FencingMode,
     LeaseConfig, LogFormat, S3BackendConfig, S3GatewayConfig, S3Key, ScopeKind, ServerConfig,
-    TokenOrder, DEFAULT_UNVERIFIED_BODY_BYTES, MAX_UNVERIFIED_BODY,
+    TokenOrder, DEFAULT_MAX_UPLOADS_PER_BUCKET, DEFAULT_MAX_UPLOADS_PER_KEY,
+    DEFAULT_UNVERIFIED_BODY_BYTES, DEFAULT_UPLOAD_EXPIRY_SECS, MAX_UNVERIFIED_BODY,
 };
 
 pub use namespace::Namespace;

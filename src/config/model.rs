@@ -78,6 +78,12 @@ impl Default for LeaseConfig {
 pub const MAX_UNVERIFIED_BODY: usize = 1024 * 1024;
 /// `[server] max_unverified_body_bytes` unless configured: 64 bodies of the largest size.
 pub const DEFAULT_UNVERIFIED_BODY_BYTES: usize = 64 * MAX_UNVERIFIED_BODY;
+/// `[server] upload_expiry_secs` unless configured: a day, as MinIO's stale-upload expiry.
+pub const DEFAULT_UPLOAD_EXPIRY_SECS: u64 = 86_400;
+/// `[server] max_uploads_per_key` unless configured.
+pub const DEFAULT_MAX_UPLOADS_PER_KEY: usize = 1_000;
+/// `[server] max_uploads_per_bucket` unless configured.
+pub const DEFAULT_MAX_UPLOADS_PER_BUCKET: usize = 10_000;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -119,6 +125,17 @@ pub struct ServerConfig {
     /// this time is answered as the first request was, after it the key may be used afresh.
     #[serde(deserialize_with = "super::units::secs")]
     pub idempotency_ttl_secs: u64,
+    /// An incomplete multipart upload created through the S3 API is aborted this long after
+    /// its creation (its parts and record removed), as S3's AbortIncompleteMultipartUpload
+    /// lifecycle rule does.
+    #[serde(deserialize_with = "super::units::secs")]
+    pub upload_expiry_secs: u64,
+    /// Most multipart uploads one access key may have open at once (400 `TooManyUploads`).
+    #[serde(deserialize_with = "super::units::int")]
+    pub max_uploads_per_key: usize,
+    /// Most multipart uploads open at once in one bucket (400 `TooManyUploads`).
+    #[serde(deserialize_with = "super::units::int")]
+    pub max_uploads_per_bucket: usize,
     /// `text` or `json` (one object per line); `--log-format` overrides it.
     pub log_format: LogFormat,
 }
@@ -149,6 +166,9 @@ impl Default for ServerConfig {
             shutdown_grace_secs: 30,
             max_connections: 50_000,
             idempotency_ttl_secs: 86_400,
+            upload_expiry_secs: DEFAULT_UPLOAD_EXPIRY_SECS,
+            max_uploads_per_key: DEFAULT_MAX_UPLOADS_PER_KEY,
+            max_uploads_per_bucket: DEFAULT_MAX_UPLOADS_PER_BUCKET,
             log_format: LogFormat::Text,
         }
     }

@@ -166,6 +166,35 @@ fn server(raw: &ServerConfig, places: &Places) -> Result<SocketAddr, ConfigError
             "set it between 60 (a minute) and 2592000 (30 days); the default is 86400 (\"24h\"), as Stripe's".into(),
         ));
     }
+    if !(60..=365 * 86400).contains(&raw.upload_expiry_secs) {
+        return Err(places.err(
+            &["server", "upload_expiry_secs"],
+            format!(
+                "[server] upload_expiry_secs is {}",
+                raw.upload_expiry_secs
+            ),
+            "set it between 60 (a minute) and 31536000 (a year): an incomplete multipart upload is aborted this long after its creation; the default is 86400 (\"24h\")".into(),
+        ));
+    }
+    for (name, value) in [
+        ("max_uploads_per_key", raw.max_uploads_per_key),
+        ("max_uploads_per_bucket", raw.max_uploads_per_bucket),
+    ] {
+        if !(1..=1_000_000).contains(&value) {
+            return Err(places.err(
+                &["server", name],
+                format!("[server] {name} is {value}"),
+                format!(
+                    "set 1 to 1000000 open multipart uploads; the default is {}",
+                    if name == "max_uploads_per_key" {
+                        model::DEFAULT_MAX_UPLOADS_PER_KEY
+                    } else {
+                        model::DEFAULT_MAX_UPLOADS_PER_BUCKET
+                    }
+                ),
+            ));
+        }
+    }
 
     Ok(listen)
 }

@@ -45,6 +45,8 @@ pub enum GateError {
         limit: u64,
         scope: String,
     },
+    #[error("{0}")]
+    TooManyUploads(String),
     #[error("bucket {0} is being deleted; retry, and expect NoSuchBucket if the delete succeeds")]
     BucketClosing(String),
     #[error("bucket {0} has writes in flight; retry DeleteBucket once they have ended")]
@@ -106,6 +108,7 @@ impl GateError {
             | GateError::TokenJumpTooLarge { .. }
             | GateError::InvalidFencingScope(_)
             | GateError::InvalidKey { .. }
+            | GateError::TooManyUploads(_)
             | GateError::InvalidArgument(_) => 400,
             GateError::PreconditionFailed(_) => 412,
             GateError::BypassDetected { .. } => 409,
@@ -168,6 +171,7 @@ impl GateError {
             GateError::NoSuchKey { .. } => "NoSuchKey",
             GateError::InvalidKey { .. } => "InvalidKey",
             GateError::InvalidArgument(_) => "InvalidArgument",
+            GateError::TooManyUploads(_) => "TooManyUploads",
             GateError::Body(BodyError::TooLarge { .. }) => "EntityTooLarge",
             GateError::Body(BodyError::Idle { .. }) => "RequestTimeout",
             GateError::Body(BodyError::Broken(_)) => "IncompleteBody",

@@ -317,7 +317,10 @@ async fn an_upload_is_aborted_only_with_its_token_or_a_higher_one() {
         BucketEntry::new(BucketPolicy::default(), backend),
     );
     let gate = Arc::new(Gate::new(store, buckets));
-    let up = gate.create_upload(req("m", Some(8))).await.unwrap();
+    let up = gate
+        .create_upload(req("m", Some(8)), "alice")
+        .await
+        .unwrap();
     let e = gate
         .abort_upload("b", "m", &up.id, Ok(None))
         .await

@@ -112,6 +112,7 @@ pub struct Gate {
     store: Arc<dyn FenceStore>,
     locks: ScopeLocks,
     uploads: UploadRegistry,
+    upload_limits: UploadLimits,
     /// Shared fence tables: every intent's store request carries a deadline the store enforces.
     intents: Option<IntentBound>,
     /// How long an idempotent request's answer is kept.
@@ -123,6 +124,37 @@ pub struct Gate {
     /// When this gate started (Unix ms): intents left by an earlier process are held back
     /// from then for the backend's in-flight bound (`intents.rs`, `still_unresolved`).
     started_ms: u64,
+}
+
+/// What multipart uploads a client may leave open: at most `per_key` per access key and
+/// `per_bucket` per bucket (CreateMultipartUpload past either is refused with 400
+/// `TooManyUploads`), each aborted `expiry` after its creation if it is still incomplete.
+#[derive(Debug, Clone, Copy)]
+pub struct UploadLimits {
+    pub expiry: std::time::Duration,
+    pub per_key: usize,
+    pub per_bucket: usize,
+}
+
+impl Default for UploadLimits {
+    fn default() -> Self {
+        UploadLimits {
+            expiry: std::time::Duration::from_secs(crate::config::DEFAULT_UPLOAD_EXPIRY_SECS),
+            per_key: crate::config::DEFAULT_MAX_UPLOADS_PER_KEY,
+            per_bucket: crate::config::DEFAULT_MAX_UPLOADS_PER_BUCKET,
+        }
+    }
+}
+
+impl UploadLimits {
+    /// How often the sweep looks for expired uploads: a tenth of the age, between 1 s and a
+    /// minute.
+    pub fn sweep_every(&self) -> std::time::Duration {
+        (self.expiry / 10).clamp(
+            std::time::Duration::from_secs(1),
+            std::time::Duration::from_secs(60),
+        )
+    }
 }
 
 /// Cluster mode (docs/design.md, "Bounded intents"): a commit's or a delete's store request is
@@ -149,6 +181,7 @@ impl Gate {
             store,
             locks: ScopeLocks::default(),
             uploads: UploadRegistry::default(),
+            upload_limits: UploadLimits::default(),
             intents: None,
             idempotency_ttl: idempotency::DEFAULT_TTL,
             idempotency_claims: Default::default(),
@@ -167,6 +200,17 @@ impl Gate {
     pub fn with_intent_bound(mut self, bound: IntentBound) -> Gate {
         self.intents = Some(bound);
         self
+    }
+
+    /// Bounds open multipart uploads and their age (`[server]`'s upload settings).
+    pub fn with_upload_limits(mut self, limits: UploadLimits) -> Gate {
+        self.upload_limits = limits;
+        self
+    }
+
+    /// How often [`Gate::expire_uploads`] should run.
+    pub fn upload_sweep_every(&self) -> std::time::Duration {
+        self.upload_limits.sweep_every()
     }
 
     /// Keeps multipart uploads in `registry` (on disk) instead of in memory.

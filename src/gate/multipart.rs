@@ -16,19 +16,25 @@ use std::sync::Arc;
 use tracing::Span;
 
 impl Gate {
-    /// CreateMultipartUpload: checks the token early and registers the upload with it.
-    pub async fn create_upload(&self, req: WriteRequest) -> Result<Upload, GateError> {
+    /// CreateMultipartUpload: checks the token early and registers the upload with it, as
+    /// `owner`'s (open uploads are bounded per key and per bucket, [`UploadLimits`]).
+    pub async fn create_upload(&self, req: WriteRequest, owner: &str) -> Result<Upload, GateError> {
         let bucket = req.bucket.clone();
-        let result = self.create_upload_inner(req).await;
+        let result = self.create_upload_inner(req, owner).await;
         record_outcome("create_upload", &bucket, &result);
         result
     }
 
-    async fn create_upload_inner(&self, mut req: WriteRequest) -> Result<Upload, GateError> {
+    async fn create_upload_inner(
+        &self,
+        mut req: WriteRequest,
+        owner: &str,
+    ) -> Result<Upload, GateError> {
         let (entry, token, scope) = self.admit_request(&req, false)?;
         if let Some(t) = token {
             check_token(&entry.policy, t.0, &self.row(&scope).await?, &scope)?;
         }
+        self.upload_room(&req.bucket, owner)?;
         super::meta::own_meta(&mut req.meta, token.map(|t| t.0), &entry, &scope)?;
         let handle = entry
             .backend
@@ -42,14 +48,87 @@ impl Gate {
             meta: req.meta,
             handle,
             initiated_ms: crate::wall_clock::now_ms(),
+            owner: Some(owner.to_string()),
             parts: Default::default(),
         };
-        self.uploads.insert(upload.clone()).map_err(|e| {
+        self.uploads.insert(upload.clone()).await.map_err(|e| {
             GateError::Backend(BackendError::Failing(format!(
                 "cannot record the upload: {e}"
             )))
         })?;
         Ok(upload)
+    }
+
+    /// The upload `id` without its parts (what a part or an abort is judged by, at a cost that
+    /// does not grow with the parts uploaded), which must belong to `bucket`/`key`.
+    fn upload_head(&self, bucket: &str, key: &str, id: &str) -> Result<Upload, GateError> {
+        self.bucket(bucket)?;
+        match self.uploads.head(id) {
+            Some(u) if u.bucket == bucket && u.key == key => Ok(u),
+            _ => Err(GateError::Backend(BackendError::NoSuchUpload(
+                id.to_string(),
+            ))),
+        }
+    }
+
+    /// Refuses a new upload past the bounds on open uploads ([`UploadLimits`]).
+    fn upload_room(&self, bucket: &str, owner: &str) -> Result<(), GateError> {
+        let limits = &self.upload_limits;
+        let (in_bucket, owned) = self.uploads.count(bucket, owner);
+        let expiry = limits.expiry.as_secs();
+        let (bound, what, limit, setting) = if owned >= limits.per_key {
+            (
+                "per_key",
+                format!("key {owner}"),
+                limits.per_key,
+                "max_uploads_per_key",
+            )
+        } else if in_bucket >= limits.per_bucket {
+            (
+                "per_bucket",
+                format!("bucket {bucket}"),
+                limits.per_bucket,
+                "max_uploads_per_bucket",
+            )
+        } else {
+            return Ok(());
+        };
+        crate::metrics::upload_refused(bound);
+        Err(GateError::TooManyUploads(format!(
+            "{what} has {limit} multipart uploads open, the most [server] {setting} allows: complete or abort some (ListMultipartUploads shows them), or wait until they expire {expiry} s after they were created (upload_expiry_secs)"
+        )))
+    }
+
+    /// Aborts every upload created more than [`UploadLimits::expiry`] ago, as S3's
+    /// AbortIncompleteMultipartUpload lifecycle rule does: its parts and its record go. Runs
+    /// while serving (`server`), every [`UploadLimits::sweep_every`]. Returns how many went.
+    pub async fn expire_uploads(&self) -> usize {
+        let now = crate::wall_clock::now_ms();
+        let before = now.saturating_sub(self.upload_limits.expiry.as_millis() as u64);
+        let mut expired = 0;
+        for upload in self.uploads.older_than(before) {
+            let discarded = match self.discard_upload(&upload).await {
+                // Its bucket was deleted since: only the record is left to go.
+                Err(GateError::NoSuchBucket(_)) => {
+                    self.uploads.remove(&upload.id).await;
+                    Ok(())
+                }
+                other => other,
+            };
+            match discarded {
+                Ok(()) => {
+                    expired += 1;
+                    crate::metrics::upload_expired();
+                    tracing::info!(target: "fencegate::audit", upload = %upload.id, bucket = %upload.bucket, key = %upload.key,
+                        owner = upload.owner.as_deref().unwrap_or("-"), "incomplete multipart upload expired (upload_expiry_secs)");
+                }
+                // The store is down, or refused: the next sweep tries again.
+                Err(e) => {
+                    tracing::warn!(upload = %upload.id, error = %e, "could not expire an incomplete multipart upload; trying again at the next sweep")
+                }
+            }
+        }
+        expired
     }
 
     /// The upload `id`, which must belong to `bucket`/`key`.
@@ -119,7 +198,7 @@ impl Gate {
         checksum: impl FnOnce() -> Option<PartChecksum> + Send,
     ) -> Result<PartInfo, GateError> {
         let result = async {
-            let upload = self.upload(bucket, key, id)?;
+            let upload = self.upload_head(bucket, key, id)?;
             Self::same_token(&upload, token)?;
             self.upload_current(&upload, true).await?;
             let entry = self.bucket(bucket)?;
@@ -129,7 +208,7 @@ impl Gate {
                 .await?;
             // Known once the body has passed whole (a trailer comes last).
             part.checksum = checksum();
-            match self.uploads.add_part(id, part.clone()) {
+            match self.uploads.add_part(id, part.clone()).await {
                 Ok(true) => Ok(part),
                 // Completed or aborted while this part streamed in.
                 Ok(false) => Err(GateError::Backend(BackendError::NoSuchUpload(
@@ -245,7 +324,7 @@ impl Gate {
                 .await
             {
                 Ok(w) => {
-                    gate.uploads.remove(&upload.id);
+                    gate.uploads.remove(&upload.id).await;
                     if let Err(e) = entry
                         .backend
                         .finish_upload(&upload.bucket, &upload.key, &upload.handle)
@@ -322,7 +401,7 @@ impl Gate {
             .backend
             .finish_upload(&upload.bucket, &upload.key, &upload.handle)
             .await?;
-        self.uploads.remove(&upload.id);
+        self.uploads.remove(&upload.id).await;
         Ok(())
     }
 
@@ -337,7 +416,7 @@ impl Gate {
         id: &str,
         token: TokenInput,
     ) -> Result<(), GateError> {
-        let upload = self.upload(bucket, key, id)?;
+        let upload = self.upload_head(bucket, key, id)?;
         if let Some(owner) = upload.token() {
             match token? {
                 None => {

@@ -2,15 +2,20 @@
 //! bucket, key, the token given at CreateMultipartUpload and the backend's handle. The token is
 //! fixed for the upload's life: every part and the completion are judged by it.
 //!
-//! Records are small JSON files under `<data_dir>/uploads/` (written, fsynced, renamed), so an
-//! upload survives a restart; without a directory (unit tests) they live in memory only.
+//! On disk (`<data_dir>/uploads/`) an upload is two files: `<id>`, its record, written once
+//! (fsynced, renamed) when the upload is created, and `<id>.parts`, one JSON line appended and
+//! synced per part. So a part costs the same at part 1 and at part 10,000, and survives a
+//! restart. Each upload has its own lock, and every write runs on the blocking pool: uploads do
+//! not wait for each other, and no fsync runs on a runtime worker. Without a directory (unit
+//! tests) uploads live in memory only.
 
 use crate::backend::{ObjectMeta, PartInfo};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Upload {
@@ -23,7 +28,11 @@ pub struct Upload {
     /// The backend's own handle for it (the store's upload id, or a directory name).
     pub handle: String,
     pub initiated_ms: u64,
+    /// The principal that created it: open uploads are bounded per key.
+    #[serde(default)]
+    pub owner: Option<String>,
     /// The parts uploaded so far, by number: what a completion's part list is checked against.
+    /// Empty in an upload read with [`UploadRegistry::head`].
     #[serde(default)]
     pub parts: BTreeMap<i32, PartInfo>,
 }
@@ -35,15 +44,73 @@ impl Upload {
     }
 }
 
+/// One upload and its parts, behind its own lock.
+struct Entry {
+    state: Mutex<State>,
+}
+
+struct State {
+    upload: Upload,
+    /// Lines in the parts log (a part sent again adds a line): rewritten when it holds twice
+    /// as many lines as parts.
+    log_lines: usize,
+    /// Bytes of the parts recorded, for the gauge.
+    bytes: u64,
+    /// Completed or aborted: a part that arrives now is refused.
+    removed: bool,
+}
+
 #[derive(Default)]
 pub struct UploadRegistry {
     dir: Option<PathBuf>,
-    uploads: Mutex<BTreeMap<String, Upload>>,
+    uploads: Mutex<BTreeMap<String, Arc<Entry>>>,
+    /// Bytes of every upload's parts, for the gauge.
+    bytes_held: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Ids are ours: 32 hex digits. Anything else cannot name an upload.
 fn valid_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn log_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.parts"))
+}
+
+/// The parts a log records, the last line for a number winning. A torn last line (a crash
+/// mid-append, before its part was acknowledged) is skipped.
+fn read_log(path: &Path) -> (BTreeMap<i32, PartInfo>, usize) {
+    let Ok(bytes) = std::fs::read(path) else {
+        return Default::default();
+    };
+    let mut parts = BTreeMap::new();
+    let mut lines = 0;
+    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        if let Ok(part) = serde_json::from_slice::<PartInfo>(line) {
+            parts.insert(part.number, part);
+            lines += 1;
+        }
+    }
+    (parts, lines)
+}
+
+fn part_line(part: &PartInfo) -> Vec<u8> {
+    let mut line = serde_json::to_vec(part).expect("a part serializes");
+    line.push(b'\n');
+    line
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Runs blocking file work off the runtime's workers.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| std::io::Error::other(format!("the upload record's task failed: {e}")))?
 }
 
 impl UploadRegistry {
@@ -53,92 +120,396 @@ impl UploadRegistry {
         let mut uploads = BTreeMap::new();
         for entry in std::fs::read_dir(&dir)? {
             let path = entry?.path();
-            if path.extension().is_some_and(|e| e == "tmp") {
-                let _ = std::fs::remove_file(&path);
-                continue;
+            match path.extension().and_then(|e| e.to_str()) {
+                Some("tmp") => {
+                    let _ = std::fs::remove_file(&path);
+                    continue;
+                }
+                Some("parts") => continue,
+                _ => {}
             }
             match std::fs::read(&path)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<Upload>(&b).ok())
             {
-                Some(u) if valid_id(&u.id) => {
-                    uploads.insert(u.id.clone(), u);
+                Some(mut u) if valid_id(&u.id) => {
+                    // Records written before the parts log kept their parts inline.
+                    let (logged, log_lines) = read_log(&log_path(&dir, &u.id));
+                    u.parts.extend(logged);
+                    let bytes = u.parts.values().map(|p| p.size).sum();
+                    let state = State {
+                        upload: u,
+                        log_lines,
+                        bytes,
+                        removed: false,
+                    };
+                    uploads.insert(
+                        state.upload.id.clone(),
+                        Arc::new(Entry {
+                            state: Mutex::new(state),
+                        }),
+                    );
                 }
                 _ => tracing::warn!(path = %path.display(), "ignoring an unreadable upload record"),
             }
         }
-        Ok(UploadRegistry {
+        // Every record has its log (records written before the log had none).
+        for id in uploads.keys() {
+            let log = log_path(&dir, id);
+            if !log.exists() {
+                std::fs::File::create(&log)?.sync_all()?;
+            }
+        }
+        sync_dir(&dir)?;
+        // Parts logs whose record is gone (a crash between the two removals).
+        for entry in std::fs::read_dir(&dir)?.flatten() {
+            let path = entry.path();
+            let id = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+            if path.extension().is_some_and(|e| e == "parts") && !uploads.contains_key(id) {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+        let bytes: u64 = uploads.values().map(|e| e.state.lock().bytes).sum();
+        let registry = UploadRegistry {
             dir: Some(dir),
             uploads: Mutex::new(uploads),
-        })
+            bytes_held: Arc::new(bytes.into()),
+        };
+        registry.census();
+        Ok(registry)
     }
 
     pub fn new_id() -> String {
         format!("{:032x}", rand::random::<u128>())
     }
 
-    pub fn insert(&self, upload: Upload) -> std::io::Result<()> {
-        let mut uploads = self.uploads.lock();
-        self.write(&upload)?;
-        uploads.insert(upload.id.clone(), upload);
+    /// Records a new upload durably (its record, and an empty parts log).
+    pub async fn insert(&self, mut upload: Upload) -> std::io::Result<()> {
+        upload.parts.clear();
+        if let Some(dir) = self.dir.clone() {
+            let record = upload.clone();
+            blocking(move || {
+                let temp = dir.join(format!("{}.tmp", record.id));
+                let mut f = std::fs::File::create(&temp)?;
+                f.write_all(&serde_json::to_vec(&record).expect("an upload serializes"))?;
+                f.sync_all()?;
+                std::fs::File::create(log_path(&dir, &record.id))?.sync_all()?;
+                std::fs::rename(&temp, dir.join(&record.id))?;
+                sync_dir(&dir)
+            })
+            .await?;
+        }
+        let state = State {
+            upload,
+            log_lines: 0,
+            bytes: 0,
+            removed: false,
+        };
+        self.uploads.lock().insert(
+            state.upload.id.clone(),
+            Arc::new(Entry {
+                state: Mutex::new(state),
+            }),
+        );
+        self.census();
         Ok(())
     }
 
     /// Records a part (replacing one with the same number); false if the upload is gone.
-    pub fn add_part(&self, id: &str, part: PartInfo) -> std::io::Result<bool> {
-        let mut uploads = self.uploads.lock();
-        let Some(upload) = uploads.get_mut(id) else {
+    pub async fn add_part(&self, id: &str, part: PartInfo) -> std::io::Result<bool> {
+        let Some(entry) = self.entry(id) else {
             return Ok(false);
         };
-        upload.parts.insert(part.number, part);
-        self.write(upload)?;
-        Ok(true)
+        let dir = self.dir.clone();
+        let id = id.to_string();
+        let held = Arc::clone(&self.bytes_held);
+        let added = blocking(move || {
+            let mut state = entry.state.lock();
+            if state.removed {
+                return Ok(false);
+            }
+            if let Some(dir) = &dir {
+                let path = log_path(dir, &id);
+                let mut log = std::fs::OpenOptions::new().append(true).open(&path)?;
+                log.write_all(&part_line(&part))?;
+                log.sync_data()?;
+                state.log_lines += 1;
+            }
+            let size = part.size;
+            let replaced = state
+                .upload
+                .parts
+                .insert(part.number, part)
+                .map_or(0, |p| p.size);
+            state.bytes = state.bytes - replaced + size;
+            // Under the upload's lock, as a removal's subtraction is.
+            held.fetch_add(size, std::sync::atomic::Ordering::Relaxed);
+            held.fetch_sub(replaced, std::sync::atomic::Ordering::Relaxed);
+            if let Some(dir) = dir
+                .as_ref()
+                .filter(|_| state.log_lines > 2 * state.upload.parts.len() + 16)
+            {
+                // The part is recorded already; a log that stays long only costs space.
+                if let Err(e) = compact(dir, &id, &mut state) {
+                    tracing::warn!(id, error = %e, "could not compact an upload's parts log");
+                }
+            }
+            Ok(true)
+        })
+        .await?;
+        self.census();
+        Ok(added)
     }
 
-    /// Durably writes one record (the caller holds the lock, so writes never interleave).
-    fn write(&self, upload: &Upload) -> std::io::Result<()> {
-        if let Some(dir) = &self.dir {
-            let temp = dir.join(format!("{}.tmp", upload.id));
-            let mut f = std::fs::File::create(&temp)?;
-            f.write_all(&serde_json::to_vec(&upload).expect("an upload serializes"))?;
-            f.sync_all()?;
-            std::fs::rename(&temp, dir.join(&upload.id))?;
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
-    }
-
-    pub fn get(&self, id: &str) -> Option<Upload> {
+    fn entry(&self, id: &str) -> Option<Arc<Entry>> {
         if !valid_id(id) {
             return None;
         }
         self.uploads.lock().get(id).cloned()
     }
 
-    pub fn remove(&self, id: &str) {
-        if !valid_id(id) {
-            return;
-        }
-        self.uploads.lock().remove(id);
-        if let Some(dir) = &self.dir {
-            if let Err(e) = std::fs::remove_file(dir.join(id)) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(id, error = %e, "could not remove an upload record");
-                }
-            }
-        }
+    /// The upload with its parts.
+    pub fn get(&self, id: &str) -> Option<Upload> {
+        let entry = self.entry(id)?;
+        let state = entry.state.lock();
+        Some(state.upload.clone())
     }
 
-    /// Uploads in a bucket whose key starts with `prefix`, by key then id.
+    /// The upload without its parts (`parts` empty): what a part or an abort is judged by,
+    /// at a cost that does not grow with the parts uploaded.
+    pub fn head(&self, id: &str) -> Option<Upload> {
+        let entry = self.entry(id)?;
+        let state = entry.state.lock();
+        let u = &state.upload;
+        Some(Upload {
+            id: u.id.clone(),
+            bucket: u.bucket.clone(),
+            key: u.key.clone(),
+            scope_header: u.scope_header.clone(),
+            meta: u.meta.clone(),
+            handle: u.handle.clone(),
+            initiated_ms: u.initiated_ms,
+            owner: u.owner.clone(),
+            parts: BTreeMap::new(),
+        })
+    }
+
+    /// Forgets an upload (completed or aborted) and removes its files.
+    pub async fn remove(&self, id: &str) {
+        let Some(entry) = self.uploads.lock().remove(id) else {
+            return;
+        };
+        let held = Arc::clone(&self.bytes_held);
+        let dir = self.dir.clone();
+        let id_owned = id.to_string();
+        let removed = blocking(move || {
+            // Under the upload's lock: a part being recorded finishes first, and one that
+            // comes after finds the upload gone.
+            let mut state = entry.state.lock();
+            state.removed = true;
+            held.fetch_sub(state.bytes, std::sync::atomic::Ordering::Relaxed);
+            if let Some(dir) = &dir {
+                for path in [dir.join(&id_owned), log_path(dir, &id_owned)] {
+                    if let Err(e) = std::fs::remove_file(&path) {
+                        if e.kind() != std::io::ErrorKind::NotFound {
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })
+        .await;
+        if let Err(e) = removed {
+            tracing::warn!(id, error = %e, "could not remove an upload record");
+        }
+        self.census();
+    }
+
+    /// Uploads in a bucket whose key starts with `prefix`, by key then id, without their parts.
     pub fn list(&self, bucket: &str, prefix: &str) -> Vec<Upload> {
-        let mut out: Vec<Upload> = self
-            .uploads
-            .lock()
-            .values()
+        let ids: Vec<String> = self.uploads.lock().keys().cloned().collect();
+        let mut out: Vec<Upload> = ids
+            .iter()
+            .filter_map(|id| self.head(id))
             .filter(|u| u.bucket == bucket && u.key.starts_with(prefix))
-            .cloned()
             .collect();
         out.sort_by(|a, b| (&a.key, a.initiated_ms, &a.id).cmp(&(&b.key, b.initiated_ms, &b.id)));
         out
+    }
+
+    /// Every backend handle recorded (the store uploads that are clients', not leftovers).
+    pub fn handles(&self) -> std::collections::HashSet<String> {
+        let entries: Vec<Arc<Entry>> = self.uploads.lock().values().cloned().collect();
+        entries
+            .iter()
+            .map(|e| e.state.lock().upload.handle.clone())
+            .collect()
+    }
+
+    /// Open uploads in `bucket`, and among them `owner`'s.
+    pub fn count(&self, bucket: &str, owner: &str) -> (usize, usize) {
+        let entries: Vec<Arc<Entry>> = self.uploads.lock().values().cloned().collect();
+        let (mut in_bucket, mut owned) = (0, 0);
+        for e in entries {
+            let state = e.state.lock();
+            if state.upload.bucket == bucket {
+                in_bucket += 1;
+                if state.upload.owner.as_deref() == Some(owner) {
+                    owned += 1;
+                }
+            }
+        }
+        (in_bucket, owned)
+    }
+
+    /// Uploads created before `before_ms` (Unix), without their parts.
+    pub fn older_than(&self, before_ms: u64) -> Vec<Upload> {
+        let ids: Vec<String> = self.uploads.lock().keys().cloned().collect();
+        ids.iter()
+            .filter_map(|id| self.head(id))
+            .filter(|u| u.initiated_ms < before_ms)
+            .collect()
+    }
+
+    /// Sets the gauges of open uploads and the bytes their parts hold.
+    fn census(&self) {
+        let open = self.uploads.lock().len();
+        let bytes = self.bytes_held.load(std::sync::atomic::Ordering::Relaxed);
+        crate::metrics::uploads_open(open, bytes);
+    }
+}
+
+/// Rewrites an upload's parts log with one line per part (a client that sends the same part
+/// again and again would otherwise grow it without end).
+fn compact(dir: &Path, id: &str, state: &mut State) -> std::io::Result<()> {
+    let temp = dir.join(format!("{id}.parts.tmp"));
+    let mut f = std::fs::File::create(&temp)?;
+    for part in state.upload.parts.values() {
+        f.write_all(&part_line(part))?;
+    }
+    f.sync_all()?;
+    std::fs::rename(&temp, log_path(dir, id))?;
+    sync_dir(dir)?;
+    state.log_lines = state.upload.parts.len();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upload(id: &str) -> Upload {
+        Upload {
+            id: id.into(),
+            bucket: "b".into(),
+            key: "k".into(),
+            scope_header: None,
+            meta: Default::default(),
+            handle: "h".into(),
+            initiated_ms: 1,
+            owner: Some("alice".into()),
+            parts: BTreeMap::new(),
+        }
+    }
+
+    fn part(number: i32, size: u64) -> PartInfo {
+        PartInfo {
+            number,
+            etag: format!("\"{number:032x}\""),
+            size,
+            last_modified_ms: 5,
+            checksum: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_part_appends_one_line_and_never_rewrites_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
+        let id = UploadRegistry::new_id();
+        reg.insert(upload(&id)).await.unwrap();
+        let record = std::fs::read(dir.path().join(&id)).unwrap();
+        let log = log_path(dir.path(), &id);
+        let mut grown = Vec::new();
+        let mut last = 0;
+        for n in 1..=2000 {
+            assert!(reg.add_part(&id, part(n, 100)).await.unwrap());
+            let len = std::fs::metadata(&log).unwrap().len();
+            grown.push(len - last);
+            last = len;
+        }
+        // What part 2,000 writes is what part 1 wrote (give or take its number's digits),
+        // and the record is as it was created.
+        assert!(
+            grown[1999] <= grown[0] + 4,
+            "{} vs {}",
+            grown[1999],
+            grown[0]
+        );
+        assert_eq!(std::fs::read(dir.path().join(&id)).unwrap(), record);
+        let reopened = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
+        let u = reopened.get(&id).unwrap();
+        assert_eq!(u.parts.len(), 2000);
+        assert_eq!(u.parts[&2000], part(2000, 100));
+        assert!(reopened.head(&id).unwrap().parts.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_part_sent_again_replaces_the_first_and_the_log_stays_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
+        let id = UploadRegistry::new_id();
+        reg.insert(upload(&id)).await.unwrap();
+        for size in 1..=500 {
+            reg.add_part(&id, part(1, size)).await.unwrap();
+        }
+        let lines = std::fs::read(log_path(dir.path(), &id))
+            .unwrap()
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count();
+        assert!(lines <= 2 + 16, "{lines} lines for one part");
+        let reopened = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
+        assert_eq!(reopened.get(&id).unwrap().parts[&1].size, 500);
+    }
+
+    #[tokio::test]
+    async fn a_torn_last_line_is_skipped_and_removal_clears_both_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
+        let id = UploadRegistry::new_id();
+        reg.insert(upload(&id)).await.unwrap();
+        reg.add_part(&id, part(1, 10)).await.unwrap();
+        let log = log_path(dir.path(), &id);
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(b"{\"number\":2,\"et").unwrap();
+        let reopened = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
+        assert_eq!(
+            reopened.get(&id).unwrap().parts.keys().collect::<Vec<_>>(),
+            [&1]
+        );
+        reopened.remove(&id).await;
+        assert!(!dir.path().join(&id).exists());
+        assert!(!log.exists());
+        assert!(!reopened.add_part(&id, part(3, 1)).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn records_with_their_parts_inline_still_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = UploadRegistry::new_id();
+        let mut old = upload(&id);
+        old.owner = None;
+        old.parts.insert(1, part(1, 7));
+        let mut json = serde_json::to_value(&old).unwrap();
+        json.as_object_mut().unwrap().remove("owner");
+        std::fs::write(dir.path().join(&id), serde_json::to_vec(&json).unwrap()).unwrap();
+        let reg = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
+        assert_eq!(reg.get(&id).unwrap().parts[&1].size, 7);
+        // A part added now goes to the log, beside the inline ones.
+        reg.add_part(&id, part(2, 8)).await.unwrap();
+        let reopened = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
+        assert_eq!(reopened.get(&id).unwrap().parts.len(), 2);
     }
 }

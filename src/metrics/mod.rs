@@ -45,6 +45,10 @@ pub const LEASE_EXPIRIES: &str = "fencegate_lease_expiries_total";
 pub const LEASES_HELD: &str = "fencegate_leases_held";
 pub const UNVERIFIED_BODY_BYTES: &str = "fencegate_unverified_body_bytes";
 pub const UNVERIFIED_BODY_REFUSALS: &str = "fencegate_unverified_body_refusals_total";
+pub const UPLOADS_OPEN: &str = "fencegate_multipart_uploads_open";
+pub const UPLOAD_BYTES: &str = "fencegate_multipart_upload_bytes";
+pub const UPLOADS_EXPIRED: &str = "fencegate_multipart_uploads_expired_total";
+pub const UPLOAD_REFUSALS: &str = "fencegate_multipart_upload_refusals_total";
 pub const READY: &str = "fencegate_ready";
 pub const BUILD_INFO: &str = "fencegate_build_info";
 
@@ -150,6 +154,14 @@ pub const FAMILIES: &[Family] = &[
         "Bytes of request bodies held now before their signature can be checked (native API bodies signed over their own hash), out of [server] max_unverified_body_bytes", Always),
     family(UNVERIFIED_BODY_REFUSALS, Counter, &[],
         "Requests refused with 503 SlowDown because bodies awaiting their signature check held all of [server] max_unverified_body_bytes", Always),
+    family(UPLOADS_OPEN, Gauge, &[],
+        "Multipart uploads created through the S3 API and not yet completed, aborted or expired", Always),
+    family(UPLOAD_BYTES, Gauge, &[],
+        "Bytes of the parts those uploads hold (each part once, the last one sent under its number)", Always),
+    family(UPLOADS_EXPIRED, Counter, &[],
+        "Incomplete multipart uploads aborted because they were older than [server] upload_expiry_secs", Always),
+    family(UPLOAD_REFUSALS, Counter, &["bound"],
+        "CreateMultipartUpload refused with 400 TooManyUploads, by the bound reached (per_key, per_bucket)", Always),
     family(READY, Gauge, &["check"],
         "1 when the readiness check passes (fence_table, clock, bucket:NAME), else 0; rechecked every 10 s and at every GET /readyz", Always),
     family(BUILD_INFO, Gauge, &["version"],
@@ -204,8 +216,12 @@ pub fn install(shutdown: &crate::shutdown::Shutdown) -> Option<PrometheusHandle>
         LEASE_GRANTS,
         LEASE_EXPIRIES,
         UNVERIFIED_BODY_REFUSALS,
+        UPLOADS_EXPIRED,
     ] {
         metrics::counter!(name).absolute(0);
+    }
+    for bound in ["per_key", "per_bucket"] {
+        metrics::counter!(UPLOAD_REFUSALS, "bound" => bound).absolute(0);
     }
     for operation in ["get", "put", "scan"] {
         metrics::counter!(FENCE_STORE_ERRORS, "operation" => operation).absolute(0);
@@ -302,6 +318,21 @@ pub fn leases_held(count: usize) {
 /// `bytes` more (or, negative, fewer) of bodies held before their signature is checked.
 pub fn unverified_body_bytes(bytes: f64) {
     metrics::gauge!(UNVERIFIED_BODY_BYTES).increment(bytes);
+}
+
+/// The multipart uploads open now, and the bytes their parts hold.
+pub fn uploads_open(count: usize, bytes: u64) {
+    metrics::gauge!(UPLOADS_OPEN).set(count as f64);
+    metrics::gauge!(UPLOAD_BYTES).set(bytes as f64);
+}
+
+pub fn upload_expired() {
+    metrics::counter!(UPLOADS_EXPIRED).increment(1);
+}
+
+/// `bound`: `per_key` or `per_bucket`.
+pub fn upload_refused(bound: &'static str) {
+    metrics::counter!(UPLOAD_REFUSALS, "bound" => bound).increment(1);
 }
 
 pub fn unverified_body_refused() {

@@ -33,6 +33,7 @@ pub async fn create(
     gw: &S3Gateway,
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+    let owner = super::objects::principal_name(gw, &req)?;
     let input = req.input;
     note(&input.bucket, &input.key);
     crate::http::digests::Declared::refuse_on(&req.headers, "CreateMultipartUpload")?;
@@ -55,7 +56,11 @@ pub async fn create(
         )?,
         idempotency: None,
     };
-    let upload = gw.gate.create_upload(write).await.map_err(s3_error)?;
+    let upload = gw
+        .gate
+        .create_upload(write, &owner)
+        .await
+        .map_err(s3_error)?;
     Ok(S3Response::new(CreateMultipartUploadOutput {
         bucket: Some(input.bucket),
         key: Some(input.key),

@@ -13,7 +13,7 @@ use crate::api::{self, AppState};
 use crate::auth::KeyTable;
 use crate::catalog::{Backends, Catalog};
 use crate::config::Config;
-use crate::gate::{Gate, Upload, UploadRegistry};
+use crate::gate::{Gate, UploadRegistry};
 use crate::lease::Leases;
 use crate::s3api::{self, S3Gateway};
 use std::sync::Arc;
@@ -90,7 +90,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
             path: uploads_dir.display().to_string(),
             error,
         })?;
-    let registered = registered_handles(&uploads_dir);
+    let registered = uploads.handles();
     let (gate, store, backends) =
         crate::catalog::build(&config, Backends::for_startup(registered)).await?;
     for line in config.describe().lines() {
@@ -103,6 +103,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         crate::metrics::register_bucket(bucket);
     }
     crate::health::watch(gate.clone(), &shutdown);
+    expire_uploads(gate.clone(), &shutdown);
     let catalog = Arc::new(Catalog::new(
         config.clone(),
         gate.clone(),
@@ -295,16 +296,21 @@ async fn reload_each(hup: &mut tokio::signal::unix::Signal, reloader: &reload::R
 
 /// The backend handles (store upload ids) of every upload in the registry at `dir`, whatever
 /// its bucket: an upload is kept if any bucket's client may still complete it.
-fn registered_handles(dir: &std::path::Path) -> std::collections::HashSet<String> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Default::default();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path()).ok())
-        .filter_map(|bytes| serde_json::from_slice::<Upload>(&bytes).ok())
-        .map(|u| u.handle)
-        .collect()
+/// Aborts incomplete multipart uploads past `[server] upload_expiry_secs`, at start-up (they
+/// may have expired while fencegate was down) and then every `Gate::upload_sweep_every`.
+fn expire_uploads(gate: Arc<Gate>, shutdown: &crate::shutdown::Shutdown) {
+    shutdown.spawn_background(async move {
+        loop {
+            let expired = gate.expire_uploads().await;
+            if expired > 0 {
+                tracing::info!(
+                    expired,
+                    "aborted incomplete multipart uploads past upload_expiry_secs"
+                );
+            }
+            tokio::time::sleep(gate.upload_sweep_every()).await;
+        }
+    });
 }
 
 async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, StartError> {
