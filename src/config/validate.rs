@@ -166,14 +166,14 @@ fn server(raw: &ServerConfig, places: &Places) -> Result<SocketAddr, ConfigError
             "set it between 60 (a minute) and 2592000 (30 days); the default is 86400 (\"24h\"), as Stripe's".into(),
         ));
     }
-    if !(60..=365 * 86400).contains(&raw.upload_expiry_secs) {
+    if !(1..=365 * 86400).contains(&raw.upload_expiry_secs) {
         return Err(places.err(
             &["server", "upload_expiry_secs"],
             format!(
                 "[server] upload_expiry_secs is {}",
                 raw.upload_expiry_secs
             ),
-            "set it between 60 (a minute) and 31536000 (a year): an incomplete multipart upload is aborted this long after its creation; the default is 86400 (\"24h\")".into(),
+            "set it between 1 and 31536000 (a year): an incomplete multipart upload is aborted this long after its creation; the default is 86400 (\"24h\")".into(),
         ));
     }
     for (name, value) in [

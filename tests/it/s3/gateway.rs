@@ -897,6 +897,127 @@ async fn copy_and_batch_delete(kind: Kind) {
     assert_eq!(status, 404);
 }
 
+/// `/metrics`, read with the other key (an admin key).
+async fn scrape(fx: &Fx) -> String {
+    let c = common::client();
+    let creds = common::sign::Creds {
+        key: "other-key",
+        secret: "other-secret",
+    };
+    common::sign::send(&c, c.get(fx.s().url("/metrics")), Some(creds))
+        .await
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Multipart uploads a client leaves open are bounded per key and per bucket (400
+/// `TooManyUploads` past either, nothing created), and an incomplete one is aborted once it is
+/// older than `upload_expiry_secs`, while serving: its record, its parts and the store's upload
+/// go, and its id answers `NoSuchUpload`.
+async fn open_uploads_are_bounded_and_expire(kind: Kind) {
+    let fx = Fx::start_with(
+        kind,
+        "[server]\nupload_expiry_secs = 3\nmax_uploads_per_key = 2\nmax_uploads_per_bucket = 3\n\n[keys.other]\naccess_key_id = \"other-key\"\nsecret_access_key = \"other-secret\"\nbuckets = { \"*\" = [\"read\", \"write\", \"delete\", \"fence\"] }\nadmin = true\n",
+    )
+    .await;
+    let c = fx.client();
+    let other = fx.client_as("other-key", "other-secret");
+    let first = start_upload(&c, "a", 1).await;
+    send_part(&c, "a", &first, 1, b'x', 1024).await;
+    start_upload(&c, "b", 1).await;
+    // The writer's third is past its own bound; another key still has room in the bucket.
+    let (status, code, _) = failure(
+        c.create_multipart_upload()
+            .bucket("default")
+            .key("c")
+            .metadata("fencing-token", "1")
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "TooManyUploads"));
+    start_upload(&other, "c", 1).await;
+    // The bucket's bound: three are open.
+    let (status, code, _) = failure(
+        other
+            .create_multipart_upload()
+            .bucket("default")
+            .key("d")
+            .metadata("fencing-token", "1")
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "TooManyUploads"));
+    let open = |c: Client| async move {
+        c.list_multipart_uploads()
+            .bucket("default")
+            .send()
+            .await
+            .unwrap()
+            .uploads()
+            .len()
+    };
+    assert_eq!(open(c.clone()).await, 3);
+    let metrics = scrape(&fx).await;
+    assert!(
+        metrics.contains("fencegate_multipart_uploads_open 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("fencegate_multipart_upload_bytes 1024"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("fencegate_multipart_upload_refusals_total{bound=\"per_key\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("fencegate_multipart_upload_refusals_total{bound=\"per_bucket\"} 1"),
+        "{metrics}"
+    );
+
+    // Past their age (3 s, swept every second), all three go, while fencegate runs.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while open(c.clone()).await > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the uploads did not expire"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    let (status, code, _) = failure(
+        c.upload_part()
+            .bucket("default")
+            .key("a")
+            .upload_id(&first)
+            .part_number(2)
+            .body(ByteStream::from(vec![b'y'; 10]))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (404, "NoSuchUpload"));
+    let records = std::fs::read_dir(fx.s().data_dir.join("uploads"))
+        .unwrap()
+        .count();
+    assert_eq!(records, 0, "the upload records and parts logs are removed");
+    assert_eq!(
+        fx.leftover_uploads().await,
+        0,
+        "the backend's uploads are aborted"
+    );
+    let metrics = scrape(&fx).await;
+    assert!(
+        metrics.contains("fencegate_multipart_uploads_expired_total 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("fencegate_multipart_uploads_open 0"),
+        "{metrics}"
+    );
+    // The bound counts open uploads only: there is room again.
+    start_upload(&c, "e", 1).await;
+}
+
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod fs {
@@ -1349,6 +1470,7 @@ on_both_backends!(
     multipart_zombie,
     multipart_uploads,
     copy_and_batch_delete,
+    open_uploads_are_bounded_and_expire,
 );
 
 /// SigV4: an unknown key, a wrong secret, a key without the right, a presigned GET and an
