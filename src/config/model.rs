@@ -62,12 +62,17 @@ pub struct LeaseConfig {
     /// expired or replaced), so a write already in flight is judged by the fence.
     #[serde(deserialize_with = "super::units::secs")]
     pub credential_grace_secs: u64,
+    /// Live leases one access key may hold at once (429 `TooManyLeases` past it), on a local
+    /// fence table, where each is held in memory until it ends.
+    #[serde(deserialize_with = "super::units::int")]
+    pub max_live_per_key: usize,
 }
 
 impl Default for LeaseConfig {
     fn default() -> Self {
         LeaseConfig {
             credential_grace_secs: 30,
+            max_live_per_key: 1_000,
         }
     }
 }

@@ -73,6 +73,16 @@ pub fn parse_layered(text: &str, name: &str, env: &EnvLayer) -> Result<Config, C
         )
     })?;
     let listen = server(&raw.server, &places)?;
+    if !(1..=1_000_000).contains(&raw.leases.max_live_per_key) {
+        return Err(places.err(
+            &["leases", "max_live_per_key"],
+            format!(
+                "[leases] max_live_per_key is {}",
+                raw.leases.max_live_per_key
+            ),
+            "set 1 to 1000000 live leases per access key; the default is 1000".into(),
+        ));
+    }
     let backends = backends(raw.backends, &places)?;
     let buckets = buckets(raw.buckets, &backends, &places)?;
     let bucket_defaults = bucket_defaults(raw.bucket_defaults, &backends, &places)?;

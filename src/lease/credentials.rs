@@ -77,10 +77,8 @@ impl LeaseCredentials {
             40,
             b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
         );
+        self.prune();
         let mut map = self.by_key.write();
-        // Forget credentials whose grace is over, so the table does not grow.
-        let now = Instant::now();
-        map.retain(|_, e| e.until + self.grace >= now);
         map.insert(
             id.clone(),
             Entry {
@@ -98,6 +96,14 @@ impl LeaseCredentials {
             bucket,
             scope,
         }
+    }
+
+    /// Forgets credentials whose grace is over, so the table does not grow.
+    pub fn prune(&self) {
+        let now = Instant::now();
+        self.by_key
+            .write()
+            .retain(|_, e| e.until + self.grace >= now);
     }
 
     /// The lease `lease` with `token` now ends at `until` (renewed, or ended now).

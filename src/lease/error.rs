@@ -24,6 +24,8 @@ pub enum LeaseError {
     NotHeld { name: String },
     #[error("{0}")]
     Invalid(String),
+    #[error("{owner} holds {limit} live leases, the most [leases] max_live_per_key allows: release some, or wait until they expire")]
+    TooManyLeases { owner: String, limit: usize },
     #[error(transparent)]
     Gate(#[from] GateError),
 }
@@ -33,6 +35,7 @@ impl LeaseError {
         match self {
             LeaseError::Held { .. } | LeaseError::NotHolder { .. } => 409,
             LeaseError::NotHeld { .. } => 404,
+            LeaseError::TooManyLeases { .. } => 429,
             LeaseError::Gate(e) => e.status(),
             _ => 400,
         }
@@ -48,6 +51,7 @@ impl LeaseError {
             }
             LeaseError::NotHolder { .. } => "NotLeaseHolder",
             LeaseError::NotHeld { .. } => "NoSuchLease",
+            LeaseError::TooManyLeases { .. } => "TooManyLeases",
             LeaseError::Gate(e) => e.code(),
         }
     }
@@ -58,6 +62,7 @@ impl LeaseError {
             LeaseError::Held { retry_after, .. } => {
                 Some(retry_after.as_millis().div_ceil(1000).max(1) as u64)
             }
+            LeaseError::TooManyLeases { .. } => Some(1),
             _ => None,
         }
     }

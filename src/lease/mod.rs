@@ -80,28 +80,25 @@ struct Held {
     expires: Instant,
     secret: String,
     owner: String,
-    /// Its expiry has been counted (`fencegate_lease_expiries_total`), once.
-    expiry_counted: bool,
 }
 
-/// Counts the leases that expired since the last look (each once), and sets the gauge of the
-/// leases held now. Expired entries stay in the map, as before: an expiry only frees the name.
+/// Drops the leases that expired since the last look, counting each once, and sets the gauge
+/// of the leases held now. An expired lease needs nothing kept: its name is free, its token
+/// stays in the fence table (`lease:<name>`), and its S3 credentials keep their own expiry and
+/// grace (`credentials.rs`).
 fn census(held: &mut HashMap<String, Held>) {
     let now = Instant::now();
-    let (mut live, mut expired) = (0, 0);
-    for h in held.values_mut() {
-        if h.expires > now {
-            live += 1;
-        } else if !h.expiry_counted {
-            h.expiry_counted = true;
-            expired += 1;
-        }
-    }
+    let before = held.len();
+    held.retain(|_, h| h.expires > now);
+    let expired = before - held.len();
     if expired > 0 {
-        crate::metrics::leases_expired(expired);
+        crate::metrics::leases_expired(expired as u64);
     }
-    crate::metrics::leases_held(live);
+    crate::metrics::leases_held(held.len());
 }
+
+/// Live leases one principal may hold at once unless configured (`[leases] max_live_per_key`).
+pub const DEFAULT_MAX_LIVE_PER_KEY: usize = 1_000;
 
 pub struct Leases {
     gate: Arc<Gate>,
@@ -113,6 +110,8 @@ pub struct Leases {
     granting: ScopeLocks,
     freed: Notify,
     pub credentials: LeaseCredentials,
+    /// Live leases one principal may hold at once (local table).
+    max_live_per_key: usize,
 }
 
 /// Lease names: 1-200 characters of letters, digits, `.`, `_`, `-`, `:`, `/`; no `..`.
@@ -155,7 +154,15 @@ impl Leases {
             granting: ScopeLocks::default(),
             freed: Notify::new(),
             credentials: LeaseCredentials::new(grace),
+            max_live_per_key: DEFAULT_MAX_LIVE_PER_KEY,
         }
+    }
+
+    /// At most `limit` live leases per principal (`[leases] max_live_per_key`); past it an
+    /// acquire of a new name is refused with 429 `TooManyLeases`.
+    pub fn with_max_live_per_key(mut self, limit: usize) -> Leases {
+        self.max_live_per_key = limit;
+        self
     }
 
     /// Acquires `name`, waiting up to `wait` for the current holder to release or expire.
@@ -191,6 +198,9 @@ impl Leases {
                 }
                 _ => None,
             };
+            if busy.is_none() {
+                self.room_for(&req)?;
+            }
             if let Some((holder, remaining)) = busy {
                 drop(granting);
                 let now = Instant::now();
@@ -218,7 +228,6 @@ impl Leases {
                         expires: Instant::now() + req.ttl,
                         secret: secret.clone(),
                         owner: req.owner.clone(),
-                        expiry_counted: false,
                     },
                 );
                 census(&mut held);
@@ -233,6 +242,24 @@ impl Leases {
             crate::metrics::lease_granted();
             return Ok(grant);
         }
+    }
+
+    /// Refuses a new lease past the live leases its principal may hold (a renewal by the same
+    /// holder, or a re-acquire of its own lease, takes no more room).
+    fn room_for(&self, req: &AcquireRequest) -> Result<(), LeaseError> {
+        let mut held = self.held.lock();
+        census(&mut held);
+        if held.get(&req.name).is_some_and(|h| h.owner == req.owner) {
+            return Ok(());
+        }
+        let owned = held.values().filter(|h| h.owner == req.owner).count();
+        if owned >= self.max_live_per_key {
+            return Err(LeaseError::TooManyLeases {
+                owner: req.owner.clone(),
+                limit: self.max_live_per_key,
+            });
+        }
+        Ok(())
     }
 
     /// Mints the next token and advances the bound fence (both synced, in a task that runs to
@@ -362,6 +389,7 @@ impl Leases {
                 } else {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     census(&mut leases.held.lock());
+                    leases.credentials.prune();
                 }
             }
         });

@@ -434,3 +434,43 @@ async fn another_principal_cannot_reacquire_as_the_holder() {
     let again = l.acquire(acquire("job", "a", 60_000)).await.unwrap();
     assert!(again.token > first.token);
 }
+
+#[tokio::test]
+async fn an_expired_lease_is_dropped_from_memory() {
+    let (l, _, _) = leases();
+    for i in 0..500 {
+        l.acquire(acquire(&format!("short-{i}"), "h", 1))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    // The next grant (or the watch's census) drops them: only the live one is held.
+    let live = l.acquire(acquire("long", "h", 60_000)).await.unwrap();
+    assert_eq!(l.held.lock().len(), 1);
+    // The names are free, and their tokens kept: a re-acquire gets the next one.
+    let again = l
+        .acquire(acquire("short-0", "other", 60_000))
+        .await
+        .unwrap();
+    assert_eq!(again.token, 2);
+    assert_eq!(live.token, 1);
+}
+
+#[tokio::test]
+async fn one_principal_holds_at_most_max_live_per_key_leases() {
+    let (_, gate, store) = leases();
+    let l = Arc::new(Leases::new(gate, store, Duration::from_millis(300)).with_max_live_per_key(2));
+    l.acquire(acquire("a", "h", 60_000)).await.unwrap();
+    l.acquire(acquire("b", "h", 60_000)).await.unwrap();
+    let err = l.acquire(acquire("c", "h", 60_000)).await.unwrap_err();
+    assert_eq!((err.status(), err.code()), (429, "TooManyLeases"));
+    assert_eq!(err.retry_after(), Some(1));
+    // Another principal has room of its own; the same lease acquired again takes none.
+    let mut other = acquire("c", "h", 60_000);
+    other.owner = "someone-else".into();
+    l.acquire(other).await.unwrap();
+    let a = l.acquire(acquire("a", "h", 60_000)).await.unwrap();
+    // A release frees room.
+    l.release("a", &proof("h", &a)).await.unwrap();
+    l.acquire(acquire("c2", "h", 60_000)).await.unwrap();
+}

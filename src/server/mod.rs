@@ -110,11 +110,14 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         store.clone(),
         backends,
     ));
-    let leases = Arc::new(Leases::new(
-        gate.clone(),
-        store,
-        Duration::from_secs(config.leases.credential_grace_secs),
-    ));
+    let leases = Arc::new(
+        Leases::new(
+            gate.clone(),
+            store,
+            Duration::from_secs(config.leases.credential_grace_secs),
+        )
+        .with_max_live_per_key(config.leases.max_live_per_key),
+    );
     leases.watch(&shutdown);
     let created = catalog
         .load()
