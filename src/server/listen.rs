@@ -1,7 +1,8 @@
 //! The accept loop every listener runs: TCP, then TLS when `[server.tls]` is set, then HTTP/1.1
 //! with hyper, serving an axum router. On shutdown it stops accepting and lets the connections
-//! in flight finish their requests.
+//! in flight finish their requests. A connection fencegate closes lingers (`linger.rs`).
 
+use super::linger::Lingering;
 use super::tls::Tls;
 use crate::shutdown::Shutdown;
 use axum::Router;
@@ -101,14 +102,18 @@ pub async fn serve(
         let tls = tls.as_ref().map(Tls::acceptor);
         let read_buffer = limits.read_buffer;
         tokio::spawn(async move {
-            let _permit = permit;
             match tls {
-                None => serve_connection(TokioIo::new(stream), router, watcher, read_buffer).await,
+                None => {
+                    let stream = Lingering::new(stream, permit);
+                    serve_connection(TokioIo::new(stream), router, watcher, read_buffer).await
+                }
                 Some(acceptor) => {
                     if !speaks_tls(&stream).await {
                         refuse_plain_http(stream).await;
+                        drop(permit);
                         return;
                     }
+                    let stream = Lingering::new(stream, permit);
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
                             serve_connection(TokioIo::new(tls), router, watcher, read_buffer).await

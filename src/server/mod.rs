@@ -2,6 +2,7 @@
 //! native API, S3 gateway, admin surface) and serves it until SIGINT or SIGTERM. `listen.rs`
 //! holds the accept loop every listener runs, `tls.rs` the certificates it offers.
 
+mod linger;
 mod listen;
 pub mod reload;
 pub mod routes;

@@ -69,8 +69,8 @@ pub fn s3_only_router(state: &AppState, s3: S3) -> Router {
 /// listener, read by a handler or not (`http::stall`).
 const BODY_BACKSTOP_MARGIN: Duration = Duration::from_secs(5);
 
-/// The header-size guard, the stalled-body backstop and the per-request span with its
-/// closing log line.
+/// The header-size guard, the stalled-body backstop, the settling of unread bodies and the
+/// per-request span with its closing log line.
 fn with_layers(routes: Router, state: &AppState) -> Router {
     routes
         .layer(axum::middleware::from_fn_with_state(
@@ -80,6 +80,11 @@ fn with_layers(routes: Router, state: &AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.max_header_bytes,
             limit_headers,
+        ))
+        // Outside every layer that may answer before a body is read, so that it sees the
+        // body as hyper hands it over.
+        .layer(axum::middleware::from_fn(
+            crate::http::unread::settle_unread_bodies,
         ))
         .layer(
             TraceLayer::new_for_http()

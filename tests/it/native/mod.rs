@@ -5,6 +5,7 @@ mod auth;
 mod bypass;
 mod concurrent_order;
 mod crash_restart;
+mod early_refusals;
 mod hostile_keys;
 mod leases;
 mod random_requests;
