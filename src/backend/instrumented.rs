@@ -15,14 +15,22 @@ use std::time::{Duration, Instant, SystemTime};
 pub struct Instrumented {
     inner: Arc<dyn Backend>,
     name: String,
+    /// How a fault's message names the backend (its name, the store, its deadline).
+    label: String,
 }
 
 impl Instrumented {
     /// `inner`, timed and counted as backend `name` (a name from the configuration).
     pub fn wrap(name: &str, inner: Arc<dyn Backend>) -> Arc<dyn Backend> {
+        Self::wrap_labelled(name, format!("backend {name:?}"), inner)
+    }
+
+    /// [`Instrumented::wrap`], a fault's message naming the backend as `label`.
+    pub fn wrap_labelled(name: &str, label: String, inner: Arc<dyn Backend>) -> Arc<dyn Backend> {
         Arc::new(Instrumented {
             inner,
             name: name.to_string(),
+            label,
         })
     }
 
@@ -39,7 +47,23 @@ impl Instrumented {
             started.elapsed(),
             result.as_ref().err(),
         );
-        result
+        result.map_err(|e| self.named(e))
+    }
+
+    /// A fault of the backend itself says which backend, and what to do.
+    fn named(&self, e: BackendError) -> BackendError {
+        let label = &self.label;
+        match e {
+            BackendError::Timeout(m) => {
+                BackendError::Timeout(format!("{m} ({label}); retry later"))
+            }
+            BackendError::Unreachable(m) => {
+                BackendError::Unreachable(format!("{m} ({label}); retry later"))
+            }
+            BackendError::Failing(m) => BackendError::Failing(format!("{m} ({label})")),
+            BackendError::Throttled(m) => BackendError::Throttled(format!("{m} ({label})")),
+            other => other,
+        }
     }
 }
 

@@ -90,9 +90,21 @@ impl Backends {
         policy: &BucketPolicy,
     ) -> Result<Arc<dyn Backend>, String> {
         let backend = self.build(config, bucket, policy).await?;
-        Ok(crate::backend::instrumented::Instrumented::wrap(
-            &policy.backend,
-            backend,
+        // What a store that does not answer is told by: its name, where, and the deadline.
+        let name = &policy.backend;
+        let label = match &config.backends[name.as_str()] {
+            BackendConfig::S3(s3) => format!(
+                "backend {name:?}{}, call_timeout_secs = {}",
+                s3.endpoint
+                    .as_deref()
+                    .map(|e| format!(" at {e}"))
+                    .unwrap_or_default(),
+                s3.call_timeout_secs
+            ),
+            BackendConfig::Fs { .. } => format!("backend {name:?}"),
+        };
+        Ok(crate::backend::instrumented::Instrumented::wrap_labelled(
+            name, label, backend,
         ))
     }
 

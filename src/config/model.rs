@@ -282,6 +282,11 @@ pub struct S3BackendConfig {
     /// Longest wait for the next bytes of a response.
     #[serde(deserialize_with = "super::units::secs")]
     pub read_timeout_secs: u64,
+    /// The most one store call may take in all, its retries included (a body streamed to the
+    /// client after the store's answer began is not counted). Past it the client gets 504
+    /// `BackendUnavailable` with `Retry-After`, instead of waiting attempt after attempt.
+    #[serde(deserialize_with = "super::units::secs")]
+    pub call_timeout_secs: u64,
     /// Attempts for reads (HEAD, GET, LIST, part uploads); conditional commits are never
     /// re-sent blindly.
     #[serde(deserialize_with = "super::units::int")]
@@ -324,6 +329,7 @@ impl Default for S3BackendConfig {
             path_style: None,
             connect_timeout_secs: 5,
             read_timeout_secs: 30,
+            call_timeout_secs: 30,
             read_attempts: 3,
             multipart_threshold_bytes: 8 * 1024 * 1024,
             unsafe_no_conditional_writes: false,

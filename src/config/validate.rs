@@ -258,6 +258,7 @@ fn backends(
                     ("read_attempts", u64::from(s3.read_attempts)),
                     ("connect_timeout_secs", s3.connect_timeout_secs),
                     ("read_timeout_secs", s3.read_timeout_secs),
+                    ("call_timeout_secs", s3.call_timeout_secs),
                 ]
                 .iter()
                 .find(|(_, v)| *v == 0)
@@ -265,7 +266,7 @@ fn backends(
                     (
                         *field,
                         "has a zero timeout or attempt count",
-                        "use positive values (defaults: connect 5 s, read 30 s, 3 attempts)",
+                        "use positive values (defaults: connect 5 s, read 30 s, call 30 s, 3 attempts)",
                     )
                 })
             };

@@ -203,6 +203,10 @@ impl GateError {
     pub fn retry_after(&self) -> Option<u64> {
         match self {
             GateError::Backend(BackendError::Throttled(_)) => Some(1),
+            // A store that does not answer: give it a few seconds.
+            GateError::Backend(
+                BackendError::Timeout(_) | BackendError::Unreachable(_) | BackendError::Failing(_),
+            ) => Some(5),
             GateError::CommitUnresolved { retry_after, .. }
             | GateError::CommitInProgress { retry_after, .. } => Some((*retry_after).max(1)),
             GateError::Backend(BackendError::Expired(_)) => Some(1),

@@ -35,6 +35,8 @@ pub enum Mode {
     RefusePuts = 8,
     /// Answer every PUT with 403 AccessDenied: a store refusing fencegate itself.
     DenyPuts = 9,
+    /// Hold every request forever without forwarding it: a stopped store (SIGSTOP).
+    SwallowAll = 10,
 }
 
 pub struct S3Proxy {
@@ -135,7 +137,9 @@ async fn forward(State(state): State<ProxyState>, req: Request) -> Response {
             )))
             .unwrap();
     }
-    if mode == Mode::SwallowConditionalWrites as u8 && conditional {
+    if mode == Mode::SwallowAll as u8
+        || (mode == Mode::SwallowConditionalWrites as u8 && conditional)
+    {
         tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
     }
     let unsign = mode == Mode::HoldAndDropConditions as u8;

@@ -28,6 +28,7 @@ pub async fn build(cfg: &S3BackendConfig) -> Result<S3Clients, String> {
             TimeoutConfig::builder()
                 .connect_timeout(Duration::from_secs(cfg.connect_timeout_secs))
                 .read_timeout(Duration::from_secs(cfg.read_timeout_secs))
+                .operation_timeout(Duration::from_secs(cfg.call_timeout_secs))
                 .build(),
         );
     if let (Some(id), Some(secret)) = (&cfg.access_key_id, &cfg.secret_access_key) {
@@ -108,6 +109,7 @@ fn presigning_http(cfg: &S3BackendConfig) -> Result<reqwest::Client, String> {
         .use_preconfigured_tls(tls)
         .connect_timeout(Duration::from_secs(cfg.connect_timeout_secs))
         .read_timeout(Duration::from_secs(cfg.read_timeout_secs))
+        .timeout(Duration::from_secs(cfg.call_timeout_secs))
         .build()
         .map_err(|e| format!("the presigning HTTP client: {e}"))
 }

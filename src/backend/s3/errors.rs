@@ -47,12 +47,29 @@ where
     E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
 {
     let text = || format!("{op}: {}", DisplayErrorContext(&err));
+    // The SDK's dump of a failed dispatch goes to the debug log; the client is told what
+    // happened, in a line.
+    let logged = |short: String| {
+        tracing::debug!(error = %text(), "the store call failed");
+        short
+    };
     match &err {
-        SdkError::TimeoutError(_) => S3Failure::Fault(BackendError::Timeout(text())),
+        SdkError::TimeoutError(_) => S3Failure::Fault(BackendError::Timeout(logged(format!(
+            "{op}: no answer within the call's deadline"
+        )))),
         SdkError::DispatchFailure(d) if d.is_timeout() => {
-            S3Failure::Fault(BackendError::Timeout(text()))
+            S3Failure::Fault(BackendError::Timeout(logged(format!(
+                "{op}: no answer within connect_timeout_secs or read_timeout_secs"
+            ))))
         }
-        SdkError::DispatchFailure(_) => S3Failure::Fault(BackendError::Unreachable(text())),
+        SdkError::DispatchFailure(d) => {
+            let what = if d.is_io() {
+                "the connection to the store failed or broke"
+            } else {
+                "the request could not be sent to the store"
+            };
+            S3Failure::Fault(BackendError::Unreachable(logged(format!("{op}: {what}"))))
+        }
         SdkError::ConstructionFailure(_) => S3Failure::Fault(BackendError::Refused {
             status: 0,
             code: "NotSent".into(),

@@ -411,6 +411,68 @@ async fn a_timed_out_commit_that_did_not_land_is_504_and_keeps_the_token(kind: S
     assert_eq!(get_bytes(&c, &url).await.1, b"retried");
 }
 
+/// A store that stops answering (SIGSTOP) holds a request for `call_timeout_secs` at most, its
+/// retries included, not attempt after attempt of `read_timeout_secs`. The answer is 504
+/// `BackendUnavailable` with `Retry-After`, and its message names the backend and the deadline
+/// instead of the SDK's dump.
+async fn a_stalled_store_answers_within_the_call_deadline(kind: StoreKind) {
+    let Rig {
+        _store,
+        proxy,
+        _dir,
+        s,
+    } = behind_proxy(
+        kind,
+        &format!(
+            "{}\nread_timeout_secs = 30\ncall_timeout_secs = 2\ncommit_deadline_secs = 2",
+            kind.opt_in()
+        ),
+    )
+    .await;
+    let c = client();
+    let url = s.object_url("default", "k");
+    assert_eq!(put(&c, &url, Some("1"), b"v1").await.0, 200);
+    proxy.set(Mode::SwallowAll);
+    for (what, request) in [
+        ("GET", c.get(&url)),
+        ("PUT", c.put(&url).header("Fencing-Token", "2").body("v2")),
+    ] {
+        let started = std::time::Instant::now();
+        let resp = request.send().await.unwrap();
+        let took = started.elapsed();
+        let status = resp.status().as_u16();
+        let retry_after = resp.headers().get("retry-after").cloned();
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert!(
+            took < std::time::Duration::from_secs(8),
+            "{what} took {took:?}"
+        );
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (504, Some("BackendUnavailable")),
+            "{what}: {body}"
+        );
+        assert!(retry_after.is_some(), "{what}: no Retry-After");
+        let message = body["message"].as_str().unwrap();
+        assert!(
+            message.contains("backend \"store\"") && message.contains("call_timeout_secs = 2"),
+            "{what}: {message}"
+        );
+        for dump in [
+            "DispatchFailure",
+            "ConnectorError",
+            "TimeoutError",
+            "source:",
+        ] {
+            assert!(
+                !message.contains(dump),
+                "{what}: the SDK's dump in {message}"
+            );
+        }
+    }
+    proxy.set(Mode::Pass);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_1_gib_object_streams_both_ways_in_bounded_memory() {
     use futures::StreamExt;
@@ -613,6 +675,7 @@ on_both_stores!(
     a_store_refusal_is_definite_and_holds_nothing,
     a_commit_with_unknown_outcome_is_read_back_not_resent,
     a_timed_out_commit_that_did_not_land_is_504_and_keeps_the_token,
+    a_stalled_store_answers_within_the_call_deadline,
     a_lost_rewrite_of_the_same_bytes_is_not_taken_for_landed,
     delete_bucket_waits_for_a_lost_store_request,
 );
