@@ -299,3 +299,32 @@ async fn listing_covers_nested_and_long_keys_in_order() {
     assert_eq!(keys, ["p/b", long.as_str()]);
     assert_eq!(page.next_start_after.as_deref(), Some(long.as_str()));
 }
+
+#[tokio::test]
+async fn a_part_sent_again_replaces_the_first_with_and_without_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FsBackend::open(dir.path(), &["b"]).unwrap();
+    let meta = ObjectMeta::default();
+    for legacy in [false, true] {
+        let handle = fs.create_upload("b", "k", &meta).await.unwrap();
+        let updir = uploads::upload_dir(dir.path(), &handle).unwrap();
+        if legacy {
+            // An upload begun before parts had links.
+            std::fs::remove_file(updir.join(".linked")).unwrap();
+        }
+        for n in 1..=3 {
+            fs.upload_part("b", "k", &handle, n, body(b"first"), None)
+                .await
+                .unwrap();
+        }
+        let again = fs
+            .upload_part("b", "k", &handle, 2, body(b"second"), None)
+            .await
+            .unwrap();
+        let parts = uploads::parts(dir.path(), &handle).await.unwrap();
+        let numbers: Vec<i32> = parts.iter().map(|(p, _)| p.number).collect();
+        assert_eq!(numbers, [1, 2, 3], "legacy: {legacy}");
+        assert_eq!(parts[1].0.etag, again.etag, "legacy: {legacy}");
+        assert_eq!(std::fs::read(&parts[1].1).unwrap(), b"second");
+    }
+}

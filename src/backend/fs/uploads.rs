@@ -1,8 +1,10 @@
 //! Multipart uploads for the `fs` backend. Each upload is a directory under
 //! `<root>/.uploads/<handle>/` holding one file per part, named `<number>-<md5hex>`: the part's
 //! ETag is in its name, so one rename publishes a part and its ETag together, and a part
-//! uploaded again under the same number replaces the old one. Completion copies the parts, in
-//! order, into an ordinary staged body.
+//! uploaded again under the same number replaces the old one. A symlink named `<number>` points
+//! at the number's current file, so the one it replaces is found without listing the
+//! directory: a part costs the same at part 1 and at part 10,000. Completion copies the parts,
+//! in order, into an ordinary staged body.
 
 use super::{blocking, fsync_dir};
 use crate::backend::{BackendError, BodyError, ByteStream, PartInfo};
@@ -14,6 +16,9 @@ use std::path::{Path, PathBuf};
 use tokio::io::AsyncWriteExt;
 
 pub const UPLOADS: &str = ".uploads";
+/// In an upload directory: its parts have `<number>` links (uploads begun before had none, and
+/// a part sent again there is found by listing the directory).
+const LINKED: &str = ".linked";
 
 /// The directory of an upload; the handle is ours (32 hex digits), never a client's string.
 pub fn upload_dir(root: &Path, handle: &str) -> Result<PathBuf, BackendError> {
@@ -30,6 +35,8 @@ pub async fn create(root: &Path) -> Result<String, BackendError> {
     blocking(move || {
         std::fs::create_dir_all(&base)?;
         std::fs::create_dir(&dir)?;
+        std::fs::File::create(dir.join(LINKED))?;
+        fsync_dir(&dir)?;
         fsync_dir(&base)?;
         Ok(())
     })
@@ -79,14 +86,29 @@ pub async fn put_part(
     };
     let name = format!("{number}-{md5}");
     blocking(move || {
+        let link = dir.join(number.to_string());
+        let previous = std::fs::read_link(&link).ok();
         std::fs::rename(&temp, dir.join(&name))?;
+        let fresh = dir.join(format!("{number}.{:016x}.lnk", rand::random::<u64>()));
+        std::os::unix::fs::symlink(&name, &fresh)?;
+        std::fs::rename(&fresh, &link)?;
         // The same number uploaded before with other bytes: the newest upload wins, as in S3.
-        for entry in std::fs::read_dir(&dir)? {
-            let entry = entry?;
-            let other = entry.file_name().to_string_lossy().into_owned();
-            if other != name && parse_name(&other).is_some_and(|(n, _)| n == number) {
-                std::fs::remove_file(entry.path())?;
+        match previous {
+            Some(old) if old != Path::new(&name) => match std::fs::remove_file(dir.join(old)) {
+                Err(e) if e.kind() != ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            },
+            Some(_) => {}
+            None if !dir.join(LINKED).exists() => {
+                for entry in std::fs::read_dir(&dir)? {
+                    let entry = entry?;
+                    let other = entry.file_name().to_string_lossy().into_owned();
+                    if other != name && parse_name(&other).is_some_and(|(n, _)| n == number) {
+                        std::fs::remove_file(entry.path())?;
+                    }
+                }
             }
+            None => {}
         }
         fsync_dir(&dir)?;
         Ok(())
