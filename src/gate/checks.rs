@@ -138,7 +138,8 @@ impl Gate {
     }
 
     /// In a header-scoped bucket an object belongs to the scope (the lock) that first wrote
-    /// it, and keeps it through deletes (the tombstone keeps the binding). Tokens of different
+    /// it, and keeps it through deletes (the tombstone keeps the binding); a delete of a key no
+    /// lock owns binds nothing (see `delete.rs`). Tokens of different
     /// locks are not comparable, so a write under another scope is refused, unless it takes the
     /// object over explicitly: `Fencing-Scope-Takeover` names the bound scope and the token is
     /// strictly above everything that scope recorded (docs/threat-model.md).

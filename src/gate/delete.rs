@@ -84,8 +84,12 @@ impl Gate {
             scope_row.highest = Some(scope_row.highest.map_or(t.0, |h| h.max(t.0)));
             scope_row.fresh = false;
         }
-        // A header-scoped object stays bound to its lock through the delete.
-        let binding = (entry.policy.scope == ScopeKind::Header).then(|| scope.to_string());
+        // A header-scoped object stays bound through the delete (to the deleter's lock, which
+        // is the bound one or took it over). A key no lock owns is not claimed by a delete:
+        // the token is recorded on the deleter's scope row, but binding the key would let one
+        // delete (say with the top token) keep every other lock off it for good.
+        let binding = (entry.policy.scope == ScopeKind::Header && object_row.scope.is_some())
+            .then(|| scope.to_string());
         let mut tombstone = FenceRow {
             tombstone: true,
             scope: binding.clone(),

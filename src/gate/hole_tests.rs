@@ -596,3 +596,46 @@ async fn a_bound_grant_obeys_the_jump_limit() {
     let (t, _) = gate.advance_past("b", "v", 3, None).await.unwrap();
     assert_eq!(t.0, 3);
 }
+
+#[tokio::test]
+async fn a_delete_of_a_key_no_lock_owns_does_not_claim_it() {
+    let (gate, backend, _) = gate_with(header_policy());
+    // lockA deletes a key nobody ever wrote, with the top token: recorded, not claimed.
+    let d = gate
+        .delete(scoped("free", u64::MAX, "lockA"))
+        .await
+        .unwrap();
+    assert_eq!(d.existed, Some(false));
+    let info = gate.fence_info("b", "free", Some(b"lockA")).await.unwrap();
+    assert_eq!(info.highest, Some(u64::MAX));
+    assert!(info.tombstone);
+    let row = gate.row(&scope::object_row("b", "free")).await.unwrap();
+    assert_eq!(row.scope, None);
+    // lockA's own zombie stays fenced out by its scope's highest.
+    let e = gate
+        .put(scoped("free", 5, "lockA"), body(b"z"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "StaleFencingToken");
+    // Another lock writes it with no takeover and owns it from then on.
+    gate.put(scoped("free", 1, "lockB"), body(b"b1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        backend.inner.bytes("b", "free").unwrap(),
+        Bytes::from_static(b"b1")
+    );
+    let e = gate
+        .put(scoped("free", u64::MAX, "lockA"), body(b"x"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "FencingScopeMismatch");
+    // A delete of a bound object keeps the binding, absent or not.
+    gate.delete(scoped("free", 2, "lockB")).await.unwrap();
+    gate.delete(scoped("free", 3, "lockB")).await.unwrap();
+    let e = gate
+        .put(scoped("free", 1, "lockC"), body(b"x"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "FencingScopeMismatch");
+}

@@ -5,9 +5,10 @@
 //! new holders go on under the bound scope or take the object over explicitly
 //! (`Fencing-Scope-Takeover: <bound scope>` with a token above everything written).
 //!
-//! The promise: once a write or delete with token T under scope S is acknowledged for an object,
-//! no write or delete with a lower token under ANY scope is acknowledged for that object
-//! afterwards, unless it is an explicit takeover.
+//! The promise: once a write or delete with token T under scope S is acknowledged for an object
+//! a lock owns (every round's object, from its first write on), no write or delete with a lower
+//! token under ANY scope is acknowledged for that object afterwards, unless it is an explicit
+//! takeover.
 
 use super::rig::{ack_order, timed, ClassReport, Ev, Rig};
 use super::Store;
@@ -96,7 +97,13 @@ pub async fn run(seed: u64, secs: f64, store: Store, fencing: &str) -> (ClassRep
         } else {
             "first write refused"
         });
+        let bound_now = e.acked;
         history.push(e);
+        if !bound_now {
+            // The promise is about an object a lock owns; a delete of a key no lock owns
+            // binds nothing, so another lock may write it next with any token.
+            continue;
+        }
         for i in 0..rng.random_range(4..=9) {
             let alt = match rng.random_range(0..3) {
                 0 => format!("{bound}-x"),
