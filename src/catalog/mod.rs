@@ -36,6 +36,12 @@ pub enum CatalogError {
     NotEmpty(String),
     #[error("{0}")]
     Busy(String),
+    #[error("bucket {bucket} was deleted through the S3 API while its scope was {recorded}; [bucket_defaults] now gives it scope {configured}, under which the tokens and tombstones it kept would be forgotten and a stale writer accepted. Create it under another name, or set [bucket_defaults] scope (and prefix_segments) back to {recorded}, or, to change it, stop every writer of bucket {bucket}, make sure the tokens they use next are above every token they used before, and restart once with --accept-scope-change {bucket}")]
+    ScopeChanged {
+        bucket: String,
+        recorded: String,
+        configured: String,
+    },
     #[error("{0}")]
     Failed(String),
 }
@@ -316,7 +322,19 @@ impl Catalog {
             .map_err(CatalogError::Failed)?;
         let created_ms = startup::record_scope(self.store.as_ref(), &self.config, name, &policy)
             .await
-            .map_err(|e| CatalogError::Failed(e.to_string()))?;
+            .map_err(|e| match e {
+                // A client's request that can never succeed as it is: not a 503 to retry.
+                StartupError::ScopeChanged {
+                    bucket,
+                    recorded,
+                    configured,
+                } => CatalogError::ScopeChanged {
+                    bucket,
+                    recorded,
+                    configured,
+                },
+                e => CatalogError::Failed(e.to_string()),
+            })?;
         created.insert(name.to_string(), policy.clone());
         self.save(&created)?;
         self.gate.add_bucket(

@@ -350,6 +350,7 @@ fn catalog_error(e: CatalogError) -> S3Error {
         CatalogError::NoSuchBucket(_) => (S3ErrorCode::NoSuchBucket, 404),
         CatalogError::NotEmpty(_) => (S3ErrorCode::BucketNotEmpty, 409),
         CatalogError::Busy(_) => (S3ErrorCode::OperationAborted, 409),
+        CatalogError::ScopeChanged { .. } => (S3ErrorCode::InvalidBucketState, 409),
         CatalogError::Failed(_) => (S3ErrorCode::ServiceUnavailable, 503),
     };
     let mut err = S3Error::with_message(code, e.to_string());

@@ -1167,6 +1167,42 @@ async fn buckets_created_through_s3(kind: Kind) {
         .await
         .unwrap();
 
+    // Re-created after [bucket_defaults] changed its scope: its old tokens would no longer
+    // apply, so it is refused, with a 409 that names the fix (not a 503 that SDKs retry and
+    // that never clears). Back on the old scope, it is created again.
+    let original = fx.config.clone();
+    fx.config = original.replace(
+        "[bucket_defaults]\n",
+        "[bucket_defaults]\nscope = \"bucket\"\n",
+    );
+    fx.kill9_and_restart();
+    let c = fx.client();
+    let e = c
+        .create_bucket()
+        .bucket("made-by-client")
+        .send()
+        .await
+        .expect_err("a scope change refused");
+    let status = e.raw_response().map(|r| r.status().as_u16());
+    assert_eq!(
+        (status, e.code()),
+        (Some(409), Some("InvalidBucketState")),
+        "{e:?}"
+    );
+    let message = e.message().unwrap_or_default();
+    assert!(
+        message.contains("--accept-scope-change made-by-client"),
+        "{message}"
+    );
+    fx.config = original;
+    fx.kill9_and_restart();
+    let c = fx.client();
+    c.create_bucket()
+        .bucket("made-by-client")
+        .send()
+        .await
+        .unwrap();
+
     // A read-only key may not create buckets.
     let reader = fx.client_as("reader-key", "reader-secret");
     let (status, code, _) = failure(reader.create_bucket().bucket("by-reader").send().await);
