@@ -247,8 +247,9 @@ pub fn is_secret(field: &str) -> bool {
 }
 
 /// A figment extraction error: its key path (with `key` when the key itself is wrong) and a
-/// message that never repeats a secret's value.
-pub fn figment_problem(e: figment::Error) -> (Vec<String>, bool, String) {
+/// message that never repeats a secret's value. `figment` is the one extracted from, where
+/// the secrets' values are looked for.
+pub fn figment_problem(e: figment::Error, figment: &Figment) -> (Vec<String>, bool, String) {
     use figment::error::Kind;
     // An error iterates over itself and the errors chained to it: the first is the one.
     let Some(e) = e.into_iter().next() else {
@@ -268,7 +269,16 @@ pub fn figment_problem(e: figment::Error) -> (Vec<String>, bool, String) {
         }
     }
     let key = key.is_some();
-    let secret = !key && path.last().is_some_and(|f| is_secret(f));
+    let mut secret = !key && path.last().is_some_and(|f| is_secret(f));
+    if !secret {
+        // serde reads a table tagged by a field (`[backends.NAME]`, by `kind`) whole, so an
+        // error in one of its fields carries the table's path, not the field's: the field-name
+        // test cannot see a secret there, and the message may repeat its value.
+        if let Some(field) = secret_repeated(figment, &path, &e.kind) {
+            path = field;
+            secret = true;
+        }
+    }
     let message = match &e.kind {
         Kind::InvalidType(_, expected) | Kind::InvalidValue(_, expected) if secret => {
             format!("invalid value (not shown: it is a secret); expected {expected}")
@@ -277,6 +287,106 @@ pub fn figment_problem(e: figment::Error) -> (Vec<String>, bool, String) {
         kind => kind.to_string(),
     };
     (path, key, message)
+}
+
+/// The path of a secret under `path` whose value the error `kind` repeats: the value it
+/// reports found, or, in a message of other words, any part of it.
+fn secret_repeated(
+    figment: &Figment,
+    path: &[String],
+    kind: &figment::error::Kind,
+) -> Option<Vec<String>> {
+    use figment::error::{Actual, Kind};
+    let repeats: Box<dyn Fn(&str) -> bool> = match kind {
+        Kind::InvalidType(actual, _) | Kind::InvalidValue(actual, _) => match actual {
+            Actual::Str(s) | Actual::Other(s) => {
+                let s = s.clone();
+                Box::new(move |text| text == s)
+            }
+            Actual::Unsigned(_) | Actual::Signed(_) | Actual::Float(_) | Actual::Char(_) => {
+                let s = scalar_text(actual)?;
+                Box::new(move |text| text == s)
+            }
+            // A kind of value (a list, a table, a bool), never its content.
+            _ => return None,
+        },
+        kind => {
+            let message = kind.to_string();
+            Box::new(move |text| message.contains(text))
+        }
+    };
+    let value = if path.is_empty() {
+        figment.extract::<Value>().ok()?
+    } else {
+        figment.find_value(&path.join(".")).ok()?
+    };
+    if !matches!(value, Value::Dict(..)) && secret_table(path) {
+        // A value where a table of secrets belongs (`FENCEGATE_KEYS__ETL=...` for
+        // `FENCEGATE_KEYS__ETL__SECRET_ACCESS_KEY`) is most likely the secret itself.
+        return Some(path.to_vec());
+    }
+    let mut found = None;
+    let mut at = path.to_vec();
+    secrets_in(&value, false, &mut at, &mut |field, text| {
+        if found.is_none() && !text.is_empty() && repeats(text) {
+            found = Some(field.to_vec());
+        }
+    });
+    found
+}
+
+/// Whether `path` names a table that holds secrets, or the section of such tables.
+fn secret_table(path: &[String]) -> bool {
+    let path: Vec<&str> = path.iter().map(String::as_str).collect();
+    matches!(
+        path.as_slice(),
+        ["keys" | "backends", ..] | ["admin" | "fence_store"] | ["s3", "keys", ..]
+    )
+}
+
+/// Calls `each` with the path and text of every scalar under a secret-named field of `value`.
+fn secrets_in(
+    value: &Value,
+    under_secret: bool,
+    at: &mut Vec<String>,
+    each: &mut dyn FnMut(&[String], &str),
+) {
+    let field = |name: &str| is_secret(name) && !name.ends_with("_file") && !name.ends_with("_env");
+    match value {
+        Value::Dict(_, dict) => {
+            for (name, child) in dict {
+                at.push(name.clone());
+                secrets_in(child, under_secret || field(name), at, each);
+                at.pop();
+            }
+        }
+        Value::Array(_, items) => {
+            for item in items {
+                secrets_in(item, under_secret, at, each);
+            }
+        }
+        _ if !under_secret => {}
+        Value::String(_, s) => each(at, s),
+        Value::Char(_, c) => each(at, &c.to_string()),
+        Value::Num(_, n) => {
+            if let Some(text) = scalar_text(&n.to_actual()) {
+                each(at, &text)
+            }
+        }
+        Value::Bool(..) | Value::Empty(..) => {}
+    }
+}
+
+/// A number's or a character's text, as a message would show it.
+fn scalar_text(actual: &figment::error::Actual) -> Option<String> {
+    use figment::error::Actual;
+    Some(match actual {
+        Actual::Unsigned(v) => v.to_string(),
+        Actual::Signed(v) => v.to_string(),
+        Actual::Float(v) => v.to_string(),
+        Actual::Char(c) => c.to_string(),
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

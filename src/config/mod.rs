@@ -408,6 +408,67 @@ mod tests {
     }
 
     #[test]
+    fn a_backend_secret_is_never_repeated_in_an_error() {
+        // serde reads [backends.NAME] whole (it is tagged by `kind`), so its errors carry the
+        // table's path only, not the secret field's name.
+        let backend = |secret: &str| {
+            format!("[backends.store]\nkind = \"s3\"\naccess_key_id = \"A\"\nsecret_access_key = {secret}\n")
+        };
+        for secret in ["123456789", "12.5", "[\"hunter2\"]", "{ a = \"hunter2\" }"] {
+            let e = parse(&backend(secret), "f.toml").unwrap_err();
+            let text = e.to_string();
+            assert!(
+                !text.contains("123456789") && !text.contains("hunter2") && !text.contains("12.5"),
+                "{text}"
+            );
+            if secret == "123456789" {
+                // It still names the place of the secret, and what is expected there.
+                assert_eq!(e.location.map(|l| l.0), Some(4), "{text}");
+                assert!(text.contains("expected a string"), "{text}");
+            }
+        }
+        let e = layered(
+            &backend("\"s\""),
+            &[(
+                "FENCEGATE_BACKENDS__STORE__SECRET_ACCESS_KEY",
+                "[987654321]",
+            )],
+        )
+        .unwrap_err();
+        assert!(!e.to_string().contains("987654321"), "{e}");
+        // A value where a table of secrets belongs is taken for a secret.
+        for var in [
+            "FENCEGATE_KEYS__ETL",
+            "FENCEGATE_BACKENDS__STORE",
+            "FENCEGATE_S3__KEYS__ETL",
+        ] {
+            let e = layered("", &[(var, "hunter2")]).unwrap_err();
+            assert!(!e.to_string().contains("hunter2"), "{e}");
+            assert_eq!(e.variable.as_deref(), Some(var), "{e}");
+        }
+        // Secrets that may not be inline: refused by name, their values not repeated.
+        for text in [
+            "[fence_store]\nkind = \"etcd\"\npassword = \"hunter2\"\n",
+            "[admin]\nbearer_token = \"hunter2\"\n",
+            "[backends.store]\nkind = \"s3\"\npassword = 123456789\n",
+        ] {
+            let e = parse(text, "f.toml").unwrap_err();
+            let text = e.to_string();
+            assert!(
+                !text.contains("hunter2") && !text.contains("123456789"),
+                "{text}"
+            );
+        }
+        // A value that is no secret is still shown.
+        let e = parse(
+            "[backends.store]\nkind = \"s3\"\nsecret_access_key = \"s\"\nregion = 42\n",
+            "f.toml",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("42"), "{e}");
+    }
+
+    #[test]
     fn bad_bucket_names_and_values_are_refused() {
         assert!(parse("[buckets.A_B]\n", "f").is_err());
         assert!(parse("[buckets.ab]\n", "f").is_err());

@@ -62,8 +62,9 @@ pub fn parse_layered(text: &str, name: &str, env: &EnvLayer) -> Result<Config, C
         name,
         origins: Origins::new(text, env),
     };
-    let raw: RawConfig = layers::figment(text, env).extract().map_err(|e| {
-        let (path, key, message) = layers::figment_problem(e);
+    let figment = layers::figment(text, env);
+    let raw: RawConfig = figment.extract().map_err(|e| {
+        let (path, key, message) = layers::figment_problem(e, &figment);
         let path: Vec<&str> = path.iter().map(String::as_str).collect();
         places.at(
             &path,
