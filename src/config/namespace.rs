@@ -1,6 +1,6 @@
 //! Where buckets' objects live, so that no two buckets (configured, or created through the S3
-//! API) can reach the same object, and nothing fencegate keeps on disk sits inside a bucket:
-//! two buckets over one object would each keep a fence for it.
+//! API) can reach the same object (two buckets over one object would each keep a fence for
+//! it), and nothing fencegate keeps on disk sits inside an fs backend's root or holds one.
 
 use super::*;
 
@@ -168,9 +168,16 @@ impl Config {
         &self,
         created: &BTreeMap<String, BucketPolicy>,
     ) -> Result<(), ConfigError> {
-        match self.namespace_conflict(created) {
+        let conflict = self
+            .namespace_conflict(created)
+            .map(|(_, message, fix)| (message, fix))
+            .or_else(|| {
+                self.own_dirs_conflict()
+                    .map(|(_, message, fix)| (message, fix))
+            });
+        match conflict {
             None => Ok(()),
-            Some((_, message, fix)) => Err(ConfigError {
+            Some((message, fix)) => Err(ConfigError {
                 source_name: self.source.clone(),
                 location: None,
                 variable: None,
@@ -222,6 +229,67 @@ impl Config {
         None
     }
 
+    /// The first fs backend root that holds or lies in what fencegate keeps on disk (its
+    /// `data_dir`, whose `fences`, `uploads` and `spool` a bucket of that name would be; the
+    /// RocksDB fence table; the upload and spool directories): the field at fault, the problem
+    /// and the fix. A bucket's objects and fencegate's own files would be one directory, each
+    /// taking the other's files for its own.
+    pub(super) fn own_dirs_conflict(&self) -> Option<(Vec<String>, String, String)> {
+        let data_dir = resolved_path(&self.server.data_dir);
+        let rocks = (self.fence_store.kind == FenceStoreKind::Rocksdb)
+            .then(|| resolved_path(&self.fence_store_path()));
+        let own = [
+            ("the multipart upload directory", data_dir.join("uploads")),
+            ("the spool directory", data_dir.join("spool")),
+        ];
+        let at = |name: &str| vec!["backends".to_string(), name.to_string(), "root".to_string()];
+        for (name, backend) in &self.backends {
+            let BackendConfig::Fs { root: raw } = backend else {
+                continue;
+            };
+            let root = resolved_path(&self.fs_root(raw));
+            if let Ok(rest) = data_dir.strip_prefix(&root) {
+                let clash = match rest.components().next() {
+                    None => {
+                        "fences, uploads or spool would be fencegate's own directory".to_string()
+                    }
+                    Some(first) => format!(
+                        "{} would be fencegate's data_dir",
+                        first.as_os_str().to_string_lossy()
+                    ),
+                };
+                return Some((
+                    at(name),
+                    format!("fs backend {name}'s root {} holds [server] data_dir {}: a bucket named {clash}, and its objects fencegate's own files", root.display(), data_dir.display()),
+                    format!("give backend {name} a root outside data_dir (unset, it is <data_dir>/objects), or move data_dir out of {}", root.display()),
+                ));
+            }
+            if let Some(fences) = rocks
+                .as_ref()
+                .filter(|f| f.starts_with(&root) || root.starts_with(f))
+            {
+                let place = if self.fence_store.path.is_some() {
+                    vec!["fence_store".to_string(), "path".to_string()]
+                } else {
+                    at(name)
+                };
+                return Some((
+                    place,
+                    format!("the fence table {} and fs backend {name}'s root {} overlap: the table's files would be a bucket's objects (or the objects inside the table), and a write or delete through that bucket could corrupt every fence", fences.display(), root.display()),
+                    format!("set [fence_store] path to a directory outside every fs backend's root (unset, it is <data_dir>/fences), or give backend {name} a root of its own"),
+                ));
+            }
+            if let Some((what, dir)) = own.iter().find(|(_, dir)| root.starts_with(dir)) {
+                return Some((
+                    at(name),
+                    format!("fs backend {name}'s root {} is inside {what} {}, which fencegate keeps for itself", root.display(), dir.display()),
+                    format!("give backend {name} a root outside data_dir's uploads and spool (unset, it is <data_dir>/objects)"),
+                ));
+            }
+        }
+        None
+    }
+
     /// Why a bucket named `name`, created with the `[bucket_defaults]` policy `policy`, cannot
     /// coexist with the buckets in `existing`: the first one it would overlap.
     pub fn overlap_with(
@@ -240,5 +308,85 @@ impl Config {
                     format!("would be {mine}, which overlaps bucket {other} ({theirs}); choose a name whose place is not inside bucket {other}'s, or give bucket {other} a backend_prefix of its own")
                 })
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(text: &str) -> ConfigError {
+        parse(text, "f.toml").expect_err("an overlap with fencegate's own files")
+    }
+
+    #[test]
+    fn an_fs_root_may_not_hold_or_lie_in_fencegates_own_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let server = format!("[server]\ndata_dir = \"{}\"\n", data.display());
+        let fs =
+            |root: &str| format!("{server}\n[backends.local]\nkind = \"fs\"\nroot = \"{root}\"\n");
+        // The root is data_dir: buckets fences, uploads, spool would be fencegate's own.
+        let e = refused(&fs(&data.display().to_string()));
+        assert!(e.message.contains("fences, uploads or spool"), "{e}");
+        assert_eq!(e.location.map(|l| l.0), Some(6), "the root's line: {e}");
+        // A root above data_dir: the bucket named after it would be data_dir.
+        let e = refused(&fs(&dir.path().display().to_string()));
+        assert!(e.message.contains("a bucket named data would be"), "{e}");
+        // Inside the upload directory.
+        let e = refused(&fs(&data.join("uploads/x").display().to_string()));
+        assert!(e.message.contains("multipart upload directory"), "{e}");
+        // The fence table inside a root, or inside one bucket's directory.
+        let objects = dir.path().join("objects");
+        for fences in [objects.clone(), objects.join("default/fences")] {
+            let e = refused(&format!(
+                "{}\n[fence_store]\npath = \"{}\"\n",
+                fs(&objects.display().to_string()),
+                fences.display()
+            ));
+            assert!(e.message.contains("the fence table"), "{e}");
+            assert_eq!(e.location.map(|l| l.0), Some(9), "the path's line: {e}");
+            assert!(e.fix.contains("[fence_store] path"), "{e}");
+        }
+        // A root that holds the (default) fence table: data_dir/fences.
+        let e = refused(&format!(
+            "{server}\n[fence_store]\npath = \"{}\"\n\n[backends.local]\nkind = \"fs\"\n",
+            data.join("objects/fences").display()
+        ));
+        assert!(e.message.contains("the fence table"), "{e}");
+        // Beside them is fine: the default root, one of its own in data_dir, one elsewhere.
+        for text in [
+            server.clone(),
+            fs(&data.join("archive").display().to_string()),
+            fs(&objects.display().to_string()),
+        ] {
+            parse(&text, "f.toml").unwrap_or_else(|e| panic!("{text}: {e}"));
+        }
+        // etcd keeps no table on disk.
+        let etcd = format!(
+            "{}\n[fence_store]\nkind = \"etcd\"\nendpoints = [\"http://127.0.0.1:2379\"]\npath = \"{}\"\n",
+            fs(&objects.display().to_string()),
+            objects.display()
+        );
+        if let Err(e) = parse(&etcd, "f.toml") {
+            assert!(!e.message.contains("the fence table"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_data_dir_given_on_the_command_line_is_checked_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("objects");
+        let config = parse(
+            &format!(
+                "[backends.local]\nkind = \"fs\"\nroot = \"{}\"\n",
+                root.display()
+            ),
+            "f.toml",
+        )
+        .unwrap()
+        .with_overrides(None, Some(root.clone()));
+        let e = config.check_namespaces(&BTreeMap::new()).unwrap_err();
+        assert!(e.message.contains("holds [server] data_dir"), "{e}");
     }
 }

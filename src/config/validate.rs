@@ -123,6 +123,9 @@ pub fn parse_layered(text: &str, name: &str, env: &EnvLayer) -> Result<Config, C
     if let Some((bucket, message, fix)) = config.namespace_conflict(&BTreeMap::new()) {
         return Err(places.err(&["buckets", bucket.as_str()], message, fix));
     }
+    if let Some((path, message, fix)) = config.own_dirs_conflict() {
+        return Err(places.owned(&path, message, fix));
+    }
     Ok(config)
 }
 

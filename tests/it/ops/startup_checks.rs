@@ -1,6 +1,6 @@
 //! Start-up refuses configurations that would quietly void a fence: two buckets on the same
-//! store keys (check-config too), and a bucket whose scope changed since its tokens were
-//! recorded. CreateBucket refuses a name whose store keys another bucket already uses.
+//! store keys, or an fs root over fencegate's own files (check-config too), and a bucket whose
+//! scope changed since its tokens were recorded. CreateBucket refuses a name whose store keys another bucket already uses.
 
 use crate::common;
 use common::moto::Moto;
@@ -10,10 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 fn fencegate(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_fencegate"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = Command::new(common::binary()).args(args).output().unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -26,7 +23,7 @@ fn fencegate(args: &[&str]) -> (bool, String, String) {
 fn try_start(data: &Path, config: &str, extra: &[&str]) -> (bool, String) {
     let file = data.with_extension("try.toml");
     std::fs::write(&file, config).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fencegate"))
+    let mut child = Command::new(common::binary())
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&file)
         .arg("--data-dir")
@@ -133,6 +130,51 @@ fn check_config_refuses_overlapping_store_namespaces() {
         &format!("{S3_BACKEND}\n[buckets.reports]\nbackend = \"store\"\nbackend_bucket = \"shared\"\nbackend_prefix = \"team/\"\n\n[buckets.archive]\nbackend = \"store\"\nbackend_bucket = \"shared\"\nbackend_prefix = \"team-archive/\"\n\n[buckets.other]\nbackend = \"store\"\nbackend_bucket = \"elsewhere\"\n\n[bucket_defaults]\nbackend = \"store\"\nbackend_bucket = \"shared\"\nbackend_prefix = \"created/\"\n"),
     );
     assert!(ok, "{out}");
+}
+
+#[test]
+fn check_config_refuses_fs_roots_over_fencegates_own_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = format!("[server]\ndata_dir = \"{}\"\n", data.display());
+    // The root is data_dir, where buckets fences, uploads and spool would be fencegate's own.
+    let (ok, out) = check_config(
+        dir.path(),
+        &format!(
+            "{server}\n[backends.local]\nkind = \"fs\"\nroot = \"{}\"\n",
+            data.display()
+        ),
+    );
+    assert!(!ok, "{out}");
+    assert!(out.contains("holds [server] data_dir"), "{out}");
+    assert!(out.contains("fix: give backend local a root"), "{out}");
+    // The fence table inside a bucket's directory.
+    let objects = dir.path().join("objects");
+    let (ok, out) = check_config(
+        dir.path(),
+        &format!(
+            "{server}\n[fence_store]\npath = \"{}\"\n\n[backends.local]\nkind = \"fs\"\nroot = \"{}\"\n",
+            objects.join("default/fences").display(),
+            objects.display()
+        ),
+    );
+    assert!(!ok, "{out}");
+    assert!(out.contains("the fence table"), "{out}");
+    assert!(
+        out.contains("check.toml:5:"),
+        "names the path's line: {out}"
+    );
+    // `serve --data-dir` over a root is refused the same.
+    let (up, log) = try_start(
+        &objects,
+        &format!(
+            "[backends.local]\nkind = \"fs\"\nroot = \"{}\"\n",
+            objects.display()
+        ),
+        &[],
+    );
+    assert!(!up, "{log}");
+    assert!(log.contains("holds [server] data_dir"), "{log}");
 }
 
 #[test]
