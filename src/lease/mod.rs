@@ -12,15 +12,17 @@
 mod credentials;
 mod error;
 mod shared;
+mod wire;
 
 pub use credentials::{LeaseCredential, LeaseCredentials, LeaseIdentity};
 pub use error::LeaseError;
+use wire::public;
+pub use wire::{AcquireRequest, Binding, Grant, LeaseListing, ListedLease, Revoked};
 
 use crate::fence::{Durability, FenceRow, FenceStore};
 use crate::gate::{run_to_end, Gate, GateError, ScopeLocks};
 use crate::wall_clock::now_ms;
 use parking_lot::Mutex;
-use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,49 +33,6 @@ use tokio::time::Instant;
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 /// Longest a blocked acquire may wait.
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
-
-/// What to fence with a lease: every grant advances this scope.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct Binding {
-    pub bucket: String,
-    pub key: String,
-}
-
-/// One acquire request.
-#[derive(Debug, Clone)]
-pub struct AcquireRequest {
-    pub name: String,
-    pub holder: String,
-    pub ttl: Duration,
-    /// How long to wait for a held lease to free up (zero: answer at once).
-    pub wait: Duration,
-    pub bind: Option<Binding>,
-    /// Also issue S3 credentials that carry the token implicitly (bound leases only).
-    pub s3_credentials: bool,
-    /// Who asks (the authenticated principal): a live lease is re-granted to the same holder
-    /// only when the same principal asks.
-    pub owner: String,
-}
-
-/// A lease as a client sees it.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct Grant {
-    pub name: String,
-    pub holder: String,
-    pub token: u64,
-    pub ttl_ms: u64,
-    /// Wall-clock expiry (Unix ms), for display; the server judges expiry monotonically.
-    pub expires_at_ms: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bound: Option<Binding>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scope: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub s3_credentials: Option<LeaseCredential>,
-    /// The proof renew and release ask for; shown once, in the acquire's answer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease_secret: Option<String>,
-}
 
 struct Held {
     grant: Grant,
@@ -486,41 +445,6 @@ impl Leases {
         names.dedup();
         names
     }
-}
-
-/// What an admin's revoke ended: the live lease, if any, and how many credentials.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct Revoked {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease: Option<Grant>,
-    pub credentials: usize,
-}
-
-/// `GET /admin/leases`: every lease held, with the principal that acquired it, and the lease
-/// S3 credentials still working in their grace period.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct LeaseListing {
-    pub leases: Vec<ListedLease>,
-    pub credentials_in_grace: Vec<String>,
-}
-
-/// One lease of a [`LeaseListing`].
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct ListedLease {
-    #[serde(flatten)]
-    pub grant: Grant,
-    pub principal: String,
-}
-
-/// A grant as shown to anyone but its holder at acquire: the secrets were shown once.
-fn public(grant: &Grant) -> Grant {
-    let mut g = grant.clone();
-    g.lease_secret = None;
-    g.s3_credentials = g.s3_credentials.map(|c| LeaseCredential {
-        secret_access_key: "<hidden>".into(),
-        ..c
-    });
-    g
 }
 
 /// What renew and release must show: the holder, its token and the lease's secret.
