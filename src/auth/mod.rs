@@ -43,6 +43,15 @@ impl Principal {
             Principal::AdminToken => "admin-token".into(),
         }
     }
+
+    /// Whose request it is, for the bounds per key: a lease's credentials count as the
+    /// principal that acquired the lease, whichever grant issued them.
+    pub fn owner(&self) -> String {
+        match self {
+            Principal::Lease(l) => l.owner.clone(),
+            other => other.name(),
+        }
+    }
 }
 
 /// What a request wants to do.

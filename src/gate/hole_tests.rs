@@ -639,3 +639,98 @@ async fn a_delete_of_a_key_no_lock_owns_does_not_claim_it() {
         .unwrap_err();
     assert_eq!(e.code(), "FencingScopeMismatch");
 }
+
+/// A backend whose CreateMultipartUpload takes a while (a slow store).
+struct SlowCreate;
+
+#[async_trait::async_trait]
+impl Script for SlowCreate {
+    async fn create_upload(
+        &self,
+        inner: &Arc<dyn Backend>,
+        bucket: &str,
+        key: &str,
+        meta: &crate::backend::ObjectMeta,
+    ) -> Result<String, BackendError> {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        inner.create_upload(bucket, key, meta).await
+    }
+}
+
+/// A gate over an fs backend whose creates are slow, and the directory it lives in.
+fn upload_gate(limits: UploadLimits) -> (Arc<Gate>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = crate::backend::fs::FsBackend::open(dir.path(), &["b", "c"]).unwrap();
+    let backend = Arc::new(Scripted::new(Arc::new(fs), SlowCreate));
+    let mut buckets = BTreeMap::new();
+    for b in ["b", "c"] {
+        buckets.insert(
+            b.to_string(),
+            BucketEntry::new(BucketPolicy::default(), backend.clone()),
+        );
+    }
+    let gate =
+        Arc::new(Gate::new(Arc::new(MemoryFenceStore::new()), buckets).with_upload_limits(limits));
+    (gate, dir)
+}
+
+#[tokio::test]
+async fn open_uploads_are_bounded_per_key_over_every_bucket_and_creates_at_once() {
+    let (gate, _dir) = upload_gate(UploadLimits {
+        per_key: 5,
+        per_bucket: 7,
+        ..UploadLimits::default()
+    });
+    // Twenty at once against a bound of five: five pass, however they interleave.
+    let creates: Vec<_> = (0..20)
+        .map(|i| {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                gate.create_upload(req(&format!("k{i}"), Some(1)), "alice")
+                    .await
+            })
+        })
+        .collect();
+    let mut passed = 0;
+    for c in creates {
+        match c.await.unwrap() {
+            Ok(_) => passed += 1,
+            Err(e) => assert_eq!((e.status(), e.code()), (400, "TooManyUploads")),
+        }
+    }
+    assert_eq!(passed, 5);
+    // The bound is the key's, in every bucket.
+    let mut other = req("x", Some(1));
+    other.bucket = "c".into();
+    let e = gate.create_upload(other, "alice").await.unwrap_err();
+    assert_eq!(e.code(), "TooManyUploads");
+    // The bucket's bound counts every key.
+    gate.create_upload(req("y", Some(1)), "bob").await.unwrap();
+    gate.create_upload(req("z", Some(1)), "bob").await.unwrap();
+    let e = gate
+        .create_upload(req("w", Some(1)), "carol")
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("max_uploads_per_bucket"), "{e}");
+}
+
+#[tokio::test]
+async fn a_create_whose_client_hangs_up_is_recorded_and_counted() {
+    let (gate, _dir) = upload_gate(UploadLimits {
+        per_key: 1,
+        ..UploadLimits::default()
+    });
+    // The client goes away while the store creates the upload.
+    let create = gate.create_upload(req("k", Some(1)), "alice");
+    assert!(tokio::time::timeout(Duration::from_millis(10), create)
+        .await
+        .is_err());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The upload the store made has its record: it counts against the bound, and expires.
+    assert_eq!(gate.uploads("b", "").unwrap().len(), 1);
+    let e = gate
+        .create_upload(req("k2", Some(1)), "alice")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "TooManyUploads");
+}

@@ -6,7 +6,7 @@
 //! by the upload's token.
 
 use super::run_to_end;
-use super::uploads::{Upload, UploadRegistry};
+use super::uploads::{Reservation, Upload, UploadRegistry};
 use super::{
     check_token, record_outcome, scope, Gate, GateError, TokenInput, WriteRequest, Written,
 };
@@ -18,9 +18,17 @@ use tracing::Span;
 impl Gate {
     /// CreateMultipartUpload: checks the token early and registers the upload with it, as
     /// `owner`'s (open uploads are bounded per key and per bucket, [`UploadLimits`]).
-    pub async fn create_upload(&self, req: WriteRequest, owner: &str) -> Result<Upload, GateError> {
+    /// Runs to its end whatever the client does (a store upload created with no record would
+    /// be counted nowhere and never expire).
+    pub async fn create_upload(
+        self: &Arc<Self>,
+        req: WriteRequest,
+        owner: &str,
+    ) -> Result<Upload, GateError> {
         let bucket = req.bucket.clone();
-        let result = self.create_upload_inner(req, owner).await;
+        let gate = Arc::clone(self);
+        let owner = owner.to_string();
+        let result = run_to_end(async move { gate.create_upload_inner(req, &owner).await }).await;
         record_outcome("create_upload", &bucket, &result);
         result
     }
@@ -34,7 +42,7 @@ impl Gate {
         if let Some(t) = token {
             check_token(&entry.policy, t.0, &self.row(&scope).await?, &scope)?;
         }
-        self.upload_room(&req.bucket, owner)?;
+        let _place = self.upload_room(&req.bucket, owner)?;
         super::meta::own_meta(&mut req.meta, token.map(|t| t.0), &entry, &scope)?;
         let handle = entry
             .backend
@@ -71,29 +79,32 @@ impl Gate {
         }
     }
 
-    /// Refuses a new upload past the bounds on open uploads ([`UploadLimits`]).
-    fn upload_room(&self, bucket: &str, owner: &str) -> Result<(), GateError> {
+    /// A place for a new upload within the bounds on open uploads ([`UploadLimits`]), or the
+    /// refusal that names the bound.
+    fn upload_room(&self, bucket: &str, owner: &str) -> Result<Reservation, GateError> {
         let limits = &self.upload_limits;
-        let (in_bucket, owned) = self.uploads.count(bucket, owner);
-        let expiry = limits.expiry.as_secs();
-        let (bound, what, limit, setting) = if owned >= limits.per_key {
+        let bound = match self
+            .uploads
+            .reserve(bucket, owner, (limits.per_key, limits.per_bucket))
+        {
+            Ok(place) => return Ok(place),
+            Err(bound) => bound,
+        };
+        let (what, limit, setting) = if bound == "per_key" {
             (
-                "per_key",
                 format!("key {owner}"),
                 limits.per_key,
                 "max_uploads_per_key",
             )
-        } else if in_bucket >= limits.per_bucket {
+        } else {
             (
-                "per_bucket",
                 format!("bucket {bucket}"),
                 limits.per_bucket,
                 "max_uploads_per_bucket",
             )
-        } else {
-            return Ok(());
         };
         crate::metrics::upload_refused(bound);
+        let expiry = limits.expiry.as_secs();
         Err(GateError::TooManyUploads(format!(
             "{what} has {limit} multipart uploads open, the most [server] {setting} allows: complete or abort some (ListMultipartUploads shows them), or wait until they expire {expiry} s after they were created (upload_expiry_secs)"
         )))

@@ -66,6 +66,24 @@ pub struct UploadRegistry {
     uploads: Mutex<BTreeMap<String, Arc<Entry>>>,
     /// Bytes of every upload's parts, for the gauge.
     bytes_held: Arc<std::sync::atomic::AtomicU64>,
+    /// Uploads being created (bucket, owner): counted against the bounds with those open, so
+    /// that creates at once cannot all pass one check.
+    reserved: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+/// A place among the open uploads, held while an upload is created.
+pub struct Reservation {
+    reserved: Arc<Mutex<Vec<(String, String)>>>,
+    entry: (String, String),
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut reserved = self.reserved.lock();
+        if let Some(i) = reserved.iter().position(|e| *e == self.entry) {
+            reserved.swap_remove(i);
+        }
+    }
 }
 
 /// Ids are ours: 32 hex digits. Anything else cannot name an upload.
@@ -174,6 +192,7 @@ impl UploadRegistry {
             dir: Some(dir),
             uploads: Mutex::new(uploads),
             bytes_held: Arc::new(bytes.into()),
+            reserved: Default::default(),
         };
         registry.census();
         Ok(registry)
@@ -347,20 +366,36 @@ impl UploadRegistry {
             .collect()
     }
 
-    /// Open uploads in `bucket`, and among them `owner`'s.
-    pub fn count(&self, bucket: &str, owner: &str) -> (usize, usize) {
+    /// A place for one more upload of `owner`'s in `bucket`, if `owner` has fewer than
+    /// `per_key` open (in every bucket) and `bucket` fewer than `per_bucket`, uploads being
+    /// created counted. `Err` names the bound reached: `per_key` or `per_bucket`.
+    pub fn reserve(
+        &self,
+        bucket: &str,
+        owner: &str,
+        (per_key, per_bucket): (usize, usize),
+    ) -> Result<Reservation, &'static str> {
+        let mut reserved = self.reserved.lock();
         let entries: Vec<Arc<Entry>> = self.uploads.lock().values().cloned().collect();
-        let (mut in_bucket, mut owned) = (0, 0);
+        let mut in_bucket = reserved.iter().filter(|(b, _)| b == bucket).count();
+        let mut owned = reserved.iter().filter(|(_, o)| o == owner).count();
         for e in entries {
             let state = e.state.lock();
-            if state.upload.bucket == bucket {
-                in_bucket += 1;
-                if state.upload.owner.as_deref() == Some(owner) {
-                    owned += 1;
-                }
-            }
+            in_bucket += usize::from(state.upload.bucket == bucket);
+            owned += usize::from(state.upload.owner.as_deref() == Some(owner));
         }
-        (in_bucket, owned)
+        if owned >= per_key {
+            return Err("per_key");
+        }
+        if in_bucket >= per_bucket {
+            return Err("per_bucket");
+        }
+        let entry = (bucket.to_string(), owner.to_string());
+        reserved.push(entry.clone());
+        Ok(Reservation {
+            reserved: Arc::clone(&self.reserved),
+            entry,
+        })
     }
 
     /// Uploads created before `before_ms` (Unix), without their parts.

@@ -28,6 +28,7 @@ struct Entry {
     token: u64,
     bucket: String,
     scope: String,
+    owner: String,
     /// When the lease ends: its expiry, moved by renewals, or the moment it was released or
     /// replaced. The key works until `until + grace`.
     until: Instant,
@@ -40,6 +41,8 @@ pub struct LeaseIdentity {
     pub token: u64,
     pub bucket: String,
     pub scope: String,
+    /// The principal that acquired the lease: what the credentials' uploads count against.
+    pub owner: String,
 }
 
 pub struct LeaseCredentials {
@@ -67,7 +70,7 @@ impl LeaseCredentials {
         token: u64,
         bucket: String,
         scope: String,
-        until: Instant,
+        (until, owner): (Instant, &str),
     ) -> LeaseCredential {
         let id = format!(
             "FGL{}",
@@ -87,6 +90,7 @@ impl LeaseCredentials {
                 token,
                 bucket: bucket.clone(),
                 scope: scope.clone(),
+                owner: owner.to_string(),
                 until,
             },
         );
@@ -160,6 +164,7 @@ impl LeaseCredentials {
             token: e.token,
             bucket: e.bucket.clone(),
             scope: e.scope.clone(),
+            owner: e.owner.clone(),
         })
     }
 }

@@ -237,7 +237,7 @@ impl Leases {
                 token,
                 b.bucket.clone(),
                 scope.clone(),
-                Instant::now() + req.ttl,
+                (Instant::now() + req.ttl, &req.owner),
             )),
             _ => None,
         };

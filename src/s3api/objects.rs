@@ -24,6 +24,14 @@ pub(super) fn principal_name<T>(gw: &S3Gateway, req: &S3Request<T>) -> S3Result<
     })
 }
 
+/// The principal whose bounds a request counts against ([`crate::auth::Principal::owner`]).
+pub(super) fn principal_owner<T>(gw: &S3Gateway, req: &S3Request<T>) -> S3Result<String> {
+    Ok(match req.extensions.get::<crate::auth::Principal>() {
+        Some(p) => p.owner(),
+        None => gw.keys.s3_principal(req.credentials.as_ref())?.owner(),
+    })
+}
+
 /// `Idempotent-Replayed: true` on an S3 answer replayed from an earlier request.
 pub(super) fn replayed<T>(mut resp: S3Response<T>, replayed: bool) -> S3Response<T> {
     headers::mark_replayed(&mut resp.headers, replayed);

@@ -254,9 +254,11 @@ fn connection_budget(max_connections: usize) -> usize {
     let files = rlimit::getrlimit(rlimit::Resource::NOFILE)
         .map(|(soft, _hard)| usize::try_from(soft).unwrap_or(usize::MAX))
         .unwrap_or(usize::MAX);
-    // A quarter of the descriptors stays for what requests open: staging files, directories
-    // fsynced, the fence table's files, connections to an s3 store.
-    let fits = (files - files / 4).max(16);
+    // A request holds its connection's socket and, while its body streams, a file (a staging
+    // or part file, a spool file and a connection to an s3 store on the s3 backend): a third
+    // of the descriptors go to connections, so that every connection can hold what its
+    // request opens, with room left for the fence table and directories being fsynced.
+    let fits = (files / 3).max(16);
     if max_connections > fits {
         tracing::warn!(max_connections, open_file_limit = files, lowered_to = fits,
             "[server] max_connections does not fit the open-file limit; raise the limit (ulimit -n, LimitNOFILE) to allow more");
@@ -342,4 +344,16 @@ fn s3_service(
         region: config.s3.region.clone(),
     };
     s3api::service(gateway, &config.s3).map_err(|e| StartupError::Gateway(e).into())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn connections_get_a_third_of_the_descriptors() {
+        let (soft, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap();
+        let budget = super::connection_budget(usize::MAX);
+        // Each connection may hold a socket and a file at once, with room left over.
+        assert!(budget as u64 * 3 <= soft.max(48), "{budget} of {soft}");
+        assert_eq!(super::connection_budget(10), 10.min(budget));
+    }
 }

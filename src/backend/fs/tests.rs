@@ -328,3 +328,58 @@ async fn a_part_sent_again_replaces_the_first_with_and_without_links() {
         assert_eq!(std::fs::read(&parts[1].1).unwrap(), b"second");
     }
 }
+
+#[tokio::test]
+async fn a_part_dropped_mid_body_leaves_no_file_and_parts_sent_at_once_leave_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = std::sync::Arc::new(FsBackend::open(dir.path(), &["b"]).unwrap());
+    let handle = fs
+        .create_upload("b", "k", &ObjectMeta::default())
+        .await
+        .unwrap();
+    let updir = uploads::upload_dir(dir.path(), &handle).unwrap();
+    let names = || -> Vec<String> {
+        std::fs::read_dir(&updir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != ".linked")
+            .collect()
+    };
+    // A client that hangs up after some of its part.
+    let stalled: ByteStream = Box::pin(
+        futures::stream::iter([Ok(Bytes::from(vec![b'x'; 100_000]))])
+            .chain(futures::stream::pending()),
+    );
+    let sending = {
+        let fs = fs.clone();
+        let handle = handle.clone();
+        tokio::spawn(async move { fs.upload_part("b", "k", &handle, 1, stalled, None).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    sending.abort();
+    let _ = sending.await;
+    assert!(names().is_empty(), "left behind: {:?}", names());
+    // Eight sends of one number at once: one file for it, the link's.
+    let sends: Vec<_> = (0..8u8)
+        .map(|i| {
+            let fs = fs.clone();
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                let body: ByteStream = Box::pin(futures::stream::once(async move {
+                    Ok::<_, crate::backend::BodyError>(Bytes::from(vec![i; 1000]))
+                }));
+                fs.upload_part("b", "k", &handle, 2, body, None)
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    for s in sends {
+        s.await.unwrap();
+    }
+    let mut left = names();
+    left.sort();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert_eq!(left[0], "2");
+    assert!(left[1].starts_with("2-"), "{left:?}");
+}

@@ -61,8 +61,10 @@ pub async fn put_part(
         return Err(BackendError::NoSuchUpload(handle.to_string()));
     }
     let temp = dir.join(format!("{number}.{:016x}.tmp", rand::random::<u64>()));
+    // A client that hangs up mid-part drops this future: the file goes with it.
+    let mut unfinished = RemoveOnDrop(Some(temp.clone()));
     let mut file = tokio::fs::File::create(&temp).await?;
-    let written: Result<(String, u64), BackendError> = async {
+    let (md5, size) = {
         let mut md5 = Md5::new();
         let mut size = 0u64;
         while let Some(chunk) = body.next().await {
@@ -73,19 +75,15 @@ pub async fn put_part(
         }
         file.flush().await?;
         file.sync_all().await?;
-        Ok((hex::encode(md5.finalize()), size))
-    }
-    .await;
-    drop(file);
-    let (md5, size) = match written {
-        Ok(w) => w,
-        Err(e) => {
-            let _ = tokio::fs::remove_file(&temp).await;
-            return Err(e);
-        }
+        (hex::encode(md5.finalize()), size)
     };
+    drop(file);
     let name = format!("{number}-{md5}");
+    // Two sends of one number at once take turns here, so that each finds the other's file
+    // through the link and none is left behind.
+    let stripe = stripe_of(handle, number);
     blocking(move || {
+        let _turn = stripe.lock().unwrap_or_else(|p| p.into_inner());
         let link = dir.join(number.to_string());
         let previous = std::fs::read_link(&link).ok();
         std::fs::rename(&temp, dir.join(&name))?;
@@ -114,6 +112,8 @@ pub async fn put_part(
         Ok(())
     })
     .await?;
+    // Renamed into place (or, after a failure there, removed by the guard).
+    unfinished.0 = None;
     Ok(PartInfo {
         number,
         etag: format!("\"{md5}\""),
@@ -121,6 +121,28 @@ pub async fn put_part(
         last_modified_ms: crate::wall_clock::now_ms(),
         checksum: None,
     })
+}
+
+/// Removes a part's temporary file unless disarmed (set to `None`).
+struct RemoveOnDrop(Option<PathBuf>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// One of a fixed set of locks, by upload and part number: sends of one number serialize,
+/// others rarely meet.
+fn stripe_of(handle: &str, number: i32) -> &'static std::sync::Mutex<()> {
+    use std::hash::{Hash, Hasher};
+    static STRIPES: std::sync::LazyLock<Vec<std::sync::Mutex<()>>> =
+        std::sync::LazyLock::new(|| (0..64).map(|_| std::sync::Mutex::new(())).collect());
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (handle, number).hash(&mut h);
+    &STRIPES[(h.finish() % STRIPES.len() as u64) as usize]
 }
 
 /// The parts on disk, by number, each with its file.
