@@ -305,6 +305,16 @@ async fn a_revoked_lease_is_gone_and_its_holder_cannot_renew() {
     assert_eq!(listed["leases"][0]["holder"], "worker-a");
     assert_eq!(listed["leases"][0]["token"], token);
     assert!(listed["leases"][0].get("lease_secret").is_none());
+    // --json prints the server's answer as it came, not the client's reading of it.
+    let served: serde_json::Value = common::client()
+        .get(format!("{url}/admin/leases"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed, served);
 
     let revoke = cli(&url, &["leases", "revoke", "nightly-report"], &[]);
     assert_eq!(
