@@ -58,6 +58,7 @@ pub async fn track(mut req: Request, next: Next) -> Response {
         started: Instant::now(),
         method: req.method().clone(),
         path: req.uri().path().to_string(),
+        query: req.uri().query().unwrap_or("").to_string(),
         s3,
         received: received.clone(),
         sent: 0,
@@ -78,6 +79,8 @@ struct Tracker {
     started: Instant,
     method: Method,
     path: String,
+    /// The admin's fence changes are told apart by their query (`advance_to`, `reset_to`).
+    query: String,
     s3: S3Op,
     received: Arc<AtomicU64>,
     sent: u64,
@@ -88,7 +91,7 @@ struct Tracker {
 
 impl Drop for Tracker {
     fn drop(&mut self) {
-        let (surface, operation) = classify(&self.method, &self.path, &self.s3);
+        let (surface, operation) = classify(&self.method, (&self.path, &self.query), &self.s3);
         let outcome = match self.status {
             Some(_) if !self.finished => "aborted",
             Some(s) if s < 300 => "2xx",
@@ -107,7 +110,11 @@ impl Drop for Tracker {
 }
 
 /// The surface and the operation of a request, from fixed lists.
-fn classify(method: &Method, path: &str, s3: &S3Op) -> (&'static str, metrics::SharedString) {
+fn classify(
+    method: &Method,
+    (path, query): (&str, &str),
+    s3: &S3Op,
+) -> (&'static str, metrics::SharedString) {
     let native =
         |op: &'static str| -> (&'static str, metrics::SharedString) { ("native", op.into()) };
     let segments = |prefix: &str| path.strip_prefix(prefix).map(|r| r.split('/').count());
@@ -144,13 +151,25 @@ fn classify(method: &Method, path: &str, s3: &S3Op) -> (&'static str, metrics::S
     }
     let admin =
         |op: &'static str| -> (&'static str, metrics::SharedString) { ("admin", op.into()) };
+    if let Some(n) = segments("/admin/fences/") {
+        // An advance only raises a fence; a reset lowers it: an alert on resets must see
+        // resets alone.
+        let names = |name: &str| query.split('&').any(|p| p.split('=').next() == Some(name));
+        let op = match (m, n) {
+            ("GET", 1) => "list_fences",
+            ("GET", _) => "get_fence",
+            ("POST", n) if n > 1 && names("reset_to") && !names("advance_to") => "reset_fence",
+            ("POST", n) if n > 1 && names("advance_to") && !names("reset_to") => "advance_fence",
+            _ => "other",
+        };
+        return admin(op);
+    }
     match (m, path) {
         (_, "/healthz") => return ("health", "healthz".into()),
         (_, "/readyz") => return ("health", "readyz".into()),
         (_, "/metrics") => return admin("metrics"),
         ("GET", "/admin/leases") => return admin("list_leases"),
         ("DELETE", p) if p.starts_with("/admin/leases/") => return admin("revoke_lease"),
-        ("POST", p) if p.starts_with("/admin/fences/") => return admin("reset_fence"),
         ("POST", "/admin/reload") => return admin("reload"),
         (_, p) if p == "/admin" || p.starts_with("/admin/") => return admin("other"),
         _ => {}
@@ -250,7 +269,8 @@ mod tests {
     use super::*;
 
     fn op(method: Method, path: &str) -> (&'static str, String) {
-        let (s, o) = classify(&method, path, &S3Op::default());
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let (s, o) = classify(&method, (path, query), &S3Op::default());
         (s, o.to_string())
     }
 
@@ -267,6 +287,27 @@ mod tests {
             (Method::POST, "/v1/fences/b/k", ("native", "advance_fence")),
             (Method::POST, "/v1/leases/nightly", ("leases", "acquire")),
             (Method::DELETE, "/admin/leases/x", ("admin", "revoke_lease")),
+            (Method::GET, "/admin/fences/b", ("admin", "list_fences")),
+            (
+                Method::GET,
+                "/admin/fences/b/k/deep",
+                ("admin", "get_fence"),
+            ),
+            (
+                Method::POST,
+                "/admin/fences/b/k?advance_to=9",
+                ("admin", "advance_fence"),
+            ),
+            (
+                Method::POST,
+                "/admin/fences/b/k?reset_to=3",
+                ("admin", "reset_fence"),
+            ),
+            (
+                Method::POST,
+                "/admin/fences/b/k?advance_to=9&reset_to=3",
+                ("admin", "other"),
+            ),
             (Method::GET, "/readyz", ("health", "readyz")),
             (Method::GET, "/metrics", ("admin", "metrics")),
             (Method::PATCH, "/v1/objects/b/k", ("native", "other")),
@@ -279,9 +320,12 @@ mod tests {
         let mut ext = http::Extensions::new();
         ext.insert(s3.clone());
         S3Op::handed(&ext);
-        assert_eq!(classify(&Method::GET, "/b/k", &s3).1.to_string(), "unknown");
+        assert_eq!(
+            classify(&Method::GET, ("/b/k", ""), &s3).1.to_string(),
+            "unknown"
+        );
         S3Op::resolved(&ext, "GetObject");
-        let (surface, operation) = classify(&Method::GET, "/b/k", &s3);
+        let (surface, operation) = classify(&Method::GET, ("/b/k", ""), &s3);
         assert_eq!(
             (surface, operation.to_string().as_str()),
             ("s3", "GetObject")
