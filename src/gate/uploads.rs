@@ -49,6 +49,25 @@ struct Entry {
     state: Mutex<State>,
 }
 
+impl Entry {
+    /// The upload without its parts.
+    fn head(&self) -> Upload {
+        let state = self.state.lock();
+        let u = &state.upload;
+        Upload {
+            id: u.id.clone(),
+            bucket: u.bucket.clone(),
+            key: u.key.clone(),
+            scope_header: u.scope_header.clone(),
+            meta: u.meta.clone(),
+            handle: u.handle.clone(),
+            initiated_ms: u.initiated_ms,
+            owner: u.owner.clone(),
+            parts: BTreeMap::new(),
+        }
+    }
+}
+
 struct State {
     upload: Upload,
     /// Lines in the parts log (a part sent again adds a line): rewritten when it holds twice
@@ -297,20 +316,12 @@ impl UploadRegistry {
     /// The upload without its parts (`parts` empty): what a part or an abort is judged by,
     /// at a cost that does not grow with the parts uploaded.
     pub fn head(&self, id: &str) -> Option<Upload> {
-        let entry = self.entry(id)?;
-        let state = entry.state.lock();
-        let u = &state.upload;
-        Some(Upload {
-            id: u.id.clone(),
-            bucket: u.bucket.clone(),
-            key: u.key.clone(),
-            scope_header: u.scope_header.clone(),
-            meta: u.meta.clone(),
-            handle: u.handle.clone(),
-            initiated_ms: u.initiated_ms,
-            owner: u.owner.clone(),
-            parts: BTreeMap::new(),
-        })
+        Some(self.entry(id)?.head())
+    }
+
+    /// Every upload's entry, taken from the map at once (each is then read under its own lock).
+    fn entries(&self) -> Vec<Arc<Entry>> {
+        self.uploads.lock().values().cloned().collect()
     }
 
     /// Forgets an upload (completed or aborted) and removes its files.
@@ -347,10 +358,10 @@ impl UploadRegistry {
 
     /// Uploads in a bucket whose key starts with `prefix`, by key then id, without their parts.
     pub fn list(&self, bucket: &str, prefix: &str) -> Vec<Upload> {
-        let ids: Vec<String> = self.uploads.lock().keys().cloned().collect();
-        let mut out: Vec<Upload> = ids
+        let mut out: Vec<Upload> = self
+            .entries()
             .iter()
-            .filter_map(|id| self.head(id))
+            .map(|e| e.head())
             .filter(|u| u.bucket == bucket && u.key.starts_with(prefix))
             .collect();
         out.sort_by(|a, b| (&a.key, a.initiated_ms, &a.id).cmp(&(&b.key, b.initiated_ms, &b.id)));
@@ -359,8 +370,7 @@ impl UploadRegistry {
 
     /// Every backend handle recorded (the store uploads that are clients', not leftovers).
     pub fn handles(&self) -> std::collections::HashSet<String> {
-        let entries: Vec<Arc<Entry>> = self.uploads.lock().values().cloned().collect();
-        entries
+        self.entries()
             .iter()
             .map(|e| e.state.lock().upload.handle.clone())
             .collect()
@@ -376,7 +386,7 @@ impl UploadRegistry {
         (per_key, per_bucket): (usize, usize),
     ) -> Result<Reservation, &'static str> {
         let mut reserved = self.reserved.lock();
-        let entries: Vec<Arc<Entry>> = self.uploads.lock().values().cloned().collect();
+        let entries = self.entries();
         let mut in_bucket = reserved.iter().filter(|(b, _)| b == bucket).count();
         let mut owned = reserved.iter().filter(|(_, o)| o == owner).count();
         for e in entries {
@@ -400,9 +410,9 @@ impl UploadRegistry {
 
     /// Uploads created before `before_ms` (Unix), without their parts.
     pub fn older_than(&self, before_ms: u64) -> Vec<Upload> {
-        let ids: Vec<String> = self.uploads.lock().keys().cloned().collect();
-        ids.iter()
-            .filter_map(|id| self.head(id))
+        self.entries()
+            .iter()
+            .map(|e| e.head())
             .filter(|u| u.initiated_ms < before_ms)
             .collect()
     }

@@ -33,7 +33,7 @@ pub async fn create(
     gw: &S3Gateway,
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-    let owner = super::objects::principal_owner(gw, &req)?;
+    let owner = super::objects::principal(gw, &req)?.owner();
     let input = req.input;
     note(&input.bucket, &input.key);
     crate::http::digests::Declared::refuse_on(&req.headers, "CreateMultipartUpload")?;

@@ -17,19 +17,16 @@ fn note(bucket: &str, key: &str) {
 
 /// The name of the principal an S3 request was authenticated as (an `Idempotency-Key` is
 /// scoped to it).
-pub(super) fn principal_name<T>(gw: &S3Gateway, req: &S3Request<T>) -> S3Result<String> {
+/// Who sent the request: the principal the access check found, or the one its credentials name.
+pub(super) fn principal<T>(gw: &S3Gateway, req: &S3Request<T>) -> S3Result<crate::auth::Principal> {
     Ok(match req.extensions.get::<crate::auth::Principal>() {
-        Some(p) => p.name(),
-        None => gw.keys.s3_principal(req.credentials.as_ref())?.name(),
+        Some(p) => p.clone(),
+        None => gw.keys.s3_principal(req.credentials.as_ref())?,
     })
 }
 
-/// The principal whose bounds a request counts against ([`crate::auth::Principal::owner`]).
-pub(super) fn principal_owner<T>(gw: &S3Gateway, req: &S3Request<T>) -> S3Result<String> {
-    Ok(match req.extensions.get::<crate::auth::Principal>() {
-        Some(p) => p.owner(),
-        None => gw.keys.s3_principal(req.credentials.as_ref())?.owner(),
-    })
+pub(super) fn principal_name<T>(gw: &S3Gateway, req: &S3Request<T>) -> S3Result<String> {
+    Ok(principal(gw, req)?.name())
 }
 
 /// `Idempotent-Replayed: true` on an S3 answer replayed from an earlier request.
