@@ -305,12 +305,33 @@ impl KeyTable {
                             .is_ok_and(|s| s == l.scope)
                     })
             }
+            // CreateBucket of the lease's own bucket only ensures it exists (s3api/buckets.rs
+            // answers it as an existing bucket; lease credentials never create one).
+            Action::CreateBucket { bucket } => bucket == l.bucket,
             _ => false,
         }
     }
 }
 
+/// What a lease's credentials may change, in words: `BUCKET/KEY` for a lease on one object.
+fn lease_reach(l: &LeaseIdentity) -> String {
+    match l.scope.split_once(':') {
+        Some(("object", path)) => path.to_string(),
+        Some(("prefix", path)) => format!("keys under {path}/"),
+        Some(("bucket", bucket)) => format!("keys of bucket {bucket}"),
+        _ => format!("keys of scope {}", l.scope),
+    }
+}
+
 fn denial(who: &Principal, action: Action<'_>) -> String {
+    if let (Principal::Lease(l), Action::Object { perm, .. }) = (who, action) {
+        return format!(
+            "lease credentials of lease {:?} may {} only {}; acquire a lease on this key's scope to change it",
+            l.lease,
+            if perm == Permission::Delete { "delete" } else { "write" },
+            lease_reach(l)
+        );
+    }
     let who = who.name();
     match action {
         Action::Read { bucket } => format!("{who} may not read bucket {bucket}; grant it \"read\" on a pattern matching it"),

@@ -47,7 +47,7 @@ pub enum BodyError {
 }
 
 /// An object as the backend holds it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ObjectInfo {
     pub key: String,
     pub size: u64,

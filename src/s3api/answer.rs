@@ -1,8 +1,10 @@
 //! What every S3 answer carries, whoever built it (s3s, an operation, a refusal before s3s):
 //! a request id in `x-amz-request-id`, repeated as `<RequestId>` in an error's XML so that a
-//! client's error report and the server's log name the same request, no body on a 304, and 206
-//! on an answer with a Content-Range (s3s makes it so for GetObject only; HeadObject with a
-//! `partNumber` answers one too).
+//! client's error report and the server's log name the same request, `Content-Type:
+//! application/xml` on every error document (s3s drops it when an error carries headers of its
+//! own, as `Fencing-Token-Highest`), no body on a 304, and 206 on an answer with a
+//! Content-Range (s3s makes it so for GetObject only; HeadObject with a `partNumber` answers
+//! one too). `error` writes the errors fencegate answers before or around s3s.
 
 use axum::body::Body;
 use axum::response::Response;
@@ -12,6 +14,29 @@ use http::{HeaderValue, StatusCode};
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
 pub use crate::http::request_id;
+
+/// An S3 error document, for the refusals made before s3s reads a request.
+pub fn error(status: StatusCode, code: &str, message: &str) -> Response {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>{}</Message></Error>",
+        escape(code),
+        escape(message)
+    );
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/xml"),
+    );
+    resp
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
 
 /// Stamps `id` on an answer.
 pub async fn finish(resp: Response, id: &str) -> Response {
@@ -28,11 +53,10 @@ pub async fn finish(resp: Response, id: &str) -> Response {
         parts.headers.remove(http::header::CONTENT_LENGTH);
         return Response::from_parts(parts, Body::empty());
     }
-    let xml = parts
-        .headers
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|t| t.as_bytes().starts_with(b"application/xml"));
-    if !parts.status.is_client_error() && !parts.status.is_server_error() || !xml {
+    // An error without a type may still be s3s's XML, whose headers an error of ours replaced.
+    let typed = parts.headers.get(http::header::CONTENT_TYPE);
+    let maybe_xml = typed.is_none_or(|t| t.as_bytes().starts_with(b"application/xml"));
+    if !parts.status.is_client_error() && !parts.status.is_server_error() || !maybe_xml {
         return Response::from_parts(parts, body);
     }
     let bytes = match axum::body::to_bytes(body, MAX_ERROR_BODY).await {
@@ -40,6 +64,13 @@ pub async fn finish(resp: Response, id: &str) -> Response {
         Err(_) => return Response::from_parts(parts, Body::empty()),
     };
     let text = String::from_utf8_lossy(&bytes);
+    if !text.contains("<Error>") {
+        return Response::from_parts(parts, Body::from(bytes));
+    }
+    parts.headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/xml"),
+    );
     let stamped = match text.rfind("</Error>") {
         Some(end) if !text.contains("<RequestId>") => {
             format!(
@@ -86,6 +117,32 @@ mod tests {
             body_of(resp).await,
             "<Error><Code>NoSuchKey</Code><RequestId>ABC</RequestId></Error>"
         );
+    }
+
+    #[tokio::test]
+    async fn an_error_whose_headers_were_replaced_is_still_typed_as_xml() {
+        let bare = Response::builder()
+            .status(409)
+            .header("fencing-token-highest", "5")
+            .body(Body::from(
+                "<?xml version=\"1.0\"?><Error><Code>StaleFencingToken</Code></Error>",
+            ))
+            .unwrap();
+        let resp = finish(bare, "ID").await;
+        assert_eq!(resp.headers()["content-type"], "application/xml");
+        assert_eq!(resp.headers()["fencing-token-highest"], "5");
+        assert!(body_of(resp)
+            .await
+            .ends_with("<RequestId>ID</RequestId></Error>"));
+        let ours = finish(
+            error(StatusCode::FORBIDDEN, "AccessDenied", "a <b> & c"),
+            "X",
+        )
+        .await;
+        assert_eq!(ours.headers()["content-type"], "application/xml");
+        assert!(body_of(ours)
+            .await
+            .contains("<Message>a &lt;b&gt; &amp; c</Message><RequestId>X</RequestId>"));
     }
 
     #[tokio::test]

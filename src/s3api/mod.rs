@@ -4,8 +4,12 @@
 
 mod access;
 pub mod answer;
+#[macro_use]
+mod bucket_config;
 mod buckets;
 mod convert;
+mod listing;
+mod paging;
 use crate::http::digests;
 mod multipart;
 mod objects;
@@ -298,16 +302,10 @@ fn foreign_service(req: &axum::extract::Request) -> Option<String> {
     })
 }
 
+/// A refusal before s3s: its error document, and the connection closed, since the request's
+/// body was not read.
 fn refusal(status: http::StatusCode, code: &str, message: &str) -> axum::response::Response {
-    let body = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{message}</Message></Error>"
-    );
-    let mut resp = axum::response::Response::new(axum::body::Body::from(body));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/xml"),
-    );
+    let mut resp = answer::error(status, code, message);
     resp.headers_mut().insert(
         http::header::CONNECTION,
         http::HeaderValue::from_static("close"),
@@ -390,14 +388,14 @@ impl s3s::S3 for S3Gateway {
         &self,
         req: s3s::S3Request<s3s::dto::ListObjectsV2Input>,
     ) -> s3s::S3Result<s3s::S3Response<s3s::dto::ListObjectsV2Output>> {
-        buckets::list_objects_v2(self, req).await
+        listing::list_objects_v2(self, req).await
     }
 
     async fn list_objects(
         &self,
         req: s3s::S3Request<s3s::dto::ListObjectsInput>,
     ) -> s3s::S3Result<s3s::S3Response<s3s::dto::ListObjectsOutput>> {
-        buckets::list_objects(self, req).await
+        listing::list_objects(self, req).await
     }
 
     async fn list_buckets(
@@ -434,6 +432,76 @@ impl s3s::S3 for S3Gateway {
     ) -> s3s::S3Result<s3s::S3Response<s3s::dto::DeleteBucketOutput>> {
         buckets::delete_bucket(self, req).await
     }
+
+    async fn list_object_versions(
+        &self,
+        req: s3s::S3Request<s3s::dto::ListObjectVersionsInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::ListObjectVersionsOutput>> {
+        listing::list_object_versions(self, req).await
+    }
+
+    async fn get_bucket_acl(
+        &self,
+        req: s3s::S3Request<s3s::dto::GetBucketAclInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::GetBucketAclOutput>> {
+        bucket_config::existing(self, &req.input.bucket)?;
+        Ok(s3s::S3Response::new(bucket_config::owner_acl()))
+    }
+
+    bucket_config_methods!(missing:
+        get_bucket_cors(GetBucketCorsInput, GetBucketCorsOutput) => "NoSuchCORSConfiguration", "CORS configuration";
+        get_bucket_lifecycle_configuration(GetBucketLifecycleConfigurationInput, GetBucketLifecycleConfigurationOutput) => "NoSuchLifecycleConfiguration", "lifecycle configuration";
+        get_bucket_policy(GetBucketPolicyInput, GetBucketPolicyOutput) => "NoSuchBucketPolicy", "bucket policy";
+        get_bucket_policy_status(GetBucketPolicyStatusInput, GetBucketPolicyStatusOutput) => "NoSuchBucketPolicy", "bucket policy";
+        get_bucket_tagging(GetBucketTaggingInput, GetBucketTaggingOutput) => "NoSuchTagSet", "tag set";
+        get_bucket_website(GetBucketWebsiteInput, GetBucketWebsiteOutput) => "NoSuchWebsiteConfiguration", "website configuration";
+        get_bucket_replication(GetBucketReplicationInput, GetBucketReplicationOutput) => "ReplicationConfigurationNotFoundError", "replication configuration";
+        get_bucket_encryption(GetBucketEncryptionInput, GetBucketEncryptionOutput) => "ServerSideEncryptionConfigurationNotFoundError", "server-side encryption configuration";
+        get_object_lock_configuration(GetObjectLockConfigurationInput, GetObjectLockConfigurationOutput) => "ObjectLockConfigurationNotFoundError", "object lock configuration";
+        get_bucket_ownership_controls(GetBucketOwnershipControlsInput, GetBucketOwnershipControlsOutput) => "OwnershipControlsNotFoundError", "ownership controls";
+        get_public_access_block(GetPublicAccessBlockInput, GetPublicAccessBlockOutput) => "NoSuchPublicAccessBlockConfiguration", "public access block configuration";
+    );
+
+    bucket_config_methods!(empty:
+        get_bucket_versioning(GetBucketVersioningInput, GetBucketVersioningOutput) => s3s::dto::GetBucketVersioningOutput::default();
+        get_bucket_logging(GetBucketLoggingInput, GetBucketLoggingOutput) => s3s::dto::GetBucketLoggingOutput::default();
+        get_bucket_accelerate_configuration(GetBucketAccelerateConfigurationInput, GetBucketAccelerateConfigurationOutput) => s3s::dto::GetBucketAccelerateConfigurationOutput::default();
+        get_bucket_notification_configuration(GetBucketNotificationConfigurationInput, GetBucketNotificationConfigurationOutput) => s3s::dto::GetBucketNotificationConfigurationOutput::default();
+        get_bucket_request_payment(GetBucketRequestPaymentInput, GetBucketRequestPaymentOutput) => s3s::dto::GetBucketRequestPaymentOutput {
+            payer: Some(s3s::dto::Payer::from_static(s3s::dto::Payer::BUCKET_OWNER)),
+        };
+    );
+
+    bucket_config_methods!(delete:
+        delete_bucket_cors(DeleteBucketCorsInput, DeleteBucketCorsOutput);
+        delete_bucket_lifecycle(DeleteBucketLifecycleInput, DeleteBucketLifecycleOutput);
+        delete_bucket_policy(DeleteBucketPolicyInput, DeleteBucketPolicyOutput);
+        delete_bucket_tagging(DeleteBucketTaggingInput, DeleteBucketTaggingOutput);
+        delete_bucket_website(DeleteBucketWebsiteInput, DeleteBucketWebsiteOutput);
+        delete_bucket_replication(DeleteBucketReplicationInput, DeleteBucketReplicationOutput);
+        delete_bucket_encryption(DeleteBucketEncryptionInput, DeleteBucketEncryptionOutput);
+        delete_bucket_ownership_controls(DeleteBucketOwnershipControlsInput, DeleteBucketOwnershipControlsOutput);
+        delete_public_access_block(DeletePublicAccessBlockInput, DeletePublicAccessBlockOutput);
+    );
+
+    bucket_config_methods!(refuse:
+        put_bucket_versioning(PutBucketVersioningInput, PutBucketVersioningOutput) => "PutBucketVersioning", "versioning (every bucket is unversioned)";
+        put_bucket_acl(PutBucketAclInput, PutBucketAclOutput) => "PutBucketAcl", "ACLs (access is the key table's, config/keys)";
+        put_bucket_cors(PutBucketCorsInput, PutBucketCorsOutput) => "PutBucketCors", "CORS configuration";
+        put_bucket_lifecycle_configuration(PutBucketLifecycleConfigurationInput, PutBucketLifecycleConfigurationOutput) => "PutBucketLifecycleConfiguration", "lifecycle configuration";
+        put_bucket_policy(PutBucketPolicyInput, PutBucketPolicyOutput) => "PutBucketPolicy", "bucket policy (access is the key table's)";
+        put_bucket_tagging(PutBucketTaggingInput, PutBucketTaggingOutput) => "PutBucketTagging", "tag set";
+        put_bucket_website(PutBucketWebsiteInput, PutBucketWebsiteOutput) => "PutBucketWebsite", "website configuration";
+        put_bucket_replication(PutBucketReplicationInput, PutBucketReplicationOutput) => "PutBucketReplication", "replication configuration";
+        put_bucket_encryption(PutBucketEncryptionInput, PutBucketEncryptionOutput) => "PutBucketEncryption", "server-side encryption configuration";
+        put_object_lock_configuration(PutObjectLockConfigurationInput, PutObjectLockConfigurationOutput) => "PutObjectLockConfiguration", "object lock configuration";
+        put_bucket_logging(PutBucketLoggingInput, PutBucketLoggingOutput) => "PutBucketLogging", "access logging configuration";
+        put_bucket_request_payment(PutBucketRequestPaymentInput, PutBucketRequestPaymentOutput) => "PutBucketRequestPayment", "request payment configuration";
+        put_bucket_accelerate_configuration(PutBucketAccelerateConfigurationInput, PutBucketAccelerateConfigurationOutput) => "PutBucketAccelerateConfiguration", "transfer acceleration";
+        put_bucket_ownership_controls(PutBucketOwnershipControlsInput, PutBucketOwnershipControlsOutput) => "PutBucketOwnershipControls", "ownership controls";
+        put_public_access_block(PutPublicAccessBlockInput, PutPublicAccessBlockOutput) => "PutPublicAccessBlock", "public access block configuration";
+        put_bucket_notification_configuration(PutBucketNotificationConfigurationInput, PutBucketNotificationConfigurationOutput) => "PutBucketNotificationConfiguration", "event notifications";
+    );
 
     async fn create_multipart_upload(
         &self,
@@ -505,10 +573,10 @@ pub async fn serve(
         Ok(resp) => resp.map(axum::body::Body::new),
         Err(e) => {
             tracing::error!(error = ?e, "the S3 layer failed");
-            crate::http::error::plain(
+            answer::error(
                 http::StatusCode::INTERNAL_SERVER_ERROR,
                 "InternalError",
-                "the S3 layer failed; see the server log".into(),
+                "the S3 layer failed; see the server log",
             )
         }
     };
