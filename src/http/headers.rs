@@ -254,7 +254,12 @@ pub fn system_headers(headers: &http::HeaderMap) -> Result<BTreeMap<String, Stri
                     }
                     kept.push(coding);
                 }
-                kept.join(",")
+                // Kept byte for byte unless aws-chunked had to come out.
+                if kept.len() == value.split(',').filter(|c| !c.trim().is_empty()).count() {
+                    value.to_string()
+                } else {
+                    kept.join(", ")
+                }
             }
             "expires" if httpdate::parse_http_date(value).is_err() => {
                 return Err(format!(

@@ -94,15 +94,14 @@ impl S3Auth for Auth {
     }
 }
 
-/// AWS's longest presigned-URL lifetime.
-const MAX_PRESIGNED_SECS: u64 = 7 * 24 * 3600;
+use super::sigv2::MAX_PRESIGNED_SECS;
 
-/// Signatures fencegate does not accept although `s3s` verifies them: SigV2 (it covers neither
-/// the body nor the fencing headers, and its date is never checked, so a request signed once
-/// replays forever) and presigned URLs valid for longer than AWS allows.
+/// Signatures fencegate does not accept although `s3s` verifies them: SigV2 but in a presigned
+/// GET, HEAD or PUT (sigv2.rs) and presigned URLs valid for longer than AWS allows.
 /// Also a signed request that does not sign the fencing headers it carries. `authenticated`:
 /// s3s verified a signature on this request.
 fn refused_signature(
+    method: &http::Method,
     headers: &http::HeaderMap,
     uri: &http::Uri,
     authenticated: bool,
@@ -112,24 +111,15 @@ fn refused_signature(
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     // Names compared as s3s reads them: percent-decoded, so that an encoded spelling of a
     // name is judged as the name s3s sees.
-    let query = uri.query().unwrap_or("");
-    let params: Vec<(String, String)> = query
-        .split('&')
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            let decode = |s: &str| {
-                percent_encoding::percent_decode_str(&s.replace('+', " "))
-                    .decode_utf8_lossy()
-                    .into_owned()
-            };
-            (decode(k), decode(v))
-        })
-        .collect();
-    let v2_query = params
-        .iter()
-        .any(|(k, _)| k == "Signature" || k.eq_ignore_ascii_case("AWSAccessKeyId"));
-    if auth.as_deref().is_some_and(|a| a.starts_with("AWS ")) || v2_query {
-        return Some("Signature Version 2 is not accepted: sign requests with SigV4 (every current SDK and CLI does)".into());
+    let params = super::sigv2::query_params(uri);
+    if let Some(why) = super::sigv2::refused(method, headers, &params) {
+        return Some(why);
+    }
+    if super::sigv2::presigned(&params) {
+        // SigV2 signs every x-amz-* header (the URL's own lifted into headers), no other.
+        return crate::http::headers::unsigned_fencing_header(headers, super::sigv2::covers).map(|name| format!(
+            "the {name} header is not covered by a Signature Version 2 presigned URL: carry the token as x-amz-meta-fencing-token in the URL you presign"
+        ));
     }
     let too_long = params
         .iter()
@@ -194,7 +184,12 @@ impl S3Access for Access {
         // The operation label of the request's metrics (first: refusals below count too).
         let op_name = cx.s3_op().name().to_string();
         crate::metrics::http::S3Op::resolved(cx.extensions_mut(), &op_name);
-        if let Some(why) = refused_signature(cx.headers(), cx.uri(), cx.credentials().is_some()) {
+        if let Some(why) = refused_signature(
+            cx.method(),
+            cx.headers(),
+            cx.uri(),
+            cx.credentials().is_some(),
+        ) {
             tracing::info!(target: "fencegate::audit", reason = %why, "S3 request refused");
             return Err(S3Error::with_message(S3ErrorCode::AccessDenied, why));
         }
@@ -261,7 +256,7 @@ mod tests {
             headers.insert("fencing-token", "18446744073709551615".parse().unwrap());
         }
         let uri: http::Uri = format!("/b/k?{query}").parse().unwrap();
-        refused_signature(&headers, &uri, authenticated).is_some()
+        refused_signature(&http::Method::GET, &headers, &uri, authenticated).is_some()
     }
 
     /// SigV2 in every spelling, presigned URLs over 7 days however the parameter is encoded,
@@ -269,10 +264,17 @@ mod tests {
     #[test]
     fn signatures_fencegate_refuses() {
         assert!(refused("AWS AK:c2ln", "", false));
+        // A SigV2 presigned GET is taken (s3s checks its expiry), in every spelling, but never
+        // with a fencing header its signature does not cover.
         for q in [
             "AWSAccessKeyId=AK&Expires=1&Signature=x",
             "%41WSAccessKeyId=AK&Expires=1&Signature=x",
             "AWSAccessKey%49d=AK&Expires=1&Signature=x",
+        ] {
+            assert!(!refused("", q, false), "{q}");
+            assert!(refused("", q, true), "{q}");
+        }
+        for q in [
             "X-Amz-Expires=604801",
             "X-Amz-Expire%73=4000000000",
             "%58-Amz-Expires=4000000000",

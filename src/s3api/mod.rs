@@ -14,6 +14,7 @@ use crate::http::digests;
 mod multipart;
 mod objects;
 mod part_checksums;
+mod sigv2;
 
 pub use crate::auth::KeyTable;
 
@@ -90,6 +91,9 @@ const SERVED_POSTS: [&str; 3] = ["delete", "uploads", "uploadId"];
 /// - a SigV4 credential scoped to another service than `s3` (s3s reads up to 8 KiB of such a
 ///   request's body, with no deadline, before checking its signature).
 pub fn refused_before_s3s(req: &axum::extract::Request) -> Option<axum::response::Response> {
+    if let Some((status, code, message)) = malformed_uri(req.uri()) {
+        return Some(refusal(status, code, message));
+    }
     if let Some(service) = foreign_service(req) {
         let message = if service == "unparsed" {
             "the Authorization header is not a SigV4 one (AWS4-HMAC-SHA256 Credential=KEY/DATE/REGION/s3/aws4_request, SignedHeaders=..., Signature=...)".to_string()
@@ -136,6 +140,31 @@ pub fn refused_before_s3s(req: &axum::extract::Request) -> Option<axum::response
         http::StatusCode::NOT_IMPLEMENTED,
         "NotImplemented",
         "this POST is not supported: fencegate serves DeleteObjects (?delete), CreateMultipartUpload (?uploads) and CompleteMultipartUpload (?uploadId=); POST object (browser form uploads) is not supported, so upload with PutObject or a multipart upload",
+    ))
+}
+
+/// What AWS answers, in its words, for a URI s3s would refuse less clearly: a path that is not
+/// UTF-8 once decoded (s3s answers a bare `InvalidURI`), and a presigned URL whose
+/// `X-Amz-Expires` is negative (s3s answers 400 "missing fields"; AWS, that it has expired).
+fn malformed_uri(uri: &http::Uri) -> Option<(http::StatusCode, &'static str, &'static str)> {
+    if std::str::from_utf8(&percent_encoding::percent_decode_str(uri.path()).collect::<Vec<u8>>())
+        .is_err()
+    {
+        return Some((
+            http::StatusCode::BAD_REQUEST,
+            "InvalidURI",
+            "Couldn't parse the specified URI.",
+        ));
+    }
+    let negative = uri.query().unwrap_or("").split('&').any(|p| {
+        p.split_once('=').is_some_and(|(k, v)| {
+            k.eq_ignore_ascii_case("X-Amz-Expires") && v.trim().starts_with('-')
+        })
+    });
+    negative.then_some((
+        http::StatusCode::FORBIDDEN,
+        "AccessDenied",
+        "Request has expired",
     ))
 }
 
@@ -564,6 +593,12 @@ pub async fn serve(
     if let Some(refusal) = refused_before_s3s(&req) {
         return answer::finish(refusal, &id).await;
     }
+    let (mut parts, body) = req.into_parts();
+    if let Err((status, code, message)) = sigv2::lift_signed_headers(&parts.uri, &mut parts.headers)
+    {
+        return answer::finish(refusal(status, code, &message), &id).await;
+    }
+    let req = axum::extract::Request::from_parts(parts, body);
     let (req, mismatch) = match post_body_checked(req) {
         Ok(checked) => checked,
         Err(refusal) => return answer::finish(*refusal, &id).await,

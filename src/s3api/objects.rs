@@ -219,6 +219,14 @@ fn part_range(part: &crate::backend::ObjectPart) -> Option<String> {
     })
 }
 
+/// The stored Content-Type, or AWS's `binary/octet-stream` for an object written without one.
+fn content_type(info: &crate::backend::ObjectInfo) -> String {
+    info.meta
+        .content_type
+        .clone()
+        .unwrap_or_else(|| "binary/octet-stream".into())
+}
+
 /// A GetObject answer of `length` bytes of the object `info` describes.
 fn object_output(
     info: &crate::backend::ObjectInfo,
@@ -230,7 +238,7 @@ fn object_output(
         body: Some(convert::blob(body)),
         content_length: Some(length as i64),
         content_range,
-        content_type: info.meta.content_type.clone(),
+        content_type: Some(content_type(info)),
         e_tag: Some(convert::etag(&info.etag)),
         last_modified: Some(convert::timestamp(info.last_modified_ms)),
         metadata: convert::metadata_of(&info.meta),
@@ -283,7 +291,7 @@ pub async fn head_object(
         content_length: Some(part.as_ref().map_or(info.size, |p| p.span.len) as i64),
         content_range: part.as_ref().and_then(part_range),
         parts_count: part.as_ref().and_then(|p| p.span.count).map(|c| c as i32),
-        content_type: info.meta.content_type.clone(),
+        content_type: Some(content_type(&info)),
         e_tag: Some(convert::etag(&info.etag)),
         last_modified: Some(convert::timestamp(info.last_modified_ms)),
         metadata: convert::metadata_of(&info.meta),

@@ -52,10 +52,14 @@ impl S3Backend {
         }
     }
 
-    /// After a commit whose outcome is unknown: did it land? Read the ETag back.
+    /// After a commit whose outcome is unknown: did it land? Read the ETag back: the store
+    /// shows the staged version.
     pub(super) async fn landed(&self, staged: &Staged) -> Option<ObjectInfo> {
         match self.head(&staged.bucket, &staged.key).await {
-            Ok(Some(info)) if info.etag == staged.etag => Some(info),
+            Ok(Some(info)) if info.version == stored_version(staged) => Some(ObjectInfo {
+                etag: visible_etag(staged, &info.version),
+                ..info
+            }),
             _ => None,
         }
     }
@@ -217,7 +221,7 @@ impl S3Backend {
                 // Its ETag shows the request applied only if it differs from the ETag it
                 // replaces: a rewrite of the same bytes looks landed before it is, so it stays
                 // unknown.
-                let changes = expected != Some(staged.etag.as_str());
+                let changes = expected != Some(stored_version(staged));
                 return match self.landed(staged).await.filter(|_| changes) {
                     Some(info) => {
                         tracing::info!(key = %staged.key, "a commit that timed out had landed; read back its ETag");
@@ -242,8 +246,8 @@ impl S3Backend {
         Ok(ObjectInfo {
             key: staged.key.clone(),
             size: staged.size,
-            version: etag.clone(),
-            etag,
+            etag: visible_etag(staged, &etag),
+            version: etag,
             last_modified_ms: crate::wall_clock::now_ms(),
             meta,
             parts: Vec::new(),
@@ -306,5 +310,21 @@ impl S3Backend {
                 other => Err(other.into_backend("DeleteObject")),
             },
         }
+    }
+}
+
+/// The ETag the store will show for `staged` once committed.
+fn stored_version(staged: &Staged) -> &str {
+    staged.version.as_deref().unwrap_or(&staged.etag)
+}
+
+/// The ETag a client is answered for `staged`, committed as the store's `version`: the body's
+/// MD5 for a body fencegate split into store parts itself, otherwise the store's own ETag
+/// (which is the MD5 on most stores, and not on those that encrypt with SSE-KMS).
+fn visible_etag(staged: &Staged, version: &str) -> String {
+    if stored_version(staged) != staged.etag {
+        staged.etag.clone()
+    } else {
+        version.to_string()
     }
 }

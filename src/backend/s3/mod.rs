@@ -173,28 +173,30 @@ impl Backend for S3Backend {
             held: None,
         };
         let mut size = 0u64;
-        let first = self.spool_part(&mut body, &mut size).await?;
-        let (body, etag) = if first.ended {
+        let first = self.spool_part(&mut body, &mut size, None).await?;
+        let (body, etag, version) = if first.ended {
             // Up to the part size: one PutObject.
             let etag = format!("\"{}\"", hex::encode(first.md5.finalize()));
-            (StagedBody::Spooled(first.body), etag)
+            (StagedBody::Spooled(first.body), etag.clone(), etag)
         } else {
-            // Larger: the rest streams into a multipart upload.
-            let (upload_id, parts, md5_of_parts) = self
+            // Larger: the rest streams into a multipart upload. Its client wrote it whole, so
+            // it is answered the body's MD5; the store's multipart ETag is its version.
+            let (upload_id, parts, md5_of_parts, whole) = self
                 .stage_multipart(key, &meta, first, &mut body, &mut size)
                 .await?;
-            let etag = format!(
+            let version = format!(
                 "\"{}-{}\"",
                 hex::encode(md5_of_parts.finalize()),
                 parts.len()
             );
-            (StagedBody::Multipart { upload_id, parts }, etag)
+            let etag = format!("\"{}\"", hex::encode(whole.finalize()));
+            (StagedBody::Multipart { upload_id, parts }, etag, version)
         };
         Ok(Staged {
             body,
             bucket: bucket.to_string(),
             key: key.to_string(),
-            version: Some(etag.clone()),
+            version: Some(version),
             etag,
             size,
             meta,

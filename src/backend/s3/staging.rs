@@ -150,8 +150,9 @@ impl S3Backend {
     }
 
     /// Streams the rest of a large body into parts (`first`, already spooled and full, is the
-    /// first one); on any error the upload is aborted. Returns the upload, its parts and the
-    /// MD5 of their MD5s (S3's ETag for the object).
+    /// first one); on any error the upload is aborted. Returns the upload, its parts, the MD5
+    /// of their MD5s (the store's ETag for the object) and the MD5 of the whole body (the ETag
+    /// its client is answered, as for any object written whole).
     pub(super) async fn stage_multipart(
         &self,
         key: &str,
@@ -159,8 +160,10 @@ impl S3Backend {
         first: SpooledPart,
         body: &mut PartReader<'_>,
         size: &mut u64,
-    ) -> Result<(String, Vec<(i32, String)>, Md5), BackendError> {
+    ) -> Result<(String, Vec<(i32, String)>, Md5, Md5), BackendError> {
         let upload_id = self.start_multipart(key, meta, true).await?;
+        // The first part's digest so far is the whole body's so far.
+        let mut whole = first.md5.clone();
         // A request dropped while its body streams (the client hung up) never reaches the
         // match below; the guard aborts the upload then, so it does not linger in the store.
         let mut guard = UploadGuard {
@@ -170,6 +173,7 @@ impl S3Backend {
             upload_id: Some(upload_id.clone()),
         };
         let result: Result<(Vec<(i32, String)>, Md5), BackendError> = async {
+            let whole = &mut whole;
             let mut md5_of_parts = Md5::new();
             let mut parts = Vec::new();
             let mut current = first;
@@ -191,7 +195,7 @@ impl S3Backend {
                 }
                 // Only one part is spooled at a time: this one goes before the next is read.
                 drop(part);
-                current = self.spool_part(body, size).await?;
+                current = self.spool_part(body, size, Some(&mut *whole)).await?;
                 if current.body.is_empty() {
                     // The body ended right at a part boundary.
                     break;
@@ -204,7 +208,7 @@ impl S3Backend {
         // discard, and a failed one is aborted now, before the error is answered.
         guard.upload_id = None;
         match result {
-            Ok((parts, md5_of_parts)) => Ok((upload_id, parts, md5_of_parts)),
+            Ok((parts, md5_of_parts)) => Ok((upload_id, parts, md5_of_parts, whole)),
             Err(e) => {
                 self.abort(key, &upload_id).await;
                 Err(e)
@@ -213,11 +217,13 @@ impl S3Backend {
     }
 
     /// Spools the body's next part: up to the part size, or to the body's end. A chunk that
-    /// straddles the part size is split, its rest held back for the next part.
+    /// straddles the part size is split, its rest held back for the next part. `whole`, the
+    /// digest of the body so far, takes the part's bytes too.
     pub(super) async fn spool_part(
         &self,
         body: &mut PartReader<'_>,
         size: &mut u64,
+        mut whole: Option<&mut Md5>,
     ) -> Result<SpooledPart, BackendError> {
         let mut part = self.spooler.spool();
         let mut md5 = Md5::new();
@@ -245,6 +251,9 @@ impl S3Backend {
             };
             *size += now.len() as u64;
             md5.update(&now);
+            if let Some(whole) = whole.as_deref_mut() {
+                whole.update(&now);
+            }
             part.push(&now).await.map_err(spool_err)?;
         };
         Ok(SpooledPart {
