@@ -92,7 +92,7 @@ impl S3Backend {
                 .content_length(body.len() as i64)
                 .set_content_md5(content_md5(&staged.etag))
                 .body(multipart::spooled_body(body))
-                .set_content_type(meta.content_type.clone())
+                .content_type(content_type(meta))
                 .set_cache_control(meta.header("cache-control"))
                 .set_content_disposition(meta.header("content-disposition"))
                 .set_content_encoding(meta.header("content-encoding"))
@@ -150,9 +150,7 @@ impl S3Backend {
         }];
         let (op, method, upload_id, body) = match &staged.body {
             StagedBody::Spooled(body) => {
-                if let Some(t) = &meta.content_type {
-                    headers.push(("content-type".into(), t.clone()));
-                }
+                headers.push(("content-type".into(), content_type(meta)));
                 if let Some(md5) = content_md5(&staged.etag) {
                     headers.push(("content-md5".into(), md5));
                 }

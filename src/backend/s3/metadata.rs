@@ -38,6 +38,15 @@ pub(super) fn expires(meta: &ObjectMeta) -> Option<aws_smithy_types::DateTime> {
     aws_smithy_types::DateTime::from_str(text, aws_smithy_types::date_time::Format::HttpDate).ok()
 }
 
+/// The Content-Type sent to the store: AWS's `binary/octet-stream` for an object written
+/// without one, as AWS itself stores it (stores differ: ministack would keep
+/// `application/octet-stream`).
+pub(super) fn content_type(meta: &ObjectMeta) -> String {
+    meta.content_type
+        .clone()
+        .unwrap_or_else(|| "binary/octet-stream".into())
+}
+
 /// The Content-MD5 header for a body whose ETag is its MD5 (`"hex"`), so the store checks
 /// that it kept the bytes fencegate read.
 pub(super) fn content_md5(etag: &str) -> Option<String> {

@@ -91,7 +91,7 @@ impl S3Backend {
             .create_multipart_upload()
             .bucket(&self.bucket)
             .key(self.store_key(key))
-            .set_content_type(meta.content_type.clone())
+            .content_type(content_type(meta))
             .set_cache_control(meta.header("cache-control"))
             .set_content_disposition(meta.header("content-disposition"))
             .set_content_encoding(meta.header("content-encoding"))

@@ -322,6 +322,15 @@ async fn lease_bound_s3_credentials_carry_the_token() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Some("AccessDenied"));
+    // The refusal says what lease credentials may write, not to grant what nobody can.
+    assert!(
+        e.message()
+            .is_some_and(|m| m.contains("may write only default/data.csv")),
+        "{e:?}"
+    );
+    // rclone's bucket check: CreateBucket of the lease's own bucket answers as for an
+    // existing bucket (200 in us-east-1), and creates nothing.
+    a3.create_bucket().bucket("default").send().await.unwrap();
     let batch = a3
         .delete_objects()
         .bucket("default")

@@ -3,108 +3,12 @@
 //! the safe mode (conditional commits), through aws-sdk-s3 as an unmodified client. Where
 //! fencegate differs on purpose, the README's "Differences from S3" says so.
 
+use super::fixture::{put, refused, Fx, Kind, PART};
 use crate::common;
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, EncodingType};
 use aws_sdk_s3::Client;
-use common::store::{Store, StoreKind};
-use common::Server;
-
-const STORE_BUCKET: &str = "fencegate-parity";
-const PART: usize = 5 * 1024 * 1024;
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
-    Fs,
-    S3Safe,
-    /// moto, in the unsafe mode: only for what moto itself does differently.
-    S3Moto,
-}
-
-struct Fx {
-    _store: Option<Store>,
-    _dir: tempfile::TempDir,
-    server: Server,
-}
-
-impl Fx {
-    /// Development mode (no keys): the development key signs. Bucket `bkt` takes writes without
-    /// tokens, so each behaviour is S3's alone.
-    async fn start(kind: Kind) -> Fx {
-        let dir = tempfile::tempdir().unwrap();
-        let (store, config) = match kind {
-            Kind::Fs => (
-                None,
-                "[buckets.bkt]\nfencing = \"optional\"\n\n[buckets.cat]\nfencing = \"optional\"\n"
-                    .to_string(),
-            ),
-            Kind::S3Safe | Kind::S3Moto => {
-                let store_kind = match kind {
-                    Kind::S3Moto => StoreKind::Moto,
-                    _ => StoreKind::Ministack,
-                };
-                let store = Store::start(store_kind);
-                store.create_bucket(STORE_BUCKET).await;
-                let config = format!(
-                    "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nmultipart_threshold_bytes = {PART}\n{}\n\n[buckets.bkt]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"b/\"\n\n[buckets.cat]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"c/\"\n",
-                    store.endpoint(),
-                    store_kind.opt_in()
-                );
-                (Some(store), config)
-            }
-        };
-        let server = Server::start(&dir.path().join("data"), Some(&config));
-        if kind == Kind::S3Safe {
-            common::store::assert_safe_mode(&server);
-        }
-        Fx {
-            _store: store,
-            _dir: dir,
-            server,
-        }
-    }
-
-    fn client(&self) -> Client {
-        common::moto::client_with(&self.server.url(""), "fencegate", "fencegate-dev-secret")
-    }
-}
-
-/// (status, code, raw header x-amz-request-id, raw body) of a failed call.
-fn refused<T: std::fmt::Debug, E: ProvideErrorMetadata + std::fmt::Debug>(
-    r: Result<
-        T,
-        aws_sdk_s3::error::SdkError<E, aws_smithy_runtime_api::client::orchestrator::HttpResponse>,
-    >,
-) -> (u16, String, String, String) {
-    let e = r.expect_err("the call should have been refused");
-    let raw = e.raw_response().expect("an HTTP answer");
-    let id = raw
-        .headers()
-        .get("x-amz-request-id")
-        .unwrap_or_default()
-        .to_string();
-    let body = String::from_utf8_lossy(raw.body().bytes().unwrap_or_default()).into_owned();
-    (
-        raw.status().as_u16(),
-        e.code().unwrap_or_default().to_string(),
-        id,
-        body,
-    )
-}
-
-async fn put(c: &Client, bucket: &str, key: &str, body: &[u8]) -> String {
-    c.put_object()
-        .bucket(bucket)
-        .key(key)
-        .body(ByteStream::from(body.to_vec()))
-        .send()
-        .await
-        .unwrap()
-        .e_tag()
-        .unwrap()
-        .to_string()
-}
 
 async fn part(c: &Client, key: &str, id: &str, n: i32, len: usize) -> String {
     c.upload_part()
@@ -380,13 +284,12 @@ async fn listing(kind: Kind) {
 }
 
 /// ListBuckets pages with MaxBuckets and ContinuationToken and carries creation dates;
-/// creating a bucket one already owns is 409 BucketAlreadyOwnedByYou and keeps its objects.
+/// creating a bucket one already owns (in us-east-1: 200) keeps its objects.
 async fn buckets(kind: Kind) {
     let fx = Fx::start(kind).await;
     let c = fx.client();
     put(&c, "bkt", "kept", b"1").await;
-    let (status, code, _, _) = refused(c.create_bucket().bucket("bkt").send().await);
-    assert_eq!((status, code.as_str()), (409, "BucketAlreadyOwnedByYou"));
+    c.create_bucket().bucket("bkt").send().await.unwrap();
     assert!(c
         .head_object()
         .bucket("bkt")

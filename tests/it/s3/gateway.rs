@@ -470,15 +470,21 @@ async fn listing_and_buckets(kind: Kind) {
     assert!(loc
         .location_constraint()
         .is_none_or(|l| l.as_str().is_empty()));
-    let (status, code, _) = failure(c.create_bucket().bucket("default").send().await);
-    assert_eq!((status, code.as_str()), (409, "BucketAlreadyOwnedByYou"));
+    // An owned bucket, in us-east-1: 200, as AWS answers there (everyday.rs).
+    c.create_bucket().bucket("default").send().await.unwrap();
     let (status, code, _) = failure(c.create_bucket().bucket("brand-new").send().await);
     assert_eq!((status, code.as_str()), (501, "NotImplemented"));
     // Without [bucket_defaults] buckets come only from the configuration.
     let (_, code, _) = failure(c.delete_bucket().bucket("loose").send().await);
     assert_eq!(code, "MethodNotAllowed");
     // An operation the gateway does not serve says so rather than pretending.
-    let (status, code, _) = failure(c.get_bucket_tagging().bucket("default").send().await);
+    let (status, code, _) = failure(
+        c.get_bucket_analytics_configuration()
+            .bucket("default")
+            .id("a")
+            .send()
+            .await,
+    );
     assert_eq!((status, code.as_str()), (501, "NotImplemented"));
 }
 
@@ -1061,8 +1067,11 @@ async fn buckets_created_through_s3(kind: Kind) {
         .filter_map(|b| b.name().map(str::to_string))
         .collect();
     assert!(names.contains(&"made-by-client".to_string()), "{names:?}");
-    let (status, code, _) = failure(c.create_bucket().bucket("made-by-client").send().await);
-    assert_eq!((status, code.as_str()), (409, "BucketAlreadyOwnedByYou"));
+    c.create_bucket()
+        .bucket("made-by-client")
+        .send()
+        .await
+        .unwrap();
     let (status, code, _) = failure(c.create_bucket().bucket("Bad_Name").send().await);
     assert_eq!((status, code.as_str()), (400, "InvalidBucketName"));
     // The template requires tokens.

@@ -3,6 +3,8 @@
 mod backend;
 mod clients;
 mod conformance;
+mod everyday;
+mod fixture;
 mod gateway;
 mod integrity;
 mod staging;
