@@ -7,6 +7,7 @@ pub mod answer;
 #[macro_use]
 mod bucket_config;
 mod buckets;
+mod chunked;
 mod convert;
 mod listing;
 mod paging;
@@ -598,6 +599,7 @@ pub async fn serve(
     {
         return answer::finish(refusal(status, code, &message), &id).await;
     }
+    chunked::stand_in_length(&mut parts);
     let req = axum::extract::Request::from_parts(parts, body);
     let (req, mismatch) = match post_body_checked(req) {
         Ok(checked) => checked,

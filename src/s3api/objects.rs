@@ -51,14 +51,7 @@ pub async fn put_object(
     let who = principal_name(gw, &req)?;
     let input = req.input;
     note(&input.bucket, &input.key);
-    if input.content_length.is_none() {
-        let mut err = S3Error::with_message(
-            S3ErrorCode::MissingContentLength,
-            "PutObject needs a Content-Length",
-        );
-        err.set_status_code(http::StatusCode::LENGTH_REQUIRED);
-        return Err(err);
-    }
+    // No length is needed: the body streams, bounded by the object size limit (chunked.rs).
     let token = convert::token(
         &req.headers,
         input.metadata.as_ref(),

@@ -5,7 +5,6 @@
 
 use super::fixture::{put, refused, Fx, Kind, PART};
 use crate::common;
-use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, EncodingType};
 use aws_sdk_s3::Client;

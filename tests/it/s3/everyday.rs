@@ -8,6 +8,7 @@ use super::fixture::{put, refused, Fx, Kind, PART};
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::Client;
+use futures::StreamExt;
 use md5::{Digest, Md5};
 
 const KEYS: [&str; 5] = ["asdf", "boo/bar", "boo/baz/xyzzy", "cquux/a", "cquux/b"];
@@ -523,6 +524,55 @@ async fn headers_as_aws_sends_them(kind: Kind) {
     assert_eq!(head.content_encoding(), Some("deflate, gzip"));
 }
 
+/// A chunked PutObject without a Content-Length (curl -T -, a generator body) is taken, bounded
+/// by the object size limit, and answers its MD5; a stale one is refused before its body is
+/// read: it is answered while its body still waits for bytes that never come.
+async fn a_chunked_put_without_a_length_is_taken(kind: Kind) {
+    use crate::common::sign::{sign_at, BodyHash, Creds};
+    let fx = Fx::start_with(kind, &[("req", "")]).await;
+    let http = reqwest::Client::new();
+    let creds = Creds {
+        key: "fencegate",
+        secret: "fencegate-dev-secret",
+    };
+    let body: Vec<u8> = (0..2 * PART + 7).map(|i| (i % 253) as u8).collect();
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        body.chunks(1 << 20).map(|c| Ok(c.to_vec())).collect();
+    let mut req = http
+        .put(fx.server.url("/req/streamed"))
+        .header("x-amz-meta-fencing-token", "5")
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .build()
+        .unwrap();
+    sign_at(&mut req, creds, std::time::SystemTime::now(), BodyHash::Header);
+    assert!(req.headers().get("content-length").is_none());
+    let resp = http.execute(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let etag = resp.headers().get("etag").map(|v| v.to_str().unwrap().to_string());
+    assert_eq!(status, 200, "{}", resp.text().await.unwrap());
+    let md5 = format!("\"{}\"", hex::encode(Md5::digest(&body)));
+    assert_eq!(etag.as_deref(), Some(md5.as_str()));
+    let c = fx.client();
+    let head = c.head_object().bucket("req").key("streamed").send().await.unwrap();
+    assert_eq!(head.content_length(), Some(body.len() as i64));
+    // Stale: one chunk, then a body that never goes on.
+    let never = futures::stream::once(async { Ok::<_, std::io::Error>(vec![1u8; 1024]) })
+        .chain(futures::stream::pending());
+    let mut req = http
+        .put(fx.server.url("/req/streamed"))
+        .header("x-amz-meta-fencing-token", "4")
+        .body(reqwest::Body::wrap_stream(never))
+        .build()
+        .unwrap();
+    sign_at(&mut req, creds, std::time::SystemTime::now(), BodyHash::Header);
+    let resp = tokio::time::timeout(std::time::Duration::from_secs(10), http.execute(req))
+        .await
+        .expect("refused without waiting for the body")
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 409);
+    assert!(resp.text().await.unwrap().contains("StaleFencingToken"));
+}
+
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod fs {
@@ -543,4 +593,5 @@ on_both_backends!(
     a_large_single_put_answers_its_md5,
     create_bucket_ensures_an_owned_bucket,
     headers_as_aws_sends_them,
+    a_chunked_put_without_a_length_is_taken,
 );
