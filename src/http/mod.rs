@@ -17,3 +17,26 @@ pub use stall::{bound_bodies, StalledBody};
 pub fn request_id() -> String {
     format!("{:016X}", rand::random::<u64>())
 }
+
+/// The one id of a request, given as it arrives ([`assign_request_id`]): its log span's
+/// `request_id`, and the S3 gateway's `x-amz-request-id`.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+impl RequestId {
+    /// The id given to `req`, or a new one where no layer gave one (a handler called alone).
+    pub fn of(extensions: &http::Extensions) -> String {
+        extensions
+            .get::<RequestId>()
+            .map_or_else(request_id, |id| id.0.clone())
+    }
+}
+
+/// Gives each request its id, before its span is made.
+pub async fn assign_request_id(
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    req.extensions_mut().insert(RequestId(request_id()));
+    next.run(req).await
+}

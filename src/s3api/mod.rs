@@ -589,8 +589,7 @@ pub async fn serve(
     req: axum::extract::Request,
 ) -> axum::response::Response {
     crate::metrics::http::S3Op::handed(req.extensions());
-    let id = crate::http::request_id();
-    tracing::Span::current().record("request_id", id.as_str());
+    let id = crate::http::RequestId::of(req.extensions());
     if let Some(refusal) = refused_before_s3s(&req) {
         return answer::finish(refusal, &id).await;
     }

@@ -102,6 +102,8 @@ fn with_layers(routes: Router, state: &AppState) -> Router {
                     },
                 ),
         )
+        // Before the span is made, which logs it.
+        .layer(axum::middleware::from_fn(crate::http::assign_request_id))
         // Outermost, so that what the layers above refuse is timed and counted too.
         .layer(axum::middleware::from_fn(crate::metrics::http::track))
 }
@@ -116,8 +118,8 @@ fn request_span(req: &Request) -> tracing::Span {
         scope = Empty,
         token = Empty,
         outcome = Empty,
-        // The S3 gateway replaces it with the x-amz-request-id it answers with.
-        request_id = %crate::http::request_id(),
+        // One id: the S3 gateway answers it as x-amz-request-id.
+        request_id = %crate::http::RequestId::of(req.extensions()),
         principal = Empty,
     )
 }

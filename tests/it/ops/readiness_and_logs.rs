@@ -282,3 +282,22 @@ async fn sigterm_lets_a_request_in_flight_finish_then_exits() {
         common::get_bytes(&common::client(), &s.object_url("default", "draining")).await;
     assert_eq!((status, body.as_slice()), (200, &b"first-half"[..]));
 }
+
+/// One request, one id: the text log's span names a single `request_id`, the one the S3
+/// gateway answered in `x-amz-request-id`.
+#[tokio::test]
+async fn the_log_names_the_request_id_the_client_got() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = common::Server::start(&dir.path().join("data"), None);
+    let c = common::client();
+    let resp = c.get(s.url("/default/absent-object")).send().await.unwrap();
+    assert_eq!(resp.status(), 404);
+    let id = resp.headers()["x-amz-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let lines = s.awaited_log_lines(&["served", "absent-object"], 1);
+    let line = &lines[0];
+    assert_eq!(line.matches("request_id=").count(), 1, "{line}");
+    assert!(line.contains(&format!("request_id={id}")), "{id}: {line}");
+}

@@ -544,16 +544,30 @@ async fn a_chunked_put_without_a_length_is_taken(kind: Kind) {
         .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
         .build()
         .unwrap();
-    sign_at(&mut req, creds, std::time::SystemTime::now(), BodyHash::Header);
+    sign_at(
+        &mut req,
+        creds,
+        std::time::SystemTime::now(),
+        BodyHash::Header,
+    );
     assert!(req.headers().get("content-length").is_none());
     let resp = http.execute(req).await.unwrap();
     let status = resp.status().as_u16();
-    let etag = resp.headers().get("etag").map(|v| v.to_str().unwrap().to_string());
+    let etag = resp
+        .headers()
+        .get("etag")
+        .map(|v| v.to_str().unwrap().to_string());
     assert_eq!(status, 200, "{}", resp.text().await.unwrap());
     let md5 = format!("\"{}\"", hex::encode(Md5::digest(&body)));
     assert_eq!(etag.as_deref(), Some(md5.as_str()));
     let c = fx.client();
-    let head = c.head_object().bucket("req").key("streamed").send().await.unwrap();
+    let head = c
+        .head_object()
+        .bucket("req")
+        .key("streamed")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(head.content_length(), Some(body.len() as i64));
     // Stale: one chunk, then a body that never goes on.
     let never = futures::stream::once(async { Ok::<_, std::io::Error>(vec![1u8; 1024]) })
@@ -564,7 +578,12 @@ async fn a_chunked_put_without_a_length_is_taken(kind: Kind) {
         .body(reqwest::Body::wrap_stream(never))
         .build()
         .unwrap();
-    sign_at(&mut req, creds, std::time::SystemTime::now(), BodyHash::Header);
+    sign_at(
+        &mut req,
+        creds,
+        std::time::SystemTime::now(),
+        BodyHash::Header,
+    );
     let resp = tokio::time::timeout(std::time::Duration::from_secs(10), http.execute(req))
         .await
         .expect("refused without waiting for the body")
