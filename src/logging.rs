@@ -42,9 +42,11 @@ static OUTPUT: OnceLock<reload::Handle<Output, Filtered>> = OnceLock::new();
 pub fn init() {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))
-        // s3s logs the expected signature of a failed request at debug: whoever reads that
-        // log could then sign as any key. Capped, whatever RUST_LOG says.
-        .add_directive("s3s=info".parse().expect("a valid directive"));
+        // s3s logs the expected signature of a failed request at debug (whoever reads that
+        // log could then sign as any key), and every client error at ERROR. fencegate logs
+        // each request once itself (the `served` line, and its own refusals and faults), so
+        // s3s is silenced, whatever RUST_LOG says.
+        .add_directive("s3s=off".parse().expect("a valid directive"));
     let (output, handle) = reload::Layer::new(output(LogFormat::Text));
     tracing_subscriber::registry()
         .with(filter)

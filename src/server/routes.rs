@@ -90,6 +90,20 @@ fn with_layers(routes: Router, state: &AppState) -> Router {
             TraceLayer::new_for_http()
                 .make_span_with(request_span)
                 .on_request(())
+                // The `served` line below carries every status, and fencegate logs its own
+                // faults where they happen: only a 500 (a bug) is an ERROR here, not a 501 a
+                // client asked for nor a 503 the store's outage already explained.
+                .on_failure(
+                    |class: tower_http::classify::ServerErrorsFailureClass,
+                     _latency: Duration,
+                     _span: &tracing::Span| {
+                        use tower_http::classify::ServerErrorsFailureClass as Class;
+                        match class {
+                            Class::StatusCode(s) if s != StatusCode::INTERNAL_SERVER_ERROR => {}
+                            other => tracing::error!(failure = %other, "the request failed inside fencegate; please report it with this line"),
+                        }
+                    },
+                )
                 .on_response(
                     |resp: &Response, latency: Duration, _span: &tracing::Span| {
                         // The target the README's log examples and filters name.

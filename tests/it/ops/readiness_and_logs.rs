@@ -301,3 +301,45 @@ async fn the_log_names_the_request_id_the_client_got() {
     assert_eq!(line.matches("request_id=").count(), 1, "{line}");
     assert!(line.contains(&format!("request_id={id}")), "{id}: {line}");
 }
+
+/// A client's mistakes are no operator's errors: a bad signature, an unknown key, an
+/// unimplemented operation and a bad bucket name are each logged once, below ERROR.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_errors_are_not_logged_as_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = common::Server::start(&dir.path().join("data"), None);
+    let bad = common::moto::client_with(&s.url(""), "fencegate", "wrong-secret");
+    let unknown = common::moto::client_with(&s.url(""), "nobody", "x");
+    let good = common::moto::client_with(&s.url(""), "fencegate", "fencegate-dev-secret");
+    assert!(bad
+        .list_objects_v2()
+        .bucket("default")
+        .send()
+        .await
+        .is_err());
+    assert!(unknown
+        .list_objects_v2()
+        .bucket("default")
+        .send()
+        .await
+        .is_err());
+    assert!(good
+        .get_bucket_analytics_configuration()
+        .bucket("default")
+        .id("a")
+        .send()
+        .await
+        .is_err());
+    assert!(good
+        .create_bucket()
+        .bucket("Bad_Name")
+        .send()
+        .await
+        .is_err());
+    // Each was served, and its line is written as the answer leaves.
+    let served = s.awaited_log_lines(&["served", "status=4"], 3);
+    assert!(served.len() >= 3, "{served:?}");
+    let log = s.log.lock().unwrap().clone();
+    let errors: Vec<&String> = log.iter().filter(|l| l.contains(" ERROR ")).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+}
