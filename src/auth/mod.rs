@@ -332,21 +332,46 @@ fn denial(who: &Principal, action: Action<'_>) -> String {
             lease_reach(l)
         );
     }
+    let lease = matches!(who, Principal::Lease(_));
     let who = who.name();
     match action {
-        Action::Read { bucket } => format!("{who} may not read bucket {bucket}; grant it \"read\" on a pattern matching it"),
-        Action::Object { perm, bucket, key, .. } => format!(
-            "{who} may not {} {bucket}/{key}; grant it {perm:?} on a pattern matching {bucket} (lease credentials reach only their lease's scope)",
-            if perm == Permission::Delete { "delete" } else { "write" }
+        Action::Read { bucket } => format!(
+            "{who} may not read bucket {bucket}; grant it \"read\" on a pattern matching it"
+        ),
+        Action::Object {
+            perm, bucket, key, ..
+        } => format!(
+            "{who} may not {} {bucket}/{key}; grant it {perm:?} on a pattern matching {bucket}",
+            if perm == Permission::Delete {
+                "delete"
+            } else {
+                "write"
+            }
         ),
         Action::Bucket { perm, bucket } => format!("{who} needs {perm:?} on bucket {bucket}"),
         Action::Lease { name, bucket } => format!(
             "{who} may not hold lease {name:?}{}; add it to the key's lease_names{}",
-            bucket.map(|b| format!(" bound to bucket {b}")).unwrap_or_default(),
-            if bucket.is_some() { " and grant \"lease\" on the bucket" } else { "" }
+            bucket
+                .map(|b| format!(" bound to bucket {b}"))
+                .unwrap_or_default(),
+            if bucket.is_some() {
+                " and grant \"lease\" on the bucket"
+            } else {
+                ""
+            }
         ),
-        Action::CreateBucket { bucket } => format!("{who} needs \"write\" on {bucket} to create it (lease credentials never create buckets)"),
-        Action::DeleteBucket { bucket } => format!("{who} needs \"delete\" on {bucket} to delete it (lease credentials never delete buckets)"),
+        Action::CreateBucket { bucket } if lease => {
+            format!("lease credentials never create buckets, and {bucket} is not this lease's")
+        }
+        Action::DeleteBucket { .. } if lease => {
+            "lease credentials never delete buckets".to_string()
+        }
+        Action::CreateBucket { bucket } => {
+            format!("{who} needs \"write\" on {bucket} to create it")
+        }
+        Action::DeleteBucket { bucket } => {
+            format!("{who} needs \"delete\" on {bucket} to delete it")
+        }
         Action::Admin => format!("{who} is not an admin key"),
     }
 }

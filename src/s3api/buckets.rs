@@ -94,6 +94,27 @@ pub async fn create_bucket(
     req: S3Request<CreateBucketInput>,
 ) -> S3Result<S3Response<CreateBucketOutput>> {
     let bucket = req.input.bucket;
+    let asked = req
+        .input
+        .create_bucket_configuration
+        .as_ref()
+        .and_then(|c| c.location_constraint.as_ref())
+        .map(|l| l.as_str().to_string())
+        .filter(|l| !l.is_empty());
+    // No constraint means this endpoint's one region (as MinIO reads it; AWS would take it for
+    // us-east-1), so clients that send none work whatever the region is.
+    if asked.as_deref().is_some_and(|a| a != gw.region) {
+        let mut err =
+            S3Error::with_message(
+                S3ErrorCode::IllegalLocationConstraintException,
+                format!(
+                "this endpoint serves region {}; create the bucket with that LocationConstraint, or none",
+                gw.region
+            ),
+            );
+        err.set_status_code(http::StatusCode::BAD_REQUEST);
+        return Err(err);
+    }
     let who = gw.keys.s3_principal(req.credentials.as_ref())?;
     let created = if matches!(who, crate::auth::Principal::Lease(_)) {
         match gw.gate.bucket(&bucket) {

@@ -60,8 +60,16 @@ const URL_ENCODED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUM
 struct Encoding(bool);
 
 impl Encoding {
-    fn of(requested: Option<&EncodingType>) -> Encoding {
-        Encoding(requested.is_some_and(|e| e.as_str() == EncodingType::URL))
+    /// `url`, or none; any other value is AWS's 400.
+    fn of(requested: Option<&EncodingType>) -> S3Result<Encoding> {
+        match requested.map(|e| e.as_str()) {
+            None => Ok(Encoding(false)),
+            Some(EncodingType::URL) => Ok(Encoding(true)),
+            Some(other) => Err(convert::invalid(
+                S3ErrorCode::InvalidArgument,
+                format!("Invalid Encoding Method specified in Request: {other:?}; the only encoding is \"url\""),
+            )),
+        }
     }
 
     fn apply(&self, text: String) -> String {
@@ -143,7 +151,7 @@ pub async fn list_objects_v2(
     )
     .await
     .map_err(s3_error)?;
-    let encoding = Encoding::of(input.encoding_type.as_ref());
+    let encoding = Encoding::of(input.encoding_type.as_ref())?;
     let next = listing.next.clone();
     let (objects, prefixes) = encoding.entries(listing, input.fetch_owner == Some(true));
     Ok(S3Response::new(ListObjectsV2Output {
@@ -181,7 +189,7 @@ pub async fn list_objects(
     )
     .await
     .map_err(s3_error)?;
-    let encoding = Encoding::of(input.encoding_type.as_ref());
+    let encoding = Encoding::of(input.encoding_type.as_ref())?;
     let next = listing.next.clone();
     // v1 always names each object's owner.
     let (objects, prefixes) = encoding.entries(listing, true);
@@ -211,11 +219,14 @@ pub async fn list_object_versions(
     let input = req.input;
     let prefix = input.prefix.clone().unwrap_or_default();
     let max = max_keys(input.max_keys)?;
-    if input
-        .version_id_marker
-        .as_deref()
-        .is_some_and(|v| v != "null" && !v.is_empty())
-    {
+    let version_marker = input.version_id_marker.as_deref().filter(|v| !v.is_empty());
+    if version_marker.is_some() && input.key_marker.as_deref().is_none_or(str::is_empty) {
+        return Err(convert::invalid(
+            S3ErrorCode::InvalidArgument,
+            "A version-id marker cannot be specified without a key marker.",
+        ));
+    }
+    if version_marker.is_some_and(|v| v != "null") {
         return Err(convert::invalid(
             S3ErrorCode::InvalidArgument,
             "this bucket is not versioned: the only version id is \"null\"",
@@ -231,7 +242,7 @@ pub async fn list_object_versions(
     )
     .await
     .map_err(s3_error)?;
-    let encoding = Encoding::of(input.encoding_type.as_ref());
+    let encoding = Encoding::of(input.encoding_type.as_ref())?;
     let next = listing.next.clone();
     let (objects, prefixes) = encoding.entries(listing, true);
     let versions = objects

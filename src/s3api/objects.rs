@@ -82,6 +82,18 @@ pub async fn put_object(
     Ok(replayed(resp, written.replayed))
 }
 
+/// Buckets are unversioned: the one version of an object is `null`, and asking for another is
+/// AWS's 400, never the current object passed off as that version.
+fn unversioned(version_id: Option<&str>) -> S3Result<()> {
+    match version_id {
+        None | Some("null") => Ok(()),
+        Some(_) => Err(convert::invalid(
+            S3ErrorCode::InvalidArgument,
+            "Invalid version id specified: this bucket is not versioned, so the only version id is \"null\"",
+        )),
+    }
+}
+
 /// The range asked for, checked against the object's size: (first, last) inclusive.
 fn byte_range(range: Option<&Range>, size: u64) -> S3Result<Option<(u64, u64)>> {
     let Some(range) = range else {
@@ -106,6 +118,7 @@ pub async fn get_object(
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let input = req.input;
     note(&input.bucket, &input.key);
+    unversioned(input.version_id.as_deref())?;
     let conditions = ReadConditions {
         if_match: input.if_match.as_ref(),
         if_none_match: input.if_none_match.as_ref(),
@@ -251,6 +264,7 @@ pub async fn head_object(
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let input = req.input;
     note(&input.bucket, &input.key);
+    unversioned(input.version_id.as_deref())?;
     let part = match input.part_number {
         Some(number) => Some(
             gw.gate

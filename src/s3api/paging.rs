@@ -53,17 +53,18 @@ where
         other => other.clone(),
     };
     let mut last_entry: Option<String> = None;
+    // The common prefix whose keys are being passed over, across fetches.
+    let mut skipping: Option<String> = None;
     loop {
         let page = fetch(cursor.clone(), FETCH).await?;
         let more = page.next_start_after.is_some();
-        let mut skip_to: Option<String> = None;
         for o in page.objects {
-            if skip_to.as_deref().is_some_and(|s| o.key.as_str() < s) {
+            if skipping.as_deref().is_some_and(|p| o.key.starts_with(p)) {
                 continue;
             }
             let fold = folded(&o.key, prefix, delimiter);
             if fold.is_some() && fold == after {
-                skip_to = fold.map(|p| format!("{p}{PAST}"));
+                skipping = fold;
                 continue;
             }
             if out.objects.len() + out.prefixes.len() == max {
@@ -73,7 +74,7 @@ where
             last_entry = Some(fold.clone().unwrap_or_else(|| o.key.clone()));
             match fold {
                 Some(p) => {
-                    skip_to = Some(format!("{p}{PAST}"));
+                    skipping = Some(p.clone());
                     out.prefixes.push(p);
                 }
                 None => out.objects.push(o),
@@ -83,7 +84,8 @@ where
             return Ok(out);
         }
         // Past the page's last key, or past the prefix it ended in, whichever is later.
-        cursor = skip_to.max(page.next_start_after);
+        let past_prefix = skipping.as_ref().map(|p| format!("{p}{PAST}"));
+        cursor = past_prefix.max(page.next_start_after);
     }
 }
 
@@ -168,7 +170,7 @@ mod tests {
     #[tokio::test]
     async fn pages_put_together_are_the_whole_listing() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(31);
-        let alphabet = ['a', 'b', '/', '-', 'é'];
+        let alphabet = ['a', 'b', '/', '-', 'é', PAST];
         for _ in 0..400 {
             let mut keys: Vec<String> = (0..rng.random_range(0..30))
                 .map(|_| {
@@ -211,6 +213,36 @@ mod tests {
                 "{keys:?} {prefix:?} {delimiter:?} {max}"
             );
         }
+    }
+
+    /// Keys that go on past U+10FFFF under a prefix are still under it: the prefix is listed
+    /// once, within a page and across fetches.
+    #[tokio::test]
+    async fn keys_past_the_largest_code_point_stay_under_their_prefix() {
+        let keys: Vec<String> = [
+            "P/a/1",
+            "P/a/\u{10FFFF}",
+            "P/a/\u{10FFFF}x",
+            "P/a/\u{10FFFF}y/z",
+            "P/b",
+        ]
+        .map(String::from)
+        .to_vec();
+        let l = page(store(&keys, "P/"), "P/", Some("/"), None, 10)
+            .await
+            .unwrap();
+        assert_eq!(entries(&l), ["P/a/", "P/b"]);
+        let l = page(store(&keys, "P/"), "P/", Some("/"), None, 1)
+            .await
+            .unwrap();
+        assert_eq!(
+            (entries(&l), l.next.as_deref()),
+            (vec!["P/a/".to_string()], Some("P/a/"))
+        );
+        let rest = page(store(&keys, "P/"), "P/", Some("/"), Some("P/a/".into()), 10)
+            .await
+            .unwrap();
+        assert_eq!(entries(&rest), ["P/b"]);
     }
 
     #[tokio::test]

@@ -34,12 +34,48 @@ pub fn query_params(uri: &http::Uri) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Is this a SigV2 presigned URL, as s3s decides (a parameter named `Signature`)? Any
-/// spelling of `AWSAccessKeyId` counts too, so that no SigV2 request escapes these rules.
+/// Is this a SigV2 presigned URL? Exactly as s3s decides which signature it verifies: a
+/// parameter named `Signature` (s3s checks SigV2 before SigV4). Only then do the SigV2 rules
+/// here apply; any other request is judged by what its SigV4 signature covers.
 pub fn presigned(params: &[(String, String)]) -> bool {
-    params
-        .iter()
-        .any(|(k, _)| k == "Signature" || k.eq_ignore_ascii_case("AWSAccessKeyId"))
+    params.iter().any(|(k, _)| k == "Signature")
+}
+
+/// The parameters a SigV2 presigned URL may carry: its own three, the `x-amz-*` headers it
+/// signs, and GetObject's `response-*` overrides (which SigV2 signs). No other subresource, so
+/// that a URL signed for one operation cannot be steered to another by a parameter its string
+/// to sign leaves out (s3s signs a fixed list, and a repeated one not at all).
+fn allowed(name: &str) -> bool {
+    matches!(name, "AWSAccessKeyId" | "Expires" | "Signature")
+        || covers(name)
+        || name.starts_with("response-")
+}
+
+/// Why a URL that names SigV2's parameters is not a well-formed SigV2 presigned URL, if so:
+/// a spelling s3s does not read as SigV2 (it would verify something else), a parameter twice,
+/// or one outside [`allowed`].
+fn malformed(params: &[(String, String)]) -> Option<String> {
+    let v2_name =
+        |k: &str| k.eq_ignore_ascii_case("AWSAccessKeyId") || k.eq_ignore_ascii_case("Signature");
+    if !params.iter().any(|(k, _)| v2_name(k)) {
+        return None;
+    }
+    let exact = |want: &str| params.iter().any(|(k, _)| k == want);
+    if !exact("Signature") || !exact("AWSAccessKeyId") || !exact("Expires") {
+        return Some("a Signature Version 2 presigned URL carries exactly AWSAccessKeyId, Expires and Signature: presign it again (or with SigV4)".into());
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (k, _) in params {
+        if !seen.insert(k.to_ascii_lowercase()) {
+            return Some(format!(
+                "{k} appears twice in a Signature Version 2 presigned URL; send it once"
+            ));
+        }
+        if !allowed(k) {
+            return Some(format!("a Signature Version 2 presigned URL may not carry {k:?} (its signature would not cover it): presign with SigV4 for this request"));
+        }
+    }
+    None
 }
 
 /// A SigV2 Authorization header (`AWS AccessKey:Signature`).
@@ -63,6 +99,9 @@ pub fn refused(
 ) -> Option<String> {
     if header_signed(headers) {
         return Some("Signature Version 2 is accepted only in presigned URLs (GET, HEAD and PUT): sign requests with SigV4, as every current SDK and CLI does".into());
+    }
+    if let Some(why) = malformed(params) {
+        return Some(why);
     }
     if !presigned(params) {
         return None;
@@ -184,6 +223,24 @@ mod tests {
         header.insert("authorization", "AWS AK:c2ln".parse().unwrap());
         assert!(refused(&Method::GET, &header, &[]).is_some());
         assert!(covers("x-amz-meta-fencing-token") && covers("X-Amz-Meta-Fencing-Token"));
+        // Not SigV2 to s3s, or not all of it: refused, never judged by the SigV2 rule (a SigV4
+        // request with an `AWSAccessKeyId` parameter kept its x-amz-* headers unsigned).
+        for q in [
+            "X-Amz-Signature=00&X-Amz-SignedHeaders=host&AWSAccessKeyId=",
+            "awsaccesskeyid",
+            "AWSAccessKeyId=AK&Expires=1&signature=x",
+            "AWSAccessKeyId=AK&Signature=x",
+            "AWSAccessKeyId=AK&Expires=1&Signature=x&acl&acl",
+            "AWSAccessKeyId=AK&Expires=1&Signature=x&tagging",
+            "AWSAccessKeyId=AK&Expires=1&Signature=x&x-amz-meta-a=1&X-Amz-Meta-A=2",
+        ] {
+            assert!(
+                refused(&Method::GET, &none, &query_params(&uri(q))).is_some(),
+                "{q}"
+            );
+        }
+        let ok = format!("AWSAccessKeyId=AK&Expires={}&Signature=x&response-content-type=a&x-amz-meta-fencing-token=3", now + 60);
+        assert_eq!(refused(&Method::PUT, &none, &query_params(&uri(&ok))), None);
         assert!(!covers("fencing-token") && !covers("fencing-scope"));
     }
 }

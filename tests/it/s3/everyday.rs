@@ -592,6 +592,104 @@ async fn a_chunked_put_without_a_length_is_taken(kind: Kind) {
     assert!(resp.text().await.unwrap().contains("StaleFencingToken"));
 }
 
+/// A SigV4 request whose query names a SigV2 parameter is judged by what its SigV4 signature
+/// covers, never by SigV2's rule: an `x-amz-meta-fencing-token` its signer never signed is
+/// refused, and the 7-day limit holds (adversarial review of issue 31, F1 and F2).
+async fn sigv2_parameters_never_loosen_a_sigv4_signature(kind: Kind) {
+    use crate::common::sign::{presign_method, Creds};
+    let fx = Fx::start_with(kind, &[("req", "")]).await;
+    let creds = Creds {
+        key: "fencegate",
+        secret: "fencegate-dev-secret",
+    };
+    let http = reqwest::Client::new();
+    for query in ["?AWSAccessKeyId=", "?awsaccesskeyid"] {
+        let url = presign_method(
+            "PUT",
+            &fx.server.url(&format!("/req/k{query}")),
+            creds,
+            std::time::Duration::from_secs(60),
+        );
+        let resp = http
+            .put(&url)
+            .header("x-amz-meta-fencing-token", "999")
+            .body("bearer's")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            resp.status().as_u16(),
+            403,
+            "{query}: {}",
+            resp.text().await.unwrap()
+        );
+        let long = presign_method(
+            "GET",
+            &fx.server.url(&format!("/req/k{query}")),
+            creds,
+            std::time::Duration::from_secs(10 * 365 * 24 * 3600),
+        );
+        assert_eq!(http.get(&long).send().await.unwrap().status().as_u16(), 403);
+    }
+    let c = fx.client();
+    assert!(c.head_object().bucket("req").key("k").send().await.is_err());
+    let fence: serde_json::Value = http
+        .get(fx.server.url("/v1/fences/req/k"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(fence["highest"].is_null(), "{fence}");
+}
+
+/// What AWS refuses is refused: a LocationConstraint for another region, an encoding other
+/// than `url`, a version id other than `null` on an unversioned bucket, a version-id marker
+/// without a key marker (adversarial review of issue 31, F4 and F6).
+async fn requests_aws_refuses_are_refused(kind: Kind) {
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    put(&c, "bkt", "k", b"1").await;
+    let (status, code, _, _) = refused(
+        c.create_bucket()
+            .bucket("bkt")
+            .create_bucket_configuration(
+                aws_sdk_s3::types::CreateBucketConfiguration::builder()
+                    .location_constraint(aws_sdk_s3::types::BucketLocationConstraint::EuWest1)
+                    .build(),
+            )
+            .send()
+            .await,
+    );
+    assert_eq!(
+        (status, code.as_str()),
+        (400, "IllegalLocationConstraintException")
+    );
+    let http = reqwest::Client::new();
+    for path in [
+        "/bkt?list-type=2&encoding-type=xml",
+        "/bkt?encoding-type=xml",
+        "/bkt/k?versionId=xyz",
+        "/bkt?versions&version-id-marker=null",
+    ] {
+        let resp = http.get(fx.server.url(path)).send().await.unwrap();
+        let status = resp.status().as_u16();
+        let body = resp.text().await.unwrap();
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(
+            body.contains("<Code>InvalidArgument</Code>"),
+            "{path}: {body}"
+        );
+    }
+    let resp = http
+        .get(fx.server.url("/bkt/k?versionId=null"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+}
+
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod fs {
@@ -613,4 +711,6 @@ on_both_backends!(
     create_bucket_ensures_an_owned_bucket,
     headers_as_aws_sends_them,
     a_chunked_put_without_a_length_is_taken,
+    sigv2_parameters_never_loosen_a_sigv4_signature,
+    requests_aws_refuses_are_refused,
 );
