@@ -64,12 +64,22 @@ pub async fn track(mut req: Request, next: Next) -> Response {
         sent: 0,
         status: None,
         finished: false,
+        bodiless: false,
+        length: None,
     };
     metrics::gauge!(super::REQUESTS_IN_FLIGHT).increment(1.0);
     let req = req.map(|b| Body::new(Counted { inner: b, received }));
     // Dropped here, if the client leaves before the answer (the tracker records "aborted").
     let resp = next.run(req).await;
     tracker.status = Some(resp.status().as_u16());
+    // hyper stops polling a body once it has sent its Content-Length, and sends none for a
+    // HEAD, a 204 or a 304: such an answer is finished without a last poll.
+    tracker.bodiless =
+        tracker.method == Method::HEAD || matches!(resp.status().as_u16(), 204 | 304);
+    tracker.length = resp
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
     resp.map(|b| Body::new(Tracked { inner: b, tracker }))
 }
 
@@ -87,6 +97,10 @@ struct Tracker {
     status: Option<u16>,
     /// The answer's body reached its end.
     finished: bool,
+    /// The answer carries no body on the wire (HEAD, 204, 304).
+    bodiless: bool,
+    /// The answer's Content-Length, when it declared one.
+    length: Option<u64>,
 }
 
 impl Drop for Tracker {
@@ -257,9 +271,11 @@ impl http_body::Body for Tracked {
 
 impl Drop for Tracked {
     fn drop(&mut self) {
-        // An empty body (a 204, a HEAD, most refusals) may never be polled.
-        if self.inner.is_end_stream() {
-            self.tracker.finished = true;
+        // An empty body (a 204, a HEAD, most refusals) may never be polled, and hyper stops
+        // at the Content-Length without the poll that would find the end.
+        let t = &mut self.tracker;
+        if self.inner.is_end_stream() || t.bodiless || t.length == Some(t.sent) {
+            t.finished = true;
         }
     }
 }

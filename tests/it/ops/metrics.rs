@@ -355,3 +355,77 @@ async fn the_docs_name_only_exported_metrics() {
         }
     }
 }
+
+/// A read whose body the client took to its end is `2xx`, a HEAD 404 `4xx`; only a client
+/// that hangs up mid-body is `aborted`.
+#[tokio::test]
+async fn whole_reads_are_not_aborted() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    let c = common::client();
+    let big = vec![7u8; 4 << 20];
+    let put = c
+        .put(s.url("/default/big"))
+        .header("Fencing-Token", "1")
+        .body(big.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let got = c.get(s.url("/default/big")).send().await.unwrap();
+    assert_eq!(got.bytes().await.unwrap().len(), big.len());
+    assert_eq!(
+        c.head(s.url("/default/absent"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    assert_eq!(
+        c.head(s.url("/default/big")).send().await.unwrap().status(),
+        200
+    );
+    // A client that leaves after the first bytes of the answer.
+    let (status, _) = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut conn = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        conn.write_all(b"GET /default/big HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut first = vec![0u8; 1024];
+        let n = conn.read(&mut first).await.unwrap();
+        (String::from_utf8_lossy(&first[..n]).into_owned(), ())
+    };
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let all = {
+        // The dropped connection's request records once the server notices.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let all = samples(&scrape(&c, &s).await);
+            let aborted = all
+                .iter()
+                .filter(|x| x.name == "fencegate_request_duration_seconds_count")
+                .filter(|x| x.labels.get("outcome").map(String::as_str) == Some("aborted"))
+                .map(|x| x.value)
+                .sum::<f64>();
+            if aborted >= 1.0 || std::time::Instant::now() > deadline {
+                break all;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let count = |op: &str, outcome: &str| {
+        all.iter()
+            .filter(|x| x.name == "fencegate_request_duration_seconds_count")
+            .filter(|x| x.labels.get("operation").map(String::as_str) == Some(op))
+            .filter(|x| x.labels.get("outcome").map(String::as_str) == Some(outcome))
+            .map(|x| x.value)
+            .sum::<f64>()
+    };
+    assert_eq!(count("GetObject", "2xx"), 1.0);
+    assert_eq!(count("GetObject", "aborted"), 1.0, "the hang-up mid-body");
+    assert_eq!(count("HeadObject", "4xx"), 1.0);
+    assert_eq!(count("HeadObject", "2xx"), 1.0);
+    assert_eq!(count("HeadObject", "aborted"), 0.0);
+}
