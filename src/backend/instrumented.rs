@@ -27,6 +27,14 @@ impl Instrumented {
 
     /// [`Instrumented::wrap`], a fault's message naming the backend as `label`.
     pub fn wrap_labelled(name: &str, label: String, inner: Arc<dyn Backend>) -> Arc<dyn Backend> {
+        // Every error series at zero from the start, so that increase() sees the first one
+        // (increment, not absolute: a bucket created later must not reset what was counted).
+        for operation in OPERATIONS {
+            for kind in ERROR_KINDS {
+                metrics::counter!(crate::metrics::BACKEND_ERRORS, "backend" => name.to_string(), "operation" => operation, "kind" => kind)
+                    .increment(0);
+            }
+        }
         Arc::new(Instrumented {
             inner,
             name: name.to_string(),
@@ -94,6 +102,34 @@ fn outcome(error: Option<&BackendError>) -> (&'static str, Option<&'static str>)
     };
     ("error", Some(kind))
 }
+
+/// The operations timed, as labelled.
+const OPERATIONS: [&str; 12] = [
+    "stage",
+    "commit",
+    "delete",
+    "check_ready",
+    "version",
+    "head",
+    "get",
+    "list",
+    "create_upload",
+    "upload_part",
+    "assemble",
+    "finish_upload",
+];
+
+/// The `kind` of a failed call ([`outcome`]).
+const ERROR_KINDS: [&str; 8] = [
+    "unreachable",
+    "timeout",
+    "throttled",
+    "failing",
+    "refused",
+    "corrupt",
+    "kept_different_bytes",
+    "expired",
+];
 
 fn record(backend: &str, operation: &'static str, took: Duration, error: Option<&BackendError>) {
     let (outcome, kind) = outcome(error);
@@ -294,6 +330,34 @@ impl Backend for Instrumented {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every kind a failure is labelled with is one created at zero.
+    #[test]
+    fn every_error_kind_is_registered() {
+        let failures = [
+            BackendError::Unreachable(String::new()),
+            BackendError::Timeout(String::new()),
+            BackendError::Throttled(String::new()),
+            BackendError::Failing(String::new()),
+            BackendError::Corrupt(String::new()),
+            BackendError::KeptDifferentBytes(String::new()),
+            BackendError::Expired(String::new()),
+        ];
+        for e in &failures {
+            let (_, kind) = outcome(Some(e));
+            let kind = kind.expect("a failure of the backend has a kind");
+            assert!(ERROR_KINDS.contains(&kind), "{kind}");
+        }
+        // Every operation timed is one created at zero.
+        let source = include_str!("instrumented.rs");
+        for call in source.split("self.timed(").skip(1) {
+            let name = call.trim_start().trim_start_matches('"');
+            let name = &name[..name.find('"').unwrap_or(0)];
+            if name.chars().all(|c| c.is_ascii_lowercase() || c == '_') && !name.is_empty() {
+                assert!(OPERATIONS.contains(&name), "{name}");
+            }
+        }
+    }
 
     #[test]
     fn only_the_backends_own_failures_are_errors() {

@@ -81,6 +81,7 @@ pub struct S3Backend {
 
 impl S3Backend {
     pub fn new(clients: S3Clients, bucket: &str, prefix: &str, part_size: u64) -> S3Backend {
+        crate::metrics::register_store_integrity();
         S3Backend {
             clients,
             bucket: bucket.to_string(),

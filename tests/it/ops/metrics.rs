@@ -429,3 +429,23 @@ async fn whole_reads_are_not_aborted() {
     assert_eq!(count("HeadObject", "2xx"), 1.0);
     assert_eq!(count("HeadObject", "aborted"), 0.0);
 }
+
+/// Counters with a fixed list of label values exist at zero from the start, so that
+/// `increase()` sees their first, possibly only, event.
+#[tokio::test]
+async fn fixed_label_counters_start_at_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    let c = common::client();
+    let all = samples(&scrape(&c, &s).await);
+    for kind in ["timeout", "unreachable", "corrupt", "kept_different_bytes"] {
+        assert_eq!(
+            sum(
+                &all,
+                "fencegate_backend_errors_total",
+                &[("operation", "commit"), ("kind", kind)]
+            ),
+            0.0
+        );
+    }
+}
