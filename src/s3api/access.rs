@@ -144,9 +144,24 @@ fn refused_signature(
         None => return None,
     };
     let covered = |name: &str| signed.iter().any(|h| h.eq_ignore_ascii_case(name));
-    crate::http::headers::unsigned_fencing_header(headers, covered).map(|name| format!(
-        "the {name} header must be signed: add it to the signed headers (a presigned URL cannot carry it; write with a signed request or lease-bound credentials)"
-    ))
+    if let Some(name) = crate::http::headers::unsigned_fencing_header(headers, covered) {
+        return Some(format!(
+            "the {name} header must be signed: add it to the signed headers (a presigned URL cannot carry it; write with a signed request or lease-bound credentials)"
+        ));
+    }
+    // Nor any other x-amz-* header, as AWS refuses them (HeadersNotSigned): whoever holds a
+    // presigned PUT could otherwise add x-amz-copy-source and have it copy, with the signer's
+    // rights, an object the holder may not read. x-amz-content-sha256 describes the body, and
+    // a presigned URL's bearer sends it unsigned.
+    headers
+        .keys()
+        .map(|name| name.as_str())
+        .find(|name| {
+            super::sigv2::covers(name) && *name != "x-amz-content-sha256" && !covered(name)
+        })
+        .map(|name| format!(
+            "There were headers present in the request which were not signed: {name}; sign every x-amz-* header sent (a presigned URL signs none its bearer adds)"
+        ))
 }
 
 /// The headers a SigV4 request signs, decided as s3s decides which signature to verify
@@ -317,6 +332,23 @@ mod tests {
             let auth = format!("{algorithm}Credential=AK/20260101/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-date, Signature=00");
             assert!(refused(&auth, "", true), "{auth:?}");
         }
+        // Any x-amz-* header the SigV4 signature does not cover: a presigned PUT turned into
+        // a CopyObject by its bearer, say.
+        let mut copy = http::HeaderMap::new();
+        copy.insert("x-amz-copy-source", "secret/s".parse().unwrap());
+        let presigned: http::Uri =
+            "/b/k?X-Amz-Signature=00&X-Amz-Expires=60&X-Amz-SignedHeaders=host"
+                .parse()
+                .unwrap();
+        assert!(refused_signature(&http::Method::PUT, &copy, &presigned, true).is_some());
+        let signed: http::Uri =
+            "/b/k?X-Amz-Signature=00&X-Amz-Expires=60&X-Amz-SignedHeaders=host%3Bx-amz-copy-source"
+                .parse()
+                .unwrap();
+        assert!(refused_signature(&http::Method::PUT, &copy, &signed, true).is_none());
+        let mut sha = http::HeaderMap::new();
+        sha.insert("x-amz-content-sha256", "UNSIGNED-PAYLOAD".parse().unwrap());
+        assert!(refused_signature(&http::Method::PUT, &sha, &presigned, true).is_none());
         // Authenticated, but no signed-header list to be found: nothing is covered.
         assert!(refused_as("garbage", "", true, true));
         assert!(refused_as("", "", true, true));

@@ -631,7 +631,35 @@ async fn sigv2_parameters_never_loosen_a_sigv4_signature(kind: Kind) {
         );
         assert_eq!(http.get(&long).send().await.unwrap().status().as_u16(), 403);
     }
+    // A presigned PUT is not its bearer's to turn into a CopyObject (run with the signer's
+    // rights) by an x-amz-copy-source it did not sign (adversarial review of issue 31).
     let c = fx.client();
+    put(&c, "bkt", "private", b"the signer's").await;
+    let url = presign_method(
+        "PUT",
+        &fx.server.url("/bkt/slot"),
+        creds,
+        std::time::Duration::from_secs(60),
+    );
+    let resp = http
+        .put(&url)
+        .header("x-amz-copy-source", "bkt/private")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        403,
+        "{}",
+        resp.text().await.unwrap()
+    );
+    assert!(c
+        .head_object()
+        .bucket("bkt")
+        .key("slot")
+        .send()
+        .await
+        .is_err());
     assert!(c.head_object().bucket("req").key("k").send().await.is_err());
     let fence: serde_json::Value = http
         .get(fx.server.url("/v1/fences/req/k"))
