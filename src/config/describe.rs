@@ -2,6 +2,16 @@
 
 use super::*;
 
+/// A setting as the configuration file spells it (`required`, `strictly-increasing`), not as
+/// Rust names it.
+fn spelled<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
+}
+
 impl Config {
     /// A human-readable summary of the effective policies (for `check-config` and start-up).
     pub fn describe(&self) -> String {
@@ -55,19 +65,24 @@ impl Config {
         for (name, p) in &self.buckets {
             let scope = match p.scope {
                 ScopeKind::Prefix => format!("prefix (first {} segments)", p.prefix_segments),
-                other => format!("{other:?}").to_lowercase(),
+                other => spelled(&other),
             };
             out += &format!(
-                "bucket {name}: backend={} fencing={:?} scope={scope} tokens={:?} fenced_deletes={} on_bypass={:?}\n",
-                p.backend, p.fencing, p.tokens, p.fenced_deletes, p.on_bypass
+                "bucket {name}: backend={} fencing={} scope={scope} tokens={} fenced_deletes={} on_bypass={}\n",
+                p.backend,
+                spelled(&p.fencing),
+                spelled(&p.tokens),
+                p.fenced_deletes,
+                spelled(&p.on_bypass)
             );
         }
         match &self.bucket_defaults {
             Some(p) => {
                 out += &format!(
-                "buckets created through S3: backend={} fencing={:?} (from [bucket_defaults])\n",
-                p.backend, p.fencing
-            )
+                    "buckets created through S3: backend={} fencing={} (from [bucket_defaults])\n",
+                    p.backend,
+                    spelled(&p.fencing)
+                )
             }
             None => out += "buckets created through S3: refused (no [bucket_defaults])\n",
         }
@@ -84,7 +99,7 @@ impl Config {
                     .unwrap_or_default(),
                 self.s3.region,
                 if keys.is_empty() {
-                    "none: development mode (anonymous access and the key fencegate / fencegate-dev-secret, loopback only)".to_string()
+                    "none: development mode (anonymous access and the development key fencegate, whose secret is in the README; loopback only)".to_string()
                 } else {
                     keys.join(", ")
                 }

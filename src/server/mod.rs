@@ -56,10 +56,10 @@ pub fn check_protected(config: &Config) -> Result<(), StartError> {
         .find(|a| !a.ip().is_loopback());
     match exposed {
         None => {
+            // The secret is the README's, never a log line's: scanners flag secrets in logs.
             tracing::warn!(
                 access_key_id = DEV_KEY.0,
-                secret_access_key = DEV_KEY.1,
-                "development mode: no [keys] are configured, so anonymous requests and the development key may do anything; listening on loopback only"
+                "development mode: no [keys] are configured, so anonymous requests and the development key (its secret is in the README, \"Use it as an S3 endpoint\") may do anything; listening on loopback only"
             );
             Ok(())
         }
@@ -260,8 +260,17 @@ fn connection_budget(max_connections: usize) -> usize {
     // request opens, with room left for the fence table and directories being fsynced.
     let fits = (files / 3).max(16);
     if max_connections > fits {
-        tracing::warn!(max_connections, open_file_limit = files, lowered_to = fits,
-            "[server] max_connections does not fit the open-file limit; raise the limit (ulimit -n, LimitNOFILE) to allow more");
+        // A default never warns: only a limit the operator chose is worth their attention.
+        if max_connections == crate::config::ServerConfig::default().max_connections {
+            tracing::info!(
+                max_connections = fits,
+                open_file_limit = files,
+                "[server] max_connections fits the open-file limit (a third of it)"
+            );
+        } else {
+            tracing::warn!(max_connections, open_file_limit = files, lowered_to = fits,
+                "[server] max_connections does not fit the open-file limit; raise the limit (ulimit -n, LimitNOFILE) to allow more");
+        }
         return fits;
     }
     max_connections.max(1)

@@ -37,11 +37,16 @@ fn check_config_prints_the_effective_policies() {
     assert!(ok, "{err}");
     assert!(
         out.contains(
-            "bucket tenants: backend=local fencing=Required scope=prefix (first 1 segments)"
+            "bucket tenants: backend=local fencing=required scope=prefix (first 1 segments) tokens=non-decreasing"
         ),
         "{out}"
     );
     assert!(out.contains("bucket jobs:"), "{out}");
+    // Settings as the file spells them, not as Rust names them.
+    assert!(
+        !out.contains("Required") && !out.contains("Refuse"),
+        "{out}"
+    );
 }
 
 #[test]

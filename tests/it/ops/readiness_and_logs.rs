@@ -343,3 +343,21 @@ async fn client_errors_are_not_logged_as_errors() {
     let errors: Vec<&String> = log.iter().filter(|l| l.contains(" ERROR ")).collect();
     assert!(errors.is_empty(), "{errors:#?}");
 }
+
+/// Start-up says what an operator must act on, and nothing else: no warning about a default
+/// that was lowered to fit, and no secret in a log line.
+#[tokio::test]
+async fn start_up_lines_warn_only_about_what_was_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = common::Server::start(&dir.path().join("data"), None);
+    let lines = s.awaited_log_lines(&["fencegate is listening"], 1);
+    assert_eq!(lines.len(), 1);
+    let log = s.log.lock().unwrap().clone();
+    for line in &log {
+        assert!(!line.contains("fencegate-dev-secret"), "{line}");
+        assert!(
+            !(line.contains(" WARN ") && line.contains("max_connections")),
+            "{line}"
+        );
+    }
+}
