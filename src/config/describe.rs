@@ -5,8 +5,8 @@ use super::*;
 /// A setting as the configuration file spells it (`required`, `strictly-increasing`), not as
 /// Rust names it.
 fn spelled<T: serde::Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => s,
+    match toml::Value::try_from(value) {
+        Ok(toml::Value::String(s)) => s,
         Ok(other) => other.to_string(),
         Err(_) => "?".into(),
     }
