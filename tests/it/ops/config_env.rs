@@ -110,7 +110,7 @@ fn a_variable_overrides_a_file_field_and_units_are_accepted() {
     assert!(out.contains("listen: 127.0.0.1:2\n"), "{out}");
     assert!(out.contains("max body: 67108864 bytes"), "{out}");
     assert!(
-        out.contains("bucket logs: backend=local fencing=Off"),
+        out.contains("bucket logs: backend=local fencing=off"),
         "{out}"
     );
     assert!(
