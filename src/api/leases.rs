@@ -101,7 +101,7 @@ fn parse<T: serde::de::DeserializeOwned>(body: &Bytes, expected: &str) -> Result
 
 fn name_of(path: Result<Path<String>, PathRejection>) -> Result<String, LeaseError> {
     let Path(name) = path.map_err(|e| LeaseError::Invalid(format!("bad lease path: {e}")))?;
-    tracing::Span::current().record("key", name.as_str());
+    tracing::Span::current().record("lease", name.as_str());
     Ok(name)
 }
 

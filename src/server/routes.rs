@@ -110,7 +110,8 @@ fn with_layers(routes: Router, state: &AppState) -> Router {
                         tracing::info!(
                             target: "fencegate::api",
                             status = resp.status().as_u16(),
-                            latency_ms = latency.as_secs_f64() * 1000.0,
+                            // Microsecond precision: enough to read, nothing to misread.
+                            latency_ms = (latency.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
                             "served"
                         );
                     },
@@ -129,12 +130,18 @@ fn request_span(req: &Request) -> tracing::Span {
         path = %req.uri().path(),
         bucket = Empty,
         key = Empty,
+        lease = Empty,
         scope = Empty,
         token = Empty,
         outcome = Empty,
         // One id: the S3 gateway answers it as x-amz-request-id.
         request_id = %crate::http::RequestId::of(req.extensions()),
         principal = Empty,
+        user_agent = %req
+            .headers()
+            .get(http::header::USER_AGENT)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).chars().take(200).collect::<String>())
+            .unwrap_or_default(),
     )
 }
 

@@ -361,3 +361,39 @@ async fn start_up_lines_warn_only_about_what_was_set() {
         );
     }
 }
+
+/// The access line reads plainly: latency rounded, a lease route's name as `lease=`, and the
+/// client's user agent.
+#[tokio::test]
+async fn the_served_line_names_the_lease_and_the_user_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = common::Server::start(&dir.path().join("data"), None);
+    let c = reqwest::Client::builder()
+        .user_agent("worker/1.0")
+        .build()
+        .unwrap();
+    let resp = c
+        .post(s.url("/v1/leases/nightly-report"))
+        .body(r#"{"holder": "w", "ttl_ms": 60000}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let lines = s.awaited_log_lines(&["served", "nightly-report"], 1);
+    let line = &lines[0];
+    assert!(
+        line.contains("lease=\"nightly-report\"") || line.contains("lease=nightly-report"),
+        "{line}"
+    );
+    assert!(!line.contains("key="), "{line}");
+    assert!(line.contains("user_agent=worker/1.0"), "{line}");
+    let latency = line
+        .split("latency_ms=")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap();
+    let decimals = latency.split('.').nth(1).map_or(0, str::len);
+    assert!(decimals <= 3, "{latency}");
+}
