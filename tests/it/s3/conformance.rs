@@ -3,7 +3,7 @@
 //! the safe mode (conditional commits), through aws-sdk-s3 as an unmodified client. Where
 //! fencegate differs on purpose, the README's "Differences from S3" says so.
 
-use super::fixture::{put, refused, Fx, Kind, PART};
+use super::fixture::{on_both_backends, put, refused, Fx, Kind, PART};
 use crate::common;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, EncodingType};
@@ -1307,19 +1307,6 @@ async fn metadata_values(kind: Kind) {
         .send()
         .await
         .is_err());
-}
-
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod fs {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Kind::Fs).await })*
-        }
-        mod s3_safe {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Kind::S3Safe).await })*
-        }
-    };
 }
 
 on_both_backends!(

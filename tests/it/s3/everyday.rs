@@ -4,7 +4,7 @@
 //! as an idempotent ensure step, a large single PUT answering its body's MD5, and headers as
 //! AWS sends them.
 
-use super::fixture::{put, refused, Fx, Kind, PART};
+use super::fixture::{on_both_backends, put, refused, Fx, Kind, PART};
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::Client;
@@ -716,19 +716,6 @@ async fn requests_aws_refuses_are_refused(kind: Kind) {
         .await
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
-}
-
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod fs {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Kind::Fs).await })*
-        }
-        mod s3_safe {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() { super::$name(super::Kind::S3Safe).await })*
-        }
-    };
 }
 
 on_both_backends!(

@@ -116,3 +116,19 @@ pub async fn put(c: &Client, bucket: &str, key: &str, body: &[u8]) -> String {
         .unwrap()
         .to_string()
 }
+
+/// One test per behaviour and backend: `mod fs` and `mod s3_safe`, each calling
+/// `super::NAME(Kind)` of the module that invokes it.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod fs {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Kind::Fs).await })*
+        }
+        mod s3_safe {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Kind::S3Safe).await })*
+        }
+    };
+}
+pub(crate) use on_both_backends;
