@@ -1,9 +1,8 @@
 //! Logs on stderr, as text (the default) or as one JSON object per line (`--log-format json`,
 //! `[server] log_format = "json"`), for log pipelines that parse fields instead of grepping.
 //! In JSON, an event's own fields are top-level keys beside `timestamp`, `level`, `target` and
-//! `message`, and the fields of the span it happened in go under `span` (for a request:
-//! `method`, `path`, `request_id`, `bucket`, `key`, `scope`, `token`, `outcome`, `principal`,
-//! as far as they are known).
+//! `message`, and the fields of the span it happened in go under `span` (for a request: the
+//! fields README's "Logs" table lists, as far as they are known).
 //!
 //! Logging starts before the configuration file is read (its errors are printed, not
 //! logged), so the subscriber is installed with text and switched once the format is known,

@@ -36,7 +36,10 @@ pub fn routes(state: AppState, auth: Arc<crate::auth::admin::AdminAuth>) -> Rout
 
 async fn metrics(State(state): State<AppState>) -> Response {
     match &state.metrics {
-        Some(handle) => handle.render().into_response(),
+        Some(handle) => {
+            crate::metrics::collect_process();
+            handle.render().into_response()
+        }
         None => (StatusCode::NOT_FOUND, "metrics are not enabled\n").into_response(),
     }
 }

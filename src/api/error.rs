@@ -5,7 +5,6 @@ use crate::auth::AuthError;
 use crate::gate::GateError;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 
 pub use crate::http::error::plain;
 
@@ -49,7 +48,7 @@ impl IntoResponse for ApiError {
         if let Some(h) = e.highest() {
             body["highest"] = h.into();
         }
-        let mut resp = (status, Json(body)).into_response();
+        let mut resp = crate::http::error::json(status, e.code(), body);
         if let Some(h) = e.highest() {
             resp.headers_mut()
                 .insert("fencing-token-highest", HeaderValue::from(h));

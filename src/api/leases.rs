@@ -40,7 +40,7 @@ impl IntoResponse for LeaseApiError {
         if let LeaseError::Held { holder, .. } = &e {
             body["holder"] = holder.clone().into();
         }
-        let mut resp = (status, Json(body)).into_response();
+        let mut resp = crate::http::error::json(status, e.code(), body);
         if let Some(secs) = e.retry_after() {
             resp.headers_mut()
                 .insert("retry-after", HeaderValue::from(secs));

@@ -42,7 +42,6 @@ pub async fn principal_of(keys: &KeyTable, req: Request) -> Result<Request, Auth
             "the {name} header must be signed (add it to SignedHeaders)"
         )));
     }
-    tracing::Span::current().record("principal", who.name().as_str());
     if let Some(hash) = signed.payload_hash() {
         if !signed.verify(&secret, hash) {
             return Err(AuthError::BadSignature);
@@ -71,7 +70,10 @@ pub async fn principal_of(keys: &KeyTable, req: Request) -> Result<Request, Auth
     Ok(with_principal(Request::from_parts(parts, body), who))
 }
 
+/// The request, known to come from `who` (its signature checked, or anonymous where that is
+/// allowed): the access line names it from here on, never before.
 fn with_principal(mut req: Request, who: Principal) -> Request {
+    tracing::Span::current().record("principal", who.name().as_str());
     req.extensions_mut().insert(who);
     req
 }

@@ -66,4 +66,8 @@ impl FenceStore for Instrumented {
     fn shared(&self) -> bool {
         self.inner.shared()
     }
+
+    fn usage(&self) -> Option<crate::fence::Usage> {
+        self.inner.usage()
+    }
 }

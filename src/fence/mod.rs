@@ -12,6 +12,7 @@
 //! default `object` scope the scope row and the object row are the same row; with wider scopes
 //! the highest token lives on the scope row and each object's version on its own row.
 
+pub mod census;
 pub mod etcd;
 mod etcd_batch;
 pub mod instrumented;
@@ -226,4 +227,20 @@ pub trait FenceStore: Send + Sync + 'static {
     /// put can meet [`StoreError::Conflict`]. Required: a wrapper that forgot it would take a
     /// shared table for a local one.
     fn shared(&self) -> bool;
+    /// What the table takes on disk, where it is cheap to know (a local table); `None`
+    /// elsewhere (etcd reports its own).
+    fn usage(&self) -> Option<Usage> {
+        None
+    }
+}
+
+/// A local table's size, as its engine estimates it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Rows (an estimate: RocksDB counts overwritten rows until a compaction drops them).
+    pub rows: u64,
+    /// Bytes of the table's files on disk (tables, write-ahead log, manifests).
+    pub bytes_on_disk: u64,
+    /// Bytes that compactions still have to rewrite (RocksDB stalls writes when it grows).
+    pub pending_compaction_bytes: u64,
 }

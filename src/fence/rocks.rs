@@ -87,11 +87,11 @@ impl RocksFenceStore {
 
     /// Number of keys in the table (an estimate from RocksDB's properties).
     pub fn estimated_rows(&self) -> u64 {
-        self.db
-            .property_int_value("rocksdb.estimate-num-keys")
-            .ok()
-            .flatten()
-            .unwrap_or(0)
+        self.property("rocksdb.estimate-num-keys")
+    }
+
+    fn property(&self, name: &str) -> u64 {
+        self.db.property_int_value(name).ok().flatten().unwrap_or(0)
     }
 }
 
@@ -204,6 +204,24 @@ impl FenceStore for RocksFenceStore {
 
     fn shared(&self) -> bool {
         false
+    }
+
+    fn usage(&self) -> Option<super::Usage> {
+        // The directory holds only the table's own files: their sizes are what it takes.
+        let bytes_on_disk = std::fs::read_dir(self.db.path())
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok()?.metadata().ok())
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0);
+        Some(super::Usage {
+            rows: self.estimated_rows(),
+            bytes_on_disk,
+            pending_compaction_bytes: self.property("rocksdb.estimate-pending-compaction-bytes"),
+        })
     }
 }
 

@@ -8,11 +8,19 @@ use axum::Json;
 
 /// An answer with `status`, its `code` and a message that says what to do.
 pub fn plain(status: StatusCode, code: &str, message: String) -> Response {
-    (
+    json(
         status,
-        Json(serde_json::json!({ "error": code, "message": message })),
+        code,
+        serde_json::json!({ "error": code, "message": message }),
     )
-        .into_response()
+}
+
+/// An error answer with `status` and a JSON `body` whose `error` is `code`, marked with the
+/// code for the request counter.
+pub fn json(status: StatusCode, code: &str, body: serde_json::Value) -> Response {
+    let mut resp = (status, Json(body)).into_response();
+    crate::metrics::codes::ErrorCode::mark(&mut resp, code);
+    resp
 }
 
 /// 404 for a path no surface serves.

@@ -1,7 +1,9 @@
-//! Request metrics for every listener: the duration of each request by surface, operation and
-//! outcome, the requests in flight, and the body bytes in and out. A request is timed until
-//! the last byte of its answer leaves (or the client goes away), not until the handler
-//! returns, so a slow download counts as slow.
+//! Request metrics for every listener, and the access line: the duration of each request by
+//! surface, operation and outcome, its count by status and error code, the requests in
+//! flight, and the body bytes in and out. A request is timed until the last byte of its
+//! answer leaves (or the client goes away), not until the handler returns, so a slow download
+//! counts as slow; the access line (`served`) is written then too, in the request's span,
+//! with the bytes each way.
 //!
 //! The operation is a name from a fixed list (the native routes below, or the S3 operation
 //! `s3s` resolved, which the gateway's access check notes in [`S3Op`]), never the path, so
@@ -49,10 +51,26 @@ impl S3Op {
     }
 }
 
+/// Where the request's log span is kept for the access line, once the span is made (by the
+/// listener's trace layer, inside this one).
+#[derive(Clone, Default)]
+pub struct AccessSpan(Arc<OnceLock<tracing::Span>>);
+
+impl AccessSpan {
+    /// Keeps `span` as the one the access line of the request of `extensions` is written in.
+    pub fn keep(extensions: &http::Extensions, span: &tracing::Span) {
+        if let Some(slot) = extensions.get::<AccessSpan>() {
+            let _ = slot.0.set(span.clone());
+        }
+    }
+}
+
 /// The middleware: outermost on every router, so refusals by the other layers count too.
 pub async fn track(mut req: Request, next: Next) -> Response {
     let s3 = S3Op::default();
     req.extensions_mut().insert(s3.clone());
+    let span = AccessSpan::default();
+    req.extensions_mut().insert(span.clone());
     let received = Arc::new(AtomicU64::new(0));
     let mut tracker = Tracker {
         started: Instant::now(),
@@ -60,9 +78,11 @@ pub async fn track(mut req: Request, next: Next) -> Response {
         path: req.uri().path().to_string(),
         query: req.uri().query().unwrap_or("").to_string(),
         s3,
+        span,
         received: received.clone(),
         sent: 0,
         status: None,
+        code: None,
         finished: false,
         bodiless: false,
         length: None,
@@ -72,6 +92,10 @@ pub async fn track(mut req: Request, next: Next) -> Response {
     // Dropped here, if the client leaves before the answer (the tracker records "aborted").
     let resp = next.run(req).await;
     tracker.status = Some(resp.status().as_u16());
+    tracker.code = resp
+        .extensions()
+        .get::<super::codes::ErrorCode>()
+        .map(|c| c.0.clone());
     // hyper stops polling a body once it has sent its Content-Length, and sends none for a
     // HEAD, a 204 or a 304: such an answer is finished without a last poll.
     tracker.bodiless =
@@ -92,9 +116,12 @@ struct Tracker {
     /// The admin's fence changes are told apart by their query (`advance_to`, `reset_to`).
     query: String,
     s3: S3Op,
+    span: AccessSpan,
     received: Arc<AtomicU64>,
     sent: u64,
     status: Option<u16>,
+    /// The error code the answer carries ([`super::codes::ErrorCode`]).
+    code: Option<String>,
     /// The answer's body reached its end.
     finished: bool,
     /// The answer carries no body on the wire (HEAD, 204, 304).
@@ -114,12 +141,52 @@ impl Drop for Tracker {
             Some(_) => "5xx",
             None => "aborted",
         };
+        let took = self.started.elapsed();
+        let received = self.received.load(Ordering::Relaxed);
+        let code = super::codes::label(self.code.as_deref());
+        let status: metrics::SharedString = match self.status {
+            Some(s) => s.to_string().into(),
+            None => metrics::SharedString::const_str("none"),
+        };
+        metrics::counter!(super::REQUESTS, "surface" => surface, "operation" => operation.clone(), "status" => status, "code" => code.clone())
+            .increment(1);
         metrics::histogram!(super::REQUEST_DURATION, "surface" => surface, "operation" => operation, "outcome" => outcome)
-            .record(self.started.elapsed().as_secs_f64());
+            .record(took.as_secs_f64());
         metrics::gauge!(super::REQUESTS_IN_FLIGHT).decrement(1.0);
-        metrics::counter!(super::REQUEST_BODY_BYTES, "surface" => surface)
-            .increment(self.received.load(Ordering::Relaxed));
+        metrics::counter!(super::REQUEST_BODY_BYTES, "surface" => surface).increment(received);
         metrics::counter!(super::RESPONSE_BODY_BYTES, "surface" => surface).increment(self.sent);
+        self.log(took, received, &code, outcome == "aborted");
+    }
+}
+
+impl Tracker {
+    /// The access line, in the request's span (README, "Logs", lists its fields).
+    fn log(&self, took: std::time::Duration, received: u64, code: &str, aborted: bool) {
+        let Some(span) = self.span.0.get() else {
+            return;
+        };
+        let _entered = span.enter();
+        // Microsecond precision: enough to read, nothing to misread.
+        let latency_ms = (took.as_secs_f64() * 1_000_000.0).round() / 1000.0;
+        match self.status {
+            Some(status) => tracing::info!(
+                target: "fencegate::api",
+                status,
+                code,
+                bytes_in = received,
+                bytes_out = self.sent,
+                latency_ms,
+                aborted,
+                "served"
+            ),
+            None => tracing::info!(
+                target: "fencegate::api",
+                bytes_in = received,
+                latency_ms,
+                aborted,
+                "served"
+            ),
+        }
     }
 }
 

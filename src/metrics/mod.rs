@@ -13,13 +13,17 @@
 //! tests/it/ops/metrics.rs checks that every name they use exists. This module names no other
 //! of fencegate's: every layer may count through it.
 
+pub mod codes;
 pub mod http;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::time::Duration;
 
+pub const REQUESTS: &str = "fencegate_http_requests_total";
 pub const REQUEST_DURATION: &str = "fencegate_request_duration_seconds";
 pub const REQUESTS_IN_FLIGHT: &str = "fencegate_requests_in_flight";
+pub const CONNECTIONS_OPEN: &str = "fencegate_connections_open";
+pub const CONNECTIONS_LIMIT: &str = "fencegate_connections_limit";
 pub const REQUEST_BODY_BYTES: &str = "fencegate_request_body_bytes_total";
 pub const RESPONSE_BODY_BYTES: &str = "fencegate_response_body_bytes_total";
 pub const GATE_DECISIONS: &str = "fencegate_gate_decisions_total";
@@ -50,7 +54,22 @@ pub const UPLOAD_BYTES: &str = "fencegate_multipart_upload_bytes";
 pub const UPLOADS_EXPIRED: &str = "fencegate_multipart_uploads_expired_total";
 pub const UPLOAD_REFUSALS: &str = "fencegate_multipart_upload_refusals_total";
 pub const READY: &str = "fencegate_ready";
+pub const FENCE_TABLE_ROWS: &str = "fencegate_fence_table_rows";
+pub const FENCE_TABLE_TOMBSTONES: &str = "fencegate_fence_table_tombstones";
+pub const FENCE_TABLE_BYTES: &str = "fencegate_fence_table_disk_bytes";
+pub const FENCE_TABLE_COMPACTION: &str = "fencegate_fence_table_pending_compaction_bytes";
+pub const DATA_DIR_FREE: &str = "fencegate_data_dir_free_bytes";
+pub const DATA_DIR_SIZE: &str = "fencegate_data_dir_size_bytes";
 pub const BUILD_INFO: &str = "fencegate_build_info";
+// The process families, as `metrics-process` names them (Prometheus's client conventions).
+pub const PROCESS_CPU: &str = "process_cpu_seconds_total";
+pub const PROCESS_RSS: &str = "process_resident_memory_bytes";
+pub const PROCESS_VIRTUAL: &str = "process_virtual_memory_bytes";
+pub const PROCESS_VIRTUAL_MAX: &str = "process_virtual_memory_max_bytes";
+pub const PROCESS_OPEN_FDS: &str = "process_open_fds";
+pub const PROCESS_MAX_FDS: &str = "process_max_fds";
+pub const PROCESS_START: &str = "process_start_time_seconds";
+pub const PROCESS_THREADS: &str = "process_threads";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -69,6 +88,8 @@ pub enum Seen {
     S3Store,
     /// Only with a shared fence table (`[fence_store] kind = "etcd"`).
     Cluster,
+    /// Only with a local fence table (RocksDB).
+    Local,
 }
 
 pub struct Family {
@@ -96,14 +117,20 @@ const fn family(
 }
 
 use Kind::{Counter, Gauge, Histogram};
-use Seen::{Always, Cluster, S3Store};
+use Seen::{Always, Cluster, Local, S3Store};
 
 /// Every family fencegate exports (README, "Operate it", lists them with these words).
 pub const FAMILIES: &[Family] = &[
+    family(REQUESTS, Counter, &["surface", "operation", "status", "code"],
+        "HTTP requests by surface, operation, status (or none: the client left before an answer) and error code (none for an answer without one; other for a code outside fencegate's and S3's lists)", Always),
     family(REQUEST_DURATION, Histogram, &["surface", "operation", "outcome"],
         "HTTP requests by surface (native, leases, s3, admin, health, other), operation and outcome (2xx, 3xx, 4xx, 5xx, or aborted: the client left before the answer was sent), from the request's head to the last byte of its answer", Always),
     family(REQUESTS_IN_FLIGHT, Gauge, &[],
         "HTTP requests received and not yet answered to their last byte", Always),
+    family(CONNECTIONS_OPEN, Gauge, &[],
+        "Client connections open now, over every listener (a closed one counts until its lingering close ends)", Always),
+    family(CONNECTIONS_LIMIT, Gauge, &[],
+        "The most client connections open at once: [server] max_connections, or less where the open-file limit needs it; past it, new clients wait", Always),
     family(REQUEST_BODY_BYTES, Counter, &["surface"],
         "Request body bytes received, by surface", Always),
     family(RESPONSE_BODY_BYTES, Counter, &["surface"],
@@ -164,8 +191,32 @@ pub const FAMILIES: &[Family] = &[
         "CreateMultipartUpload refused with 400 TooManyUploads, by the bound reached (per_key, per_bucket)", Always),
     family(READY, Gauge, &["check"],
         "1 when the readiness check passes (fence_table, clock, bucket:NAME), else 0; rechecked every 10 s and at every GET /readyz", Always),
+    family(FENCE_TABLE_ROWS, Gauge, &[],
+        "Rows of the local fence table (RocksDB's estimate, counting overwritten rows until a compaction), every 15 s", Local),
+    family(FENCE_TABLE_TOMBSTONES, Gauge, &[],
+        "Rows of the local fence table that record a deleted object, counted by a scan every 10 minutes", Local),
+    family(FENCE_TABLE_BYTES, Gauge, &[],
+        "Bytes the local fence table's files take on disk, every 15 s", Local),
+    family(FENCE_TABLE_COMPACTION, Gauge, &[],
+        "Bytes RocksDB's compactions still have to rewrite (it slows writes as this grows), every 15 s", Local),
+    family(DATA_DIR_FREE, Gauge, &[],
+        "Bytes free for fencegate on the file system of [server] data_dir, every 15 s", Always),
+    family(DATA_DIR_SIZE, Gauge, &[],
+        "Size in bytes of the file system of [server] data_dir", Always),
     family(BUILD_INFO, Gauge, &["version"],
         "Always 1; its version label is the running fencegate's", Always),
+    family(PROCESS_CPU, Counter, &[],
+        "User and system CPU time the process has used, in whole seconds", Always),
+    family(PROCESS_RSS, Gauge, &[], "Resident memory of the process, in bytes", Always),
+    family(PROCESS_VIRTUAL, Gauge, &[], "Virtual memory of the process, in bytes", Always),
+    family(PROCESS_VIRTUAL_MAX, Gauge, &[],
+        "The most virtual memory the process may take, in bytes", Always),
+    family(PROCESS_OPEN_FDS, Gauge, &[], "File descriptors the process has open", Always),
+    family(PROCESS_MAX_FDS, Gauge, &[],
+        "The most file descriptors the process may open (its soft limit)", Always),
+    family(PROCESS_START, Gauge, &[],
+        "When the process started, in seconds since the Unix epoch (a change is a restart)", Always),
+    family(PROCESS_THREADS, Gauge, &[], "Operating-system threads of the process", Always),
 ];
 
 /// Latency buckets, in seconds: a cached read answers in well under a millisecond, a commit
@@ -227,6 +278,7 @@ pub fn install(shutdown: &crate::shutdown::Shutdown) -> Option<PrometheusHandle>
         metrics::counter!(FENCE_STORE_ERRORS, "operation" => operation).absolute(0);
     }
     metrics::gauge!(REQUESTS_IN_FLIGHT).set(0.0);
+    metrics::gauge!(CONNECTIONS_OPEN).set(0.0);
     metrics::gauge!(LEASES_HELD).set(0.0);
     metrics::gauge!(UNVERIFIED_BODY_BYTES).set(0.0);
     let upkeep = handle.clone();
@@ -237,6 +289,54 @@ pub fn install(shutdown: &crate::shutdown::Shutdown) -> Option<PrometheusHandle>
         }
     });
     Some(handle)
+}
+
+/// One client connection, counted in `fencegate_connections_open` while it lives.
+pub struct OpenConnection(());
+
+impl OpenConnection {
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> OpenConnection {
+        metrics::gauge!(CONNECTIONS_OPEN).increment(1.0);
+        OpenConnection(())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        metrics::gauge!(CONNECTIONS_OPEN).decrement(1.0);
+    }
+}
+
+/// Reads the process's figures (`process_*`), before each scrape.
+pub fn collect_process() {
+    static COLLECTOR: std::sync::OnceLock<metrics_process::Collector> = std::sync::OnceLock::new();
+    COLLECTOR
+        .get_or_init(metrics_process::Collector::default)
+        .collect();
+}
+
+/// The local fence table's size, as its engine estimates it.
+pub fn fence_table_usage(rows: u64, bytes_on_disk: u64, pending_compaction_bytes: u64) {
+    metrics::gauge!(FENCE_TABLE_ROWS).set(rows as f64);
+    metrics::gauge!(FENCE_TABLE_BYTES).set(bytes_on_disk as f64);
+    metrics::gauge!(FENCE_TABLE_COMPACTION).set(pending_compaction_bytes as f64);
+}
+
+/// The local fence table's tombstones, as its last scan counted them.
+pub fn fence_table_tombstones(count: u64) {
+    metrics::gauge!(FENCE_TABLE_TOMBSTONES).set(count as f64);
+}
+
+/// The space left on the data directory's file system, and its size.
+pub fn data_dir_space(free: u64, size: u64) {
+    metrics::gauge!(DATA_DIR_FREE).set(free as f64);
+    metrics::gauge!(DATA_DIR_SIZE).set(size as f64);
+}
+
+/// The connection budget every listener shares.
+pub fn connection_limit(connections: usize) {
+    metrics::gauge!(CONNECTIONS_LIMIT).set(connections as f64);
 }
 
 /// The per-bucket counters at zero, so that an alert on their increase fires at the first one.
@@ -360,7 +460,12 @@ mod tests {
     fn families_follow_the_naming_rules() {
         let mut seen = std::collections::HashSet::new();
         for f in FAMILIES {
-            assert!(f.name.starts_with("fencegate_"), "{}", f.name);
+            // The process families keep the names every Prometheus client library gives them.
+            assert!(
+                f.name.starts_with("fencegate_") || f.name.starts_with("process_"),
+                "{}",
+                f.name
+            );
             assert!(seen.insert(f.name), "{} is listed twice", f.name);
             assert_eq!(f.kind == Counter, f.name.ends_with("_total"), "{}", f.name);
             for unit in [

@@ -24,6 +24,7 @@ pub fn error(status: StatusCode, code: &str, message: &str) -> Response {
     );
     let mut resp = Response::new(Body::from(body));
     *resp.status_mut() = status;
+    crate::metrics::codes::ErrorCode::mark(&mut resp, code);
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/xml"),
@@ -85,7 +86,15 @@ pub async fn finish(resp: Response, id: &str) -> Response {
         http::header::CONTENT_LENGTH,
         HeaderValue::from(stamped.len()),
     );
-    Response::from_parts(parts, Body::from(stamped))
+    let code = stamped
+        .split_once("<Code>")
+        .and_then(|(_, rest)| rest.split_once("</Code>"))
+        .map(|(code, _)| code.to_string());
+    let mut resp = Response::from_parts(parts, Body::from(stamped));
+    if let Some(code) = code {
+        crate::metrics::codes::ErrorCode::mark(&mut resp, &code);
+    }
+    resp
 }
 
 #[cfg(test)]

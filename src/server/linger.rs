@@ -19,17 +19,18 @@ pub const LINGER_TIME: Duration = Duration::from_secs(2);
 /// Most bytes read from it.
 pub const LINGER_MAX: usize = 4 * 1024 * 1024;
 
-/// A TCP connection that lingers when dropped (in a task of its own), holding its permit.
+/// A TCP connection that lingers when dropped (in a task of its own), holding its permit and
+/// counted as open until then.
 pub struct Lingering {
     stream: Option<TcpStream>,
-    permit: Option<OwnedSemaphorePermit>,
+    permit: Option<(OwnedSemaphorePermit, crate::metrics::OpenConnection)>,
 }
 
 impl Lingering {
     pub fn new(stream: TcpStream, permit: OwnedSemaphorePermit) -> Lingering {
         Lingering {
             stream: Some(stream),
-            permit: Some(permit),
+            permit: Some((permit, crate::metrics::OpenConnection::new())),
         }
     }
 

@@ -105,7 +105,8 @@ pub async fn serve(
             match tls {
                 None => {
                     let stream = Lingering::new(stream, permit);
-                    serve_connection(TokioIo::new(stream), router, watcher, read_buffer).await
+                    serve_connection(TokioIo::new(stream), (router, peer), watcher, read_buffer)
+                        .await
                 }
                 Some(acceptor) => {
                     if !speaks_tls(&stream).await {
@@ -116,7 +117,8 @@ pub async fn serve(
                     let stream = Lingering::new(stream, permit);
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
-                            serve_connection(TokioIo::new(tls), router, watcher, read_buffer).await
+                            let io = TokioIo::new(tls);
+                            serve_connection(io, (router, peer), watcher, read_buffer).await
                         }
                         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
@@ -137,8 +139,14 @@ pub async fn serve(
     }
 }
 
-async fn serve_connection<I>(io: TokioIo<I>, router: Router, watcher: Watcher, read_buffer: usize)
-where
+/// Serves one connection's requests, each told the client's address (its log span's
+/// `client`).
+async fn serve_connection<I>(
+    io: TokioIo<I>,
+    (router, peer): (Router, std::net::SocketAddr),
+    watcher: Watcher,
+    read_buffer: usize,
+) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -146,7 +154,14 @@ where
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
         .max_buf_size(read_buffer);
-    let conn = builder.serve_connection(io, TowerToHyperService::new(router));
+    let service = tower::util::MapRequest::new(
+        router,
+        move |mut req: http::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(crate::http::ClientAddr(peer));
+            req
+        },
+    );
+    let conn = builder.serve_connection(io, TowerToHyperService::new(service));
     if let Err(e) = watcher.watch(conn).await {
         tracing::debug!(error = %e, "connection ended with an error");
     }

@@ -104,6 +104,11 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         crate::metrics::register_bucket(bucket);
     }
     crate::health::watch(gate.clone(), &shutdown);
+    crate::fence::census::watch(
+        gate.fence_store().clone(),
+        config.server.data_dir.clone(),
+        &shutdown,
+    );
     expire_uploads(gate.clone(), &shutdown);
     let catalog = Arc::new(Catalog::new(
         config.clone(),
@@ -178,10 +183,10 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         Some(a) if s3.is_some() => Some(bind(a).await?),
         _ => None,
     };
+    let budget = connection_budget(config.server.max_connections);
+    crate::metrics::connection_limit(budget);
     let limits = listen::Limits {
-        connections: Arc::new(Semaphore::new(connection_budget(
-            config.server.max_connections,
-        ))),
+        connections: Arc::new(Semaphore::new(budget)),
         grace: Duration::from_secs(config.server.shutdown_grace_secs),
         read_buffer: listen::Limits::read_buffer_for(config.server.max_header_bytes),
     };

@@ -90,7 +90,7 @@ fn with_layers(routes: Router, state: &AppState) -> Router {
             TraceLayer::new_for_http()
                 .make_span_with(request_span)
                 .on_request(())
-                // The `served` line below carries every status, and fencegate logs its own
+                // The `served` access line carries every status, and fencegate logs its own
                 // faults where they happen: only a 500 (a bug) is an ERROR here, not a 501 a
                 // client asked for nor a 503 the store's outage already explained.
                 .on_failure(
@@ -104,18 +104,9 @@ fn with_layers(routes: Router, state: &AppState) -> Router {
                         }
                     },
                 )
-                .on_response(
-                    |resp: &Response, latency: Duration, _span: &tracing::Span| {
-                        // The target the README's log examples and filters name.
-                        tracing::info!(
-                            target: "fencegate::api",
-                            status = resp.status().as_u16(),
-                            // Microsecond precision: enough to read, nothing to misread.
-                            latency_ms = (latency.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
-                            "served"
-                        );
-                    },
-                ),
+                // The access line is written by the request tracker, once the answer's last
+                // byte has left, with the bytes each way (`metrics::http`).
+                .on_response(()),
         )
         // Before the span is made, which logs it.
         .layer(axum::middleware::from_fn(crate::http::assign_request_id))
@@ -124,8 +115,14 @@ fn with_layers(routes: Router, state: &AppState) -> Router {
 }
 
 fn request_span(req: &Request) -> tracing::Span {
-    tracing::info_span!(
+    let client = req
+        .extensions()
+        .get::<crate::http::ClientAddr>()
+        .map(|a| a.0.to_string())
+        .unwrap_or_default();
+    let span = tracing::info_span!(
         "request",
+        client = %client,
         method = %req.method(),
         path = %req.uri().path(),
         bucket = Empty,
@@ -136,13 +133,19 @@ fn request_span(req: &Request) -> tracing::Span {
         outcome = Empty,
         // One id: the S3 gateway answers it as x-amz-request-id.
         request_id = %crate::http::RequestId::of(req.extensions()),
+        access_key = Empty,
         principal = Empty,
         user_agent = %req
             .headers()
             .get(http::header::USER_AGENT)
             .map(|v| String::from_utf8_lossy(v.as_bytes()).chars().take(200).collect::<String>())
             .unwrap_or_default(),
-    )
+    );
+    if let Some(key) = crate::http::claimed_access_key(req.headers(), req.uri().query()) {
+        span.record("access_key", key.as_str());
+    }
+    crate::metrics::http::AccessSpan::keep(req.extensions(), &span);
+    span
 }
 
 /// Refuses a request whose header block is larger than configured, before any handler runs.

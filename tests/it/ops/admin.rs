@@ -295,7 +295,8 @@ async fn audit_lines_name_the_key() {
     ] {
         assert_eq!(audit(what), 1, "{what}: {:?}", s.log_lines(&[what]));
     }
-    // A failed authentication names the key it claimed.
+    // A failed authentication names the key it claimed, and no principal: nobody was
+    // authenticated.
     let bad = Creds {
         key: "app-key",
         secret: "wrong",
@@ -306,7 +307,14 @@ async fn audit_lines_name_the_key() {
             .0,
         403
     );
-    assert_eq!(audit("authentication failed"), 1);
+    let failed = s.log_lines(&["fencegate::audit", "authentication failed"]);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(
+        failed[0].contains("access_key=\"app-key\""),
+        "{}",
+        failed[0]
+    );
+    assert!(!failed[0].contains("principal="), "{}", failed[0]);
 }
 
 /// Review round 7: credentials outlive their lease by the grace period, and a revoke ends them

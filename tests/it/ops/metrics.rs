@@ -132,7 +132,10 @@ async fn exercised() -> (String, tempfile::TempDir) {
 async fn every_family_is_exposed_with_help_type_and_its_values() {
     let (text, _dir) = exercised().await;
     let all = samples(&text);
-    for f in FAMILIES.iter().filter(|f| f.seen == Seen::Always) {
+    for f in FAMILIES
+        .iter()
+        .filter(|f| matches!(f.seen, Seen::Always | Seen::Local))
+    {
         let help = format!("# HELP {} ", f.name);
         assert!(text.contains(&help), "no HELP for {}:\n{text}", f.name);
         let kind = match f.kind {
@@ -290,14 +293,24 @@ async fn every_family_is_exposed_with_help_type_and_its_values() {
 /// Every `fencegate_...` name in `text`, histogram series reduced to their family.
 fn names_in(text: &str) -> Vec<String> {
     let mut names = Vec::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("fencegate_") {
-        let tail = &rest[at..];
-        let end = tail
-            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
-            .unwrap_or(tail.len());
-        names.push(tail[..end].to_string());
-        rest = &tail[end..];
+    for prefix in ["fencegate_", "process_"] {
+        let mut rest = text;
+        while let Some(at) = rest.find(prefix) {
+            let before = text.len() - rest.len() + at;
+            let tail = &rest[at..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+                .unwrap_or(tail.len());
+            // A family's name, not a word that ends in the prefix nor the prefix alone
+            // (`process_*`).
+            let word_start = before == 0
+                || !text.as_bytes()[before - 1].is_ascii_alphanumeric()
+                    && text.as_bytes()[before - 1] != b'_';
+            if word_start && end > prefix.len() {
+                names.push(tail[..end].to_string());
+            }
+            rest = &tail[end..];
+        }
     }
     names
 }
@@ -334,19 +347,11 @@ async fn the_docs_name_only_exported_metrics() {
     ] {
         let names = names_in(body);
         assert!(!names.is_empty(), "{doc} names no metric");
-        // The README's note on renamed families names the old names, on purpose.
-        let renamed = [
-            "fencegate_requests_total",
-            "fencegate_clock_ahead_of_store_ms",
-        ];
         for name in names {
-            if doc == "README.md" && renamed.contains(&name.as_str()) {
-                continue;
-            }
             let family = family_of(&name)
                 .unwrap_or_else(|| panic!("{doc} uses {name}, which fencegate does not export"));
             // What every deployment exports must be in this one's exposition too.
-            if family.seen == Seen::Always {
+            if matches!(family.seen, Seen::Always | Seen::Local) {
                 assert!(
                     text.contains(&format!("# TYPE {} ", family.name)),
                     "{doc} uses {name}, missing from /metrics:\n{text}"
@@ -448,4 +453,288 @@ async fn fixed_label_counters_start_at_zero() {
             0.0
         );
     }
+}
+
+/// A scripted mix, each request counted by surface, operation, status and error code: a stale
+/// write, a 428, a bad signature, an admin advance, a whole GET and a HEAD 404. The code label
+/// tells apart refusals that share a status class.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mix_is_counted_by_status_and_code() {
+    use common::sign::{send, Creds};
+    const APP: Creds = Creds {
+        key: "app-key",
+        secret: "app-secret-0123456789",
+    };
+    const OPS: Creds = Creds {
+        key: "ops-key",
+        secret: "ops-secret-0123456789",
+    };
+    const FORGED: Creds = Creds {
+        key: "app-key",
+        secret: "not-the-secret-0123",
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = r#"
+[keys.ops]
+access_key_id = "ops-key"
+secret_access_key = "ops-secret-0123456789"
+admin = true
+
+[keys.app]
+access_key_id = "app-key"
+secret_access_key = "app-secret-0123456789"
+buckets = { "default" = ["read", "write"], "strict" = ["read", "write"] }
+
+[buckets.default]
+[buckets.strict]
+fencing = "required"
+"#;
+    let s = Server::start(&dir.path().join("data"), Some(config));
+    let c = common::client();
+    let put = |bucket: &str, token: Option<&str>| {
+        let mut r = c
+            .put(s.object_url(bucket, "k"))
+            .body("bytes")
+            .header("content-type", "text/plain");
+        if let Some(t) = token {
+            r = r.header("Fencing-Token", t);
+        }
+        r
+    };
+    let status = |r: reqwest::Response| r.status().as_u16();
+    assert_eq!(
+        status(send(&c, put("default", Some("5")), Some(APP)).await),
+        200
+    );
+    assert_eq!(
+        status(send(&c, put("default", Some("4")), Some(APP)).await),
+        409
+    );
+    assert_eq!(status(send(&c, put("strict", None), Some(APP)).await), 428);
+    assert_eq!(
+        status(send(&c, put("default", Some("6")), Some(FORGED)).await),
+        403
+    );
+    // Its access line names the key the bad signature claims, and the code.
+    let forged = s.awaited_log_lines(&["served", "status=403"], 1);
+    assert!(
+        forged[0].contains("access_key=\"app-key\""),
+        "{}",
+        forged[0]
+    );
+    assert!(!forged[0].contains("principal="), "{}", forged[0]);
+    assert!(
+        forged[0].contains("code=\"SignatureDoesNotMatch\""),
+        "{}",
+        forged[0]
+    );
+    let advance = c.post(s.url("/admin/fences/default/k?advance_to=9"));
+    assert_eq!(status(send(&c, advance, Some(OPS)).await), 200);
+    let got = send(&c, c.get(s.object_url("default", "k")), Some(APP)).await;
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.bytes().await.unwrap().as_ref(), b"bytes");
+    let head = send(&c, c.head(s.url("/default/absent")), Some(APP)).await;
+    assert_eq!(head.status(), 404);
+    let scrape = send(&c, c.get(s.url("/metrics")), Some(OPS)).await;
+    assert_eq!(scrape.status(), 200);
+    let all = samples(&scrape.text().await.unwrap());
+    let counted = |surface: &str, operation: &str, status: &str, code: &str| {
+        sum(
+            &all,
+            "fencegate_http_requests_total",
+            &[
+                ("surface", surface),
+                ("operation", operation),
+                ("status", status),
+                ("code", code),
+            ],
+        )
+    };
+    assert_eq!(counted("native", "put_object", "200", "none"), 1.0);
+    assert_eq!(
+        counted("native", "put_object", "409", "StaleFencingToken"),
+        1.0
+    );
+    assert_eq!(
+        counted("native", "put_object", "428", "FencingTokenRequired"),
+        1.0
+    );
+    assert_eq!(
+        counted("native", "put_object", "403", "SignatureDoesNotMatch"),
+        1.0
+    );
+    assert_eq!(counted("admin", "advance_fence", "200", "none"), 1.0);
+    assert_eq!(counted("native", "get_object", "200", "none"), 1.0);
+    assert_eq!(counted("s3", "HeadObject", "404", "NoSuchKey"), 1.0);
+    // The same requests in the duration histogram, by outcome; the whole GET is no abort.
+    let timed = |operation: &str, outcome: &str| {
+        sum(
+            &all,
+            "fencegate_request_duration_seconds_count",
+            &[("operation", operation), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(timed("put_object", "4xx"), 3.0);
+    assert_eq!(timed("get_object", "2xx"), 1.0);
+    assert_eq!(timed("HeadObject", "4xx"), 1.0);
+    assert_eq!(
+        sum(
+            &all,
+            "fencegate_stale_rejections_total",
+            &[("bucket", "default")]
+        ),
+        1.0
+    );
+    // The connection gauge sees the scrape's own connection, within the budget.
+    let open = sum(&all, "fencegate_connections_open", &[]);
+    let limit = sum(&all, "fencegate_connections_limit", &[]);
+    assert!(open >= 1.0 && open <= limit, "{open} of {limit}");
+    // The process and the disk, from the first scrape on.
+    assert!(sum(&all, "process_resident_memory_bytes", &[]) > 1e6);
+    assert!(sum(&all, "process_open_fds", &[]) >= 3.0);
+    assert!(sum(&all, "process_start_time_seconds", &[]) > 1.7e9);
+    assert!(sum(&all, "fencegate_data_dir_free_bytes", &[]) > 0.0);
+    assert!(sum(&all, "fencegate_fence_table_disk_bytes", &[]) > 0.0);
+    assert_eq!(sum(&all, "fencegate_fence_table_tombstones", &[]), 0.0);
+}
+
+/// Prometheus's own checker accepts the exposition (names, types, HELP) and the alerting
+/// rules (`promtool`, from Debian's prometheus, which scripts/test installs).
+#[tokio::test]
+async fn promtool_accepts_the_exposition_and_the_alerts() {
+    let (text, _dir) = exercised().await;
+    let run = |args: &[&str], input: Option<&str>| {
+        use std::io::Write;
+        let mut child = std::process::Command::new("promtool")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("promtool is not installed: run scripts/test, which installs it (apt-get install prometheus)");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.unwrap_or("").as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), said)
+    };
+    let (ok, said) = run(&["check", "metrics"], Some(&text));
+    // Lint findings are printed, and fail the check, as problems with the exposition.
+    assert!(ok && said.trim().is_empty(), "{said}");
+    let (ok, said) = run(&["check", "rules", "docs/alerts.yaml"], None);
+    assert!(ok, "{said}");
+}
+
+/// Every PromQL expression of docs/alerts.yaml (each `expr:`, block scalars included).
+fn alert_expressions(yaml: &str) -> Vec<String> {
+    let lines: Vec<&str> = yaml.lines().collect();
+    let mut exprs = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(rest) = line.trim_start().strip_prefix("expr:") else {
+            continue;
+        };
+        let indent = line.len() - line.trim_start().len();
+        let rest = rest.trim();
+        if rest != "|" && rest != ">-" {
+            exprs.push(rest.to_string());
+            continue;
+        }
+        let body: Vec<&str> = lines[i + 1..]
+            .iter()
+            .take_while(|l| l.trim().is_empty() || l.len() - l.trim_start().len() > indent)
+            .copied()
+            .collect();
+        exprs.push(body.join("\n"));
+    }
+    exprs
+}
+
+/// The labels `expr` names on each series (`name{label=...}`) and in its `by (...)` and
+/// `without (...)` clauses, checked against the families it uses: a panel or an alert that
+/// groups by a label its family lacks shows nothing, silently.
+fn check_labels(doc: &str, expr: &str) {
+    let families: Vec<&fencegate::metrics::Family> = names_in(expr)
+        .iter()
+        .map(|n| family_of(n).unwrap_or_else(|| panic!("{doc}: {n} is not exported: {expr}")))
+        .collect();
+    // Prometheus's own `up` is the only series not fencegate's.
+    assert!(
+        !families.is_empty() || expr.starts_with("up{"),
+        "{doc}: no family in {expr}"
+    );
+    // Prometheus adds these to every series it scrapes; `le` is a histogram bucket's.
+    let scraped = ["instance", "job", "le"];
+    let allowed = |label: &str| {
+        scraped.contains(&label) || families.iter().any(|f| f.labels.contains(&label))
+    };
+    for name in names_in(expr) {
+        let family = family_of(&name).unwrap();
+        let mut rest = expr;
+        while let Some(at) = rest.find(&name) {
+            let tail = &rest[at + name.len()..];
+            rest = tail;
+            let Some(matchers) = tail.strip_prefix('{') else {
+                continue;
+            };
+            let matchers = &matchers[..matchers.find('}').expect("matchers end with }")];
+            for m in matchers.split(',').filter(|m| !m.trim().is_empty()) {
+                let label = m.split(['=', '!', '~']).next().unwrap().trim().to_string();
+                assert!(
+                    scraped.contains(&label.as_str()) || family.labels.contains(&label.as_str()),
+                    "{doc}: {name} has no label {label}: {expr}"
+                );
+            }
+        }
+    }
+    for clause in ["by (", "without ("] {
+        for part in expr.split(clause).skip(1) {
+            let labels = &part[..part.find(')').expect("a clause ends with )")];
+            for label in labels.split(',').map(str::trim).filter(|l| !l.is_empty()) {
+                assert!(allowed(label), "{doc}: no family has {label}: {expr}");
+            }
+        }
+    }
+    // On a shared fence table every instance counts every lease and every expiry: summing
+    // over instances multiplies them.
+    for name in ["fencegate_leases_held", "fencegate_lease_expiries_total"] {
+        if expr.contains(name) {
+            assert!(
+                !expr.trim_start().starts_with("sum"),
+                "{doc}: take the max of {name} over instances, not the sum: {expr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_dashboard_and_the_alerts_use_only_labels_their_families_have() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let alerts = std::fs::read_to_string(root.join("docs/alerts.yaml")).unwrap();
+    let exprs = alert_expressions(&alerts);
+    assert!(exprs.len() >= 20, "{exprs:?}");
+    for expr in &exprs {
+        check_labels("docs/alerts.yaml", expr);
+    }
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("docs/grafana-dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    let mut count = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().expect("every target has an expr");
+            check_labels(&format!("dashboard panel {}", panel["title"]), expr);
+            count += 1;
+        }
+    }
+    assert!(count >= 30, "{count}");
 }

@@ -228,6 +228,21 @@ async fn json_logs_carry_the_request_span() {
             "{served}"
         );
         assert_eq!(served["status"], 200, "{served}");
+        // What an access log carries: who asked, the bytes each way, the code, the time.
+        assert!(
+            span["client"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("127.0.0.1:")),
+            "{served}"
+        );
+        assert_eq!(served["bytes_in"], 1, "{served}");
+        assert!(
+            served["bytes_out"].as_u64().is_some_and(|n| n > 0),
+            "{served}"
+        );
+        assert_eq!(served["code"], "none", "{served}");
+        assert_eq!(served["aborted"], false, "{served}");
+        assert!(served["latency_ms"].as_f64().is_some(), "{served}");
         assert_eq!(served["level"], "INFO", "{served}");
         assert!(served["timestamp"].is_string(), "{served}");
         // Every line, start-up included, is one JSON object.
@@ -387,6 +402,7 @@ async fn the_served_line_names_the_lease_and_the_user_agent() {
     );
     assert!(!line.contains("key="), "{line}");
     assert!(line.contains("user_agent=worker/1.0"), "{line}");
+    assert!(line.contains("client=127.0.0.1:"), "{line}");
     let latency = line
         .split("latency_ms=")
         .nth(1)
@@ -396,4 +412,38 @@ async fn the_served_line_names_the_lease_and_the_user_agent() {
         .unwrap();
     let decimals = latency.split('.').nth(1).map_or(0, str::len);
     assert!(decimals <= 3, "{latency}");
+}
+
+/// A refusal's access line names its code and the principal, and a download's its bytes, which
+/// are counted to the last one sent.
+#[tokio::test]
+async fn the_served_line_names_the_code_the_principal_and_the_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = common::Server::start(&dir.path().join("data"), None);
+    let c = common::client();
+    let body: &'static [u8] = Box::leak(vec![b'x'; 300_000].into_boxed_slice());
+    assert_eq!(
+        common::put(&c, &s.object_url("default", "big"), Some("5"), body)
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        common::put(&c, &s.object_url("default", "big"), Some("4"), b"late")
+            .await
+            .0,
+        409
+    );
+    let got = c.get(s.url("/default/big")).send().await.unwrap();
+    assert_eq!(got.bytes().await.unwrap().len(), body.len());
+    let stale = s.awaited_log_lines(&["served", "status=409"], 1);
+    assert!(
+        stale[0].contains("code=\"StaleFencingToken\""),
+        "{}",
+        stale[0]
+    );
+    let read = s.awaited_log_lines(&["served", "path=/default/big"], 1);
+    assert!(read[0].contains("bytes_out=300000"), "{}", read[0]);
+    assert!(read[0].contains("principal=\"dev-mode\""), "{}", read[0]);
+    assert!(read[0].contains("code=\"none\""), "{}", read[0]);
 }

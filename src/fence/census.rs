@@ -1,0 +1,111 @@
+//! Keeps the fence table's size gauges current: its rows and bytes on disk and the space left
+//! under the data directory every [`EVERY`], and its tombstones, which only a full scan can
+//! count, every [`CENSUS_EVERY`] (a local table only: on etcd every instance would read the
+//! whole shared table).
+//!
+//! A fence table only grows (a scope's highest token is kept forever), so these are the
+//! figures an operator plans disk for, and `docs/alerts.yaml` warns before the disk is full.
+
+use super::FenceStore;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the cheap figures are read.
+pub const EVERY: Duration = Duration::from_secs(15);
+/// How often the rows are scanned for tombstones. A scan costs about a microsecond per row
+/// (ten seconds of one core for ten million rows), on a blocking thread.
+pub const CENSUS_EVERY: Duration = Duration::from_secs(600);
+
+/// Watches `store` and the file system of `data_dir` until shutdown.
+pub fn watch(store: Arc<dyn FenceStore>, data_dir: PathBuf, shutdown: &crate::shutdown::Shutdown) {
+    shutdown.spawn_background(async move {
+        let mut last_census: Option<tokio::time::Instant> = None;
+        loop {
+            if let Some(usage) = store.usage() {
+                crate::metrics::fence_table_usage(
+                    usage.rows,
+                    usage.bytes_on_disk,
+                    usage.pending_compaction_bytes,
+                );
+            }
+            if let Some((free, size)) = free_space(&data_dir) {
+                crate::metrics::data_dir_space(free, size);
+            }
+            if !store.shared() && last_census.is_none_or(|t| t.elapsed() >= CENSUS_EVERY) {
+                last_census = Some(tokio::time::Instant::now());
+                let store = store.clone();
+                match tokio::task::spawn_blocking(move || tombstones(&*store)).await {
+                    Ok(Ok(count)) => crate::metrics::fence_table_tombstones(count),
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "cannot count the fence table's tombstones")
+                    }
+                    Err(_) => {}
+                }
+            }
+            tokio::time::sleep(EVERY).await;
+        }
+    });
+}
+
+/// The rows that record a deleted object (their highest token kept). Blocking.
+pub fn tombstones(store: &dyn FenceStore) -> Result<u64, super::StoreError> {
+    let mut count = 0;
+    store.scan_prefix("", &mut |_, row| {
+        count += u64::from(row.tombstone);
+        true
+    })?;
+    Ok(count)
+}
+
+/// Bytes free for fencegate (not counting the root's reserve) and the file system's size.
+fn free_space(dir: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a NUL-terminated string and `stat` a buffer of the right type.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return None;
+    }
+    let block = stat.f_frsize as u64;
+    Some((
+        (stat.f_bavail as u64).saturating_mul(block),
+        (stat.f_blocks as u64).saturating_mul(block),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fence::{memory::MemoryFenceStore, Durability, FenceRow};
+
+    #[tokio::test]
+    async fn tombstones_are_counted_and_nothing_else() {
+        let store = MemoryFenceStore::default();
+        let row = |tombstone| FenceRow {
+            highest: Some(3),
+            tombstone,
+            ..FenceRow::default()
+        };
+        store
+            .put(
+                vec![
+                    ("object:b/gone".into(), row(true)),
+                    ("object:b/kept".into(), row(false)),
+                    ("object:b/gone-too".into(), row(true)),
+                ],
+                Durability::Synced,
+            )
+            .await
+            .unwrap();
+        assert_eq!(tombstones(&store).unwrap(), 2);
+    }
+
+    #[test]
+    fn the_data_directory_has_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let (free, size) = free_space(dir.path()).unwrap();
+        assert!(size > 0 && free <= size, "{free} of {size}");
+        assert!(free_space(&dir.path().join("absent")).is_none());
+    }
+}
