@@ -38,10 +38,13 @@ pub struct Cli {
 pub enum Command {
     /// Serve the native HTTP API (the default when no command is given).
     Serve(ServeArgs),
-    /// Validate a configuration file and print the effective policies; exits 1 on error.
+    /// Validate a configuration, with the checks `serve` makes before it opens anything, and
+    /// print the effective policies; exits 1 on error. FENCEGATE_* variables apply, as they do
+    /// to `serve`.
     CheckConfig {
-        /// The TOML file to check.
-        file: PathBuf,
+        /// The TOML file to check; without one, the embedded default (as a container started
+        /// with FENCEGATE_* variables only runs).
+        file: Option<PathBuf>,
     },
     /// Show, advance and list the fences of a running instance (through its admin surface),
     /// or rebuild a bucket's fences offline.

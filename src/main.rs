@@ -11,17 +11,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     fencegate::logging::init();
     match cli.command {
-        Some(Command::CheckConfig { file }) => match Config::from_env(Some(file.as_path())) {
-            Ok(config) => {
-                print!("{}", config.describe());
-                println!("ok: {} is valid", file.display());
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Some(Command::CheckConfig { file }) => check_config(file.as_deref()),
         Some(Command::Serve(args)) => serve(args),
         Some(Command::Fences { command }) => match command {
             FencesCommand::Rebuild { bucket, config } => rebuild(&bucket, config),
@@ -53,6 +43,31 @@ fn main() -> ExitCode {
             }
         },
         None => serve(cli.serve),
+    }
+}
+
+/// `check-config`: the configuration read as `serve` reads it, and the checks `serve` makes
+/// before it opens the fence table and the stores (`server::preflight`).
+fn check_config(file: Option<&std::path::Path>) -> ExitCode {
+    let what = file.map_or("the embedded default configuration".to_string(), |f| {
+        f.display().to_string()
+    });
+    let checked = Config::from_env(file)
+        .map_err(|e| e.to_string())
+        .and_then(|config| {
+            fencegate::server::preflight(&config).map_err(|e| e.to_string())?;
+            Ok(config)
+        });
+    match checked {
+        Ok(config) => {
+            print!("{}", config.describe());
+            println!("ok: {what} is valid");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -148,13 +148,19 @@ pub fn resolve(
             .trim()
             .to_string(),
         (_, _, Some(var)) => env(var)
-            .ok_or_else(|| format!("names secret_access_key_env {var:?}, which is not set"))?
+            .ok_or_else(|| format!("names secret_access_key_env {var:?}, which is not set in the environment fencegate was started with (a reload sees that environment, not variables set since: for a key added by a reload, use secret_access_key_file)"))?
             .trim()
             .to_string(),
         _ => unreachable!("exactly one source is set"),
     };
     if raw.access_key_id.is_empty() || secret.is_empty() {
         return Err("has an empty access_key_id or secret".into());
+    }
+    if secret.chars().count() < super::MIN_SECRET_LEN {
+        return Err(format!(
+            "has a secret shorter than {} characters, short enough to guess; generate one with `openssl rand -hex 20`",
+            super::MIN_SECRET_LEN
+        ));
     }
     if raw.access_key_id.len() > 128
         || !raw
@@ -195,7 +201,15 @@ type KeyTableResult = Result<(BTreeMap<String, Key>, Vec<String>), KeyProblem>;
 
 /// The field of `[keys.NAME]` a problem from [`resolve`] is about, for its position.
 fn field_of(raw: &RawKey, problem: &str) -> Option<&'static str> {
-    if problem.contains("secret_access_key_file") {
+    if problem.contains("a secret shorter") {
+        Some(if raw.secret_access_key_file.is_some() {
+            "secret_access_key_file"
+        } else if raw.secret_access_key_env.is_some() {
+            "secret_access_key_env"
+        } else {
+            "secret_access_key"
+        })
+    } else if problem.contains("secret_access_key_file") {
         Some("secret_access_key_file")
     } else if problem.contains("secret_access_key_env") && raw.secret_access_key_env.is_some() {
         Some("secret_access_key_env")
@@ -342,36 +356,46 @@ mod tests {
     fn secrets_come_from_exactly_one_place() {
         let no_env = |_: &str| None;
         assert_eq!(
-            resolve("k", &raw(Some("s"), None, None), &no_env)
+            resolve("k", &raw(Some("s-0123456789abcdef"), None, None), &no_env)
                 .unwrap()
                 .secret_access_key,
-            "s"
+            "s-0123456789abcdef"
         );
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("secret");
-        std::fs::write(&file, "from-file\n").unwrap();
+        std::fs::write(&file, "from-file-0123456789\n").unwrap();
         assert_eq!(
             resolve("k", &raw(None, Some(file.clone()), None), &no_env)
                 .unwrap()
                 .secret_access_key,
-            "from-file"
+            "from-file-0123456789"
         );
-        let env = |v: &str| (v == "FG_S").then(|| "from-env".to_string());
+        let env = |v: &str| (v == "FG_S").then(|| "from-env-0123456789".to_string());
         assert_eq!(
             resolve("k", &raw(None, None, Some("FG_S")), &env)
                 .unwrap()
                 .secret_access_key,
-            "from-env"
+            "from-env-0123456789"
         );
         assert!(resolve("k", &raw(None, None, None), &no_env).is_err());
-        assert!(resolve("k", &raw(Some("s"), Some(file), None), &no_env).is_err());
+        assert!(resolve(
+            "k",
+            &raw(Some("s-0123456789abcdef"), Some(file), None),
+            &no_env
+        )
+        .is_err());
         assert!(resolve("k", &raw(None, None, Some("UNSET")), &no_env)
             .unwrap_err()
             .contains("not set"));
-        let key = resolve("k", &raw(Some("s"), None, None), &no_env).unwrap();
-        assert!(!format!("{key:?}").contains("\"s\""));
+        let key = resolve("k", &raw(Some("s-0123456789abcdef"), None, None), &no_env).unwrap();
+        assert!(!format!("{key:?}").contains("s-0123456789abcdef"));
         assert!(key.allows(Permission::Read, "bx"));
         assert!(!key.allows(Permission::Write, "bx"));
         assert!(!key.allows(Permission::Read, "a"));
+        // A secret short enough to guess is refused, wherever it comes from.
+        let short = resolve("k", &raw(Some("fifteen-chars-x"), None, None), &no_env);
+        assert!(short.unwrap_err().contains("shorter than 16"));
+        let env = |_: &str| Some("short".to_string());
+        assert!(resolve("k", &raw(None, None, Some("FG_S")), &env).is_err());
     }
 }

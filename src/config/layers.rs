@@ -239,11 +239,21 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
-/// Fields whose values are never repeated in a message.
+/// Fields whose values are never repeated in a message: secrets, passwords and bearer tokens
+/// (`max_token_jump` and `tokens` are numbers, and shown).
 pub fn is_secret(field: &str) -> bool {
-    ["secret", "password", "token"]
+    field.contains("secret") || field.contains("password") || field.ends_with("token")
+}
+
+/// "did you mean `listen`?" for a misspelt field, when one of `expected` is close to it.
+fn did_you_mean(field: &str, expected: &[&str]) -> String {
+    expected
         .iter()
-        .any(|s| field.contains(s))
+        .map(|e| (strsim::jaro_winkler(field, e), e))
+        .filter(|(score, _)| *score >= 0.85)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, e)| format!("; did you mean `{e}`?"))
+        .unwrap_or_default()
 }
 
 /// A figment extraction error: its key path (with `key` when the key itself is wrong) and a
@@ -284,6 +294,9 @@ pub fn figment_problem(e: figment::Error, figment: &Figment) -> (Vec<String>, bo
             format!("invalid value (not shown: it is a secret); expected {expected}")
         }
         _ if secret => "invalid value (not shown: it is a secret)".to_string(),
+        Kind::UnknownField(field, expected) => {
+            format!("{}{}", e.kind, did_you_mean(field, expected))
+        }
         kind => kind.to_string(),
     };
     (path, key, message)

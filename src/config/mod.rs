@@ -136,6 +136,8 @@ impl std::fmt::Debug for AdminToken {
 
 /// Shortest admin bearer token accepted: it is a password that never expires.
 pub const MIN_ADMIN_TOKEN_LEN: usize = 24;
+/// The shortest secret a key in `[keys]` may have.
+pub const MIN_SECRET_LEN: usize = 16;
 
 /// A configuration problem, with where it is and what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -328,7 +330,7 @@ mod tests {
                 ("FENCEGATE_BUCKETS__DEFAULT__FENCING", "optional"),
                 ("FENCEGATE_BUCKETS__DEFAULT__MAX_TOKEN_JUMP", "1000"),
                 ("FENCEGATE_KEYS__ETL__ACCESS_KEY_ID", "12345"),
-                ("FENCEGATE_KEYS__ETL__SECRET_ACCESS_KEY", "0123"),
+                ("FENCEGATE_KEYS__ETL__SECRET_ACCESS_KEY", "0123456789abcdef"),
                 (
                     "FENCEGATE_KEYS__ETL__BUCKETS",
                     "{ \"logs-*\" = [\"read\"] }",
@@ -346,11 +348,11 @@ mod tests {
         let key = &c.keys["etl"];
         assert_eq!(
             (key.access_key_id.as_str(), key.secret_access_key.as_str()),
-            ("12345", "0123")
+            ("12345", "0123456789abcdef")
         );
         assert!(key.allows(Permission::Read, "logs-1"));
         // A secret never reaches the description.
-        assert!(!c.describe().contains("0123"));
+        assert!(!c.describe().contains("0123456789abcdef"));
     }
 
     #[test]
@@ -369,7 +371,11 @@ mod tests {
             ),
             ("[keys.a]\naccess_key_id = \"A\"\n", 1),
             (
-                "[keys.a]\naccess_key_id = \"A\"\nsecret_access_key = \"s\"\n[keys.b]\naccess_key_id = \"A\"\nsecret_access_key = \"t\"\n",
+                "[keys.a]\naccess_key_id = \"A\"\nbuckets = {}\nsecret_access_key = \"short\"\n",
+                4,
+            ),
+            (
+                "[keys.a]\naccess_key_id = \"A\"\nsecret_access_key = \"s-0123456789abcdef\"\n[keys.b]\naccess_key_id = \"A\"\nsecret_access_key = \"t-0123456789abcdef\"\n",
                 5,
             ),
             ("[fence_store]\nkind = \"etcd\"\nendpoints = [\"x\"]\n", 3),

@@ -73,9 +73,19 @@ pub fn check_protected(config: &Config) -> Result<(), StartError> {
     }
 }
 
+/// The checks `serve` makes before it opens anything, which `check-config` makes too: no
+/// development mode on a public address, and certificates that load.
+pub fn preflight(config: &Config) -> Result<(), StartError> {
+    check_protected(config)?;
+    if let Some(files) = &config.server.tls {
+        tls::Tls::load(&files.cert_file, &files.key_file)?;
+    }
+    Ok(())
+}
+
 /// Runs fencegate until a shutdown signal.
 pub async fn serve(config: Config) -> Result<(), StartError> {
-    check_protected(&config)?;
+    preflight(&config)?;
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }

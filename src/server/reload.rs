@@ -383,7 +383,7 @@ mod tests {
         parse(text, "t").unwrap()
     }
 
-    const KEYS: &str = "[keys.a]\naccess_key_id = \"A\"\nsecret_access_key = \"s\"\nbuckets = { \"*\" = [\"read\"] }\n";
+    const KEYS: &str = "[keys.a]\naccess_key_id = \"A\"\nsecret_access_key = \"s-0123456789abcdef\"\nbuckets = { \"*\" = [\"read\"] }\n";
 
     #[test]
     fn only_keys_policies_and_certificates_reload() {
@@ -391,7 +391,7 @@ mod tests {
         let same = config(&format!("{KEYS}[buckets.logs]\n"));
         assert!(needs_restart(&old, &same).is_empty());
         let policy = config(&format!(
-            "{KEYS}[keys.b]\naccess_key_id = \"B\"\nsecret_access_key = \"t\"\n[buckets.logs]\nfencing = \"off\"\ntokens = \"strictly-increasing\"\n"
+            "{KEYS}[keys.b]\naccess_key_id = \"B\"\nsecret_access_key = \"t-0123456789abcdef\"\n[buckets.logs]\nfencing = \"off\"\ntokens = \"strictly-increasing\"\n"
         ));
         assert!(needs_restart(&old, &policy).is_empty());
         assert_eq!(

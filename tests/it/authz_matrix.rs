@@ -29,18 +29,18 @@ credential_grace_secs = 1
 
 [keys.admin]
 access_key_id = "admin-key"
-secret_access_key = "admin-secret"
+secret_access_key = "admin-secret-0123456"
 admin = true
 
 [keys.writer]
 access_key_id = "writer-key"
-secret_access_key = "writer-secret"
+secret_access_key = "writer-secret-0123456"
 buckets = { "data" = ["read", "write", "delete", "fence", "lease"], "new-*" = ["write", "delete"] }
 lease_names = ["jobs-*"]
 
 [keys.reader]
 access_key_id = "reader-key"
-secret_access_key = "reader-secret"
+secret_access_key = "reader-secret-0123456"
 buckets = { "data" = ["read"] }
 
 [keys.elsewhere]
@@ -52,11 +52,11 @@ lease_names = ["other-*"]
 
 const ADMIN: Creds = Creds {
     key: "admin-key",
-    secret: "admin-secret",
+    secret: "admin-secret-0123456",
 };
 const WRITER: Creds = Creds {
     key: "writer-key",
-    secret: "writer-secret",
+    secret: "writer-secret-0123456",
 };
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -242,7 +242,7 @@ impl Fixture {
             }),
             Caller::Reader => Some(Creds {
                 key: "reader-key",
-                secret: "reader-secret",
+                secret: "reader-secret-0123456",
             }),
             Caller::OtherBucketKey => Some(Creds {
                 key: "elsewhere-key",

@@ -147,7 +147,7 @@ async fn unauthenticated_bodies_hold_at_most_the_budget() {
 async fn unverified_load(connections: usize, len: usize, sent: usize) -> (u64, usize) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let dir = tempfile::tempdir().unwrap();
-    let config = "[keys.worker]\naccess_key_id = \"worker-key\"\nsecret_access_key = \"worker-secret\"\nbuckets = { \"default\" = [\"write\"] }\n";
+    let config = "[keys.worker]\naccess_key_id = \"worker-key\"\nsecret_access_key = \"worker-secret-0123456\"\nbuckets = { \"default\" = [\"write\"] }\n";
     let s = Server::start(&dir.path().join("data"), Some(config));
     let forger = common::sign::Creds {
         key: "worker-key",

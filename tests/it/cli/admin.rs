@@ -600,7 +600,7 @@ fn enc(s: &str) -> String {
 const TOKEN: &str = "admin-bearer-token-for-the-cli-tests-01";
 const WRITER: Creds = Creds {
     key: "app-key",
-    secret: "app-secret",
+    secret: "app-secret-0123456",
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -617,12 +617,12 @@ bearer_token_file = "{}"
 
 [keys.ops]
 access_key_id = "ops-key"
-secret_access_key = "ops-secret"
+secret_access_key = "ops-secret-0123456"
 admin = true
 
 [keys.app]
 access_key_id = "app-key"
-secret_access_key = "app-secret"
+secret_access_key = "app-secret-0123456"
 buckets = {{ "default" = ["read", "write", "delete", "fence", "lease"] }}
 lease_names = ["*"]
 
@@ -640,11 +640,11 @@ lease_names = ["*"]
 
     let ops = [
         ("FENCEGATE_ACCESS_KEY_ID", "ops-key"),
-        ("FENCEGATE_SECRET_ACCESS_KEY", "ops-secret"),
+        ("FENCEGATE_SECRET_ACCESS_KEY", "ops-secret-0123456"),
     ];
     let aws_ops = [
         ("AWS_ACCESS_KEY_ID", "ops-key"),
-        ("AWS_SECRET_ACCESS_KEY", "ops-secret"),
+        ("AWS_SECRET_ACCESS_KEY", "ops-secret-0123456"),
     ];
     let bearer = [("FENCEGATE_ADMIN_TOKEN", TOKEN)];
     let get = ["fences", "get", "default", "dir one/a+b", "--json"];
@@ -748,7 +748,7 @@ lease_names = ["*"]
     // A key that is not an admin's: refused, and told what would do.
     let writer = [
         ("FENCEGATE_ACCESS_KEY_ID", "app-key"),
-        ("FENCEGATE_SECRET_ACCESS_KEY", "app-secret"),
+        ("FENCEGATE_SECRET_ACCESS_KEY", "app-secret-0123456"),
     ];
     let run = cli(
         &admin_url,

@@ -78,3 +78,109 @@ fn a_bad_file_names_the_file_the_line_and_the_fix() {
         "nothing was created by a refused start"
     );
 }
+
+fn fencegate_env(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fencegate"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// check-config makes serve's checks, with the same words: a file it passes, serve takes.
+#[test]
+fn check_config_refuses_what_serve_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    // Development mode on a public address.
+    let public = write("public.toml", "[server]\nlisten = \"0.0.0.0:8080\"\n");
+    let (ok, _, checked) = fencegate(&["check-config", &public]);
+    assert!(!ok, "check-config passed what serve refuses");
+    assert!(checked.contains("development mode"), "{checked}");
+    let data = dir.path().join("d");
+    let (ok, _, served) = fencegate(&[
+        "serve",
+        "--config",
+        &public,
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    let first = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("error:"))
+            .map(str::to_string)
+    };
+    assert_eq!(first(&checked), first(&served));
+    // Certificates that do not load.
+    let tls = write(
+        "tls.toml",
+        "[server.tls]\ncert_file = \"/nonexistent/cert.pem\"\nkey_file = \"/nonexistent/key.pem\"\n",
+    );
+    let (ok, _, err) = fencegate(&["check-config", &tls]);
+    assert!(!ok);
+    assert!(err.contains("/nonexistent/cert.pem"), "{err}");
+}
+
+/// Without a file, check-config checks the embedded default with the FENCEGATE_* variables,
+/// as a container configured by its environment runs.
+#[test]
+fn check_config_without_a_file_checks_the_default_and_the_environment() {
+    let (ok, out, err) = fencegate(&["check-config"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("ok: the embedded default configuration is valid"),
+        "{out}"
+    );
+    let (ok, _, err) = fencegate_env(
+        &["check-config"],
+        &[("FENCEGATE_BUCKETS__DEFAULT__FENCING", "sometimes")],
+    );
+    assert!(!ok);
+    assert!(err.contains("FENCEGATE_BUCKETS__DEFAULT__FENCING"), "{err}");
+}
+
+/// Mistakes an operator makes, each explained: a misspelt field, a bad number shown as
+/// written (it is no secret), a secret short enough to guess, and an environment variable a
+/// reload cannot see.
+#[test]
+fn check_config_explains_common_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |text: &str| {
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, text).unwrap();
+        let (ok, _, err) = fencegate(&["check-config", path.to_str().unwrap()]);
+        assert!(!ok, "{text} passed");
+        err
+    };
+    let err = check("[server]\nlisten = \"127.0.0.1:1\"\nmax_conections = 5\n");
+    assert!(err.contains("did you mean `max_connections`?"), "{err}");
+    let err = check("[server]\nlistne = \"127.0.0.1:1\"\n");
+    assert!(err.contains("did you mean `listen`?"), "{err}");
+    let err = check("[buckets.default]\nmax_token_jump = -1\n");
+    assert!(!err.contains("not shown"), "{err}");
+    assert!(err.contains("-1"), "{err}");
+    let key = |secret: &str| {
+        format!(
+            "[keys.app]\naccess_key_id = \"app\"\n{secret}\nbuckets = {{ \"*\" = [\"read\"] }}\n"
+        )
+    };
+    let err = check(&key("secret_access_key = \"guessable\""));
+    assert!(err.contains("shorter than 16 characters"), "{err}");
+    assert!(!err.contains("guessable"), "{err}");
+    let err = check(&key("secret_access_key_env = \"FENCEGATE_TEST_NEVER_SET\""));
+    assert!(
+        err.contains("the environment fencegate was started with")
+            && err.contains("secret_access_key_file"),
+        "{err}"
+    );
+}

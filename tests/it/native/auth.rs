@@ -11,13 +11,13 @@ use std::time::{Duration, SystemTime};
 const CONFIG: &str = r#"
 [keys.worker]
 access_key_id = "worker-key"
-secret_access_key = "worker-secret"
+secret_access_key = "worker-secret-0123456"
 buckets = { "default" = ["read", "write", "delete", "fence"] }
 "#;
 
 const WORKER: Creds = Creds {
     key: "worker-key",
-    secret: "worker-secret",
+    secret: "worker-secret-0123456",
 };
 
 fn curl(args: &[&str]) -> (u16, String) {
@@ -47,7 +47,7 @@ async fn curl_and_sdk_signatures_work_and_forgeries_do_not() {
         "--aws-sigv4",
         "aws:amz:us-east-1:s3",
         "--user",
-        "worker-key:worker-secret",
+        "worker-key:worker-secret-0123456",
     ];
 
     // curl signs the body's hash inside the signature only: checked as the body ends.
@@ -253,13 +253,13 @@ fn protected_mode_refuses_a_public_address_without_keys() {
 async fn round_4_holes_stay_closed() {
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
-        "{CONFIG}\n[keys.holder]\naccess_key_id = \"holder-key\"\nsecret_access_key = \"holder-secret\"\nbuckets = {{ \"default\" = [\"read\", \"lease\"] }}\nlease_names = [\"job\"]\n"
+        "{CONFIG}\n[keys.holder]\naccess_key_id = \"holder-key\"\nsecret_access_key = \"holder-secret-0123456\"\nbuckets = {{ \"default\" = [\"read\", \"lease\"] }}\nlease_names = [\"job\"]\n"
     );
     let s = Server::start(&dir.path().join("data"), Some(&config));
     let c = common::client();
     let holder = Creds {
         key: "holder-key",
-        secret: "holder-secret",
+        secret: "holder-secret-0123456",
     };
     let acquire = c.post(s.url("/v1/leases/job")).json(&serde_json::json!({
         "holder": "h", "ttl_ms": 60000, "bucket": "default", "key": "leased", "s3_credentials": true
@@ -681,7 +681,7 @@ async fn unverified_bytes(c: &reqwest::Client, s: &Server) -> f64 {
 
 const OPS: Creds = Creds {
     key: "ops-key",
-    secret: "ops-secret",
+    secret: "ops-secret-0123456",
 };
 
 /// Bodies read before their signature is checked share one budget over every connection: once
@@ -692,7 +692,7 @@ const OPS: Creds = Creds {
 async fn unverified_bodies_share_one_budget() {
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
-        "[server]\nmax_unverified_body_bytes = \"2MiB\"\n{CONFIG}\n[keys.ops]\naccess_key_id = \"ops-key\"\nsecret_access_key = \"ops-secret\"\nadmin = true\n"
+        "[server]\nmax_unverified_body_bytes = \"2MiB\"\n{CONFIG}\n[keys.ops]\naccess_key_id = \"ops-key\"\nsecret_access_key = \"ops-secret-0123456\"\nadmin = true\n"
     );
     let s = Server::start(&dir.path().join("data"), Some(&config));
     let c = common::client();

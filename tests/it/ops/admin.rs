@@ -10,11 +10,11 @@ use serde_json::json;
 const TOKEN: &str = "admin-bearer-token-for-the-tests-0001";
 const ADMIN: Creds = Creds {
     key: "ops-key",
-    secret: "ops-secret",
+    secret: "ops-secret-0123456",
 };
 const WRITER: Creds = Creds {
     key: "app-key",
-    secret: "app-secret",
+    secret: "app-secret-0123456",
 };
 
 fn free_port() -> u16 {
@@ -34,12 +34,12 @@ bearer_token_file = "{}"
 
 [keys.ops]
 access_key_id = "ops-key"
-secret_access_key = "ops-secret"
+secret_access_key = "ops-secret-0123456"
 admin = true
 
 [keys.app]
 access_key_id = "app-key"
-secret_access_key = "app-secret"
+secret_access_key = "app-secret-0123456"
 buckets = {{ "default" = ["read", "write", "delete", "fence", "lease"], "lenient" = ["read", "write"], "made-*" = ["read", "write", "delete"] }}
 lease_names = ["*"]
 

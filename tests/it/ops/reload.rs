@@ -13,32 +13,32 @@ use std::time::Duration;
 
 const OPS: Creds = Creds {
     key: "ops-key",
-    secret: "ops-secret",
+    secret: "ops-secret-0123456",
 };
 const OPS2: Creds = Creds {
     key: "ops2-key",
-    secret: "ops2-secret",
+    secret: "ops2-secret-0123456",
 };
 const APP: Creds = Creds {
     key: "app-key",
-    secret: "app-secret",
+    secret: "app-secret-0123456",
 };
 const NEW: Creds = Creds {
     key: "new-key",
-    secret: "new-secret",
+    secret: "new-secret-0123456",
 };
 const NEWER: Creds = Creds {
     key: "newer-key",
-    secret: "newer-secret",
+    secret: "newer-secret-0123456",
 };
 
 const OPS_KEY: &str =
-    "[keys.ops]\naccess_key_id = \"ops-key\"\nsecret_access_key = \"ops-secret\"\nadmin = true\n";
-const OPS2_ADMIN: &str = "[keys.ops2]\naccess_key_id = \"ops2-key\"\nsecret_access_key = \"ops2-secret\"\nadmin = true\n";
-const OPS2_PLAIN: &str = "[keys.ops2]\naccess_key_id = \"ops2-key\"\nsecret_access_key = \"ops2-secret\"\nbuckets = { \"*\" = [\"read\", \"write\"] }\n";
-const APP_KEY: &str = "[keys.app]\naccess_key_id = \"app-key\"\nsecret_access_key = \"app-secret\"\nbuckets = { \"*\" = [\"read\", \"write\", \"delete\", \"fence\"] }\n";
-const NEW_KEY: &str = "[keys.new]\naccess_key_id = \"new-key\"\nsecret_access_key = \"new-secret\"\nbuckets = { \"*\" = [\"read\", \"write\"] }\n";
-const NEWER_KEY: &str = "[keys.newer]\naccess_key_id = \"newer-key\"\nsecret_access_key = \"newer-secret\"\nbuckets = { \"*\" = [\"read\", \"write\"] }\n";
+    "[keys.ops]\naccess_key_id = \"ops-key\"\nsecret_access_key = \"ops-secret-0123456\"\nadmin = true\n";
+const OPS2_ADMIN: &str = "[keys.ops2]\naccess_key_id = \"ops2-key\"\nsecret_access_key = \"ops2-secret-0123456\"\nadmin = true\n";
+const OPS2_PLAIN: &str = "[keys.ops2]\naccess_key_id = \"ops2-key\"\nsecret_access_key = \"ops2-secret-0123456\"\nbuckets = { \"*\" = [\"read\", \"write\"] }\n";
+const APP_KEY: &str = "[keys.app]\naccess_key_id = \"app-key\"\nsecret_access_key = \"app-secret-0123456\"\nbuckets = { \"*\" = [\"read\", \"write\", \"delete\", \"fence\"] }\n";
+const NEW_KEY: &str = "[keys.new]\naccess_key_id = \"new-key\"\nsecret_access_key = \"new-secret-0123456\"\nbuckets = { \"*\" = [\"read\", \"write\"] }\n";
+const NEWER_KEY: &str = "[keys.newer]\naccess_key_id = \"newer-key\"\nsecret_access_key = \"newer-secret-0123456\"\nbuckets = { \"*\" = [\"read\", \"write\"] }\n";
 const BUCKETS: &str = "[buckets.default]\n[buckets.lenient]\nfencing = \"optional\"\n";
 
 struct Fixture {
@@ -166,8 +166,8 @@ async fn an_added_key_works_after_sighup_and_after_the_admin_reload() {
         1
     );
     // No secret in the answer or the log.
-    assert!(!body.to_string().contains("newer-secret"));
-    assert!(fx.s.log_lines(&["newer-secret"]).is_empty());
+    assert!(!body.to_string().contains("newer-secret-0123456"));
+    assert!(fx.s.log_lines(&["newer-secret-0123456"]).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const KEYS: &str = r#"
 [keys.app]
 access_key_id = "app-key"
-secret_access_key = "app-secret"
+secret_access_key = "app-secret-0123456"
 buckets = { "*" = ["read", "write", "delete", "fence"] }
 "#;
 
@@ -102,7 +102,7 @@ fn https_client(endpoint: &str, ca_pem: &[u8]) -> aws_sdk_s3::Client {
         .http_client(http)
         .credentials_provider(aws_sdk_s3::config::Credentials::new(
             "app-key",
-            "app-secret",
+            "app-secret-0123456",
             None,
             None,
             "tests",
@@ -153,7 +153,7 @@ async fn clients_connect_over_tls_and_plain_http_is_refused() {
             "--aws-sigv4",
             "aws:amz:us-east-1:s3",
             "--user",
-            "app-key:app-secret",
+            "app-key:app-secret-0123456",
             "-H",
             "x-amz-content-sha256: UNSIGNED-PAYLOAD",
         ])
@@ -199,7 +199,7 @@ async fn clients_connect_over_tls_and_plain_http_is_refused() {
                 "--aws-sigv4",
                 "aws:amz:us-east-1:s3",
                 "--user",
-                "app-key:app-secret",
+                "app-key:app-secret-0123456",
             ])
             .arg(format!("{endpoint}/v1/fences/default/plain.txt"))
             .output()
@@ -268,7 +268,7 @@ async fn an_s3_backend_reaches_an_https_store_with_a_ca_file() {
 kind = "s3"
 endpoint = "{endpoint}"
 access_key_id = "app-key"
-secret_access_key = "app-secret"
+secret_access_key = "app-secret-0123456"
 {}
 
 [buckets.front]

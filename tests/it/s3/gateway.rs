@@ -49,19 +49,19 @@ struct Fx {
 const KEYS: &str = r#"
 [keys.writer]
 access_key_id = "writer-key"
-secret_access_key = "writer-secret"
+secret_access_key = "writer-secret-0123456"
 buckets = { "*" = ["read", "write", "delete", "fence"] }
 
 [s3.keys.reader]
 access_key_id = "reader-key"
-secret_access_key = "reader-secret"
+secret_access_key = "reader-secret-0123456"
 buckets = ["default"]
 write = false
 "#;
 
 const WRITER: common::sign::Creds = common::sign::Creds {
     key: "writer-key",
-    secret: "writer-secret",
+    secret: "writer-secret-0123456",
 };
 
 impl Fx {
@@ -108,7 +108,7 @@ impl Fx {
     }
 
     fn client(&self) -> Client {
-        self.client_as("writer-key", "writer-secret")
+        self.client_as("writer-key", "writer-secret-0123456")
     }
 
     fn s(&self) -> &Server {
@@ -452,7 +452,7 @@ async fn listing_and_buckets(kind: Kind) {
     let names: Vec<_> = buckets.buckets().iter().filter_map(|b| b.name()).collect();
     assert_eq!(names, ["default", "loose"]);
     // The reader key sees only the bucket it may use.
-    let reader = fx.client_as("reader-key", "reader-secret");
+    let reader = fx.client_as("reader-key", "reader-secret-0123456");
     let buckets = reader.list_buckets().send().await.unwrap();
     let names: Vec<_> = buckets.buckets().iter().filter_map(|b| b.name()).collect();
     assert_eq!(names, ["default"]);
@@ -908,7 +908,7 @@ async fn scrape(fx: &Fx) -> String {
     let c = common::client();
     let creds = common::sign::Creds {
         key: "other-key",
-        secret: "other-secret",
+        secret: "other-secret-0123456",
     };
     common::sign::send(&c, c.get(fx.s().url("/metrics")), Some(creds))
         .await
@@ -924,11 +924,11 @@ async fn scrape(fx: &Fx) -> String {
 async fn open_uploads_are_bounded_and_expire(kind: Kind) {
     let fx = Fx::start_with(
         kind,
-        "[server]\nupload_expiry_secs = 3\nmax_uploads_per_key = 2\nmax_uploads_per_bucket = 3\n\n[keys.other]\naccess_key_id = \"other-key\"\nsecret_access_key = \"other-secret\"\nbuckets = { \"*\" = [\"read\", \"write\", \"delete\", \"fence\"] }\nadmin = true\n",
+        "[server]\nupload_expiry_secs = 3\nmax_uploads_per_key = 2\nmax_uploads_per_bucket = 3\n\n[keys.other]\naccess_key_id = \"other-key\"\nsecret_access_key = \"other-secret-0123456\"\nbuckets = { \"*\" = [\"read\", \"write\", \"delete\", \"fence\"] }\nadmin = true\n",
     )
     .await;
     let c = fx.client();
-    let other = fx.client_as("other-key", "other-secret");
+    let other = fx.client_as("other-key", "other-secret-0123456");
     let first = start_upload(&c, "a", 1).await;
     send_part(&c, "a", &first, 1, b'x', 1024).await;
     start_upload(&c, "b", 1).await;
@@ -1213,7 +1213,7 @@ async fn buckets_created_through_s3(kind: Kind) {
         .unwrap();
 
     // A read-only key may not create buckets.
-    let reader = fx.client_as("reader-key", "reader-secret");
+    let reader = fx.client_as("reader-key", "reader-secret-0123456");
     let (status, code, _) = failure(reader.create_bucket().bucket("by-reader").send().await);
     assert_eq!((status, code.as_str()), (403, "AccessDenied"));
 }
@@ -1551,7 +1551,7 @@ async fn keys_signatures_and_presigned_urls() {
     let (status, code, _) = failure(forger.get_object().bucket("default").key("k").send().await);
     assert_eq!((status, code.as_str()), (403, "SignatureDoesNotMatch"));
 
-    let reader = fx.client_as("reader-key", "reader-secret");
+    let reader = fx.client_as("reader-key", "reader-secret-0123456");
     assert_eq!(body_of(&reader, "default", "k").await, b"secret data");
     let (status, code, _) = failure(
         with_token!(
@@ -1619,7 +1619,8 @@ async fn virtual_host_style() {
             "[s3]\ndomain = \"s3.test\"\n\n[buckets.default]\n{KEYS}"
         )),
     );
-    let path_style = common::moto::client_with(&server.url(""), "writer-key", "writer-secret");
+    let path_style =
+        common::moto::client_with(&server.url(""), "writer-key", "writer-secret-0123456");
     with_token!(
         path_style
             .put_object()
@@ -1638,7 +1639,7 @@ async fn virtual_host_style() {
         .endpoint_url(format!("http://s3.test:{port}"))
         .credentials_provider(aws_sdk_s3::config::Credentials::new(
             "writer-key",
-            "writer-secret",
+            "writer-secret-0123456",
             None,
             None,
             "tests",
