@@ -156,4 +156,9 @@ pub struct ServeArgs {
     /// Log format on stderr, overriding [server] log_format (default text).
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub log_format: Option<crate::logging::LogFormat>,
+    /// Refuse to start when the RocksDB fence table does not exist yet, instead of creating an
+    /// empty one: for a deployment that must never forget its recorded tokens (a wrong
+    /// data_dir, an unmounted volume).
+    #[arg(long, env = "FENCEGATE_REQUIRE_EXISTING_TABLE")]
+    pub require_existing_table: bool,
 }

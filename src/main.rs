@@ -96,6 +96,7 @@ fn load(args: &ServeArgs) -> Result<Config, ExitCode> {
         listen: args.listen,
         data_dir: args.data_dir.clone(),
         accept_scope_change: args.accept_scope_change.clone(),
+        require_existing_table: args.require_existing_table,
     };
     match sources.load() {
         Ok(c) => {

@@ -35,6 +35,8 @@ pub enum StartupError {
         recorded: String,
         configured: String,
     },
+    #[error("there is no fence table at {0}, and --require-existing-table forbids creating one; point data_dir (or [fence_store] path) at the existing table, or start once without the flag to create it")]
+    NoTable(String),
     #[error("bucket {bucket} (s3 backend {backend}): {message}")]
     S3 {
         bucket: String,
@@ -111,8 +113,17 @@ async fn open_store(
     path: &std::path::Path,
 ) -> Result<Arc<dyn FenceStore>, StartupError> {
     let Some(etcd) = &config.etcd else {
-        let store = RocksFenceStore::open(path)?;
-        tracing::info!(path = %path.display(), rows = store.estimated_rows(), "fence table on rocksdb");
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        // RocksDB writes CURRENT when it creates a table, and keeps it for as long as it lives.
+        let new = !path.join("CURRENT").exists();
+        if new && config.sources.require_existing_table {
+            return Err(StartupError::NoTable(path.display().to_string()));
+        }
+        let store = RocksFenceStore::open(&path)?;
+        if new && !config.keys.is_empty() {
+            tracing::warn!(path = %path.display(), "created a new, empty fence table: no token is recorded, so the first write of each object is accepted whatever its token. If this instance served before, its data_dir is not where it was (a relative path, an unmounted volume): stop it and point data_dir (or [fence_store] path) at the old table. Start with --require-existing-table to refuse instead");
+        }
+        tracing::info!(path = %path.display(), rows = store.estimated_rows(), new, "fence table on rocksdb");
         return Ok(Arc::new(store));
     };
     let settings = EtcdSettings {

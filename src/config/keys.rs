@@ -156,12 +156,6 @@ pub fn resolve(
     if raw.access_key_id.is_empty() || secret.is_empty() {
         return Err("has an empty access_key_id or secret".into());
     }
-    if secret.chars().count() < super::MIN_SECRET_LEN {
-        return Err(format!(
-            "has a secret shorter than {} characters, short enough to guess; generate one with `openssl rand -hex 20`",
-            super::MIN_SECRET_LEN
-        ));
-    }
     if raw.access_key_id.len() > 128
         || !raw
             .access_key_id
@@ -171,6 +165,12 @@ pub fn resolve(
         return Err(
             "has an access_key_id that is not 1-128 letters, digits, '-', '_' or '.'".into(),
         );
+    }
+    if secret.chars().count() < super::MIN_SECRET_LEN {
+        return Err(format!(
+            "has a secret shorter than {} characters, short enough to guess; generate one with `openssl rand -hex 20`",
+            super::MIN_SECRET_LEN
+        ));
     }
     if raw.lease_names.is_empty()
         && raw

@@ -83,6 +83,8 @@ pub struct Sources {
     pub data_dir: Option<PathBuf>,
     /// `--accept-scope-change`.
     pub accept_scope_change: Vec<String>,
+    /// `--require-existing-table`.
+    pub require_existing_table: bool,
 }
 
 impl Sources {
@@ -103,9 +105,40 @@ impl Sources {
         } else {
             EnvLayer::none()
         };
-        let mut config = parse_layered(&text, &name, &env)?
+        let mut config = parse_layered(&text, &name, &env)?;
+        // A file's relative data_dir is the file's, not the working directory's: started
+        // from elsewhere, fencegate would otherwise open a new, empty fence table and accept
+        // every zombie's token again. A variable's or the command line's is the caller's.
+        // The same for the fence table's own path. An unset data_dir keeps its default,
+        // ./data of the working directory.
+        if let Some(file) = &self.file {
+            let base = file.parent().unwrap_or(Path::new(""));
+            let in_file = |section: &str, field: &str| {
+                text.parse::<toml::Table>().ok().is_some_and(|t| {
+                    t.get(section)
+                        .and_then(|s| s.as_table())
+                        .is_some_and(|s| s.contains_key(field))
+                })
+            };
+            let set_by = |var: &str| env.names().iter().any(|n| *n == var);
+            if config.server.data_dir.is_relative()
+                && in_file("server", "data_dir")
+                && !set_by("FENCEGATE_SERVER__DATA_DIR")
+            {
+                config.server.data_dir = base.join(&config.server.data_dir);
+            }
+            if let Some(path) = &mut config.fence_store.path {
+                if path.is_relative() && !set_by("FENCEGATE_FENCE_STORE__PATH") {
+                    *path = base.join(&*path);
+                }
+            }
+        }
+        let mut config = config
             .with_overrides(self.listen, self.data_dir.clone())
             .with_scope_change_accepted(&self.accept_scope_change);
+        if let Ok(absolute) = std::path::absolute(&config.server.data_dir) {
+            config.server.data_dir = absolute;
+        }
         if !env.is_empty() {
             config.source = format!("{name} + {}", env.names().join(", "));
         }

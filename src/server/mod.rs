@@ -77,6 +77,10 @@ pub fn check_protected(config: &Config) -> Result<(), StartError> {
 /// development mode on a public address, and certificates that load.
 pub fn preflight(config: &Config) -> Result<(), StartError> {
     check_protected(config)?;
+    // The buckets' stores and fencegate's own directories, with every path resolved.
+    config
+        .check_namespaces(&Default::default())
+        .map_err(crate::catalog::StartupError::from)?;
     if let Some(files) = &config.server.tls {
         tls::Tls::load(&files.cert_file, &files.key_file)?;
     }
@@ -207,7 +211,16 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     let native_router = match admin_listener {
         Some(l) => {
             let admin_addr = l.local_addr().map_err(StartError::Serve)?;
-            tracing::info!(%admin_addr, "the admin surface is listening; try: curl {scheme}://{admin_addr}/metrics");
+            // The hint works as printed: with a bearer token, it names the header (never the
+            // token); with admin keys only, a signed client is needed.
+            let hint = if config.admin_token.is_some() {
+                format!("try: curl -H \"Authorization: Bearer $TOKEN\" {scheme}://{admin_addr}/metrics, with the token of [admin] bearer_token_file")
+            } else if !config.keys.is_empty() {
+                format!("try: fencegate leases list --url {scheme}://{admin_addr} --access-key-id ID (an admin key; its secret in FENCEGATE_SECRET_ACCESS_KEY)")
+            } else {
+                format!("try: curl {scheme}://{admin_addr}/metrics")
+            };
+            tracing::info!(%admin_addr, "the admin surface is listening; {hint}");
             let router = routes::admin_only_router(&state, admin_routes);
             servers.spawn(listen::serve(
                 l,

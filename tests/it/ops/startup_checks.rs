@@ -263,3 +263,92 @@ async fn a_changed_scope_kind_is_refused_until_accepted() {
         200
     );
 }
+
+/// `fencegate serve --config FILE` from `cwd`, with FILE's own data_dir (no --data-dir).
+fn serve_from(cwd: &std::path::Path, file: &std::path::Path, extra: &[&str]) -> common::Server {
+    let mut cmd = std::process::Command::new(common::binary());
+    cmd.current_dir(cwd)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(file)
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null());
+    common::Server::spawn(cmd, &file.parent().unwrap().join("data"))
+}
+
+/// A file's relative data_dir is the file's: started from another directory, fencegate opens
+/// the same fence table, and a zombie's stale token is still refused. Start-up names the
+/// table's absolute path.
+#[tokio::test]
+async fn a_relative_data_dir_is_the_files_not_the_working_directorys() {
+    let dir = tempfile::tempdir().unwrap();
+    let etc = dir.path().join("etc");
+    std::fs::create_dir_all(&etc).unwrap();
+    let file = etc.join("fencegate.toml");
+    std::fs::write(&file, "[server]\ndata_dir = \"./data\"\n").unwrap();
+    let c = common::client();
+    let (first, second) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    let s = serve_from(&first, &file, &[]);
+    let url = s.object_url("default", "report.csv");
+    assert_eq!(common::put(&c, &url, Some("5"), b"new").await.0, 200);
+    let table = etc.join("data").join("fences");
+    let named = s.awaited_log_lines(&["fence table on rocksdb"], 1);
+    assert!(
+        named[0].contains(&table.display().to_string()),
+        "{}",
+        named[0]
+    );
+    drop(s);
+    let s = serve_from(&second, &file, &[]);
+    let url = s.object_url("default", "report.csv");
+    assert_eq!(common::put(&c, &url, Some("4"), b"zombie").await.0, 409);
+    assert!(!first.join("data").exists() && !second.join("data").exists());
+}
+
+/// Outside development mode a new, empty table is a WARN naming its path; with
+/// --require-existing-table it is refused, and an existing one starts.
+#[tokio::test]
+async fn a_new_fence_table_is_announced_or_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("keys.toml");
+    std::fs::write(
+        &file,
+        "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = \"./data\"\n\n[keys.app]\naccess_key_id = \"app\"\nsecret_access_key = \"app-secret-0123456\"\nbuckets = { \"*\" = [\"read\", \"write\"] }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::binary())
+        .current_dir(dir.path())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--require-existing-table",
+            "--config",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no fence table at") && err.contains("--require-existing-table"),
+        "{err}"
+    );
+    assert!(!dir.path().join("data").join("fences").exists(), "{err}");
+    let s = serve_from(dir.path(), &file, &[]);
+    let warned = s.awaited_log_lines(&["WARN", "created a new, empty fence table"], 1);
+    assert!(
+        warned[0].contains(&dir.path().join("data").join("fences").display().to_string()),
+        "{}",
+        warned[0]
+    );
+    drop(s);
+    let s = serve_from(dir.path(), &file, &["--require-existing-table"]);
+    let lines = s.awaited_log_lines(&["fence table on rocksdb"], 1);
+    assert!(lines[0].contains("new=false"), "{}", lines[0]);
+    assert!(s
+        .log_lines(&["created a new, empty fence table"])
+        .is_empty());
+}
