@@ -58,6 +58,20 @@ async fn timed<E: std::fmt::Display>(
 
 /// Runs every check (concurrently) and records each in `fencegate_ready{check}`.
 pub async fn check(gate: &Gate) -> Vec<Check> {
+    check_buckets(gate, None).await
+}
+
+/// The checks one bucket's writes need: the fence table, the clock and that bucket's backend
+/// (`None` when fencegate serves no such bucket).
+pub async fn check_bucket(gate: &Gate, bucket: &str) -> Option<Vec<Check>> {
+    let served = gate.bucket_backends().iter().any(|(b, _, _)| b == bucket);
+    if !served {
+        return None;
+    }
+    Some(check_buckets(gate, Some(bucket)).await)
+}
+
+async fn check_buckets(gate: &Gate, only: Option<&str>) -> Vec<Check> {
     let store = Arc::clone(gate.fence_store());
     let fence = async move {
         let read = timed(async { store.get(PROBE_ROW).await.map(|_| ()) }).await;
@@ -66,6 +80,7 @@ pub async fn check(gate: &Gate) -> Vec<Check> {
     let buckets = gate
         .bucket_backends()
         .into_iter()
+        .filter(|(bucket, _, _)| only.is_none_or(|o| o == bucket))
         .map(|(bucket, name, backend)| async move {
             let result = timed(backend.check_ready(&bucket)).await;
             Check::of(format!("bucket:{bucket}"), Some(name), result)

@@ -447,3 +447,52 @@ async fn the_served_line_names_the_code_the_principal_and_the_bytes() {
     assert!(read[0].contains("principal=\"dev-mode\""), "{}", read[0]);
     assert!(read[0].contains("code=\"none\""), "{}", read[0]);
 }
+
+/// One unusable bucket takes `/readyz` down, but `/readyz?bucket=NAME` answers per bucket, so
+/// a load balancer in front of the healthy one keeps it; `?verbose` lists every check. Neither
+/// body names a path, as they answer anyone.
+#[tokio::test]
+async fn readiness_per_bucket_and_verbose_name_no_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = "[buckets.default]\n[buckets.healthy]\nfencing = \"optional\"\n";
+    let s = Server::start(&data, Some(config));
+    let c = common::client();
+    assert_eq!(
+        readyz(&c, &s.url("/readyz?bucket=healthy")).await,
+        (200, "ok\n".into())
+    );
+    let bucket_dir = data.join("objects").join("default");
+    std::fs::rename(&bucket_dir, data.join("objects").join("moved-away")).unwrap();
+    std::fs::write(&bucket_dir, b"not a directory").unwrap();
+    assert_eq!(readyz(&c, &s.url("/readyz")).await.0, 503);
+    assert_eq!(
+        readyz(&c, &s.url("/readyz?bucket=healthy")).await,
+        (200, "ok\n".into())
+    );
+    let (status, body) = readyz(&c, &s.url("/readyz?bucket=default")).await;
+    assert_eq!(status, 503, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let names: Vec<&str> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["check"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["fence_table", "bucket:default", "clock"], "{body}");
+    let (status, body) = readyz(&c, &s.url("/readyz?verbose")).await;
+    assert_eq!(status, 503, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], "unready");
+    assert_eq!(v["checks"].as_array().unwrap().len(), 4, "{body}");
+    for (_, body) in [
+        readyz(&c, &s.url("/readyz?bucket=default")).await,
+        readyz(&c, &s.url("/readyz?verbose")).await,
+    ] {
+        assert!(!body.contains(data.to_str().unwrap()), "{body}");
+        assert!(!body.contains("error"), "{body}");
+    }
+    let (status, body) = readyz(&c, &s.url("/readyz?bucket=nowhere")).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("NoSuchBucket"), "{body}");
+}
