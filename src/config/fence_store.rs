@@ -180,7 +180,10 @@ pub fn check(
         (None, Some(var)) => Some(env(var).ok_or_else(|| {
             (
                 at("password_env"),
-                format!("[fence_store] names password_env {var:?}, which is not set"),
+                format!(
+                    "[fence_store] names password_env {}, which is not set",
+                    super::layers::shown_var(var)
+                ),
                 format!("export {var} with the etcd user's password, or use password_file"),
             )
         })?),

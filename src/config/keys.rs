@@ -148,7 +148,7 @@ pub fn resolve(
             .trim()
             .to_string(),
         (_, _, Some(var)) => env(var)
-            .ok_or_else(|| format!("names secret_access_key_env {var:?}, which is not set in the environment fencegate was started with (a reload sees that environment, not variables set since: for a key added by a reload, use secret_access_key_file)"))?
+            .ok_or_else(|| format!("names secret_access_key_env {}, which is not set in the environment fencegate was started with (a reload sees that environment, not variables set since: for a key added by a reload, use secret_access_key_file)", super::layers::shown_var(var)))?
             .trim()
             .to_string(),
         _ => unreachable!("exactly one source is set"),
@@ -209,10 +209,11 @@ fn field_of(raw: &RawKey, problem: &str) -> Option<&'static str> {
         } else {
             "secret_access_key"
         })
+    } else if problem.contains("secret_access_key_env") && raw.secret_access_key_env.is_some() {
+        // Before the file: this problem's advice names secret_access_key_file.
+        Some("secret_access_key_env")
     } else if problem.contains("secret_access_key_file") {
         Some("secret_access_key_file")
-    } else if problem.contains("secret_access_key_env") && raw.secret_access_key_env.is_some() {
-        Some("secret_access_key_env")
     } else if problem.contains("access_key_id") && !problem.contains("secret") {
         Some("access_key_id")
     } else if problem.contains("lease_names") {

@@ -245,15 +245,43 @@ pub fn is_secret(field: &str) -> bool {
     field.contains("secret") || field.contains("password") || field.ends_with("token")
 }
 
-/// "did you mean `listen`?" for a misspelt field, when one of `expected` is close to it.
+/// "did you mean `listen`?" for a misspelt field, when one of `expected` is close to it. A
+/// secret's field (`bearer_token`, `password`) is pointed at where a secret goes: a file, or a
+/// variable's *name*, lest the secret be written where a name belongs.
 fn did_you_mean(field: &str, expected: &[&str]) -> String {
-    expected
+    let Some(best) = expected
         .iter()
-        .map(|e| (strsim::jaro_winkler(field, e), e))
+        .map(|e| (strsim::jaro_winkler(field, e), *e))
         .filter(|(score, _)| *score >= 0.85)
         .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, e)| format!("; did you mean `{e}`?"))
-        .unwrap_or_default()
+        .map(|(_, e)| e)
+    else {
+        return String::new();
+    };
+    let stem = best
+        .strip_suffix("_env")
+        .or_else(|| best.strip_suffix("_file"))
+        .filter(|stem| expected.contains(&format!("{stem}_file").as_str()));
+    match stem {
+        Some(stem) => format!(
+            "; did you mean `{stem}_file` (a file holding the secret) or `{stem}_env` (the name of a variable holding it)?"
+        ),
+        None => format!("; did you mean `{best}`?"),
+    }
+}
+
+/// A variable's name as a message may show it: a value that is no variable name is more likely
+/// the secret itself, written where its variable's name belongs, and is not shown.
+pub fn shown_var(var: &str) -> String {
+    let name = !var.is_empty()
+        && var.len() <= 128
+        && !var.starts_with(|c: char| c.is_ascii_digit())
+        && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if name {
+        format!("{var:?}")
+    } else {
+        "a value that is not a variable name (not shown: it may be the secret itself)".into()
+    }
 }
 
 /// A figment extraction error: its key path (with `key` when the key itself is wrong) and a

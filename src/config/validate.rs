@@ -474,7 +474,7 @@ fn admin_token(
         (Some(path), None) => std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read bearer_token_file {}: {e}", path.display()))?,
         (None, Some(var)) => {
-            env(var).ok_or_else(|| format!("names bearer_token_env {var:?}, which is not set in the environment fencegate was started with (a reload sees that environment, not variables set since: use bearer_token_file to change the token by a reload)"))?
+            env(var).ok_or_else(|| format!("names bearer_token_env {}, which is not set in the environment fencegate was started with (a reload sees that environment, not variables set since: use bearer_token_file to change the token by a reload)", super::layers::shown_var(var)))?
         }
     };
     let token = token.trim().to_string();

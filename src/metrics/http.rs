@@ -235,7 +235,13 @@ fn classify(
     if let Some(n) = segments("/admin/fences/") {
         // An advance only raises a fence; a reset lowers it: an alert on resets must see
         // resets alone.
-        let names = |name: &str| query.split('&').any(|p| p.split('=').next() == Some(name));
+        // Names as the server decodes them: `reset%5Fto` is `reset_to`.
+        let names = |name: &str| {
+            query.split('&').any(|p| {
+                let raw = p.split('=').next().unwrap_or("");
+                percent_encoding::percent_decode_str(raw).decode_utf8_lossy() == name
+            })
+        };
         let op = match (m, n) {
             ("GET", 1) => "list_fences",
             ("GET", _) => "get_fence",
@@ -390,6 +396,11 @@ mod tests {
                 Method::POST,
                 "/admin/fences/b/k?advance_to=9&reset_to=3",
                 ("admin", "other"),
+            ),
+            (
+                Method::POST,
+                "/admin/fences/b/k?reset%5Fto=3",
+                ("admin", "reset_fence"),
             ),
             (Method::GET, "/readyz", ("health", "readyz")),
             (Method::GET, "/metrics", ("admin", "metrics")),

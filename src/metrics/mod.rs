@@ -210,7 +210,7 @@ pub const FAMILIES: &[Family] = &[
     family(PROCESS_RSS, Gauge, &[], "Resident memory of the process, in bytes", Always),
     family(PROCESS_VIRTUAL, Gauge, &[], "Virtual memory of the process, in bytes", Always),
     family(PROCESS_VIRTUAL_MAX, Gauge, &[],
-        "The most virtual memory the process may take, in bytes", Always),
+        "The most virtual memory the process may take, in bytes (0: no limit)", Always),
     family(PROCESS_OPEN_FDS, Gauge, &[], "File descriptors the process has open", Always),
     family(PROCESS_MAX_FDS, Gauge, &[],
         "The most file descriptors the process may open (its soft limit)", Always),

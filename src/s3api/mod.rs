@@ -358,5 +358,20 @@ pub async fn serve(
         Some(refusal) => refusal,
         None => resp,
     };
-    answer::finish(resp, &id).await
+    let resp = answer::finish(resp, &id).await;
+    audit_signature_refusal(&resp);
+    resp
+}
+
+/// s3s checks signatures and dates itself, after the key lookup (which audits an unknown key):
+/// its refusals are audited here, as the native API's are, with the access key the request
+/// claimed (the span's `access_key`).
+fn audit_signature_refusal(resp: &axum::response::Response) {
+    let code = resp
+        .extensions()
+        .get::<crate::metrics::codes::ErrorCode>()
+        .map(|c| c.0.as_str());
+    if let Some(code @ ("SignatureDoesNotMatch" | "RequestTimeTooSkewed")) = code {
+        tracing::info!(target: "fencegate::audit", code, status = resp.status().as_u16(), "S3 authentication failed");
+    }
 }

@@ -30,6 +30,12 @@ pub enum StartError {
     },
     #[error("the server failed: {0}")]
     Serve(std::io::Error),
+    #[error("{first} and {second} are both {addr}: each listener needs an address of its own (leave {second} unset to serve it on {first}'s)")]
+    SameAddress {
+        first: &'static str,
+        second: &'static str,
+        addr: std::net::SocketAddr,
+    },
     #[error("no keys are configured, so fencegate is in development mode, where anyone may do anything; it therefore listens on loopback only, and {addr} is not loopback. Add a key to the configuration ([keys.NAME] with access_key_id, secret_access_key_file and bucket permissions; README, \"Security\"), or listen on 127.0.0.1. To expose development mode anyway, set [server] protected_mode = false")]
     Unprotected { addr: std::net::SocketAddr },
     #[error("{0}")]
@@ -77,6 +83,28 @@ pub fn check_protected(config: &Config) -> Result<(), StartError> {
 /// development mode on a public address, and certificates that load.
 pub fn preflight(config: &Config) -> Result<(), StartError> {
     check_protected(config)?;
+    let listeners = [
+        ("[server] listen", Some(config.listen)),
+        ("[admin] listen", config.admin_listen),
+        (
+            "[s3] listen",
+            config.s3_listen.filter(|_| config.s3.enabled),
+        ),
+    ];
+    for (i, (a, addr)) in listeners.iter().enumerate() {
+        for (b, other) in &listeners[i + 1..] {
+            if let (Some(x), Some(y)) = (addr, other) {
+                // Port 0 is any free port: two of them never clash.
+                if x == y && x.port() != 0 {
+                    return Err(StartError::SameAddress {
+                        first: a,
+                        second: b,
+                        addr: *x,
+                    });
+                }
+            }
+        }
+    }
     // The buckets' stores and fencegate's own directories, with every path resolved.
     config
         .check_namespaces(&Default::default())

@@ -129,6 +129,17 @@ fn check_config_refuses_what_serve_refuses() {
     let (ok, _, err) = fencegate(&["check-config", &tls]);
     assert!(!ok);
     assert!(err.contains("/nonexistent/cert.pem"), "{err}");
+    // Two listeners on one address: serve would fail to bind its own second port.
+    let twice = write(
+        "twice.toml",
+        "[server]\nlisten = \"127.0.0.1:18099\"\n[admin]\nlisten = \"127.0.0.1:18099\"\n",
+    );
+    let (ok, _, err) = fencegate(&["check-config", &twice]);
+    assert!(!ok);
+    assert!(
+        err.contains("[server] listen and [admin] listen are both"),
+        "{err}"
+    );
 }
 
 /// Without a file, check-config checks the embedded default with the FENCEGATE_* variables,
@@ -177,6 +188,16 @@ fn check_config_explains_common_mistakes() {
     let err = check(&key("secret_access_key = \"guessable\""));
     assert!(err.contains("shorter than 16 characters"), "{err}");
     assert!(!err.contains("guessable"), "{err}");
+    // A secret's misspelt field is pointed at a file or a variable's name, and a secret
+    // written where a variable's name belongs is not repeated.
+    let err = check("[admin]\nbearer_tokn = \"x\"\n");
+    assert!(
+        err.contains("`bearer_token_file` (a file holding the secret)"),
+        "{err}"
+    );
+    let err = check(&key("secret_access_key_env = \"Zr8+k/2v9QmLwP0sT4xY\""));
+    assert!(!err.contains("Zr8+k/2v9QmLwP0sT4xY"), "{err}");
+    assert!(err.contains("not a variable name"), "{err}");
     let err = check(&key("secret_access_key_env = \"FENCEGATE_TEST_NEVER_SET\""));
     assert!(
         err.contains("the environment fencegate was started with")

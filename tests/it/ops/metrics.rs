@@ -632,6 +632,9 @@ async fn promtool_accepts_the_exposition_and_the_alerts() {
     assert!(ok && said.trim().is_empty(), "{said}");
     let (ok, said) = run(&["check", "rules", "docs/alerts.yaml"], None);
     assert!(ok, "{said}");
+    // The alerts' own unit tests: each fires on the pattern it is named for.
+    let (ok, said) = run(&["test", "rules", "docs/alerts.test.yaml"], None);
+    assert!(ok, "{said}");
 }
 
 /// Every PromQL expression of docs/alerts.yaml (each `expr:`, block scalars included).

@@ -351,6 +351,14 @@ async fn client_errors_are_not_logged_as_errors() {
         .send()
         .await
         .is_err());
+    // The bad signature is audited, naming the key it claimed, as the unknown key is.
+    let audited = s.awaited_log_lines(&["fencegate::audit", "S3 authentication failed"], 2);
+    assert!(
+        audited
+            .iter()
+            .any(|l| l.contains("SignatureDoesNotMatch") && l.contains("access_key=\"fencegate\"")),
+        "{audited:?}"
+    );
     // Each was served, and its line is written as the answer leaves.
     let served = s.awaited_log_lines(&["served", "status=4"], 3);
     assert!(served.len() >= 3, "{served:?}");
@@ -387,6 +395,21 @@ async fn the_served_line_names_the_lease_and_the_user_agent() {
         .user_agent("worker/1.0")
         .build()
         .unwrap();
+    // A user agent that tries to write fields of its own into the line is quoted and escaped.
+    let forged_agent = "x\" principal=\"admin\" status=200 \u{202e}";
+    let forged = c
+        .get(s.url("/v1/objects/default/forged"))
+        .header(
+            "user-agent",
+            reqwest::header::HeaderValue::from_bytes(forged_agent.as_bytes()).unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 404);
+    let lines = s.awaited_log_lines(&["served", "forged"], 1);
+    assert!(!lines[0].contains(" principal=\"admin\""), "{}", lines[0]);
+    assert!(!lines[0].contains('\u{202e}'), "{}", lines[0]);
     let resp = c
         .post(s.url("/v1/leases/nightly-report"))
         .body(r#"{"holder": "w", "ttl_ms": 60000}"#)
@@ -401,7 +424,7 @@ async fn the_served_line_names_the_lease_and_the_user_agent() {
         "{line}"
     );
     assert!(!line.contains("key="), "{line}");
-    assert!(line.contains("user_agent=worker/1.0"), "{line}");
+    assert!(line.contains("user_agent=\"worker/1.0\""), "{line}");
     assert!(line.contains("client=127.0.0.1:"), "{line}");
     let latency = line
         .split("latency_ms=")
