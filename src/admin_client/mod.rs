@@ -295,9 +295,26 @@ pub async fn leases(conn: &Connection) -> Result<(), AdminError> {
         )
     );
     if !listed.credentials_in_grace.is_empty() {
-        println!(
-            "S3 credentials still working after their lease ended: {}",
-            listed.credentials_in_grace.join(", ")
+        println!("\nS3 credentials still working after their grant ended (in their grace):");
+        let cells: Vec<Vec<String>> = listed
+            .credentials_in_grace
+            .iter()
+            .map(|c| {
+                vec![
+                    c.access_key_id.clone(),
+                    c.lease.clone(),
+                    c.token.to_string(),
+                    c.holder.clone(),
+                    remaining(c.works_until_ms),
+                ]
+            })
+            .collect();
+        print!(
+            "{}",
+            table(
+                &["ACCESS_KEY_ID", "LEASE", "TOKEN", "HOLDER", "WORKS_FOR"],
+                &cells
+            )
         );
     }
     Ok(())
@@ -375,7 +392,13 @@ mod tests {
                 },
                 principal: "alice".into(),
             }],
-            credentials_in_grace: vec!["AKIA".into()],
+            credentials_in_grace: vec![crate::lease::CredentialInGrace {
+                access_key_id: "FGLAKIA".into(),
+                lease: "nightly".into(),
+                token: 4,
+                holder: "a".into(),
+                works_until_ms: 9,
+            }],
         };
         let wire = serde_json::to_value(&listing).unwrap();
         // The principal sits beside the grant's fields, as `GET /admin/leases` has always shown it.

@@ -29,9 +29,23 @@ struct Entry {
     bucket: String,
     scope: String,
     owner: String,
+    /// Who held the lease when the credential was issued.
+    holder: String,
     /// When the lease ends: its expiry, moved by renewals, or the moment it was released or
     /// replaced. The key works until `until + grace`.
     until: Instant,
+}
+
+/// A lease credential that still works after its grant ended (expired, released, replaced),
+/// as the admin's lease list shows it: never its secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CredentialInGrace {
+    pub access_key_id: String,
+    pub lease: String,
+    pub token: u64,
+    pub holder: String,
+    /// When it stops working (Unix ms).
+    pub works_until_ms: u64,
 }
 
 /// What a request signed with lease credentials is allowed and carries.
@@ -70,7 +84,7 @@ impl LeaseCredentials {
         token: u64,
         bucket: String,
         scope: String,
-        (until, owner): (Instant, &str),
+        (until, owner, holder): (Instant, &str, &str),
     ) -> LeaseCredential {
         let id = format!(
             "FGL{}",
@@ -91,6 +105,7 @@ impl LeaseCredentials {
                 bucket: bucket.clone(),
                 scope: scope.clone(),
                 owner: owner.to_string(),
+                holder: holder.to_string(),
                 until,
             },
         );
@@ -139,15 +154,26 @@ impl LeaseCredentials {
         before - map.len()
     }
 
-    /// The leases with at least one credential that still works (grace included).
-    pub fn working_leases(&self) -> Vec<String> {
+    /// Every credential whose own grant has ended but which still works, in its grace: also
+    /// when the lease's name is held again, by another holder or grant.
+    pub fn in_grace(&self) -> Vec<CredentialInGrace> {
         let now = Instant::now();
-        self.by_key
+        let wall = crate::wall_clock::now_ms();
+        let mut listed: Vec<CredentialInGrace> = self
+            .by_key
             .read()
-            .values()
-            .filter(|e| now <= e.until + self.grace)
-            .map(|e| e.lease.clone())
-            .collect()
+            .iter()
+            .filter(|(_, e)| e.until <= now && now <= e.until + self.grace)
+            .map(|(id, e)| CredentialInGrace {
+                access_key_id: id.clone(),
+                lease: e.lease.clone(),
+                token: e.token,
+                holder: e.holder.clone(),
+                works_until_ms: wall + (e.until + self.grace - now).as_millis() as u64,
+            })
+            .collect();
+        listed.sort_by(|a, b| (&a.lease, a.token).cmp(&(&b.lease, b.token)));
+        listed
     }
 
     pub fn secret(&self, access_key: &str) -> Option<String> {

@@ -14,7 +14,7 @@ mod error;
 mod shared;
 mod wire;
 
-pub use credentials::{LeaseCredential, LeaseCredentials, LeaseIdentity};
+pub use credentials::{CredentialInGrace, LeaseCredential, LeaseCredentials, LeaseIdentity};
 pub use error::LeaseError;
 use wire::public;
 pub use wire::{AcquireRequest, Binding, Grant, LeaseListing, ListedLease, Revoked};
@@ -237,7 +237,7 @@ impl Leases {
                 token,
                 b.bucket.clone(),
                 scope.clone(),
-                (Instant::now() + req.ttl, &req.owner),
+                (Instant::now() + req.ttl, &req.owner, &req.holder),
             )),
             _ => None,
         };
@@ -430,20 +430,10 @@ impl Leases {
         Ok(Revoked { lease, credentials })
     }
 
-    /// Lease names whose S3 credentials still work although no lease is live (the grace after
-    /// an expiry or a release), for the admin's list.
-    pub fn credentials_in_grace(&self) -> Vec<String> {
-        let now = Instant::now();
-        let held = self.held.lock();
-        let mut names: Vec<String> = self
-            .credentials
-            .working_leases()
-            .into_iter()
-            .filter(|name| held.get(name).is_none_or(|h| h.expires <= now))
-            .collect();
-        names.sort();
-        names.dedup();
-        names
+    /// The S3 credentials that still work after their grant ended (the grace after an
+    /// expiry, a release or a new grant), for the admin's list.
+    pub fn credentials_in_grace(&self) -> Vec<credentials::CredentialInGrace> {
+        self.credentials.in_grace()
     }
 }
 

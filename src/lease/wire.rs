@@ -62,7 +62,7 @@ pub struct Revoked {
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct LeaseListing {
     pub leases: Vec<ListedLease>,
-    pub credentials_in_grace: Vec<String>,
+    pub credentials_in_grace: Vec<super::CredentialInGrace>,
 }
 
 /// One lease of a [`LeaseListing`].

@@ -346,7 +346,13 @@ async fn a_revoke_ends_credentials_still_in_their_grace() {
     )
     .await;
     assert_eq!(list["leases"].as_array().unwrap().len(), 0, "{list}");
-    assert_eq!(list["credentials_in_grace"], json!(["short"]), "{list}");
+    let in_grace = list["credentials_in_grace"].as_array().unwrap();
+    assert_eq!(in_grace.len(), 1, "{list}");
+    assert_eq!(in_grace[0]["lease"], "short", "{list}");
+    assert_eq!(in_grace[0]["access_key_id"], creds.key, "{list}");
+    assert_eq!(in_grace[0]["holder"], "w", "{list}");
+    assert_eq!(in_grace[0]["token"], grant["token"], "{list}");
+    assert!(!list.to_string().contains(creds.secret), "{list}");
     let revoke = format!("{}/admin/leases/short", fx.admin);
     let (status, body) = call(c, c.delete(&revoke).bearer_auth(TOKEN), None).await;
     assert_eq!(status, 200, "{body}");
@@ -369,4 +375,47 @@ async fn sighup_without_tls_leaves_the_server_running() {
     let c = common::client();
     assert_eq!(call(&c, c.get(s.url("/healthz")), None).await.0, 200);
     assert_eq!(s.log_lines(&["SIGHUP", "nothing to reload"]).len(), 1);
+}
+
+/// Holder a lets its lease with S3 credentials expire and b takes the lease without any: a's
+/// credentials still work in their grace, and the admin's list shows them, with their lease,
+/// token, holder and the end of their grace, although the lease's name is held again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_in_grace_are_listed_while_another_holder_has_the_lease() {
+    let fx = Fixture::start();
+    let (c, s) = (&fx.c, &fx.s);
+    let acquire = |holder: &str, credentials: bool| {
+        c.post(s.url("/v1/leases/report")).json(&json!({
+            "holder": holder, "ttl_ms": 300, "bucket": "default", "key": "r.bin",
+            "s3_credentials": credentials
+        }))
+    };
+    let (status, grant_a) = call(c, acquire("a", true), Some(WRITER)).await;
+    assert_eq!(status, 200, "{grant_a}");
+    let creds = common::sign::lease_creds(&grant_a);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let (status, grant_b) = call(c, acquire("b", false), Some(WRITER)).await;
+    assert_eq!(status, 200, "{grant_b}");
+    let (_, list) = call(
+        c,
+        c.get(format!("{}/admin/leases", fx.admin))
+            .bearer_auth(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(list["leases"][0]["holder"], "b", "{list}");
+    let in_grace = list["credentials_in_grace"].as_array().unwrap();
+    assert_eq!(in_grace.len(), 1, "{list}");
+    assert_eq!(in_grace[0]["holder"], "a", "{list}");
+    assert_eq!(in_grace[0]["token"], grant_a["token"], "{list}");
+    assert_eq!(in_grace[0]["access_key_id"], creds.key, "{list}");
+    // They do still work: the list says so because it is so.
+    let put = c.put(s.url("/default/r.bin")).body("late write by a");
+    assert_eq!(call(c, put, Some(creds)).await.0, 200);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let until = in_grace[0]["works_until_ms"].as_u64().unwrap();
+    assert!(until > now_ms && until <= now_ms + 31_000, "{list}");
 }
