@@ -57,6 +57,12 @@ pub enum Command {
         #[command(subcommand)]
         command: LeasesCommand,
     },
+    /// Make a running instance read its keys, bucket policies and TLS certificate again (as
+    /// SIGHUP), all or nothing, and print what changed.
+    Reload {
+        #[command(flatten)]
+        conn: Connection,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -74,12 +80,29 @@ pub enum FencesCommand {
     /// Raise a scope's highest token to TOKEN without writing.
     ///
     /// Every holder of a lower token is fenced out. It never lowers a fence: at or below the
-    /// highest it changes nothing and says so (exit 0). Lowering one is
-    /// POST /admin/fences/{bucket}/{key}?reset_to=N.
+    /// highest it changes nothing and says so (exit 0). Lowering one is `fences reset`.
     Advance {
         bucket: String,
         key: String,
         /// The new highest token, 0 to 18446744073709551615 (the server checks it).
+        #[arg(allow_hyphen_values = true)]
+        token: String,
+        /// The lock's name (Fencing-Scope), for a bucket with scope = "header".
+        #[arg(long, value_name = "NAME")]
+        scope: Option<String>,
+        #[command(flatten)]
+        conn: Connection,
+    },
+    /// Lower a scope's highest token to TOKEN, after a fence was advanced too far by mistake.
+    ///
+    /// THIS UNDOES FENCING ON PURPOSE: a stale holder with a token above TOKEN is accepted
+    /// again. First make sure no holder of a token above TOKEN still runs. The server refuses
+    /// a TOKEN that does not lower the fence, and logs the reset as an audit line.
+    #[command(verbatim_doc_comment)]
+    Reset {
+        bucket: String,
+        key: String,
+        /// The new highest token, below the current one.
         #[arg(allow_hyphen_values = true)]
         token: String,
         /// The lock's name (Fencing-Scope), for a bucket with scope = "header".

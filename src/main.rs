@@ -32,6 +32,15 @@ fn main() -> ExitCode {
             } => admin(async move {
                 admin_client::advance(&conn, &bucket, &key, &token, scope.as_deref()).await
             }),
+            FencesCommand::Reset {
+                bucket,
+                key,
+                token,
+                scope,
+                conn,
+            } => admin(async move {
+                admin_client::reset(&conn, &bucket, &key, &token, scope.as_deref()).await
+            }),
             FencesCommand::List { list, conn } => {
                 admin(async move { admin_client::list(&conn, &list).await })
             }
@@ -42,6 +51,7 @@ fn main() -> ExitCode {
                 admin(async move { admin_client::revoke(&conn, &name).await })
             }
         },
+        Some(Command::Reload { conn }) => admin(async move { admin_client::reload(&conn).await }),
         None => serve(cli.serve),
     }
 }

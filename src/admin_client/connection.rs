@@ -3,7 +3,7 @@
 //! [`crate::client`] signs them, and refusals turned into errors that say what to change.
 
 use crate::client::{self, SigningKey};
-use crate::gate::{AdminAdvance, FenceInfo, FenceListing};
+use crate::gate::{AdminAdvance, AdminReset, FenceInfo, FenceListing};
 use crate::lease::{LeaseListing, Revoked};
 use clap::Args;
 use serde_json::Value;
@@ -404,6 +404,30 @@ impl AdminClient {
             &headers,
         )
         .await
+    }
+
+    /// `POST /admin/fences/{bucket}/{key}?reset_to=N`.
+    pub async fn reset(
+        &self,
+        bucket: &str,
+        key: &str,
+        token: &str,
+        scope: Option<&str>,
+    ) -> Result<Answer<AdminReset>, AdminError> {
+        let headers: Vec<(&str, &str)> = scope.map(|s| ("Fencing-Scope", s)).into_iter().collect();
+        self.call(
+            reqwest::Method::POST,
+            &Self::fence_path(bucket, key)?,
+            &[("reset_to", token)],
+            &headers,
+        )
+        .await
+    }
+
+    /// `POST /admin/reload`: the server's account of what changed.
+    pub async fn reload(&self) -> Result<Answer<Value>, AdminError> {
+        self.call(reqwest::Method::POST, "/admin/reload", &[], &[])
+            .await
     }
 
     /// One page of `GET /admin/fences/{bucket}`.

@@ -165,6 +165,47 @@ pub async fn advance(
     Ok(())
 }
 
+/// `fencegate fences reset`: lowers a fence (the server refuses a token that does not lower it).
+pub async fn reset(
+    conn: &Connection,
+    bucket: &str,
+    key: &str,
+    token: &str,
+    scope: Option<&str>,
+) -> Result<(), AdminError> {
+    let done = AdminClient::new(conn)?
+        .reset(bucket, key, token, scope)
+        .await?;
+    if conn.json {
+        print_json(&done.json);
+        return Ok(());
+    }
+    let done = done.typed;
+    print!(
+        "{}",
+        table(
+            &["SCOPE", "WAS", "HIGHEST"],
+            &[vec![
+                done.fence.scope.clone(),
+                done.was.shown(),
+                done.fence.highest.shown(),
+            ]],
+        )
+    );
+    eprintln!(
+        "note: a holder of a token above {} is accepted again; the audit log names this reset",
+        done.fence.highest.shown()
+    );
+    Ok(())
+}
+
+/// `fencegate reload`: keys, bucket policies and the certificate read again, all or nothing.
+pub async fn reload(conn: &Connection) -> Result<(), AdminError> {
+    let done = AdminClient::new(conn)?.reload().await?;
+    print_json(&done.json);
+    Ok(())
+}
+
 /// `fencegate fences list`: pages until `limit` rows or the end.
 pub async fn list(conn: &Connection, args: &ListArgs) -> Result<(), AdminError> {
     if !(1..=crate::gate::MAX_FENCE_PAGE).contains(&args.page_size) {

@@ -73,6 +73,12 @@ async fn revoke_lease(
     };
     match state.leases.revoke(&name, &who.name()).await {
         Ok(revoked) => Json(revoked).into_response(),
+        // An operator's answer, not a worker's ("acquire it again").
+        Err(crate::lease::LeaseError::NotHeld { name }) => super::error::plain(
+            StatusCode::NOT_FOUND,
+            "NoSuchLease",
+            format!("no live lease and no working S3 credential is named {name:?}: nothing was revoked; GET /admin/leases (fencegate leases list) shows the live leases and the credentials in their grace"),
+        ),
         Err(e) => super::leases::LeaseApiError::from(e).into_response(),
     }
 }

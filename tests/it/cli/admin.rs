@@ -981,3 +981,48 @@ async fn on_an_etcd_table_the_list_pages_through_rows_of_every_instance() {
     .json();
     assert_eq!(info["highest"], 200);
 }
+
+/// The admin commands an operator reaches for without curl: `fences reset` lowers a fence
+/// advanced too far (and refuses one that would not lower it), `reload` reads the keys and
+/// policies again and says what changed, and `leases revoke` of nothing gives an operator's
+/// advice, not a worker's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_reload_and_revoke_speak_to_an_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    let c = common::client();
+    let url = base(&s);
+    native_advance(&c, &s, "mistake.csv", 9_000_000, None).await;
+    let reset = cli(
+        &url,
+        &["fences", "reset", "default", "mistake.csv", "40"],
+        &[],
+    );
+    assert_eq!(reset.header(), ["SCOPE", "WAS", "HIGHEST"], "{}", reset.err);
+    assert_eq!(
+        reset.rows()[0],
+        ["object:default/mistake.csv", "9000000", "40"]
+    );
+    assert!(reset.err.contains("accepted again"), "{}", reset.err);
+    let write = |token: u64| {
+        c.put(s.object_url("default", "mistake.csv"))
+            .header("Fencing-Token", token.to_string())
+            .body("after the reset")
+    };
+    assert_eq!(call(&c, write(41), None).await.0, 200);
+    let again = cli(
+        &url,
+        &["fences", "reset", "default", "mistake.csv", "99"],
+        &[],
+    );
+    assert!(!again.ok, "{}", again.out);
+    assert!(again.err.contains("InvalidArgument"), "{}", again.err);
+
+    let reload = cli(&url, &["reload"], &[]);
+    assert_eq!(reload.json()["reloaded"], true, "{}", reload.out);
+
+    let revoke = cli(&url, &["leases", "revoke", "never-held"], &[]);
+    assert!(!revoke.ok);
+    assert!(revoke.err.contains("nothing was revoked"), "{}", revoke.err);
+    assert!(!revoke.err.contains("acquire"), "{}", revoke.err);
+}
