@@ -120,7 +120,7 @@ impl Sources {
                         .is_some_and(|s| s.contains_key(field))
                 })
             };
-            let set_by = |var: &str| env.names().iter().any(|n| *n == var);
+            let set_by = |var: &str| env.names().contains(&var);
             if config.server.data_dir.is_relative()
                 && in_file("server", "data_dir")
                 && !set_by("FENCEGATE_SERVER__DATA_DIR")
