@@ -211,7 +211,7 @@ async fn the_single_instance_compose_file_runs() {
         args.contains(&config_path.display().to_string()),
         "{args:?}"
     );
-    std::env::set_var("FENCEGATE_APP_SECRET", "x");
+    std::env::set_var("FENCEGATE_APP_SECRET", "a-secret-for-the-app-key");
     std::env::set_var(
         "FENCEGATE_ADMIN_TOKEN",
         "an-admin-token-of-enough-length-0123",
@@ -308,7 +308,7 @@ async fn the_single_instance_compose_file_runs() {
 fn the_cluster_compose_file_agrees_with_its_config() {
     let file = compose("docker/cluster.compose.yaml");
     let services = &file["services"];
-    std::env::set_var("FENCEGATE_APP_SECRET", "x");
+    std::env::set_var("FENCEGATE_APP_SECRET", "a-secret-for-the-app-key");
     std::env::set_var(
         "FENCEGATE_ADMIN_TOKEN",
         "an-admin-token-of-enough-length-0123",
