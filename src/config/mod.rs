@@ -106,11 +106,11 @@ impl Sources {
             EnvLayer::none()
         };
         let mut config = parse_layered(&text, &name, &env)?;
-        // A file's relative data_dir is the file's, not the working directory's: started
-        // from elsewhere, fencegate would otherwise open a new, empty fence table and accept
-        // every zombie's token again. A variable's or the command line's is the caller's.
-        // The same for the fence table's own path. An unset data_dir keeps its default,
-        // ./data of the working directory.
+        // A file's relative data_dir and [fence_store] path are the file's, not the working
+        // directory's: started from elsewhere, fencegate would otherwise open a new, empty
+        // fence table and accept every zombie's token again. A variable's or the command
+        // line's value is the caller's, and an unset data_dir keeps its default, ./data of
+        // the working directory.
         if let Some(file) = &self.file {
             let base = file.parent().unwrap_or(Path::new(""));
             let in_file = |section: &str, field: &str| {

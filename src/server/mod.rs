@@ -80,7 +80,8 @@ pub fn check_protected(config: &Config) -> Result<(), StartError> {
 }
 
 /// The checks `serve` makes before it opens anything, which `check-config` makes too: no
-/// development mode on a public address, and certificates that load.
+/// development mode on a public address, one address per listener, buckets that do not share
+/// store keys or fencegate's own directories, and certificates that load.
 pub fn preflight(config: &Config) -> Result<(), StartError> {
     check_protected(config)?;
     let listeners = [
