@@ -396,14 +396,8 @@ impl AdminClient {
         token: &str,
         scope: Option<&str>,
     ) -> Result<Answer<AdminAdvance>, AdminError> {
-        let headers: Vec<(&str, &str)> = scope.map(|s| ("Fencing-Scope", s)).into_iter().collect();
-        self.call(
-            reqwest::Method::POST,
-            &Self::fence_path(bucket, key)?,
-            &[("advance_to", token)],
-            &headers,
-        )
-        .await
+        self.change_fence(bucket, key, ("advance_to", token), scope)
+            .await
     }
 
     /// `POST /admin/fences/{bucket}/{key}?reset_to=N`.
@@ -414,11 +408,23 @@ impl AdminClient {
         token: &str,
         scope: Option<&str>,
     ) -> Result<Answer<AdminReset>, AdminError> {
+        self.change_fence(bucket, key, ("reset_to", token), scope)
+            .await
+    }
+
+    /// A fence change, `?advance_to=N` or `?reset_to=N`, with the lock's name if given.
+    async fn change_fence<T: serde::de::DeserializeOwned>(
+        &self,
+        bucket: &str,
+        key: &str,
+        change: (&str, &str),
+        scope: Option<&str>,
+    ) -> Result<Answer<T>, AdminError> {
         let headers: Vec<(&str, &str)> = scope.map(|s| ("Fencing-Scope", s)).into_iter().collect();
         self.call(
             reqwest::Method::POST,
             &Self::fence_path(bucket, key)?,
-            &[("reset_to", token)],
+            &[change],
             &headers,
         )
         .await

@@ -3,8 +3,13 @@
 use std::process::Command;
 
 fn fencegate(args: &[&str]) -> (bool, String, String) {
+    fencegate_env(args, &[])
+}
+
+fn fencegate_env(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_fencegate"))
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     (
@@ -78,20 +83,6 @@ fn a_bad_file_names_the_file_the_line_and_the_fix() {
         "nothing was created by a refused start"
     );
 }
-
-fn fencegate_env(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_fencegate"))
-        .args(args)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// check-config makes serve's checks, with the same words: a file it passes, serve takes.
 #[test]
 fn check_config_refuses_what_serve_refuses() {
