@@ -52,10 +52,17 @@ pub enum Command {
         #[command(subcommand)]
         command: FencesCommand,
     },
-    /// List or revoke the live leases of a running instance (through its admin surface).
+    /// List, show or revoke the live leases of a running instance (through its admin surface).
     Leases {
         #[command(subcommand)]
         command: LeasesCommand,
+    },
+    /// A running instance at a glance: version, uptime, mode, the fence table and its size,
+    /// leases held, every readiness check with its error, each bucket's backend, and on etcd
+    /// each member's status. Exits 1 when the instance is not ready.
+    Status {
+        #[command(flatten)]
+        conn: Connection,
     },
     /// Make a running instance read its keys, bucket policies and TLS certificate again (as
     /// SIGHUP), all or nothing, and print what changed.
@@ -144,6 +151,13 @@ pub enum FencesCommand {
 pub enum LeasesCommand {
     /// Every live lease: name, holder, token, expiry, binding, the key that holds it.
     List {
+        #[command(flatten)]
+        conn: Connection,
+    },
+    /// One lease: its holder, token, expiry, binding and principal, and the S3 credentials its
+    /// earlier grants issued that still work (in their grace).
+    Get {
+        name: String,
         #[command(flatten)]
         conn: Connection,
     },

@@ -19,16 +19,16 @@ const WATCH_EVERY: Duration = Duration::from_secs(10);
 const PROBE_ROW: &str = "readyz:probe";
 
 /// One check's result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Check {
     /// `fence_table`, `clock`, or `bucket:NAME`.
     pub check: String,
     pub ok: bool,
     /// The bucket's backend (its name in the configuration).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
     /// Why it failed. Error texts name paths and stores, never credentials.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 

@@ -47,10 +47,14 @@ fn main() -> ExitCode {
         },
         Some(Command::Leases { command }) => match command {
             LeasesCommand::List { conn } => admin(async move { admin_client::leases(&conn).await }),
+            LeasesCommand::Get { name, conn } => {
+                admin(async move { admin_client::lease(&conn, &name).await })
+            }
             LeasesCommand::Revoke { name, conn } => {
                 admin(async move { admin_client::revoke(&conn, &name).await })
             }
         },
+        Some(Command::Status { conn }) => admin(async move { admin_client::status(&conn).await }),
         Some(Command::Reload { conn }) => admin(async move { admin_client::reload(&conn).await }),
         None => serve(cli.serve),
     }

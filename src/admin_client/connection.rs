@@ -2,9 +2,10 @@
 //! credentials found (bearer token, admin key, environment), requests signed as
 //! [`crate::client`] signs them, and refusals turned into errors that say what to change.
 
+use crate::api::status::Status;
 use crate::client::{self, SigningKey};
 use crate::gate::{AdminAdvance, AdminReset, FenceInfo, FenceListing};
-use crate::lease::{LeaseListing, Revoked};
+use crate::lease::{LeaseListing, LeaseShown, Revoked};
 use clap::Args;
 use serde_json::Value;
 
@@ -67,6 +68,9 @@ pub enum AdminError {
     Credentials(String),
     #[error("{0}")]
     Usage(String),
+    /// `fencegate status` found the instance not ready (the answer was printed).
+    #[error("{0}")]
+    NotReady(String),
     #[error("fencegate answered {status} with something that is not its JSON: {body}")]
     BadAnswer { status: u16, body: String },
 }
@@ -217,6 +221,8 @@ impl AdminClient {
         .with_root_certificates(roots)
         .with_no_client_auth();
         let http = reqwest::Client::builder()
+            // Named in the instance's access lines, so an operator's commands stand out.
+            .user_agent(concat!("fencegate-cli/", env!("CARGO_PKG_VERSION")))
             .use_preconfigured_tls(tls)
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(60))
@@ -459,6 +465,18 @@ impl AdminClient {
     /// `GET /admin/leases`.
     pub async fn leases(&self) -> Result<Answer<LeaseListing>, AdminError> {
         self.call(reqwest::Method::GET, "/admin/leases", &[], &[])
+            .await
+    }
+
+    /// `GET /admin/leases/{name}`.
+    pub async fn lease(&self, name: &str) -> Result<Answer<LeaseShown>, AdminError> {
+        let path = format!("/admin/leases/{}", client::urlencode(name));
+        self.call(reqwest::Method::GET, &path, &[], &[]).await
+    }
+
+    /// `GET /admin/status`.
+    pub async fn status(&self) -> Result<Answer<Status>, AdminError> {
+        self.call(reqwest::Method::GET, "/admin/status", &[], &[])
             .await
     }
 

@@ -1,6 +1,7 @@
-//! The admin command line: `fencegate fences get|advance|list` and `fencegate leases
-//! list|revoke` talk to a running instance through its admin surface (`/admin/...`,
-//! src/api/admin.rs), and print aligned tables, or the server's JSON with `--json`.
+//! The admin command line: `fencegate fences get|advance|reset|list`, `fencegate leases
+//! list|get|revoke` (`leases.rs`), `fencegate status` (`status.rs`) and `fencegate reload` talk
+//! to a running instance through its admin surface (`/admin/...`, src/api/admin.rs), and print
+//! aligned tables, or the server's JSON with `--json`.
 //!
 //! Credentials, first found wins: `--token-file` (the `[admin]` bearer token), an access key
 //! named by `--access-key-id` / `--secret-access-key-file`, `FENCEGATE_ADMIN_TOKEN`, the pair
@@ -13,11 +14,14 @@
 //! command exits 1.
 
 mod connection;
+mod leases;
+mod status;
 
 pub use connection::{AdminClient, AdminError, Answer, Connection};
+pub use leases::{get as lease, leases, revoke};
+pub use status::status;
 
 use crate::gate::{FenceInfo, FenceListRow};
-use crate::lease::Grant;
 use clap::Args;
 
 /// `fences list`: which rows, and how many at most.
@@ -282,112 +286,10 @@ pub async fn list(conn: &Connection, args: &ListArgs) -> Result<(), AdminError> 
     Ok(())
 }
 
-/// Milliseconds from now until `at_ms` (Unix), shown as seconds.
-fn remaining(at_ms: u64) -> String {
-    let now = crate::wall_clock::now_ms();
-    if at_ms <= now {
-        "expired".into()
-    } else {
-        format!("{:.1}s", (at_ms - now) as f64 / 1000.0)
-    }
-}
-
-fn binding(lease: &Grant) -> String {
-    match &lease.bound {
-        Some(b) => format!("{}/{}", b.bucket, b.key),
-        None => "-".into(),
-    }
-}
-
-/// `fencegate leases list`.
-pub async fn leases(conn: &Connection) -> Result<(), AdminError> {
-    let listed = AdminClient::new(conn)?.leases().await?;
-    if conn.json {
-        print_json(&listed.json);
-        return Ok(());
-    }
-    let listed = listed.typed;
-    let cells: Vec<Vec<String>> = listed
-        .leases
-        .iter()
-        .map(|l| {
-            vec![
-                l.grant.name.clone(),
-                l.grant.holder.clone(),
-                l.grant.token.to_string(),
-                remaining(l.grant.expires_at_ms),
-                binding(&l.grant),
-                l.principal.clone(),
-            ]
-        })
-        .collect();
-    print!(
-        "{}",
-        table(
-            &[
-                "NAME",
-                "HOLDER",
-                "TOKEN",
-                "EXPIRES_IN",
-                "BOUND_TO",
-                "PRINCIPAL"
-            ],
-            &cells
-        )
-    );
-    if !listed.credentials_in_grace.is_empty() {
-        println!("\nS3 credentials still working after their grant ended (in their grace):");
-        let cells: Vec<Vec<String>> = listed
-            .credentials_in_grace
-            .iter()
-            .map(|c| {
-                vec![
-                    c.access_key_id.clone(),
-                    c.lease.clone(),
-                    c.token.to_string(),
-                    c.holder.clone(),
-                    remaining(c.works_until_ms),
-                ]
-            })
-            .collect();
-        print!(
-            "{}",
-            table(
-                &["ACCESS_KEY_ID", "LEASE", "TOKEN", "HOLDER", "WORKS_FOR"],
-                &cells
-            )
-        );
-    }
-    Ok(())
-}
-
-/// `fencegate leases revoke`.
-pub async fn revoke(conn: &Connection, name: &str) -> Result<(), AdminError> {
-    let revoked = AdminClient::new(conn)?.revoke(name).await?;
-    if conn.json {
-        print_json(&revoked.json);
-        return Ok(());
-    }
-    let revoked = revoked.typed;
-    let lease = revoked.lease.as_ref();
-    print!(
-        "{}",
-        table(
-            &["NAME", "HOLDER", "TOKEN", "CREDENTIALS_REVOKED"],
-            &[vec![
-                name.to_string(),
-                lease.map(|l| l.holder.clone()).shown(),
-                lease.map(|l| l.token).shown(),
-                revoked.credentials.to_string(),
-            ]],
-        )
-    );
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::Grant;
 
     #[test]
     fn tables_align_on_the_widest_cell() {

@@ -1,5 +1,5 @@
-//! The admin surface: `/metrics`, live leases (list, revoke), fences (show, list a bucket's,
-//! advance, reset) and reloads. It is served on `[admin] listen` when set, else beside the
+//! The admin surface: `/metrics`, the instance's status (`status.rs`), live leases (list,
+//! show, revoke), fences (show, list a bucket's, advance, reset) and reloads. It is served on `[admin] listen` when set, else beside the
 //! native API, and always behind [`crate::auth::admin`]. Every change here is an audit line
 //! naming the principal. `fencegate fences ...` and `fencegate leases ...` (src/admin_client.rs)
 //! are its command line.
@@ -23,7 +23,8 @@ pub fn routes(state: AppState, auth: Arc<crate::auth::admin::AdminAuth>) -> Rout
     Router::new()
         .route("/metrics", get(metrics))
         .route("/admin/leases", get(list_leases))
-        .route("/admin/leases/{name}", axum::routing::delete(revoke_lease))
+        .route("/admin/leases/{name}", get(show_lease).delete(revoke_lease))
+        .route("/admin/status", get(super::status::status))
         .route("/admin/fences/{bucket}", get(list_fences))
         .route(
             "/admin/fences/{bucket}/{*key}",
@@ -59,26 +60,55 @@ async fn list_leases(State(state): State<AppState>) -> Response {
     .into_response()
 }
 
+/// The operator's refusal for a name with neither a live lease nor a working credential.
+fn no_such_lease(name: &str, what: &str) -> Response {
+    super::error::plain(
+        StatusCode::NOT_FOUND,
+        "NoSuchLease",
+        format!("no live lease and no working S3 credential is named {name:?}{what}; GET /admin/leases (fencegate leases list) shows the live leases and the credentials in their grace"),
+    )
+}
+
+fn lease_name(name: Result<Path<String>, PathRejection>) -> Result<String, Response> {
+    name.map(|Path(n)| n).map_err(|_| {
+        super::error::plain(
+            StatusCode::BAD_REQUEST,
+            "InvalidLeaseName",
+            "the lease name in the path is not valid UTF-8".into(),
+        )
+    })
+}
+
+async fn show_lease(
+    State(state): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+) -> Response {
+    let name = match lease_name(name) {
+        Ok(n) => n,
+        Err(refused) => return refused,
+    };
+    match state.leases.admin_show(&name).await {
+        Ok(shown) => Json(shown).into_response(),
+        Err(crate::lease::LeaseError::NotHeld { name }) => no_such_lease(&name, ""),
+        Err(e) => super::leases::LeaseApiError::from(e).into_response(),
+    }
+}
+
 async fn revoke_lease(
     State(state): State<AppState>,
     Extension(who): Extension<Principal>,
     name: Result<Path<String>, PathRejection>,
 ) -> Response {
-    let Ok(Path(name)) = name else {
-        return super::error::plain(
-            StatusCode::BAD_REQUEST,
-            "InvalidLeaseName",
-            "the lease name in the path is not valid UTF-8".into(),
-        );
+    let name = match lease_name(name) {
+        Ok(n) => n,
+        Err(refused) => return refused,
     };
     match state.leases.revoke(&name, &who.name()).await {
         Ok(revoked) => Json(revoked).into_response(),
         // An operator's answer, not a worker's ("acquire it again").
-        Err(crate::lease::LeaseError::NotHeld { name }) => super::error::plain(
-            StatusCode::NOT_FOUND,
-            "NoSuchLease",
-            format!("no live lease and no working S3 credential is named {name:?}: nothing was revoked; GET /admin/leases (fencegate leases list) shows the live leases and the credentials in their grace"),
-        ),
+        Err(crate::lease::LeaseError::NotHeld { name }) => {
+            no_such_lease(&name, ": nothing was revoked")
+        }
         Err(e) => super::leases::LeaseApiError::from(e).into_response(),
     }
 }

@@ -9,6 +9,7 @@ mod fences;
 mod health;
 mod leases;
 mod objects;
+pub mod status;
 
 pub use error::ApiError;
 
@@ -34,6 +35,8 @@ pub struct AppState {
     pub keys: Arc<crate::auth::KeyTable>,
     /// Reloads keys, policies and the TLS certificate, for `POST /admin/reload`.
     pub reloader: Arc<dyn Reload>,
+    /// What `GET /admin/status` reports of the start-up.
+    pub about: Arc<status::About>,
 }
 
 /// What `POST /admin/reload` runs: the server's reloader, which swaps keys, bucket policies and

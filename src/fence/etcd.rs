@@ -43,6 +43,11 @@ pub struct EtcdFenceStore {
     prefix: String,
     /// Puts made while others are in flight share one Txn (`etcd_batch.rs`).
     batch: super::etcd_batch::Batcher,
+    /// The endpoint of each client in `members`, in order.
+    endpoints: Vec<String>,
+    /// Endpoints that could not be connected at start-up, with why: they stay out until a
+    /// restart, and `fencegate status` names them.
+    unconnected: Vec<(String, String)>,
 }
 
 /// The cluster's members, and how a call reaches one that answers.
@@ -109,23 +114,31 @@ impl EtcdFenceStore {
         // Connections are made lazily; with auth, connecting asks for a token, which a member
         // that is down cannot give: it is left out, and the others serve.
         let mut clients = Vec::new();
-        let mut failures = Vec::new();
+        let mut endpoints = Vec::new();
+        let mut unconnected = Vec::new();
         for endpoint in &settings.endpoints {
             let connect = Client::connect([endpoint.as_str()], Some(options.clone()));
             match tokio::time::timeout(settings.timeout, connect).await {
-                Ok(Ok(client)) => clients.push(client),
-                Ok(Err(e)) => failures.push(format!("{endpoint}: {e}")),
-                Err(_) => failures.push(format!(
-                    "{endpoint}: no answer within {} ms",
-                    settings.timeout.as_millis()
+                Ok(Ok(client)) => {
+                    clients.push(client);
+                    endpoints.push(endpoint.clone());
+                }
+                Ok(Err(e)) => unconnected.push((endpoint.clone(), e.to_string())),
+                Err(_) => unconnected.push((
+                    endpoint.clone(),
+                    format!("no answer within {} ms", settings.timeout.as_millis()),
                 )),
             }
         }
         if clients.is_empty() {
+            let failures: Vec<String> = unconnected
+                .iter()
+                .map(|(endpoint, e)| format!("{endpoint}: {e}"))
+                .collect();
             return Err(io(failures.join("; ")));
         }
-        for failure in &failures {
-            tracing::warn!(%failure, "an etcd member could not be connected; the others serve");
+        for (endpoint, error) in &unconnected {
+            tracing::warn!(%endpoint, %error, "an etcd member could not be connected; the others serve (until a restart, this instance does not use it)");
         }
         let members = std::sync::Arc::new(Members {
             clients,
@@ -136,6 +149,8 @@ impl EtcdFenceStore {
             batch: super::etcd_batch::Batcher::start(members.clone()),
             members,
             prefix: settings.prefix.clone(),
+            endpoints,
+            unconnected,
         };
         store.get("policy:").await?;
         Ok(store)
@@ -297,6 +312,61 @@ impl FenceStore for EtcdFenceStore {
 
     fn shared(&self) -> bool {
         true
+    }
+
+    async fn members(&self) -> Vec<super::Member> {
+        let asked = self
+            .members
+            .clients
+            .iter()
+            .zip(&self.endpoints)
+            .map(|(client, endpoint)| {
+                let mut client = client.clone();
+                async move {
+                    let timeout = self.members.timeout;
+                    match tokio::time::timeout(timeout, client.status()).await {
+                        Ok(Ok(status)) => member_of(endpoint, &status),
+                        Ok(Err(e)) => down(endpoint, e.to_string()),
+                        Err(_) => down(
+                            endpoint,
+                            format!("no answer within {} ms", timeout.as_millis()),
+                        ),
+                    }
+                }
+            });
+        let mut members = futures::future::join_all(asked).await;
+        members.extend(self.unconnected.iter().map(|(endpoint, error)| {
+            down(
+                endpoint,
+                format!("not connected since start-up ({error}); restart this instance to use it"),
+            )
+        }));
+        members
+    }
+}
+
+fn member_of(endpoint: &str, status: &etcd_client::StatusResponse) -> super::Member {
+    let id = status.header().map(|h| h.member_id());
+    super::Member {
+        endpoint: endpoint.to_string(),
+        ok: true,
+        leader: id.is_some_and(|id| id == status.leader()),
+        version: Some(status.version().to_string()),
+        db_size_bytes: u64::try_from(status.db_size()).ok(),
+        raft_index: Some(status.raft_index()),
+        error: (!status.errors().is_empty()).then(|| status.errors().join("; ")),
+    }
+}
+
+fn down(endpoint: &str, error: String) -> super::Member {
+    super::Member {
+        endpoint: endpoint.to_string(),
+        ok: false,
+        leader: false,
+        version: None,
+        db_size_bytes: None,
+        raft_index: None,
+        error: Some(error),
     }
 }
 

@@ -70,4 +70,8 @@ impl FenceStore for Instrumented {
     fn usage(&self) -> Option<crate::fence::Usage> {
         self.inner.usage()
     }
+
+    async fn members(&self) -> Vec<crate::fence::Member> {
+        self.inner.members().await
+    }
 }

@@ -232,6 +232,34 @@ pub trait FenceStore: Send + Sync + 'static {
     fn usage(&self) -> Option<Usage> {
         None
     }
+    /// How each member of a shared table's cluster answers now (etcd's endpoint status), for
+    /// `fencegate status`; empty for a local table.
+    async fn members(&self) -> Vec<Member> {
+        Vec::new()
+    }
+}
+
+/// One member of a shared table's cluster, as it answered a status call.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Member {
+    /// Its client URL, as `[fence_store] endpoints` names it.
+    pub endpoint: String,
+    /// It answered the status call in time.
+    pub ok: bool,
+    /// It is the cluster's leader.
+    #[serde(default)]
+    pub leader: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Its database's size on disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_size_bytes: Option<u64>,
+    /// Its raft index: members far behind the others are lagging.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raft_index: Option<u64>,
+    /// Why it did not answer, or the alarms it reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A local table's size, as its engine estimates it.

@@ -17,7 +17,7 @@ mod wire;
 pub use credentials::{CredentialInGrace, LeaseCredential, LeaseCredentials, LeaseIdentity};
 pub use error::LeaseError;
 use wire::public;
-pub use wire::{AcquireRequest, Binding, Grant, LeaseListing, ListedLease, Revoked};
+pub use wire::{AcquireRequest, Binding, Grant, LeaseListing, LeaseShown, ListedLease, Revoked};
 
 use crate::fence::{Durability, FenceRow, FenceStore};
 use crate::gate::{run_to_end, Gate, GateError, ScopeLocks};
@@ -398,6 +398,33 @@ impl Leases {
             .collect();
         all.sort_by(|a, b| a.0.name.cmp(&b.0.name));
         Ok(all)
+    }
+
+    /// The live lease `name` with its principal, and its credentials still in their grace, for
+    /// the admin; `NotHeld` when there is neither.
+    pub async fn admin_show(&self, name: &str) -> Result<LeaseShown, LeaseError> {
+        validate_name(name)?;
+        let lease = self
+            .list()
+            .await?
+            .into_iter()
+            .find(|(grant, _)| grant.name == name)
+            .map(|(grant, principal)| ListedLease { grant, principal });
+        let credentials_in_grace: Vec<_> = self
+            .credentials
+            .in_grace()
+            .into_iter()
+            .filter(|c| c.lease == name)
+            .collect();
+        if lease.is_none() && credentials_in_grace.is_empty() {
+            return Err(LeaseError::NotHeld {
+                name: name.to_string(),
+            });
+        }
+        Ok(LeaseShown {
+            lease,
+            credentials_in_grace,
+        })
     }
 
     /// Ends the lease `name` whoever holds it (an admin's decision, named in the audit log),

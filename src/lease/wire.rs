@@ -65,6 +65,14 @@ pub struct LeaseListing {
     pub credentials_in_grace: Vec<super::CredentialInGrace>,
 }
 
+/// `GET /admin/leases/{name}`: the live lease of that name, if any, and the S3 credentials its
+/// earlier grants issued that still work.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct LeaseShown {
+    pub lease: Option<ListedLease>,
+    pub credentials_in_grace: Vec<super::CredentialInGrace>,
+}
+
 /// One lease of a [`LeaseListing`].
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ListedLease {

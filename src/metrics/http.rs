@@ -190,6 +190,12 @@ impl Tracker {
     }
 }
 
+/// `/admin/leases/{name}`: one segment after the prefix.
+fn is_lease_path(path: &str) -> bool {
+    path.strip_prefix("/admin/leases/")
+        .is_some_and(|name| !name.is_empty() && !name.contains('/'))
+}
+
 /// The surface and the operation of a request, from fixed lists.
 fn classify(
     method: &Method,
@@ -256,8 +262,10 @@ fn classify(
         (_, "/readyz") => return ("health", "readyz".into()),
         (_, "/metrics") => return admin("metrics"),
         ("GET", "/admin/leases") => return admin("list_leases"),
-        ("DELETE", p) if p.starts_with("/admin/leases/") => return admin("revoke_lease"),
+        ("GET", p) if is_lease_path(p) => return admin("get_lease"),
+        ("DELETE", p) if is_lease_path(p) => return admin("revoke_lease"),
         ("POST", "/admin/reload") => return admin("reload"),
+        ("GET", "/admin/status") => return admin("status"),
         (_, p) if p == "/admin" || p.starts_with("/admin/") => return admin("other"),
         _ => {}
     }
@@ -376,6 +384,9 @@ mod tests {
             (Method::POST, "/v1/fences/b/k", ("native", "advance_fence")),
             (Method::POST, "/v1/leases/nightly", ("leases", "acquire")),
             (Method::DELETE, "/admin/leases/x", ("admin", "revoke_lease")),
+            (Method::GET, "/admin/leases/x", ("admin", "get_lease")),
+            (Method::GET, "/admin/leases/x/y", ("admin", "other")),
+            (Method::GET, "/admin/status", ("admin", "status")),
             (Method::GET, "/admin/fences/b", ("admin", "list_fences")),
             (
                 Method::GET,

@@ -118,6 +118,7 @@ pub fn preflight(config: &Config) -> Result<(), StartError> {
 
 /// Runs fencegate until a shutdown signal.
 pub async fn serve(config: Config) -> Result<(), StartError> {
+    let started_at_ms = crate::wall_clock::now_ms();
     preflight(&config)?;
     for warning in &config.warnings {
         tracing::warn!("{warning}");
@@ -212,6 +213,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         leases,
         keys: keys.clone(),
         reloader,
+        about: Arc::new(crate::api::status::About::of(&config, started_at_ms)),
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
     let admin_routes = api::admin::routes(state.clone(), admin_auth);

@@ -95,6 +95,8 @@ enum Route {
     S3DeleteBucket,
     AdminMetrics,
     AdminLeases,
+    AdminLeaseGet,
+    AdminStatus,
     AdminRevoke,
     AdminReset,
 }
@@ -109,7 +111,12 @@ enum Expect {
 fn admin_route(route: Route) -> bool {
     matches!(
         route,
-        Route::AdminMetrics | Route::AdminLeases | Route::AdminRevoke | Route::AdminReset
+        Route::AdminMetrics
+            | Route::AdminLeases
+            | Route::AdminLeaseGet
+            | Route::AdminStatus
+            | Route::AdminRevoke
+            | Route::AdminReset
     )
 }
 
@@ -306,6 +313,8 @@ impl Fixture {
             Route::S3DeleteBucket => c.delete(s.url("/new-b")),
             Route::AdminMetrics => c.get(s.url("/metrics")),
             Route::AdminLeases => c.get(s.url("/admin/leases")),
+            Route::AdminLeaseGet => c.get(s.url("/admin/leases/jobs-victim")),
+            Route::AdminStatus => c.get(s.url("/admin/status")),
             Route::AdminRevoke => c.delete(s.url("/admin/leases/jobs-victim")),
             // Refused callers ask for 1; the admin key for 40, then the bearer for 30. Had a
             // refused reset landed first, both allowed ones would fail (not below 1).
@@ -376,6 +385,8 @@ async fn every_route_times_every_caller() {
         Route::S3DeleteBucket,
         Route::AdminMetrics,
         Route::AdminLeases,
+        Route::AdminLeaseGet,
+        Route::AdminStatus,
         Route::AdminRevoke,
         Route::AdminReset,
     ];

@@ -22,20 +22,20 @@ const CLI_ENV: [&str; 7] = [
     "FENCEGATE_CA_FILE",
 ];
 
-struct Run {
-    ok: bool,
-    out: String,
-    err: String,
+pub(super) struct Run {
+    pub ok: bool,
+    pub out: String,
+    pub err: String,
 }
 
 impl Run {
-    fn json(&self) -> Value {
+    pub fn json(&self) -> Value {
         assert!(self.ok, "the command failed: {}", self.err);
         serde_json::from_str(&self.out).unwrap_or_else(|e| panic!("{e}: {}", self.out))
     }
 
     /// The table's rows below its header, each split into its cells.
-    fn rows(&self) -> Vec<Vec<String>> {
+    pub fn rows(&self) -> Vec<Vec<String>> {
         assert!(self.ok, "the command failed: {}", self.err);
         self.out
             .lines()
@@ -44,14 +44,14 @@ impl Run {
             .collect()
     }
 
-    fn header(&self) -> Vec<String> {
+    pub fn header(&self) -> Vec<String> {
         let first = self.out.lines().next().unwrap_or_default();
         first.split_whitespace().map(str::to_string).collect()
     }
 }
 
 /// Runs `fencegate ARGS` against `url` with only the environment `env`.
-fn cli(url: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+pub(super) fn cli(url: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
     let mut cmd = Command::new(common::binary());
     cmd.args(args).arg("--url").arg(url);
     for var in CLI_ENV {
@@ -66,7 +66,7 @@ fn cli(url: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
     }
 }
 
-fn base(s: &Server) -> String {
+pub(super) fn base(s: &Server) -> String {
     format!("http://{}", s.addr)
 }
 
@@ -980,6 +980,33 @@ async fn on_an_etcd_table_the_list_pages_through_rows_of_every_instance() {
     )
     .json();
     assert_eq!(info["highest"], 200);
+
+    // `status` lists etcd's members as each answers: one leader; a member killed answers no
+    // more, and the instance stays ready while the others keep a quorum.
+    let status = cli(&url2, &["status", "--json"], &[]).json();
+    assert_eq!(status["fence_store"]["kind"], "etcd", "{status}");
+    let members = status["fence_store"]["members"].as_array().unwrap().clone();
+    assert_eq!(members.len(), 3, "{status}");
+    assert!(members.iter().all(|m| m["ok"] == true), "{status}");
+    let leaders: Vec<&Value> = members.iter().filter(|m| m["leader"] == true).collect();
+    assert_eq!(leaders.len(), 1, "{status}");
+    assert!(status["fence_store"].get("rows").is_none(), "{status}");
+    let leader = cluster.leader();
+    let follower = ["etcd1", "etcd2", "etcd3"]
+        .into_iter()
+        .find(|m| *m != leader)
+        .unwrap();
+    let port = cluster.var(&format!("{}_CLIENT", follower.to_uppercase()));
+    cluster.signal(follower, "KILL");
+    let run = cli(&url2, &["status"], &[]);
+    assert!(run.ok, "{}\n{}", run.out, run.err);
+    let row = run
+        .out
+        .lines()
+        .find(|l| l.starts_with(&format!("http://127.0.0.1:{port} ")))
+        .unwrap_or_else(|| panic!("no row for the killed member (port {port}):\n{}", run.out));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[1..3], ["no", "no"], "{}", run.out);
 }
 
 /// The admin commands an operator reaches for without curl: `fences reset` lowers a fence

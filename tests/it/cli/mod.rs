@@ -2,3 +2,4 @@
 
 mod admin;
 mod commands;
+mod status;

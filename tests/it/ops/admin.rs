@@ -7,12 +7,12 @@ use common::sign::{send_json as call, Creds};
 use common::Server;
 use serde_json::json;
 
-const TOKEN: &str = "admin-bearer-token-for-the-tests-0001";
+pub(crate) const TOKEN: &str = "admin-bearer-token-for-the-tests-0001";
 const ADMIN: Creds = Creds {
     key: "ops-key",
     secret: "ops-secret-0123456",
 };
-const WRITER: Creds = Creds {
+pub(crate) const WRITER: Creds = Creds {
     key: "app-key",
     secret: "app-secret-0123456",
 };
@@ -53,15 +53,17 @@ on_bypass = "adopt"
     )
 }
 
-struct Fixture {
-    s: Server,
-    c: reqwest::Client,
-    admin: String,
+/// An instance with keys and an admin listener behind the bearer token [`TOKEN`].
+pub(crate) struct Fixture {
+    pub s: Server,
+    pub c: reqwest::Client,
+    /// The admin listener's base URL.
+    pub admin: String,
     _dir: tempfile::TempDir,
 }
 
 impl Fixture {
-    fn start() -> Fixture {
+    pub fn start() -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let token_file = dir.path().join("token");
         std::fs::write(&token_file, TOKEN).unwrap();

@@ -1,7 +1,7 @@
 //! Operating fencegate: the admin surface, metrics, readiness, logs, reload, TLS, start-up
 //! checks, configuration, and the README run as written.
 
-mod admin;
+pub(crate) mod admin;
 mod config_env;
 mod metrics;
 mod readiness_and_logs;
