@@ -69,23 +69,20 @@ fn no_such_lease(name: &str, what: &str) -> Response {
     )
 }
 
-fn lease_name(name: Result<Path<String>, PathRejection>) -> Result<String, Response> {
-    name.map(|Path(n)| n).map_err(|_| {
-        super::error::plain(
-            StatusCode::BAD_REQUEST,
-            "InvalidLeaseName",
-            "the lease name in the path is not valid UTF-8".into(),
-        )
-    })
+fn bad_lease_name() -> Response {
+    super::error::plain(
+        StatusCode::BAD_REQUEST,
+        "InvalidLeaseName",
+        "the lease name in the path is not valid UTF-8".into(),
+    )
 }
 
 async fn show_lease(
     State(state): State<AppState>,
     name: Result<Path<String>, PathRejection>,
 ) -> Response {
-    let name = match lease_name(name) {
-        Ok(n) => n,
-        Err(refused) => return refused,
+    let Ok(Path(name)) = name else {
+        return bad_lease_name();
     };
     match state.leases.admin_show(&name).await {
         Ok(shown) => Json(shown).into_response(),
@@ -99,9 +96,8 @@ async fn revoke_lease(
     Extension(who): Extension<Principal>,
     name: Result<Path<String>, PathRejection>,
 ) -> Response {
-    let name = match lease_name(name) {
-        Ok(n) => n,
-        Err(refused) => return refused,
+    let Ok(Path(name)) = name else {
+        return bad_lease_name();
     };
     match state.leases.revoke(&name, &who.name()).await {
         Ok(revoked) => Json(revoked).into_response(),
