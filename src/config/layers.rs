@@ -308,7 +308,8 @@ pub fn figment_problem(e: figment::Error, figment: &Figment) -> (Vec<String>, bo
     }
     let key = key.is_some();
     let mut secret = !key && path.last().is_some_and(|f| is_secret(f));
-    if !secret {
+    // A wrong key's message names fields, never a value: only a value's error can repeat one.
+    if !secret && !key {
         // serde reads a table tagged by a field (`[backends.NAME]`, by `kind`) whole, so an
         // error in one of its fields carries the table's path, not the field's: the field-name
         // test cannot see a secret there, and the message may repeat its value.
@@ -376,12 +377,17 @@ fn secret_repeated(
     found
 }
 
-/// Whether `path` names a table that holds secrets, or the section of such tables.
+/// Whether `path` names a table that holds secrets, or the section of such tables (not a
+/// field in one: `[backends.NAME] bucket = 5` is a bucket name, shown).
 fn secret_table(path: &[String]) -> bool {
     let path: Vec<&str> = path.iter().map(String::as_str).collect();
     matches!(
         path.as_slice(),
-        ["keys" | "backends", ..] | ["admin" | "fence_store"] | ["s3", "keys", ..]
+        ["keys" | "backends"]
+            | ["keys" | "backends", _]
+            | ["admin" | "fence_store"]
+            | ["s3", "keys"]
+            | ["s3", "keys", _]
     )
 }
 

@@ -7,7 +7,7 @@ fn fencegate(args: &[&str]) -> (bool, String, String) {
 }
 
 fn fencegate_env(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_fencegate"))
+    let out = Command::new(crate::common::binary())
         .args(args)
         .envs(env.iter().copied())
         .output()
@@ -171,6 +171,17 @@ fn check_config_explains_common_mistakes() {
     let err = check("[buckets.default]\nmax_token_jump = -1\n");
     assert!(!err.contains("not shown"), "{err}");
     assert!(err.contains("-1"), "{err}");
+    // In a backend's table (read whole, by its `kind`), a misspelt field is named and a bad
+    // value that is no secret is shown; a secret's bad value is not.
+    let err = check("[backends.store]\nkind = \"s3\"\nendpont = \"http://127.0.0.1:9\"\n");
+    assert!(err.contains("did you mean `endpoint`?"), "{err}");
+    assert!(!err.contains("not shown"), "{err}");
+    let err = check("[backends.disk]\nkind = \"fs\"\nrot = \"/srv\"\n");
+    assert!(err.contains("did you mean `root`?"), "{err}");
+    let err = check("[backends.store]\nkind = \"s3\"\nregion = 5\n");
+    assert!(err.contains("`5`") && !err.contains("not shown"), "{err}");
+    let err = check("[backends.store]\nkind = \"s3\"\nsecret_access_key = 51966\n");
+    assert!(err.contains("not shown") && !err.contains("51966"), "{err}");
     let key = |secret: &str| {
         format!(
             "[keys.app]\naccess_key_id = \"app\"\n{secret}\nbuckets = {{ \"*\" = [\"read\"] }}\n"
