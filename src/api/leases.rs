@@ -5,6 +5,7 @@ use super::{error, AppState};
 use crate::auth::{Action, Principal};
 use crate::lease::{AcquireRequest, Binding, LeaseError, Proof};
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderValue, StatusCode};
@@ -94,8 +95,25 @@ fn authorize(
         .map_err(LeaseApiError::Auth)
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: &Bytes, expected: &str) -> Result<T, LeaseError> {
-    serde_json::from_slice(body)
+/// The most a lease request's JSON body may hold: a few hundred bytes in practice, so a larger
+/// one is refused before it is buffered whole (413 `EntityTooLarge`, as every body limit).
+pub const MAX_LEASE_BODY: usize = 64 * 1024;
+
+fn parse<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+    expected: &str,
+) -> Result<T, LeaseError> {
+    use crate::backend::BodyError;
+    let body = body.map_err(|e| {
+        let error = match e.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => BodyError::TooLarge {
+                limit: MAX_LEASE_BODY as u64,
+            },
+            _ => BodyError::Broken(e.body_text()),
+        };
+        LeaseError::Gate(crate::gate::GateError::Body(error))
+    })?;
+    serde_json::from_slice(&body)
         .map_err(|e| LeaseError::Invalid(format!("the body is not {expected}: {e}")))
 }
 
@@ -112,10 +130,10 @@ pub async fn acquire(
     State(state): State<AppState>,
     Extension(who): Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, LeaseApiError> {
     let name = name_of(path)?;
-    let b: AcquireBody = parse(&body, ACQUIRE)?;
+    let b: AcquireBody = parse(body, ACQUIRE)?;
     authorize(&state, &who, &name, b.bucket.as_deref())?;
     let bind = match (b.bucket, b.key) {
         (Some(bucket), Some(key)) => Some(Binding { bucket, key }),
@@ -147,11 +165,11 @@ pub async fn renew(
     State(state): State<AppState>,
     Extension(who): Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, LeaseApiError> {
     let name = name_of(path)?;
     authorize(&state, &who, &name, None)?;
-    let b: HolderBody = parse(&body, HOLDER)?;
+    let b: HolderBody = parse(body, HOLDER)?;
     let Some(ttl_ms) = b.ttl_ms else {
         return Err(LeaseError::Invalid("renew needs \"ttl_ms\"".into()).into());
     };
@@ -166,11 +184,11 @@ pub async fn release(
     State(state): State<AppState>,
     Extension(who): Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, LeaseApiError> {
     let name = name_of(path)?;
     authorize(&state, &who, &name, None)?;
-    let b: HolderBody = parse(&body, HOLDER)?;
+    let b: HolderBody = parse(body, HOLDER)?;
     state.leases.release(&name, &b.proof()).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

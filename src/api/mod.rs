@@ -86,7 +86,8 @@ pub fn routes(state: &AppState) -> Router<AppState> {
             get(leases::show)
                 .post(leases::acquire)
                 .put(leases::renew)
-                .delete(leases::release),
+                .delete(leases::release)
+                .layer(axum::extract::DefaultBodyLimit::max(leases::MAX_LEASE_BODY)),
         )
         .route(
             "/v1/leases/{name}/{*rest}",

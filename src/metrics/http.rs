@@ -190,6 +190,29 @@ impl Tracker {
     }
 }
 
+/// A request hyper could not parse and answered itself, before it became a request any layer
+/// sees: counted as `surface="other", operation="unparsed"` with the status hyper sent, and
+/// logged as an access line of its own, so a header flood or a fuzzer is seen.
+pub fn unparsed(peer: std::net::SocketAddr, e: &hyper::Error) {
+    let reason = e.to_string();
+    let status: u16 = match (e.is_parse_too_large(), reason.contains("URI")) {
+        (true, true) => 414,
+        (true, false) => 431,
+        (false, _) => 400,
+    };
+    metrics::counter!(super::REQUESTS, "surface" => "other", "operation" => "unparsed", "status" => status.to_string(), "code" => "none")
+        .increment(1);
+    tracing::info!(
+        target: "fencegate::api",
+        client = %peer,
+        status,
+        code = "none",
+        operation = "unparsed",
+        error = %reason,
+        "served"
+    );
+}
+
 /// `/admin/leases/{name}`: one segment after the prefix.
 fn is_lease_path(path: &str) -> bool {
     path.strip_prefix("/admin/leases/")

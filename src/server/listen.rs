@@ -163,7 +163,12 @@ async fn serve_connection<I>(
     );
     let conn = builder.serve_connection(io, TowerToHyperService::new(service));
     if let Err(e) = watcher.watch(conn).await {
-        tracing::debug!(error = %e, "connection ended with an error");
+        if e.is_parse() {
+            // hyper answered it itself (400, 414 or 431) before any layer saw a request.
+            crate::metrics::http::unparsed(peer, &e);
+        } else {
+            tracing::debug!(error = %e, "connection ended with an error");
+        }
     }
 }
 

@@ -31,7 +31,11 @@ pub fn router(state: AppState, s3: S3, admin: AdminPlace) -> Router {
         .fallback(move |req: Request| s3_or_no_route(s3.clone(), req))
         .method_not_allowed_fallback(wrong_method);
     let routes = match admin {
-        AdminPlace::Here(admin) => routes.with_state(state.clone()).merge(admin),
+        // The fallback again after the merge: it reaches only the routes already there.
+        AdminPlace::Here(admin) => routes
+            .with_state(state.clone())
+            .merge(admin)
+            .method_not_allowed_fallback(wrong_method),
         AdminPlace::At(addr) => {
             let elsewhere = move || async move {
                 crate::http::error::plain(

@@ -598,6 +598,82 @@ fencing = "required"
     assert_eq!(sum(&all, "fencegate_fence_table_tombstones", &[]), 0.0);
 }
 
+/// Refusals made before a handler runs are counted and logged like any other: requests hyper
+/// cannot parse (it answers them itself), a wrong method on an admin route of the shared
+/// listener, and a lease body past its limit, each with the JSON and code the others have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_before_any_handler_are_counted_with_their_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    let c = common::client();
+    let (status, _) =
+        common::raw_request(s.addr, "GET /healthz HTTP/1.1\r\nUser-Agent: a\x0bb", b"");
+    assert_eq!(status, 400);
+    let many: String = (0..120).map(|i| format!("\r\nX-H{i}: v")).collect();
+    let (status, _) = common::raw_request(s.addr, &format!("GET /healthz HTTP/1.1{many}"), b"");
+    assert_eq!(status, 431);
+    let lines = s.awaited_log_lines(&["served", "operation=\"unparsed\""], 2);
+    assert!(lines.iter().any(|l| l.contains("status=400")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("status=431")), "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l.contains("client=127.0.0.1:")),
+        "{lines:?}"
+    );
+
+    let wrong = c.put(s.url("/admin/leases")).send().await.unwrap();
+    assert_eq!(wrong.status(), 405);
+    let body: serde_json::Value = wrong.json().await.unwrap();
+    assert_eq!(body["error"], "MethodNotAllowed", "{body}");
+    let wrong = c.put(s.url("/metrics")).send().await.unwrap();
+    assert_eq!(wrong.status(), 405);
+
+    let big = format!(
+        "{{\"holder\": \"w\", \"ttl_ms\": 1000, \"pad\": \"{}\"}}",
+        "x".repeat(100_000)
+    );
+    let refused = c
+        .post(s.url("/v1/leases/big"))
+        .header("content-type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 413);
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["error"], "EntityTooLarge", "{body}");
+    // Just under the limit is read, and refused for what it says.
+    let padded = format!(
+        "{{\"holder\": \"w\", \"ttl_ms\": 1000, \"pad\": \"{}\"}}",
+        "x".repeat(60_000)
+    );
+    let read = c
+        .post(s.url("/v1/leases/big"))
+        .body(padded)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), 400);
+
+    let all = samples(&scrape(&c, &s).await);
+    let counted = |surface: &str, operation: &str, status: &str, code: &str| {
+        sum(
+            &all,
+            "fencegate_http_requests_total",
+            &[
+                ("surface", surface),
+                ("operation", operation),
+                ("status", status),
+                ("code", code),
+            ],
+        )
+    };
+    assert_eq!(counted("other", "unparsed", "400", "none"), 1.0);
+    assert_eq!(counted("other", "unparsed", "431", "none"), 1.0);
+    assert_eq!(counted("admin", "other", "405", "MethodNotAllowed"), 1.0);
+    assert_eq!(counted("admin", "metrics", "405", "MethodNotAllowed"), 1.0);
+    assert_eq!(counted("leases", "acquire", "413", "EntityTooLarge"), 1.0);
+}
+
 /// Prometheus's own checker accepts the exposition (names, types, HELP) and the alerting
 /// rules (`promtool`, from Debian's prometheus, which scripts/test installs).
 #[tokio::test]
