@@ -15,9 +15,20 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >&2
 fi
 
+# The README's S3 examples use the aws cli and boto3, in a venv of the checkout (.venv; the
+# README puts its bin/ on PATH). scripts/test adds the test stores to the same venv.
+if [ ! -x .venv/bin/aws ] || ! .venv/bin/python3 -c 'import boto3' 2>/dev/null; then
+  echo "fencegate: installing the aws cli and boto3 into .venv (for the README's S3 examples)" >&2
+  python3 -m venv .venv 2>/dev/null || {
+    sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq python3-venv >&2
+    python3 -m venv .venv
+  }
+  .venv/bin/pip install -q --disable-pip-version-check 'boto3>=1.35' 'awscli>=1.36' >&2
+fi
+
 # One cache for both commands, outside the clone, so a fresh clone reuses an earlier build.
-# The first build compiles RocksDB and the AWS SDK from source: about 28 minutes on 2 cores.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/fencegate/target}"
 if [ ! -x "$CARGO_TARGET_DIR/release/fencegate" ]; then
-  echo "fencegate: first build; compiling RocksDB and the AWS SDK takes about 28 minutes on 2 cores (cache: $CARGO_TARGET_DIR)" >&2
+  echo "fencegate: first build; compiling RocksDB and the AWS SDK from source takes a while (README, \"Build\"; cache: $CARGO_TARGET_DIR)" >&2
 fi

@@ -64,6 +64,20 @@ pub enum Command {
         #[command(flatten)]
         conn: Connection,
     },
+    /// Ask a running instance whether it can serve writes (GET /readyz), for a container's
+    /// HEALTHCHECK or an exec probe: exits 0 when it is ready, and 1 with each failing check
+    /// when it is not or cannot be reached.
+    Healthcheck {
+        /// The instance's readiness URL.
+        #[arg(long, default_value = "http://127.0.0.1:8080/readyz")]
+        url: String,
+        /// PEM CA certificates to trust for an https URL, besides the system's.
+        #[arg(long, value_name = "FILE")]
+        ca_file: Option<std::path::PathBuf>,
+        /// How long to wait for the answer (`3s`, `500ms`).
+        #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
+    },
     /// Make a running instance read its keys, bucket policies and TLS certificate again (as
     /// SIGHUP), all or nothing, and print what changed.
     Reload {

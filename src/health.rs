@@ -100,10 +100,23 @@ async fn check_buckets(gate: &Gate, only: Option<&str>) -> Vec<Check> {
 /// Keeps the readiness gauges current while nobody probes.
 pub fn watch(gate: Arc<Gate>, shutdown: &crate::shutdown::Shutdown) {
     shutdown.spawn_background(async move {
+        // Logged when the set of failing checks (or their errors) changes, not every round:
+        // an outage is one line when it starts, one per change, and one when it ends.
+        let mut last: Vec<Check> = Vec::new();
         loop {
             let failed: Vec<Check> = check(&gate).await.into_iter().filter(|c| !c.ok).collect();
-            if !failed.is_empty() {
-                tracing::warn!(failed = %serde_json::to_string(&failed).unwrap_or_default(), "not ready");
+            let same = failed.len() == last.len()
+                && failed
+                    .iter()
+                    .zip(&last)
+                    .all(|(a, b)| a.check == b.check && a.error == b.error);
+            if !same {
+                if failed.is_empty() {
+                    tracing::info!("ready again: every check passes");
+                } else {
+                    tracing::warn!(failed = %serde_json::to_string(&failed).unwrap_or_default(), "not ready");
+                }
+                last = failed;
             }
             tokio::time::sleep(WATCH_EVERY).await;
         }

@@ -55,6 +55,13 @@ fn main() -> ExitCode {
             }
         },
         Some(Command::Status { conn }) => admin(async move { admin_client::status(&conn).await }),
+        Some(Command::Healthcheck {
+            url,
+            ca_file,
+            timeout,
+        }) => {
+            admin(async move { admin_client::healthcheck(&url, ca_file.as_deref(), timeout).await })
+        }
         Some(Command::Reload { conn }) => admin(async move { admin_client::reload(&conn).await }),
         None => serve(cli.serve),
     }

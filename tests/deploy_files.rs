@@ -79,15 +79,49 @@ fn stop_within(mut server: Server, limit: Duration) {
 fn healthcheck(test: &serde_json::Value, addr: &str) -> bool {
     let test = strings(test);
     assert_eq!(test[0], "CMD");
-    let args: Vec<String> = test[2..]
-        .iter()
-        .map(|a| a.replace("127.0.0.1:8080", addr))
-        .collect();
-    Command::new(&test[1])
+    run_exec_form(&test[1..], "127.0.0.1:8080", addr)
+}
+
+/// A command in exec form (a program and its arguments), run here with `from` pointed at `to`;
+/// the image's fencegate is the binary under test.
+fn run_exec_form(command: &[String], from: &str, to: &str) -> bool {
+    let program = match command[0].as_str() {
+        IMAGE_BINARY => common::binary(),
+        other => PathBuf::from(other),
+    };
+    let args: Vec<String> = command[1..].iter().map(|a| a.replace(from, to)).collect();
+    Command::new(program)
         .args(&args)
         .status()
         .unwrap()
         .success()
+}
+
+/// Where the image keeps fencegate.
+const IMAGE_BINARY: &str = "/usr/local/bin/fencegate";
+
+/// The Dockerfile's runtime stage: the lines after its last FROM.
+fn runtime_stage(dockerfile: &str) -> Vec<&str> {
+    let lines: Vec<&str> = dockerfile.lines().collect();
+    let last = lines
+        .iter()
+        .rposition(|l| l.starts_with("FROM "))
+        .expect("a FROM");
+    lines[last..].to_vec()
+}
+
+/// The HEALTHCHECK's command, in exec form.
+fn image_healthcheck(dockerfile: &str) -> Vec<String> {
+    let line = dockerfile
+        .lines()
+        .find(|l| l.starts_with("HEALTHCHECK"))
+        .expect("a HEALTHCHECK");
+    let json = line
+        .split(" CMD ")
+        .nth(1)
+        .expect("HEALTHCHECK ... CMD [...]");
+    serde_json::from_str(json)
+        .unwrap_or_else(|e| panic!("the HEALTHCHECK is not in exec form: {e}"))
 }
 
 fn secrets() -> Vec<(&'static str, String)> {
@@ -131,7 +165,22 @@ fn dockerfile_builds_from_paths_the_context_sends() {
     assert!(dockerfile.contains("--mount=type=cache,target=/src/target"));
     assert!(dockerfile.contains("--bin fencegate"));
     assert!(dockerfile.contains("EXPOSE 8080 9091"));
-    assert!(dockerfile.contains("http://127.0.0.1:8080/readyz"));
+    // The runtime image: a current Debian, a numeric user (Kubernetes' runAsNonRoot checks the
+    // number), and no curl: the healthcheck is fencegate's own subcommand.
+    let runtime = runtime_stage(&dockerfile);
+    let from = runtime[0];
+    assert!(
+        ["trixie", "forky"].iter().any(|r| from.contains(r)),
+        "{from}: not a current Debian"
+    );
+    assert!(dockerfile
+        .lines()
+        .any(|l| l.starts_with("FROM ") && l.contains("trixie") && l.contains("AS build")));
+    assert!(runtime.contains(&"USER 10001:10001"), "{runtime:?}");
+    assert!(!runtime.iter().any(|l| l.contains("curl")), "{runtime:?}");
+    let health = image_healthcheck(&dockerfile);
+    assert_eq!(health[..2], [IMAGE_BINARY, "healthcheck"]);
+    assert!(health.contains(&"http://127.0.0.1:8080/readyz".to_string()));
 }
 
 /// The image's own command line (`CMD`, with docker/fencegate.toml) outside Docker: it starts,
@@ -162,18 +211,173 @@ fn the_image_command_runs() {
         data.path().display().to_string(),
     ));
     let running = serve(&args, &env);
-    let health = dockerfile
-        .lines()
-        .find_map(|l| {
-            l.split(" CMD ")
-                .nth(1)
-                .filter(|_| l.starts_with("HEALTHCHECK"))
-        })
-        .expect("a HEALTHCHECK");
-    let health = health.replace("127.0.0.1:8080", &running.addr.to_string());
-    let ok = Command::new("sh").arg("-c").arg(&health).status().unwrap();
-    assert!(ok.success(), "the HEALTHCHECK failed: {health}");
+    let health = image_healthcheck(&dockerfile);
+    let addr = running.addr.to_string();
+    assert!(
+        run_exec_form(&health, "127.0.0.1:8080", &addr),
+        "the HEALTHCHECK failed: {health:?}"
+    );
     stop_within(running, Duration::from_secs(30));
+    // Once the instance is gone, the healthcheck says so.
+    assert!(!run_exec_form(&health, "127.0.0.1:8080", &addr));
+}
+
+/// `bwrap` (bubblewrap), which scripts/test installs.
+fn bwrap() -> PathBuf {
+    ["/usr/bin/bwrap", "/bin/bwrap"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .expect("no bwrap: run scripts/test once (it installs bubblewrap)")
+}
+
+/// The runtime image as Kubernetes' restricted defaults run it (runAsNonRoot,
+/// readOnlyRootFilesystem): its file set (each COPY of the runtime stage at its destination,
+/// over the base image's libraries and certificates) as a read-only root, the USER's numeric
+/// ids, and only the data volume writable. Started with the image's CMD, it serves a signed
+/// write into the volume, and its HEALTHCHECK, run inside the same root, answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_image_runs_as_its_numeric_user_on_a_read_only_root() {
+    let dockerfile = read("docker/Dockerfile");
+    let runtime = runtime_stage(&dockerfile);
+    let (uid, gid) = runtime
+        .iter()
+        .find_map(|l| l.strip_prefix("USER "))
+        .and_then(|u| u.split_once(':'))
+        .expect("USER uid:gid");
+    assert!(uid.parse::<u32>().unwrap() > 0 && gid.parse::<u32>().is_ok());
+    let volume = runtime
+        .iter()
+        .find_map(|l| l.strip_prefix("VOLUME "))
+        .expect("a VOLUME");
+    let root = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut binds: Vec<(PathBuf, String)> = Vec::new();
+    for line in runtime.iter().filter(|l| l.starts_with("COPY ")) {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let dest = parts[parts.len() - 1].to_string();
+        let src = if line.contains("--from=build") {
+            common::binary()
+        } else {
+            Path::new(ROOT).join(parts[1])
+        };
+        binds.push((src, dest));
+    }
+    assert_eq!(binds.len(), 2, "{binds:?}");
+    // Mount points in the read-only root: the base image's libraries and certificates, the
+    // copied files, the volume, /dev and /proc. Nothing else exists there, /tmp included.
+    let mut args: Vec<String> = vec![
+        "--ro-bind".into(),
+        root.path().display().to_string(),
+        "/".into(),
+    ];
+    for dir in [
+        "usr/lib",
+        "usr/lib64",
+        "etc/ssl",
+        "proc",
+        "dev",
+        volume.trim_start_matches('/'),
+    ] {
+        std::fs::create_dir_all(root.path().join(dir)).unwrap();
+    }
+    std::os::unix::fs::symlink("usr/lib", root.path().join("lib")).unwrap();
+    std::os::unix::fs::symlink("usr/lib64", root.path().join("lib64")).unwrap();
+    for base in ["/usr/lib", "/usr/lib64", "/etc/ssl"] {
+        args.extend(["--ro-bind".into(), base.into(), base.into()]);
+    }
+    for (src, dest) in &binds {
+        let at = root.path().join(dest.trim_start_matches('/'));
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(&at, b"").unwrap();
+        args.extend(["--ro-bind".into(), src.display().to_string(), dest.clone()]);
+    }
+    args.extend([
+        "--bind".into(),
+        data.path().display().to_string(),
+        volume.to_string(),
+    ]);
+    args.extend(
+        [
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--unshare-user",
+            "--die-with-parent",
+        ]
+        .map(String::from),
+    );
+    args.extend(["--uid".into(), uid.into(), "--gid".into(), gid.into()]);
+    let sandboxed = |command: &[String]| {
+        let mut cmd = Command::new(bwrap());
+        cmd.args(&args).args(command);
+        cmd
+    };
+    let entry: Vec<String> = runtime
+        .iter()
+        .find_map(|l| l.strip_prefix("ENTRYPOINT "))
+        .map(|e| serde_json::from_str(e).unwrap())
+        .expect("an ENTRYPOINT");
+    let cmd_args: Vec<String> = runtime
+        .iter()
+        .find_map(|l| l.strip_prefix("CMD "))
+        .map(|e| serde_json::from_str(e).unwrap())
+        .expect("a CMD");
+    let mut cmd = sandboxed(&[entry, cmd_args].concat());
+    cmd.env("RUST_LOG", "info").stdout(Stdio::null());
+    for (k, v) in secrets() {
+        cmd.env(k, v);
+    }
+    cmd.env("FENCEGATE_SERVER__LISTEN", "127.0.0.1:0")
+        .env("FENCEGATE_ADMIN__LISTEN", "127.0.0.1:0");
+    let running = Server::spawn(cmd, data.path());
+    let c = common::moto::client_with(
+        &format!("http://{}", running.addr),
+        "app",
+        "a-secret-for-the-app-key",
+    );
+    c.put_object()
+        .bucket("default")
+        .key("k")
+        .metadata("fencing-token", "1")
+        .body(b"from a read-only root".to_vec().into())
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "a signed write: {e:?}\n{}",
+                running.log_lines(&[""]).join("\n")
+            )
+        });
+    let got = c
+        .get_object()
+        .bucket("default")
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        b"from a read-only root"
+    );
+    assert!(
+        std::fs::read_dir(data.path()).unwrap().count() > 0,
+        "nothing in the volume"
+    );
+    let health = image_healthcheck(&dockerfile);
+    let health: Vec<String> = health
+        .iter()
+        .map(|a| a.replace("127.0.0.1:8080", &running.addr.to_string()))
+        .collect();
+    let out = sandboxed(&health).output().unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ready",
+        "the HEALTHCHECK inside the image's root: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    running.kill9();
 }
 
 /// docker/compose.yaml: one fencegate in front of a store service, with its config file, the
@@ -300,6 +504,115 @@ async fn the_single_instance_compose_file_runs() {
     stop_within(running, Duration::from_secs(grace));
 }
 
+/// docker/store.Dockerfile, the demo store of both compose files: a pinned ministack, installed
+/// when the image is built, keeping its objects on a volume. Its command runs here with the
+/// image's environment (only the port and the data directory moved): each compose file's
+/// store healthcheck passes, and an object written before a restart is there after it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_store_keeps_its_objects_across_a_restart() {
+    let dockerfile = read("docker/store.Dockerfile");
+    assert!(
+        dockerfile
+            .lines()
+            .any(|l| l.starts_with("RUN pip install") && l.contains("ministack==")),
+        "ministack is installed at build time, at a pinned version"
+    );
+    let env: Vec<(String, String)> = dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("ENV "))
+        .expect("an ENV")
+        .split_whitespace()
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap();
+            (k.to_string(), v.to_string())
+        })
+        .collect();
+    let value = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let volume = dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("VOLUME "))
+        .expect("a VOLUME");
+    assert_eq!(value("S3_PERSIST").as_deref(), Some("1"));
+    assert_eq!(value("S3_DATA_DIR").as_deref(), Some(volume));
+    let mut checks = Vec::new();
+    for path in ["docker/compose.yaml", "docker/cluster.compose.yaml"] {
+        let services = compose(path)["services"].clone();
+        let store = &services["store"];
+        assert_eq!(store["build"]["dockerfile"], "store.Dockerfile", "{path}");
+        assert!(
+            strings(&store["volumes"])
+                .iter()
+                .any(|v| v.ends_with(&format!(":{volume}"))),
+            "{path}: the store's data is on a volume"
+        );
+        for (name, svc) in services.as_object().unwrap() {
+            if name.starts_with("fencegate") || name == "store-bucket" {
+                assert_eq!(
+                    svc["depends_on"]["store"]["condition"], "service_healthy",
+                    "{path}: {name}"
+                );
+            }
+        }
+        checks.push(strings(&store["healthcheck"]["test"]));
+    }
+    let port = common::moto::free_port().to_string();
+    let data = tempfile::tempdir().unwrap();
+    let start = || {
+        let mut cmd = Command::new(Path::new(ROOT).join(".venv-ministack/bin/ministack"));
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        cmd.env("GATEWAY_PORT", &port)
+            .env("BIND_HOST", "127.0.0.1")
+            .env("S3_DATA_DIR", data.path())
+            .env("TMPDIR", data.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd
+            .spawn()
+            .expect("ministack (scripts/test installs it in .venv-ministack)");
+        // Every compose file's healthcheck, with the port moved, passes once it serves.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        for check in &checks {
+            let mut check = check[1..].to_vec();
+            check[0] = Path::new(ROOT)
+                .join(".venv-ministack/bin/python3")
+                .display()
+                .to_string();
+            while !run_exec_form(&check, "127.0.0.1:4566", &format!("127.0.0.1:{port}")) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the store's healthcheck never passed"
+                );
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+        child
+    };
+    let mut store = start();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let c = common::moto::client_with(&endpoint, "test", "test");
+    c.create_bucket().bucket("fencegate").send().await.unwrap();
+    c.put_object()
+        .bucket("fencegate")
+        .key("kept")
+        .body(b"outlives the container".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    unsafe { libc::kill(store.id() as i32, libc::SIGTERM) };
+    store.wait().unwrap();
+    let mut store = start();
+    let got = c.get_object().bucket("fencegate").key("kept").send().await;
+    store.kill().unwrap();
+    store.wait().unwrap();
+    let got = got.expect("the object is still there after a restart");
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        b"outlives the container"
+    );
+}
+
 /// docker/cluster.compose.yaml and docker/cluster.toml: the config loads (with the same
 /// environment), shares the fence table on the compose file's three etcd services and writes
 /// to its store service, and both instances run it with the healthcheck, restart policy and
@@ -329,6 +642,20 @@ fn the_cluster_compose_file_agrees_with_its_config() {
         );
         assert_eq!(svc["environment"]["ETCD_AUTO_COMPACTION_MODE"], "revision");
         assert_eq!(svc["restart"], "unless-stopped");
+        let image = svc["image"].as_str().unwrap();
+        let version: Vec<u32> = image
+            .rsplit(":v")
+            .next()
+            .unwrap()
+            .split('.')
+            .map(|p| p.parse().unwrap())
+            .collect();
+        assert!(version[..2] >= [3, 5][..], "{image}: etcd 3.5 or newer");
+        let health = strings(&svc["healthcheck"]["test"]);
+        assert!(
+            health.contains(&"endpoint".to_string()) && health.contains(&"health".to_string()),
+            "{health:?}"
+        );
     }
     let backend = serde_json::to_string(&config.backends["store"]).unwrap();
     assert!(backend.contains("http://store:4566"), "{backend}");
@@ -358,6 +685,16 @@ fn the_cluster_compose_file_agrees_with_its_config() {
             .unwrap();
         assert!(grace > config.server.shutdown_grace_secs);
         assert!(fg["depends_on"]["store-bucket"]["condition"] == "service_completed_successfully");
+        for member in ["etcd1", "etcd2", "etcd3"] {
+            assert_eq!(
+                fg["depends_on"][member]["condition"], "service_healthy",
+                "fencegate{n} waits for a quorum"
+            );
+        }
+        assert_eq!(
+            strings(&fg["healthcheck"]["test"])[1..3],
+            [IMAGE_BINARY, "healthcheck"]
+        );
     }
     assert!(!config.keys.is_empty());
     fencegate::server::check_protected(&config).unwrap();

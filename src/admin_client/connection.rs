@@ -190,44 +190,9 @@ impl AdminClient {
                 "--url {base:?} must start with http:// or https://"
             )));
         }
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls_native_certs::load_native_certs().certs {
-            let _ = roots.add(cert);
-        }
-        if let Some(path) = &conn.ca_file {
-            use rustls::pki_types::{pem::PemObject, CertificateDer};
-            let unusable = |e: &dyn std::fmt::Display| {
-                AdminError::Usage(format!(
-                    "--ca-file {}: {e}; it must hold PEM certificates",
-                    path.display()
-                ))
-            };
-            let mut added = 0;
-            for cert in CertificateDer::pem_file_iter(path).map_err(|e| unusable(&e))? {
-                roots
-                    .add(cert.map_err(|e| unusable(&e))?)
-                    .map_err(|e| unusable(&e))?;
-                added += 1;
-            }
-            if added == 0 {
-                return Err(unusable(&"no certificate found"));
-            }
-        }
-        let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| AdminError::Usage(format!("TLS set-up: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let http = reqwest::Client::builder()
-            // Named in the instance's access lines, so an operator's commands stand out.
-            .user_agent(concat!("fencegate-cli/", env!("CARGO_PKG_VERSION")))
-            .use_preconfigured_tls(tls)
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(60))
-            .build()
-            .map_err(|e| AdminError::Usage(format!("the HTTP client: {e}")))?;
+        // Named in the instance's access lines, so an operator's commands stand out.
+        let agent = concat!("fencegate-cli/", env!("CARGO_PKG_VERSION"));
+        let http = http_client(conn.ca_file.as_deref(), agent, Duration::from_secs(60))?;
         Ok(AdminClient {
             http,
             base,
@@ -296,13 +261,7 @@ impl AdminClient {
     }
 
     fn unreachable(&self, e: &reqwest::Error) -> AdminError {
-        // The cause chain says what failed (refused, TLS, timeout); reqwest's own text does not.
-        let mut detail = e.to_string();
-        let mut source = std::error::Error::source(e);
-        while let Some(s) = source {
-            let _ = write!(detail, ": {s}");
-            source = s.source();
-        }
+        let detail = error_chain(e);
         let lower = detail.to_ascii_lowercase();
         let hint = if self.https && (lower.contains("certificate") || lower.contains("tls")) {
             "the server's certificate is not trusted: pass --ca-file with the PEM of its CA (or set FENCEGATE_CA_FILE)".to_string()
@@ -485,4 +444,61 @@ impl AdminClient {
         let path = format!("/admin/leases/{}", client::urlencode(name));
         self.call(reqwest::Method::DELETE, &path, &[], &[]).await
     }
+}
+
+/// An error with its causes: they say what failed (refused, TLS, timeout), and reqwest's own
+/// text does not.
+pub(super) fn error_chain(e: &reqwest::Error) -> String {
+    let mut detail = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let _ = write!(detail, ": {s}");
+        source = s.source();
+    }
+    detail
+}
+
+/// An HTTP client trusting the system's roots and the PEM certificates of `ca_file`.
+pub(super) fn http_client(
+    ca_file: Option<&std::path::Path>,
+    agent: &str,
+    timeout: Duration,
+) -> Result<reqwest::Client, AdminError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    if let Some(path) = ca_file {
+        use rustls::pki_types::{pem::PemObject, CertificateDer};
+        let unusable = |e: &dyn std::fmt::Display| {
+            AdminError::Usage(format!(
+                "--ca-file {}: {e}; it must hold PEM certificates",
+                path.display()
+            ))
+        };
+        let mut added = 0;
+        for cert in CertificateDer::pem_file_iter(path).map_err(|e| unusable(&e))? {
+            roots
+                .add(cert.map_err(|e| unusable(&e))?)
+                .map_err(|e| unusable(&e))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err(unusable(&"no certificate found"));
+        }
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| AdminError::Usage(format!("TLS set-up: {e}")))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    reqwest::Client::builder()
+        .user_agent(agent)
+        .use_preconfigured_tls(tls)
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .timeout(timeout)
+        .build()
+        .map_err(|e| AdminError::Usage(format!("the HTTP client: {e}")))
 }

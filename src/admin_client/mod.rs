@@ -1,6 +1,7 @@
 //! The admin command line: `fencegate fences get|advance|reset|list`, `fencegate leases
 //! list|get|revoke` (`leases.rs`), `fencegate status` (`status.rs`) and `fencegate reload` talk
-//! to a running instance through its admin surface (`/admin/...`, src/api/admin.rs), and print
+//! to a running instance through its admin surface (and `fencegate healthcheck`, `healthcheck.rs`,
+//! to its `/readyz`) (`/admin/...`, src/api/admin.rs), and print
 //! aligned tables, or the server's JSON with `--json`.
 //!
 //! Credentials, first found wins: `--token-file` (the `[admin]` bearer token), an access key
@@ -14,10 +15,12 @@
 //! command exits 1.
 
 mod connection;
+mod healthcheck;
 mod leases;
 mod status;
 
 pub use connection::{AdminClient, AdminError, Answer, Connection};
+pub use healthcheck::healthcheck;
 pub use leases::{get as lease, leases, revoke};
 pub use status::status;
 

@@ -7,6 +7,7 @@ pub mod instrumented;
 pub mod memory;
 mod meta;
 mod parts;
+#[cfg(feature = "s3")]
 pub mod s3;
 pub mod scripted;
 
@@ -87,6 +88,7 @@ pub enum StagedBody {
     /// A temporary file (fs) or an id (the memory double).
     Handle(String),
     /// A body up to the multipart threshold, spooled (s3), sent in one conditional PutObject.
+    #[cfg(feature = "s3")]
     Spooled(s3::spool::Spooled),
     /// A multipart upload, invisible until CompleteMultipartUpload.
     Multipart {
@@ -109,6 +111,10 @@ impl StagedBody {
 }
 
 pub use crate::version::same_version;
+
+/// The metadata name that carries the token on an s3 store (`x-amz-meta-fencing-token`),
+/// which the S3 gateway also reads from a client.
+pub const TOKEN_META: &str = "fencing-token";
 
 /// One page of a listing, in key order.
 #[derive(Debug, Clone, Default, Serialize)]

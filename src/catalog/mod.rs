@@ -4,13 +4,13 @@
 //! CreateBucket): one `fs` backend per configured name, one set of S3 clients per store, and
 //! owns the start-up checks that run on every bucket (`startup.rs`).
 
+#[cfg(feature = "s3")]
+mod s3;
 mod startup;
 
 pub use startup::{build, build_gate, record_scope, StartupError};
 
 use crate::backend::fs::FsBackend;
-use crate::backend::s3::spool::Spooler;
-use crate::backend::s3::{self, S3Backend, S3Clients};
 use crate::backend::Backend;
 use crate::config::{bucket_name_problem, BackendConfig, BucketPolicy, Config};
 use crate::fence::FenceStore;
@@ -50,14 +50,16 @@ pub enum CatalogError {
 #[derive(Default)]
 pub struct Backends {
     fs: BTreeMap<String, Arc<FsBackend>>,
-    s3: BTreeMap<String, S3Clients>,
+    #[cfg(feature = "s3")]
+    s3: BTreeMap<String, crate::backend::s3::S3Clients>,
     /// While starting: the store upload ids of client-driven multipart uploads (the upload
     /// registry), which the sweep of abandoned uploads keeps. `None`: no sweep.
     sweep_uploads: Option<HashSet<String>>,
     /// Staging files younger than this survive opening an fs backend (zero at start-up, when
     /// no request is live).
     staging_min_age: Duration,
-    spooler: Option<Arc<Spooler>>,
+    #[cfg(feature = "s3")]
+    spooler: Option<Arc<crate::backend::s3::spool::Spooler>>,
 }
 
 /// How old a staging file must be before a backend opened while serving removes it: older
@@ -72,13 +74,6 @@ impl Backends {
             sweep_uploads: Some(registered),
             ..Backends::default()
         }
-    }
-
-    /// One spooler for every s3 backend, its spill files under `<data_dir>/spool`.
-    fn spooler(&mut self, config: &Config) -> Arc<Spooler> {
-        self.spooler
-            .get_or_insert_with(|| Spooler::new(config.server.data_dir.join("spool")))
-            .clone()
     }
 
     /// Serving now: no more sweeping of uploads, and only stale staging files.
@@ -147,51 +142,14 @@ impl Backends {
                 self.fs.insert(name.to_string(), fs.clone());
                 Ok(fs)
             }
-            BackendConfig::S3(s3cfg) => {
-                if !self.s3.contains_key(name) {
-                    self.s3.insert(
-                        name.to_string(),
-                        s3::build_clients(s3cfg)
-                            .await
-                            .map_err(|e| format!("backend {name}: {e}"))?,
-                    );
-                }
-                let store_bucket = policy.backend_bucket.as_deref().unwrap_or(bucket);
-                let backend = S3Backend::new(
-                    self.s3[name].clone(),
-                    store_bucket,
-                    &policy.backend_prefix,
-                    s3cfg.multipart_threshold_bytes,
-                )
-                .with_commit_deadline(Duration::from_secs(s3cfg.commit_deadline_secs))
-                .with_spooler(self.spooler(config));
-                startup::prepare_s3(bucket, name, s3cfg, &backend)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                // Several instances: another one's uploads in progress are not in this
-                // instance's registry, and must not be taken for abandoned ones.
-                let shared = config.etcd.is_some();
-                if let Some(etcd) = &config.etcd {
-                    let ttl = Duration::from_secs(etcd.intent_ttl_secs);
-                    let skew = Duration::from_millis(etcd.max_clock_skew_ms);
-                    backend.probe_expiry(ttl, skew).await.map_err(|e| {
-                        format!("bucket {bucket} (s3 backend {name}), cluster mode: {e}")
-                    })?;
-                }
-                if shared && self.sweep_uploads.is_some() {
-                    tracing::info!(bucket, "not sweeping abandoned multipart uploads: the fence table is shared, and other instances' uploads are not in this one's registry; let the store's lifecycle rules (AbortIncompleteMultipartUpload) collect them");
-                }
-                if let Some(registered) = self.sweep_uploads.as_ref().filter(|_| !shared) {
-                    let min_age = Duration::from_secs(s3cfg.abandoned_upload_secs);
-                    match backend.sweep_uploads(registered, min_age).await {
-                        Ok(0) => {}
-                        Ok(aborted) => tracing::info!(bucket, aborted, "aborted abandoned multipart uploads (left by a crash or a cancelled request)"),
-                        // Only storage is at stake, not correctness: serve anyway.
-                        Err(e) => tracing::warn!(bucket, error = %e, "could not sweep abandoned multipart uploads; the store's lifecycle rules (AbortIncompleteMultipartUpload) can collect them"),
-                    }
-                }
-                Ok(Arc::new(backend))
-            }
+            #[cfg(feature = "s3")]
+            BackendConfig::S3(s3cfg) => self.build_s3(config, bucket, policy, s3cfg).await,
+            #[cfg(not(feature = "s3"))]
+            BackendConfig::S3(_) => Err(format!(
+                "{}; {}",
+                crate::config::not_built("s3", &format!("backend {name}")),
+                crate::config::rebuild_with("s3")
+            )),
         }
     }
 }

@@ -4,9 +4,7 @@
 //! created through the S3 API.
 
 use super::Backends;
-use crate::backend::s3::S3Backend;
-use crate::config::{BucketPolicy, Config, S3BackendConfig};
-use crate::fence::etcd::{EtcdFenceStore, EtcdSettings};
+use crate::config::{BucketPolicy, Config};
 use crate::fence::rocks::RocksFenceStore;
 use crate::fence::{Durability, FenceRow, FenceStore, StoreError};
 use crate::gate::{BucketEntry, Gate};
@@ -126,6 +124,14 @@ async fn open_store(
         tracing::info!(path = %path.display(), rows = store.estimated_rows(), new, "fence table on rocksdb");
         return Ok(Arc::new(store));
     };
+    connect_etcd(etcd).await
+}
+
+#[cfg(feature = "cluster")]
+async fn connect_etcd(
+    etcd: &crate::config::EtcdConfig,
+) -> Result<Arc<dyn FenceStore>, StartupError> {
+    use crate::fence::etcd::{EtcdFenceStore, EtcdSettings};
     let settings = EtcdSettings {
         endpoints: etcd.endpoints.clone(),
         prefix: etcd.prefix.clone(),
@@ -143,6 +149,15 @@ async fn open_store(
     tracing::info!(endpoints = %etcd.endpoints.join(","), prefix = %etcd.prefix, "fence table on etcd, shared with every instance that names it");
     tracing::info!("cluster mode: its safety rests on bounded intents, which need a store that refuses expired presigned requests (probed at start-up) and clocks within max_clock_skew_ms of the store's (probed at start-up, then watched); docs/design.md, \"Bounded intents\"");
     Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "cluster"))]
+async fn connect_etcd(_: &crate::config::EtcdConfig) -> Result<Arc<dyn FenceStore>, StartupError> {
+    let what = crate::config::not_built("cluster", "[fence_store] kind = \"etcd\"");
+    Err(StartupError::Gateway(format!(
+        "{what}; {}",
+        crate::config::rebuild_with("cluster")
+    )))
 }
 
 /// Checks a bucket's scope against the one recorded in the fence table (`policy:<bucket>`),
@@ -193,74 +208,5 @@ pub async fn record_scope(
             Err(StoreError::Conflict(_)) if attempts < 5 => attempts += 1,
             other => return Ok(other.map(|_| created)?),
         }
-    }
-}
-
-/// Checks the store bucket exists and runs the conditional-write probe on it.
-pub async fn prepare_s3(
-    bucket: &str,
-    backend_name: &str,
-    cfg: &S3BackendConfig,
-    backend: &S3Backend,
-) -> Result<(), StartupError> {
-    let fail = |message: String| StartupError::S3 {
-        bucket: bucket.to_string(),
-        backend: backend_name.to_string(),
-        message,
-    };
-    backend
-        .check_bucket()
-        .await
-        .map_err(|e| fail(e.to_string()))?;
-    let report = backend
-        .probe()
-        .await
-        .map_err(|e| fail(format!("the conditional-write probe failed: {e}")))?;
-    backend.set_conditional_delete(report.conditional_delete);
-    backend.set_etags_are_md5(report.etags_are_md5);
-    if !report.etags_are_md5 {
-        tracing::warn!(bucket, backend = backend_name, "the store's ETags are not MD5s of the bytes (SSE-KMS?): fencegate cannot compare them with what it sent; the store's own Content-MD5 check still applies");
-    }
-    // Where the store ignores conditions, the version is read before each such commit instead.
-    backend.set_conditional_commits(report.puts_safe(), report.completes_safe());
-    let mut ignored: Vec<&str> = report.ignored.clone();
-    if !report.conditional_delete {
-        ignored.push("If-Match on DeleteObject");
-    }
-    if ignored.is_empty() {
-        tracing::info!(bucket, backend = backend_name, location = %backend.location(), "s3 store honours conditional writes and deletes");
-        return Ok(());
-    }
-    // Each ignored condition needs its own opt-in: they lose different guarantees.
-    let mut missing = Vec::new();
-    if !report.safe() {
-        if cfg.unsafe_no_conditional_writes {
-            for _ in 0..3 {
-                tracing::error!(bucket, backend = backend_name, ignored = %report.ignored.join(", "),
-                    "UNSAFE: the store ignores conditional writes and unsafe_no_conditional_writes = true; a write made around fencegate while fencegate commits can be silently overwritten");
-            }
-        } else {
-            missing.push(format!(
-                "the store ignores {}, so fencegate cannot guarantee that writes around it are never overwritten; use a store that honours conditional writes (AWS S3, MinIO, Ceph RGW), or set unsafe_no_conditional_writes = true on backend {backend_name} to start anyway",
-                report.ignored.join(", ")
-            ));
-        }
-    }
-    if !report.conditional_delete {
-        if cfg.unsafe_unconditional_deletes {
-            for _ in 0..3 {
-                tracing::error!(bucket, backend = backend_name,
-                    "UNSAFE: the store ignores If-Match on DeleteObject and unsafe_unconditional_deletes = true; deletes check the ETag and then delete unconditionally, so a delete that times out and lands late can remove an object a newer token wrote");
-            }
-        } else {
-            missing.push(format!(
-                "the store ignores If-Match on DeleteObject, so a delete is a check followed by an unconditional DELETE, and a DELETE that times out and lands late can remove an object a newer token wrote in between; use a store that honours If-Match on DeleteObject, or set unsafe_unconditional_deletes = true on backend {backend_name} to start anyway"
-            ));
-        }
-    }
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(fail(missing.join("; and ")))
     }
 }

@@ -83,6 +83,16 @@ pub fn check(
         }
         return Ok(None);
     }
+    if !cfg!(feature = "cluster") {
+        return Err((
+            at("kind"),
+            super::not_built("cluster", "[fence_store] kind = \"etcd\""),
+            format!(
+                "{}; or use kind = \"rocksdb\" for one instance",
+                super::rebuild_with("cluster")
+            ),
+        ));
+    }
     if raw.path.is_some() {
         return Err((
             at("path"),

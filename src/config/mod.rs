@@ -23,6 +23,17 @@ pub use model::{
 pub use namespace::Namespace;
 pub use validate::{bucket_name_problem, parse, parse_layered, s3_domain_problem};
 
+/// What to say when a config asks for a part this binary was built without: `feature` is the
+/// Cargo feature that builds it, `what` the setting that asks for it.
+pub fn not_built(feature: &str, what: &str) -> String {
+    format!("{what} needs the `{feature}` feature, and this fencegate was built without it")
+}
+
+/// How to get a binary with `feature`.
+pub fn rebuild_with(feature: &str) -> String {
+    format!("build the default (cargo build --release --locked), or add --features {feature}")
+}
+
 use layers::EnvLayer;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -246,6 +246,16 @@ fn backends(
                 "use lowercase letters, digits, `-` and `_`".into(),
             ));
         }
+        if matches!(b, BackendConfig::S3(_)) && !cfg!(feature = "s3") {
+            return Err(places.err(
+                &["backends", name.as_str(), "kind"],
+                super::not_built("s3", &format!("backend {name:?} (kind = \"s3\")")),
+                format!(
+                    "{}; or use kind = \"fs\" for a local directory",
+                    super::rebuild_with("s3")
+                ),
+            ));
+        }
         if let BackendConfig::S3(s3) = &b {
             let problem = if s3.access_key_id.is_some() != s3.secret_access_key.is_some() {
                 Some((if s3.access_key_id.is_some() { "access_key_id" } else { "secret_access_key" }, "sets only one of access_key_id and secret_access_key", "set both, or neither to use the SDK's credential chain (AWS_ACCESS_KEY_ID, profiles, roles)"))

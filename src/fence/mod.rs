@@ -13,7 +13,9 @@
 //! the highest token lives on the scope row and each object's version on its own row.
 
 pub mod census;
+#[cfg(feature = "cluster")]
 pub mod etcd;
+#[cfg(feature = "cluster")]
 mod etcd_batch;
 pub mod instrumented;
 pub mod memory;

@@ -404,6 +404,7 @@ impl Gate {
             gate.store
                 .put(vec![(scope.clone(), row)], Durability::Synced)
                 .await?;
+            crate::metrics::fence_reset();
             tracing::warn!(target: "fencegate::audit", scope = %scope, was, to, principal = %by, "fence reset by an admin");
             Ok::<_, GateError>(was)
         })

@@ -11,6 +11,17 @@ use s3s::checksum::ChecksumHasher;
 use s3s::crypto::Checksum as _;
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
+/// Standard base64 with padding, as S3's digest headers carry it.
+pub fn base64_decode(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.decode(text)
+}
+
+pub fn base64_encode(bytes: impl AsRef<[u8]>) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
 /// The algorithms S3 defines, by the suffix of their header (`x-amz-checksum-crc32`, ...).
 const ALGORITHMS: [&str; 5] = ["crc32", "crc32c", "sha1", "sha256", "crc64nvme"];
 
@@ -57,7 +68,7 @@ impl Declared {
     ) -> S3Result<Declared> {
         let md5 = match content_md5 {
             None => None,
-            Some(b64) => match aws_smithy_types::base64::decode(b64.trim()) {
+            Some(b64) => match base64_decode(b64.trim()) {
                 Ok(digest) if digest.len() == 16 => Some(digest),
                 _ => {
                     return Err(S3Error::with_message(

@@ -61,6 +61,10 @@ pub const FENCE_TABLE_COMPACTION: &str = "fencegate_fence_table_pending_compacti
 pub const DATA_DIR_FREE: &str = "fencegate_data_dir_free_bytes";
 pub const DATA_DIR_SIZE: &str = "fencegate_data_dir_size_bytes";
 pub const BUILD_INFO: &str = "fencegate_build_info";
+pub const FENCE_RESETS: &str = "fencegate_fence_resets_total";
+pub const RELOADS: &str = "fencegate_config_reloads_total";
+pub const RELOAD_OK: &str = "fencegate_config_last_reload_successful";
+pub const RELOAD_AT: &str = "fencegate_config_last_reload_success_timestamp_seconds";
 // The process families, as `metrics-process` names them (Prometheus's client conventions).
 pub const PROCESS_CPU: &str = "process_cpu_seconds_total";
 pub const PROCESS_RSS: &str = "process_resident_memory_bytes";
@@ -135,8 +139,8 @@ pub const FAMILIES: &[Family] = &[
         "Request body bytes received, by surface", Always),
     family(RESPONSE_BODY_BYTES, Counter, &["surface"],
         "Response body bytes sent, by surface", Always),
-    family(GATE_DECISIONS, Counter, &["operation", "outcome"],
-        "Writes, deletes and multipart steps decided by the gate, by operation and outcome (accepted, stale, bypass, precondition, busy, rejected, failed)", Always),
+    family(GATE_DECISIONS, Counter, &["operation", "outcome", "bucket"],
+        "Writes, deletes and multipart steps decided by the gate, by operation, outcome (accepted, stale, bypass, precondition, busy, rejected, failed) and bucket", Always),
     family(STALE_REJECTIONS, Counter, &["bucket"],
         "Writes and deletes refused because their fencing token was below (or, for strictly increasing buckets, equal to) the scope's highest, or named another lock's scope", Always),
     family(BYPASS_DETECTED, Counter, &["bucket"],
@@ -205,6 +209,14 @@ pub const FAMILIES: &[Family] = &[
         "Size in bytes of the file system of [server] data_dir", Always),
     family(BUILD_INFO, Gauge, &["version"],
         "Always 1; its version label is the running fencegate's", Always),
+    family(FENCE_RESETS, Counter, &[],
+        "Fences lowered by an admin (POST /admin/fences/...?reset_to=N): a stale holder's token may be accepted again", Always),
+    family(RELOADS, Counter, &["outcome"],
+        "Configuration reloads (SIGHUP or POST /admin/reload), by outcome (applied, refused: the configuration in use stays)", Always),
+    family(RELOAD_OK, Gauge, &[],
+        "1 if the last configuration reload (or the start) applied, 0 if it was refused", Always),
+    family(RELOAD_AT, Gauge, &[],
+        "When the configuration in use was last loaded (the start, or the last reload that applied), in Unix seconds", Always),
     family(PROCESS_CPU, Counter, &[],
         "User and system CPU time the process has used, in whole seconds", Always),
     family(PROCESS_RSS, Gauge, &[], "Resident memory of the process, in bytes", Always),
@@ -268,9 +280,14 @@ pub fn install(shutdown: &crate::shutdown::Shutdown) -> Option<PrometheusHandle>
         LEASE_EXPIRIES,
         UNVERIFIED_BODY_REFUSALS,
         UPLOADS_EXPIRED,
+        FENCE_RESETS,
     ] {
         metrics::counter!(name).absolute(0);
     }
+    for outcome in ["applied", "refused"] {
+        metrics::counter!(RELOADS, "outcome" => outcome).absolute(0);
+    }
+    reload_outcome(true);
     for bound in ["per_key", "per_bucket"] {
         metrics::counter!(UPLOAD_REFUSALS, "bound" => bound).absolute(0);
     }
@@ -339,6 +356,29 @@ pub fn connection_limit(connections: usize) {
     metrics::gauge!(CONNECTIONS_LIMIT).set(connections as f64);
 }
 
+/// A fence lowered by an admin.
+pub fn fence_reset() {
+    metrics::counter!(FENCE_RESETS).increment(1);
+}
+
+/// A configuration reload's outcome (and, at start-up, the first load's).
+pub fn reload_outcome(applied: bool) {
+    metrics::gauge!(RELOAD_OK).set(if applied { 1.0 } else { 0.0 });
+    if applied {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        metrics::gauge!(RELOAD_AT).set(now.as_secs_f64().floor());
+    }
+}
+
+/// One configuration reload, applied or refused.
+pub fn reloaded(applied: bool) {
+    let outcome = if applied { "applied" } else { "refused" };
+    metrics::counter!(RELOADS, "outcome" => outcome).increment(1);
+    reload_outcome(applied);
+}
+
 /// The per-bucket counters at zero, so that an alert on their increase fires at the first one.
 pub fn register_bucket(bucket: &str) {
     for name in [
@@ -353,7 +393,7 @@ pub fn register_bucket(bucket: &str) {
 
 /// The gate's answer to one write, delete or multipart step.
 pub fn gate_decision(operation: &'static str, bucket: &str, outcome: &'static str) {
-    metrics::counter!(GATE_DECISIONS, "operation" => operation, "outcome" => outcome).increment(1);
+    metrics::counter!(GATE_DECISIONS, "operation" => operation, "outcome" => outcome, "bucket" => bucket.to_string()).increment(1);
     if outcome == "stale" {
         metrics::counter!(STALE_REJECTIONS, "bucket" => bucket.to_string()).increment(1);
     }

@@ -1,7 +1,7 @@
 //! Translations between S3 shapes and the gate's: errors to S3 XML errors (with
 //! `Fencing-Token-Highest`), the token's carriers, user metadata, ETags, times and bodies.
 
-use crate::backend::s3::TOKEN_META;
+use crate::backend::TOKEN_META;
 use crate::backend::{BodyError, ByteStream, ObjectInfo, ObjectMeta};
 use crate::gate::{GateError, TokenInput};
 use crate::http::headers;

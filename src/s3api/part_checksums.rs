@@ -9,6 +9,7 @@
 
 use super::convert;
 use crate::backend::{PartChecksum, PartInfo};
+use crate::http::digests::{base64_decode, base64_encode};
 use s3s::{S3Error, S3ErrorCode, S3Result};
 use std::collections::BTreeMap;
 
@@ -183,7 +184,7 @@ pub fn check(
 }
 
 fn decoded(value: &str) -> S3Result<Vec<u8>> {
-    aws_smithy_types::base64::decode(value).map_err(|_| {
+    base64_decode(value).map_err(|_| {
         convert::invalid(
             S3ErrorCode::InvalidRequest,
             format!("{value:?} is not a base64 checksum"),
@@ -208,11 +209,7 @@ fn composite_of(algorithm: &str, sums: &[(&PartChecksum, u64)]) -> S3Result<Stri
                 "CRC64NVME is a FULL_OBJECT checksum only; send x-amz-checksum-type: FULL_OBJECT",
             )),
         };
-    Ok(format!(
-        "{}-{}",
-        aws_smithy_types::base64::encode(digest),
-        sums.len()
-    ))
+    Ok(format!("{}-{}", base64_encode(digest), sums.len()))
 }
 
 fn hash<C: s3s::crypto::Checksum>(raw: &[u8]) -> Vec<u8> {
@@ -251,9 +248,7 @@ fn full_object_of(algorithm: &str, sums: &[(&PartChecksum, u64)]) -> S3Result<St
         });
     }
     let value = whole.unwrap_or(0);
-    Ok(aws_smithy_types::base64::encode(
-        &value.to_be_bytes()[8 - width..],
-    ))
+    Ok(base64_encode(&value.to_be_bytes()[8 - width..]))
 }
 
 #[cfg(test)]
@@ -261,7 +256,7 @@ mod tests {
     use super::*;
 
     fn b64<C: s3s::crypto::Checksum>(data: &[u8]) -> String {
-        aws_smithy_types::base64::encode(hash::<C>(data))
+        base64_encode(hash::<C>(data))
     }
 
     fn part(number: i32, data: &[u8], algorithm: &str) -> PartInfo {
@@ -327,7 +322,7 @@ mod tests {
         let mut raw = Vec::new();
         for n in [1, 2] {
             let value = &uploaded[&n].checksum.as_ref().unwrap().value;
-            raw.extend(aws_smithy_types::base64::decode(value).unwrap());
+            raw.extend(base64_decode(value).unwrap());
         }
         let value = format!("{}-2", b64::<s3s::crypto::Sha256>(&raw));
         let listed = vec![(1, None), (2, None)];

@@ -128,6 +128,7 @@ impl Reloader {
     /// nothing. `principal` is who asked, for the audit line ("SIGHUP" for the signal).
     pub async fn reload(&self, principal: &str) -> Result<ReloadReport, ReloadError> {
         let result = self.try_reload().await;
+        crate::metrics::reloaded(result.is_ok());
         match &result {
             Ok(report) => tracing::info!(
                 target: "fencegate::audit",

@@ -55,8 +55,7 @@ use futures::StreamExt;
 use md5::{Digest, Md5};
 use std::collections::HashMap;
 
-/// The metadata name that carries the token (`x-amz-meta-fencing-token`).
-pub const TOKEN_META: &str = "fencing-token";
+pub use super::TOKEN_META;
 
 pub struct S3Backend {
     clients: S3Clients,

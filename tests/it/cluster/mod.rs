@@ -2,3 +2,4 @@
 
 mod etcd_store;
 mod protocol;
+mod script;

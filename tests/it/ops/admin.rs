@@ -1,6 +1,7 @@
-//! The admin surface (README, "Security" and "Operating"): its own listener with a bearer token
-//! or admin keys, `/metrics` moved there, live leases listed and revoked, a scope fenced at
-//! the top by mistake reset, each change an audit line naming who did it.
+//! The admin surface (docs/security.md and docs/operations.md, "The admin surface"): its own
+//! listener with a bearer token or admin keys, `/metrics` moved there, live leases listed and
+//! revoked, a scope fenced at the top by mistake reset, each change an audit line naming who
+//! did it.
 
 use crate::common;
 use common::sign::{send_json as call, Creds};
@@ -142,6 +143,24 @@ async fn a_scope_fenced_at_the_top_by_mistake_is_reset_and_audited() {
     assert_eq!(call(c, put(6), Some(WRITER)).await.0, 409);
 
     let reset = |to: &str| format!("{}/admin/fences/default/report.csv?reset_to={to}", fx.admin);
+    // Counted on a series of its own, there at zero before the first reset after the start.
+    let resets = || async {
+        let text = c
+            .get(format!("{}/metrics", fx.admin))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("fencegate_fence_resets_total "))
+            .unwrap_or_else(|| panic!("no fencegate_fence_resets_total in\n{text}"))
+            .parse::<f64>()
+            .unwrap()
+    };
+    assert_eq!(resets().await, 0.0);
     // Only an admin may, and only downwards.
     assert_eq!(call(c, c.post(reset("5")), Some(WRITER)).await.0, 403);
     let (status, body) = call(c, c.post(reset("not-a-number")), Some(ADMIN)).await;
@@ -154,6 +173,11 @@ async fn a_scope_fenced_at_the_top_by_mistake_is_reset_and_audited() {
     assert_eq!(body["fence"]["highest"], 5);
     let (status, body) = call(c, c.post(reset("5")), Some(ADMIN)).await;
     assert_eq!(status, 400, "a reset that does not lower: {body}");
+    assert_eq!(
+        resets().await,
+        1.0,
+        "one reset lowered the fence; the refusals did not count"
+    );
     assert_eq!(
         fx.s.log_lines(&["fence reset by an admin", "key:ops", "18446744073709551615"])
             .len(),

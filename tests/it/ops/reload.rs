@@ -1,4 +1,4 @@
-//! Reloading the configuration while serving (README, "Configuration"): SIGHUP and
+//! Reloading the configuration while serving (docs/configuration.md, "Reloading"): SIGHUP and
 //! `POST /admin/reload` read the file again and swap keys, bucket policies and the TLS
 //! certificate, all or nothing. A key added works, a key removed is refused on every surface
 //! as soon as the reload has answered, a policy change applies; a scope change, a broken file
@@ -73,6 +73,13 @@ impl Fixture {
             Some(creds),
         )
         .await
+    }
+
+    /// `/metrics`, read with the admin key.
+    async fn metrics(&self) -> (u16, String) {
+        let resp = common::sign::send(&self.c, self.c.get(self.s.url("/metrics")), Some(OPS)).await;
+        let status = resp.status().as_u16();
+        (status, resp.text().await.unwrap())
     }
 
     fn sighup(&self) {
@@ -282,11 +289,13 @@ async fn a_broken_file_or_a_restart_setting_changes_nothing() {
     fx.rewrite(&format!("{OPS_KEY}{APP_KEY}{BUCKETS}[s3]\nmax_parts = 0\n"));
     fx.sighup();
     fx.after_sighup(1).await;
+    // Once: the audit line names the signal and the cause; no second line repeats it.
     assert_eq!(
-        fx.s.log_lines(&["reload on SIGHUP was refused", "max_parts"])
+        fx.s.awaited_log_lines(&["configuration reload refused", "SIGHUP", "max_parts"], 1)
             .len(),
         1
     );
+    assert_eq!(fx.s.log_lines(&["max_parts"]).len(), 1, "logged twice");
     assert_eq!(fx.put("k", Some("1"), APP).await, 200);
     // A setting taken at start-up, beside a key removal: refused whole, named, nothing applied.
     fx.rewrite(&format!(
@@ -306,6 +315,50 @@ async fn a_broken_file_or_a_restart_setting_changes_nothing() {
         fx.s.awaited_log_lines(&["configuration reload refused"], 3)
             .len(),
         3
+    );
+    // Counted, and the last one's outcome kept until a reload applies.
+    let metric = |text: &str, name: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    let (status, text) = fx.metrics().await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        metric(&text, "fencegate_config_reloads_total{outcome=\"refused\"}"),
+        3.0
+    );
+    assert_eq!(
+        metric(&text, "fencegate_config_reloads_total{outcome=\"applied\"}"),
+        0.0
+    );
+    assert_eq!(
+        metric(&text, "fencegate_config_last_reload_successful"),
+        0.0
+    );
+    let loaded = metric(
+        &text,
+        "fencegate_config_last_reload_success_timestamp_seconds",
+    );
+    fx.rewrite(&format!("{OPS_KEY}{APP_KEY}{BUCKETS}"));
+    assert_eq!(fx.admin_reload(OPS).await.0, 200);
+    let (_, text) = fx.metrics().await;
+    assert_eq!(
+        metric(&text, "fencegate_config_reloads_total{outcome=\"applied\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(&text, "fencegate_config_last_reload_successful"),
+        1.0
+    );
+    assert!(
+        metric(
+            &text,
+            "fencegate_config_last_reload_success_timestamp_seconds"
+        ) >= loaded
     );
 }
 

@@ -1686,7 +1686,7 @@ async fn ranged_reads_racing_a_shrinking_object_always_get_an_answer() {
             let mut token = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 token += 1;
-                let len = if token % 2 == 0 { 100 } else { 10 };
+                let len = if token.is_multiple_of(2) { 100 } else { 10 };
                 let resp = c
                     .put(&url)
                     .header("Fencing-Token", token.to_string())

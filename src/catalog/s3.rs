@@ -1,0 +1,150 @@
+//! The s3 backend's part of the catalog: one set of clients per store, and the checks each
+//! bucket on a store passes before it is served (the bucket exists, the conditional-write
+//! probe, in cluster mode the presigned-expiry probe, the sweep of abandoned uploads).
+
+use super::{Backends, StartupError};
+use crate::backend::s3::spool::Spooler;
+use crate::backend::s3::{self, S3Backend};
+use crate::backend::Backend;
+use crate::config::{BucketPolicy, Config, S3BackendConfig};
+use std::sync::Arc;
+use std::time::Duration;
+
+impl Backends {
+    /// One spooler for every s3 backend, its spill files under `<data_dir>/spool`.
+    fn spooler(&mut self, config: &Config) -> Arc<Spooler> {
+        self.spooler
+            .get_or_insert_with(|| Spooler::new(config.server.data_dir.join("spool")))
+            .clone()
+    }
+
+    /// The s3 backend of `bucket`, its store probed (and, at start-up, swept) first.
+    pub(super) async fn build_s3(
+        &mut self,
+        config: &Config,
+        bucket: &str,
+        policy: &BucketPolicy,
+        s3cfg: &S3BackendConfig,
+    ) -> Result<Arc<dyn Backend>, String> {
+        let name = policy.backend.as_str();
+        if !self.s3.contains_key(name) {
+            self.s3.insert(
+                name.to_string(),
+                s3::build_clients(s3cfg)
+                    .await
+                    .map_err(|e| format!("backend {name}: {e}"))?,
+            );
+        }
+        let store_bucket = policy.backend_bucket.as_deref().unwrap_or(bucket);
+        let backend = S3Backend::new(
+            self.s3[name].clone(),
+            store_bucket,
+            &policy.backend_prefix,
+            s3cfg.multipart_threshold_bytes,
+        )
+        .with_commit_deadline(Duration::from_secs(s3cfg.commit_deadline_secs))
+        .with_spooler(self.spooler(config));
+        prepare_s3(bucket, name, s3cfg, &backend)
+            .await
+            .map_err(|e| e.to_string())?;
+        // Several instances: another one's uploads in progress are not in this
+        // instance's registry, and must not be taken for abandoned ones.
+        let shared = config.etcd.is_some();
+        if let Some(etcd) = &config.etcd {
+            let ttl = Duration::from_secs(etcd.intent_ttl_secs);
+            let skew = Duration::from_millis(etcd.max_clock_skew_ms);
+            backend
+                .probe_expiry(ttl, skew)
+                .await
+                .map_err(|e| format!("bucket {bucket} (s3 backend {name}), cluster mode: {e}"))?;
+        }
+        if shared && self.sweep_uploads.is_some() {
+            tracing::info!(bucket, "not sweeping abandoned multipart uploads: the fence table is shared, and other instances' uploads are not in this one's registry; let the store's lifecycle rules (AbortIncompleteMultipartUpload) collect them");
+        }
+        if let Some(registered) = self.sweep_uploads.as_ref().filter(|_| !shared) {
+            let min_age = Duration::from_secs(s3cfg.abandoned_upload_secs);
+            match backend.sweep_uploads(registered, min_age).await {
+                Ok(0) => {}
+                Ok(aborted) => tracing::info!(
+                    bucket,
+                    aborted,
+                    "aborted abandoned multipart uploads (left by a crash or a cancelled request)"
+                ),
+                // Only storage is at stake, not correctness: serve anyway.
+                Err(e) => {
+                    tracing::warn!(bucket, error = %e, "could not sweep abandoned multipart uploads; the store's lifecycle rules (AbortIncompleteMultipartUpload) can collect them")
+                }
+            }
+        }
+        Ok(Arc::new(backend))
+    }
+}
+
+/// Checks the store bucket exists and runs the conditional-write probe on it.
+async fn prepare_s3(
+    bucket: &str,
+    backend_name: &str,
+    cfg: &S3BackendConfig,
+    backend: &S3Backend,
+) -> Result<(), StartupError> {
+    let fail = |message: String| StartupError::S3 {
+        bucket: bucket.to_string(),
+        backend: backend_name.to_string(),
+        message,
+    };
+    backend
+        .check_bucket()
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    let report = backend
+        .probe()
+        .await
+        .map_err(|e| fail(format!("the conditional-write probe failed: {e}")))?;
+    backend.set_conditional_delete(report.conditional_delete);
+    backend.set_etags_are_md5(report.etags_are_md5);
+    if !report.etags_are_md5 {
+        tracing::warn!(bucket, backend = backend_name, "the store's ETags are not MD5s of the bytes (SSE-KMS?): fencegate cannot compare them with what it sent; the store's own Content-MD5 check still applies");
+    }
+    // Where the store ignores conditions, the version is read before each such commit instead.
+    backend.set_conditional_commits(report.puts_safe(), report.completes_safe());
+    let mut ignored: Vec<&str> = report.ignored.clone();
+    if !report.conditional_delete {
+        ignored.push("If-Match on DeleteObject");
+    }
+    if ignored.is_empty() {
+        tracing::info!(bucket, backend = backend_name, location = %backend.location(), "s3 store honours conditional writes and deletes");
+        return Ok(());
+    }
+    // Each ignored condition needs its own opt-in: they lose different guarantees.
+    let mut missing = Vec::new();
+    if !report.safe() {
+        if cfg.unsafe_no_conditional_writes {
+            for _ in 0..3 {
+                tracing::error!(bucket, backend = backend_name, ignored = %report.ignored.join(", "),
+                    "UNSAFE: the store ignores conditional writes and unsafe_no_conditional_writes = true; a write made around fencegate while fencegate commits can be silently overwritten");
+            }
+        } else {
+            missing.push(format!(
+                "the store ignores {}, so fencegate cannot guarantee that writes around it are never overwritten; use a store that honours conditional writes (AWS S3, MinIO, Ceph RGW), or set unsafe_no_conditional_writes = true on backend {backend_name} to start anyway",
+                report.ignored.join(", ")
+            ));
+        }
+    }
+    if !report.conditional_delete {
+        if cfg.unsafe_unconditional_deletes {
+            for _ in 0..3 {
+                tracing::error!(bucket, backend = backend_name,
+                    "UNSAFE: the store ignores If-Match on DeleteObject and unsafe_unconditional_deletes = true; deletes check the ETag and then delete unconditionally, so a delete that times out and lands late can remove an object a newer token wrote");
+            }
+        } else {
+            missing.push(format!(
+                "the store ignores If-Match on DeleteObject, so a delete is a check followed by an unconditional DELETE, and a DELETE that times out and lands late can remove an object a newer token wrote in between; use a store that honours If-Match on DeleteObject, or set unsafe_unconditional_deletes = true on backend {backend_name} to start anyway"
+            ));
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(fail(missing.join("; and ")))
+    }
+}
