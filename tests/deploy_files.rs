@@ -92,6 +92,8 @@ fn run_exec_form(command: &[String], from: &str, to: &str) -> bool {
     let args: Vec<String> = command[1..].iter().map(|a| a.replace(from, to)).collect();
     Command::new(program)
         .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .status()
         .unwrap()
         .success()
@@ -444,9 +446,8 @@ async fn the_single_instance_compose_file_runs() {
     // The store the config writes to is the compose file's, with the bucket it creates.
     let backend = serde_json::to_string(&config.backends["store"]).unwrap();
     assert!(backend.contains("http://store:4566"), "{backend}");
-    assert!(services["store"]["command"]
-        .to_string()
-        .contains("GATEWAY_PORT=4566"));
+    assert_eq!(services["store"]["build"]["dockerfile"], "store.Dockerfile");
+    assert!(read("docker/store.Dockerfile").contains("GATEWAY_PORT=4566"));
     let bucket = config.buckets["default"].backend_bucket.clone().unwrap();
     assert!(services["store-bucket"]["command"]
         .to_string()
@@ -555,14 +556,15 @@ async fn the_demo_store_keeps_its_objects_across_a_restart() {
         }
         checks.push(strings(&store["healthcheck"]["test"]));
     }
-    let port = common::moto::free_port().to_string();
     let data = tempfile::tempdir().unwrap();
-    let start = || {
+    // A fresh port for each start: a port given back at the stop may be taken by a parallel
+    // test's store before the restart binds it.
+    let start = |port: &str| {
         let mut cmd = Command::new(Path::new(ROOT).join(".venv-ministack/bin/ministack"));
         for (k, v) in &env {
             cmd.env(k, v);
         }
-        cmd.env("GATEWAY_PORT", &port)
+        cmd.env("GATEWAY_PORT", port)
             .env("BIND_HOST", "127.0.0.1")
             .env("S3_DATA_DIR", data.path())
             .env("TMPDIR", data.path())
@@ -589,9 +591,9 @@ async fn the_demo_store_keeps_its_objects_across_a_restart() {
         }
         child
     };
-    let mut store = start();
-    let endpoint = format!("http://127.0.0.1:{port}");
-    let c = common::moto::client_with(&endpoint, "test", "test");
+    let port = common::moto::free_port().to_string();
+    let mut store = start(&port);
+    let c = common::moto::client_with(&format!("http://127.0.0.1:{port}"), "test", "test");
     c.create_bucket().bucket("fencegate").send().await.unwrap();
     c.put_object()
         .bucket("fencegate")
@@ -602,7 +604,9 @@ async fn the_demo_store_keeps_its_objects_across_a_restart() {
         .unwrap();
     unsafe { libc::kill(store.id() as i32, libc::SIGTERM) };
     store.wait().unwrap();
-    let mut store = start();
+    let port = common::moto::free_port().to_string();
+    let mut store = start(&port);
+    let c = common::moto::client_with(&format!("http://127.0.0.1:{port}"), "test", "test");
     let got = c.get_object().bucket("fencegate").key("kept").send().await;
     store.kill().unwrap();
     store.wait().unwrap();
