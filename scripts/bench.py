@@ -216,7 +216,7 @@ def load_parallel(targets, mode, secs):
 
 
 def s8(work, secs, rounds):
-    """Several instances (README, "Run several instances"): fenced 4 KiB PUTs into ministack
+    """Several instances (docs/cluster.md): fenced 4 KiB PUTs into ministack
     with the fence table on RocksDB (one instance), on a 3-member etcd through one instance,
     and through two instances sharing it. 32 clients in every setup."""
     cdir = os.path.join(work, "cluster")

@@ -2,7 +2,7 @@
 requests signed with botocore's SigV4 and sent raw. Run by tests/it/s3/clients.rs, which starts
 fencegate and passes FG_ENDPOINT; the venv (scripts/test) provides awscli and boto3.
 
-Exits non-zero, naming the step, at the first thing that does not behave as the README says."""
+Exits non-zero, naming the step, at the first thing that does not behave as docs/s3.md says."""
 
 import hashlib
 import os

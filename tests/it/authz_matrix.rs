@@ -1,4 +1,4 @@
-//! The authorization matrix (README, "Security"): every route of the native, lease, S3 and
+//! The authorization matrix (docs/security.md): every route of the native, lease, S3 and
 //! admin surfaces, times every kind of caller, each cell asserted. The table is printed, so a
 //! failing run shows the whole picture, not only the first wrong cell.
 //!

@@ -1,9 +1,9 @@
-//! The admin command line (README, "Operate it"): `fencegate fences get|advance|list` and
-//! `fencegate leases list|revoke`, run as the real binary against a running instance, in
-//! development mode and with keys (the bearer token, a SigV4 admin key, a key that is not an
-//! admin), its tables and its --json checked for the values the server holds; the admin
-//! routes they use (`/admin/fences/...`) with their bad input; the list's pages on RocksDB
-//! and, when etcd and ministack are installed, on a shared etcd table.
+//! The admin command line (docs/operations.md, "The command line"): `fencegate fences
+//! get|advance|list` and `fencegate leases list|revoke`, run as the real binary against a
+//! running instance, in development mode and with keys (the bearer token, a SigV4 admin key, a
+//! key that is not an admin), its tables and its --json checked for the values the server
+//! holds; the admin routes they use (`/admin/fences/...`) with their bad input; the list's
+//! pages on RocksDB and, when etcd and ministack are installed, on a shared etcd table.
 
 use crate::common;
 use common::sign::{send_json as call, Creds};

@@ -1,6 +1,7 @@
-//! `fencegate status` and `fencegate leases get` (README, "Operate it"), run as the real binary:
-//! the instance at a glance with every readiness check's error, exit 1 while it is not ready;
-//! one lease with the credentials of its earlier grants still in their grace.
+//! `fencegate status` and `fencegate leases get` (docs/operations.md, "The command line"), run
+//! as the real binary: the instance at a glance with every readiness check's error, exit 1
+//! while it is not ready; one lease with the credentials of its earlier grants still in their
+//! grace.
 
 use super::admin::{base, cli};
 use crate::common;

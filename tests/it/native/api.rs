@@ -1,5 +1,5 @@
 //! The native HTTP API against the real binary: the README's quick start, every row of the
-//! error table with its JSON body, tombstones, fences, listing and limits.
+//! error table (docs/reference.md) with its JSON body, tombstones, fences, listing and limits.
 
 use crate::common;
 use common::{client, get_bytes, put, Server};

@@ -125,7 +125,7 @@ async fn metrics_live_on_the_admin_listener_behind_its_credentials() {
     )
     .await;
     assert_eq!((status, body["tls"].as_str()), (200, Some("off")));
-    assert!(!fx.s.log_lines(&["admin authentication failed"]).is_empty());
+    assert!(!fx.s.awaited_log_lines(&["admin authentication failed"], 1).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,7 +179,7 @@ async fn a_scope_fenced_at_the_top_by_mistake_is_reset_and_audited() {
         "one reset lowered the fence; the refusals did not count"
     );
     assert_eq!(
-        fx.s.log_lines(&["fence reset by an admin", "key:ops", "18446744073709551615"])
+        fx.s.awaited_log_lines(&["fence reset by an admin", "key:ops", "18446744073709551615"], 1)
             .len(),
         1,
         "one audit line names the admin and the value it replaced"
@@ -237,7 +237,7 @@ async fn an_admin_lists_and_revokes_leases() {
     assert_eq!(status, 200, "{next}");
     assert!(next["token"].as_u64() > grant["token"].as_u64());
     assert_eq!(
-        fx.s.log_lines(&["lease revoked", "stuck-worker", "key:ops"])
+        fx.s.awaited_log_lines(&["lease revoked", "stuck-worker", "key:ops"], 1)
             .len(),
         1
     );
@@ -284,7 +284,7 @@ fn an_exposed_admin_listener_needs_credentials() {
 async fn audit_lines_name_the_key() {
     let fx = Fixture::start();
     let (c, s) = (&fx.c, &fx.s);
-    let audit = |what: &str| s.log_lines(&["fencegate::audit", what, "key:app"]).len();
+    let audit = |what: &str| s.awaited_log_lines(&["fencegate::audit", what, "key:app"], 1).len();
     // S3: a bucket created and deleted.
     assert_eq!(
         call(c, c.put(s.url("/made-here")), Some(WRITER)).await.0,
@@ -333,7 +333,7 @@ async fn audit_lines_name_the_key() {
             .0,
         403
     );
-    let failed = s.log_lines(&["fencegate::audit", "authentication failed"]);
+    let failed = s.awaited_log_lines(&["fencegate::audit", "authentication failed"], 1);
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert!(
         failed[0].contains("access_key=\"app-key\""),
@@ -400,7 +400,7 @@ async fn sighup_without_tls_leaves_the_server_running() {
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let c = common::client();
     assert_eq!(call(&c, c.get(s.url("/healthz")), None).await.0, 200);
-    assert_eq!(s.log_lines(&["SIGHUP", "nothing to reload"]).len(), 1);
+    assert_eq!(s.awaited_log_lines(&["SIGHUP", "nothing to reload"], 1).len(), 1);
 }
 
 /// Holder a lets its lease with S3 credentials expire and b takes the lease without any: a's

@@ -1,4 +1,4 @@
-//! Configuration from the environment and in units (README, "Configuration"), through the
+//! Configuration from the environment and in units (docs/configuration.md), through the
 //! real binary: `FENCEGATE_SECTION__FIELD` variables over the file, `30s` and `5GiB` forms,
 //! and `check-config` naming the line and column (or the variable) of every value it refuses.
 

@@ -1,5 +1,5 @@
 //! Operating fencegate: the admin surface, metrics, readiness, logs, reload, TLS, start-up
-//! checks, configuration, and the README run as written.
+//! checks, configuration, and the README and docs run as written.
 
 pub(crate) mod admin;
 mod config_env;

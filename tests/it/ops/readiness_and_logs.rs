@@ -1,7 +1,8 @@
-//! Operating fencegate (README, "Operate it"): `/readyz` on both listeners, 503 naming the
-//! broken check while a backend is unusable (an fs bucket directory gone, an s3 store that
-//! stops answering) and 200 again once it is back; JSON logs carrying the request span's
-//! fields; and SIGTERM letting a request in flight finish before the process exits.
+//! Operating fencegate (docs/operations.md, "Health and readiness" and "Logs"): `/readyz` on
+//! both listeners, 503 naming the broken check while a backend is unusable (an fs bucket
+//! directory gone, an s3 store that stops answering) and 200 again once it is back; JSON logs
+//! carrying the request span's fields; and SIGTERM letting a request in flight finish before
+//! the process exits.
 
 use crate::common;
 use common::moto::Moto;

@@ -1,18 +1,21 @@
-//! The README, run as written (issue 15): its shell and Python blocks run in order against
-//! fresh fencegate instances, and the output each block shows (`#   ...` lines under a command)
-//! must be what the command prints, so the README cannot drift from the binary.
+//! The README and the docs with examples, run as written: each document's shell and Python
+//! blocks run in order against a fencegate of its own, and the output each block shows
+//! (`#   ...` lines under a command) must be what the command prints, so the docs cannot drift
+//! from the binary. Beside them: every error code is in the one error table, the README stays
+//! short, the user docs hold no review history, and their links lead somewhere.
 //!
 //! Directives are HTML comments, invisible on GitHub, each on a line of its own:
-//! - `<!-- readme-test: serve ARGS -->` (re)starts `fencegate serve ARGS` in the work directory,
-//!   as a reader following the README would at that point;
+//! - `<!-- readme-test: serve ARGS -->` (re)starts `fencegate serve ARGS` in the document's work
+//!   directory, as a reader following it would at that point;
 //! - `<!-- readme-test: file NAME -->` before a block writes the block to NAME;
 //! - `<!-- readme-test: skip REASON -->` before a block leaves it out, and says why.
 //!
 //! Every `sh` and `python` block without `skip` runs; a directive that matches no block fails
-//! the test. Commands run in one temporary directory where `config/`, `scripts/` and
-//! `examples/` of the checkout are linked, with the binary and the test venv (`.venv`, with
-//! the aws cli and boto3) on PATH, and `127.0.0.1:8080` / `localhost:8080` replaced by the
-//! running instance's address (`FENCEGATE_URL` points there too).
+//! the test. Each document runs in a fresh temporary directory of its own (also `TMPDIR`, so a
+//! block's `cd "$(mktemp -d)"` stays inside it) where `config/`, `scripts/`, `examples/` and
+//! `.venv/` of the checkout are linked, with the binary and the test venv (`.venv`, with the
+//! aws cli and boto3) on PATH, and `127.0.0.1:8080` / `localhost:8080` replaced by the running
+//! instance's address (`FENCEGATE_URL` points there too).
 
 use crate::common;
 
@@ -38,11 +41,50 @@ enum Step {
     },
 }
 
-/// The README's steps, in order. Panics on a directive that matches nothing.
-fn steps(readme: &str) -> Vec<Step> {
+/// The documents whose examples run, each in a fresh directory with its own `serve`.
+const RUN: &[&str] = &[
+    "README.md",
+    "docs/native-api.md",
+    "docs/s3.md",
+    "docs/operations.md",
+    "docs/configuration.md",
+];
+
+/// Documents beside the user docs that link and could hold a copy of the error table.
+const OTHER_DOCS: [&str; 4] = [
+    "docs/history.md",
+    "ARCHITECTURE.md",
+    "BENCHMARKS.md",
+    "tests/README.md",
+];
+
+/// User docs whose blocks do not run yet: the lock-service recipes need etcd, ZooKeeper and
+/// PostgreSQL (tests/it/examples/etcd.rs runs the etcd one).
+const NOT_RUN: &[&str] = &["docs/locks-and-tokens.md"];
+
+fn read(doc: &str) -> String {
+    std::fs::read_to_string(Path::new(ROOT).join(doc)).unwrap_or_else(|e| panic!("{doc}: {e}"))
+}
+
+/// The user docs: README.md and every docs/*.md but the history, which is history on purpose.
+fn user_docs() -> Vec<String> {
+    let mut docs = vec!["README.md".to_string()];
+    let mut found: Vec<String> = std::fs::read_dir(Path::new(ROOT).join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md") && n != "history.md")
+        .map(|n| format!("docs/{n}"))
+        .collect();
+    found.sort();
+    docs.extend(found);
+    docs
+}
+
+/// A document's steps, in order. Panics on a directive that matches nothing.
+fn steps(doc: &str, text: &str) -> Vec<Step> {
     let mut steps = Vec::new();
     let mut pending: Option<(String, usize)> = None;
-    let mut lines = readme.lines().enumerate();
+    let mut lines = text.lines().enumerate();
     while let Some((i, line)) = lines.next() {
         let n = i + 1;
         if let Some(directive) = line
@@ -56,10 +98,7 @@ fn steps(readme: &str) -> Vec<Step> {
                     args: args.split_whitespace().map(String::from).collect(),
                 });
             } else {
-                assert!(
-                    pending.is_none(),
-                    "README.md:{n}: two directives for one block"
-                );
+                assert!(pending.is_none(), "{doc}:{n}: two directives for one block");
                 pending = Some((directive, n));
             }
             continue;
@@ -78,19 +117,15 @@ fn steps(readme: &str) -> Vec<Step> {
         }
         match pending.take() {
             Some((d, _)) if d.starts_with("skip") => {
-                assert!(
-                    d.len() > "skip ".len() + 5,
-                    "README.md:{n}: a skip says why"
-                );
+                assert!(d.len() > "skip ".len() + 5, "{doc}:{n}: a skip says why");
             }
-            Some((d, at)) if d.starts_with("file ") => {
+            Some((d, _)) if d.starts_with("file ") => {
                 steps.push(Step::File {
                     name: d["file ".len()..].trim().to_string(),
                     body,
                 });
-                let _ = at;
             }
-            Some((d, at)) => panic!("README.md:{at}: unknown directive {d:?}"),
+            Some((d, at)) => panic!("{doc}:{at}: unknown directive {d:?}"),
             None if lang == "sh" || lang == "python" => steps.push(Step::Run {
                 lang,
                 body,
@@ -101,12 +136,12 @@ fn steps(readme: &str) -> Vec<Step> {
     }
     assert!(
         pending.is_none(),
-        "README.md: a directive at its end matches no block"
+        "{doc}: a directive at its end matches no block"
     );
     steps
 }
 
-/// One command of a shell block and the output the README shows under it.
+/// One command of a shell block and the output the document shows under it.
 #[derive(Debug)]
 struct Cmd {
     text: String,
@@ -116,7 +151,7 @@ struct Cmd {
 
 /// Splits a shell block into commands (a line and its `\` continuations) and their shown
 /// output (`#` then three or more spaces); other comments are prose.
-fn commands(body: &str, first_line: usize) -> Vec<Cmd> {
+fn commands(doc: &str, body: &str, first_line: usize) -> Vec<Cmd> {
     let mut cmds: Vec<Cmd> = Vec::new();
     let mut continued = false;
     for (i, line) in body.lines().enumerate() {
@@ -125,7 +160,7 @@ fn commands(body: &str, first_line: usize) -> Vec<Cmd> {
             if rest.starts_with("   ") {
                 let last = cmds
                     .last_mut()
-                    .unwrap_or_else(|| panic!("README.md:{n}: shown output before any command"));
+                    .unwrap_or_else(|| panic!("{doc}:{n}: shown output before any command"));
                 push_shown(&mut last.expect, rest);
             }
             continue;
@@ -161,7 +196,7 @@ fn push_shown(shown: &mut Vec<String>, rest: &str) {
     }
 }
 
-/// Whether `output` shows what the README shows: each shown line, split at `...`, has every
+/// Whether `output` shows what the document shows: each shown line, split at `...`, has every
 /// part found in order (lines may have others between them), whitespace runs counting as one
 /// space.
 fn shows(output: &str, expect: &[String]) -> bool {
@@ -180,7 +215,7 @@ fn shows(output: &str, expect: &[String]) -> bool {
     true
 }
 
-/// A fencegate started as the README says (`fencegate serve ARGS` in the work directory).
+/// A fencegate started as the document says (`fencegate serve ARGS` in the work directory).
 fn serve(work: &Path, args: &[String]) -> common::Server {
     let mut cmd = Command::new(common::binary());
     cmd.arg("serve")
@@ -224,6 +259,7 @@ fn run(work: &Path, lang: &str, script: &str, addr: &str) -> (i32, String) {
         .env("PATH", path_var)
         .env("FENCEGATE_URL", format!("http://{addr}"))
         .env("HOME", work)
+        .env("TMPDIR", work)
         .env_remove("AWS_PROFILE")
         .output()
         .expect("bash and python3 run");
@@ -234,8 +270,8 @@ fn run(work: &Path, lang: &str, script: &str, addr: &str) -> (i32, String) {
 
 /// A shell block, one command at a time, each command's output captured on its own; variables
 /// and exports carry from one command to the next as in a terminal.
-fn run_shell(work: &Path, body: &str, line: usize, addr: &str) {
-    let cmds = commands(body, line);
+fn run_shell(doc: &str, work: &Path, body: &str, line: usize, addr: &str) {
+    let cmds = commands(doc, body, line);
     let outs = work.join(".readme-out");
     let _ = std::fs::remove_dir_all(&outs);
     std::fs::create_dir_all(&outs).unwrap();
@@ -248,16 +284,13 @@ fn run_shell(work: &Path, body: &str, line: usize, addr: &str) {
         ));
     }
     let (code, text) = run(work, "sh", &script, addr);
-    assert_eq!(
-        code, 0,
-        "README.md:{line}: the block's shell failed: {text}"
-    );
+    assert_eq!(code, 0, "{doc}:{line}: the block's shell failed: {text}");
     for (i, cmd) in cmds.iter().enumerate() {
         let out = std::fs::read_to_string(outs.join(i.to_string())).unwrap_or_default();
         let rc: i32 = std::fs::read_to_string(outs.join(format!("{i}.rc")))
             .unwrap_or_else(|_| {
                 panic!(
-                    "README.md:{}: never ran (an earlier command exited the shell)",
+                    "{doc}:{}: never ran (an earlier command exited the shell)",
                     cmd.line
                 )
             })
@@ -267,7 +300,7 @@ fn run_shell(work: &Path, body: &str, line: usize, addr: &str) {
         if cmd.expect.is_empty() {
             assert_eq!(
                 rc, 0,
-                "README.md:{}: `{}` exited {rc}:\n{out}",
+                "{doc}:{}: `{}` exited {rc}:\n{out}",
                 cmd.line, cmd.text
             );
         } else {
@@ -275,7 +308,7 @@ fn run_shell(work: &Path, body: &str, line: usize, addr: &str) {
             // output decides.
             assert!(
                 shows(&out, &cmd.expect),
-                "README.md:{}: `{}` (exit {rc}) printed\n{out}\nbut the README shows\n{}",
+                "{doc}:{}: `{}` (exit {rc}) printed\n{out}\nbut the document shows\n{}",
                 cmd.line,
                 cmd.text,
                 cmd.expect.join("\n")
@@ -284,13 +317,17 @@ fn run_shell(work: &Path, body: &str, line: usize, addr: &str) {
     }
 }
 
-#[test]
-fn the_readme_runs_as_written() {
-    let readme = std::fs::read_to_string(Path::new(ROOT).join("README.md")).unwrap();
-    let steps = steps(&readme);
+/// Runs `doc` as written, in a fresh directory of its own; returns how many blocks ran.
+fn run_doc(doc: &str) -> usize {
+    let steps = steps(doc, &read(doc));
     let tmp = tempfile::tempdir().unwrap();
     let work: PathBuf = tmp.path().to_path_buf();
-    for dir in ["config", "scripts", "examples"] {
+    assert!(
+        Path::new(ROOT).join(".venv/bin/aws").exists(),
+        "the aws cli is not in .venv: run scripts/test, which installs awscli and boto3 there"
+    );
+    // The venv too, so that sourcing scripts/env.sh finds it and the README's PATH line works.
+    for dir in ["config", "scripts", "examples", ".venv"] {
         std::os::unix::fs::symlink(Path::new(ROOT).join(dir), work.join(dir)).unwrap();
     }
     let mut instance: Option<common::Server> = None;
@@ -311,10 +348,7 @@ fn the_readme_runs_as_written() {
                     .map_or_else(|| "127.0.0.1:8080".to_string(), |i| i.addr.to_string());
                 if lang == "python" {
                     let (code, text) = run(&work, "python", &with_addr(body, &addr), &addr);
-                    assert_eq!(
-                        code, 0,
-                        "README.md:{line}: the Python block failed:\n{text}"
-                    );
+                    assert_eq!(code, 0, "{doc}:{line}: the Python block failed:\n{text}");
                     // The block's shown output, anywhere in it, is what the whole block prints.
                     let mut expect = Vec::new();
                     body.lines()
@@ -323,17 +357,283 @@ fn the_readme_runs_as_written() {
                         .for_each(|rest| push_shown(&mut expect, rest));
                     assert!(
                         shows(&text, &expect),
-                        "README.md:{line}: the Python block printed\n{text}\nbut the README shows\n{}",
+                        "{doc}:{line}: the Python block printed\n{text}\nbut the document shows\n{}",
                         expect.join("\n")
                     );
                 } else {
-                    run_shell(&work, body, *line, &addr);
+                    run_shell(doc, &work, body, *line, &addr);
                 }
                 ran += 1;
             }
         }
     }
-    assert!(ran >= 8, "only {ran} README blocks ran");
+    if let Some(last) = instance {
+        stop(last);
+    }
+    ran
+}
+
+#[test]
+fn the_readme_runs_as_written() {
+    let ran = run_doc("README.md");
+    assert!(ran >= 3, "only {ran} README.md blocks ran");
+}
+
+#[test]
+fn the_native_api_doc_runs_as_written() {
+    let ran = run_doc("docs/native-api.md");
+    assert!(ran >= 3, "only {ran} docs/native-api.md blocks ran");
+}
+
+#[test]
+fn the_s3_doc_runs_as_written() {
+    let ran = run_doc("docs/s3.md");
+    assert!(ran >= 3, "only {ran} docs/s3.md blocks ran");
+}
+
+#[test]
+fn the_operations_doc_runs_as_written() {
+    let ran = run_doc("docs/operations.md");
+    assert!(ran >= 3, "only {ran} docs/operations.md blocks ran");
+}
+
+#[test]
+fn the_configuration_doc_runs_as_written() {
+    let ran = run_doc("docs/configuration.md");
+    assert!(ran >= 1, "only {ran} docs/configuration.md blocks ran");
+}
+
+/// Every runnable document makes a fresh directory before its first server (or its first
+/// block, if it starts none) and says to stop the server before it before each `serve`; no
+/// other user doc has a block that would run.
+#[test]
+fn every_example_runs_in_a_fresh_directory() {
+    for doc in RUN {
+        assert!(
+            run_doc_list_is_complete(doc),
+            "{doc} is listed in RUN but has no #[test] of its own"
+        );
+        let text = read(doc);
+        let steps = steps(doc, &text);
+        let first_serve = text.find("<!-- readme-test: serve");
+        let before = match first_serve {
+            Some(at) => &text[..at],
+            None => {
+                let first_run = steps
+                    .iter()
+                    .find_map(|s| match s {
+                        Step::Run { line, body, .. } => Some((*line, body.clone())),
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| panic!("{doc} has no block that runs"));
+                assert!(
+                    first_run.1.contains("cd \"$(mktemp -d)\""),
+                    "{doc}:{}: its first block does not make a fresh directory",
+                    first_run.0
+                );
+                continue;
+            }
+        };
+        assert!(
+            before.contains("cd \"$(mktemp -d)\""),
+            "{doc}: no `cd \"$(mktemp -d)\"` before the first server starts"
+        );
+        // Before each server, the reader is told to stop the one before (Ctrl-C).
+        let mut from = 0;
+        for (at, _) in text.match_indices("<!-- readme-test: serve") {
+            let n = text[..at].lines().count() + 1;
+            assert!(
+                text[from..at].contains("Ctrl-C"),
+                "{doc}:{n}: a server starts, but the text before it does not say to stop the one before (Ctrl-C)"
+            );
+            from = at + 1;
+        }
+    }
+    for doc in user_docs() {
+        if RUN.contains(&doc.as_str()) || NOT_RUN.contains(&doc.as_str()) {
+            continue;
+        }
+        let steps = steps(&doc, &read(&doc));
+        for step in &steps {
+            match step {
+                Step::Run { line, .. } => panic!(
+                    "{doc}:{line}: a block that would run, in a document that is not run: add the document to RUN (and a test), or mark the block skip with why"
+                ),
+                Step::Serve { .. } => panic!("{doc}: a serve directive, in a document that is not run"),
+                Step::File { .. } => {}
+            }
+        }
+    }
+}
+
+/// Whether `doc` has a `*_runs_as_written` test above (kept in step with RUN by hand).
+fn run_doc_list_is_complete(doc: &str) -> bool {
+    let source = read("tests/it/ops/readme.rs");
+    source.contains(&format!("run_doc(\"{doc}\")"))
+}
+
+#[test]
+fn the_readme_is_short_and_the_docs_hold_no_history() {
+    let readme = read("README.md");
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 300,
+        "README.md has {lines} lines: at most 300; move the rest to docs/"
+    );
+    let mut found = Vec::new();
+    for doc in user_docs() {
+        for (i, line) in read(&doc).lines().enumerate() {
+            if let Some(phrase) = history_phrase(line) {
+                found.push(format!("{doc}:{}: {phrase:?} in {line:?}", i + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "user docs state what holds now; history goes in docs/history.md:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The history phrase in `line`, if any: "review round", "round N" / "rounds N",
+/// "issue N", "an open item", "this release" (case aside; "around 5" is not one).
+fn history_phrase(line: &str) -> Option<String> {
+    let lower = line.to_lowercase();
+    for phrase in ["review round", "an open item", "this release"] {
+        if lower.contains(phrase) {
+            return Some(phrase.to_string());
+        }
+    }
+    for word in ["round", "issue"] {
+        for (at, _) in lower.match_indices(word) {
+            let starts_word = lower[..at]
+                .chars()
+                .next_back()
+                .is_none_or(|c| !c.is_alphanumeric());
+            let rest = &lower[at + word.len()..];
+            let rest = rest.strip_prefix('s').unwrap_or(rest);
+            let numbered = rest
+                .strip_prefix(' ')
+                .and_then(|r| r.chars().next())
+                .is_some_and(|c| c.is_ascii_digit());
+            if starts_word && numbered {
+                return Some(lower[at..].chars().take(word.len() + 4).collect());
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn history_phrases_are_found() {
+    assert!(history_phrase("Review round 12 found ways").is_some());
+    assert!(history_phrase("(an open item: docs/threat-model.md, round 23, F2)").is_some());
+    assert!(history_phrase("Rounds 13 to 18 of adversarial review").is_some());
+    assert!(history_phrase("Two families were renamed in this release").is_some());
+    assert!(history_phrase("as S3 does (issue 14)").is_some());
+    // Negative controls: words that only contain the phrase.
+    assert!(history_phrase("two or three etcd round trips").is_none());
+    assert!(history_phrase("around 20 s, `RequestTimeout`").is_none());
+    assert!(history_phrase("issues can point here").is_none());
+}
+
+/// Every relative link of a user doc (and of ARCHITECTURE.md, BENCHMARKS.md and
+/// tests/README.md) leads to a file that exists, and a `#anchor` into a Markdown file to one of
+/// its headings.
+#[test]
+fn the_docs_links_lead_somewhere() {
+    let mut docs = user_docs();
+    docs.extend(OTHER_DOCS.map(String::from));
+    let mut broken = Vec::new();
+    for doc in &docs {
+        let text = read(doc);
+        let dir = Path::new(doc).parent().unwrap_or(Path::new(""));
+        for (n, target) in links(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (file, anchor) = match target.split_once('#') {
+                Some((f, a)) => (f, Some(a)),
+                None => (target.as_str(), None),
+            };
+            let path = if file.is_empty() {
+                PathBuf::from(doc)
+            } else {
+                dir.join(file)
+            };
+            let full = Path::new(ROOT).join(&path);
+            if !full.exists() {
+                broken.push(format!("{doc}:{n}: {target} (no {})", path.display()));
+                continue;
+            }
+            if let Some(anchor) = anchor {
+                if full.extension().is_some_and(|e| e == "md") {
+                    let target_text = std::fs::read_to_string(&full).unwrap();
+                    let slugs: Vec<String> = target_text
+                        .lines()
+                        .filter_map(|l| l.strip_prefix('#'))
+                        .map(|h| slug(h.trim_start_matches('#')))
+                        .collect();
+                    if !slugs.iter().any(|s| s == anchor) {
+                        broken.push(format!("{doc}:{n}: {target} (no such heading)"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The `(target)` of every `[text](target)` outside code blocks, with its line number.
+fn links(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    let mut in_code = false;
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        for (at, _) in line.match_indices("](") {
+            let rest = &line[at + 2..];
+            if let Some(end) = rest.find(')') {
+                let target = rest[..end].trim();
+                if !target.is_empty() && !target.contains(' ') {
+                    found.push((i + 1, target.to_string()));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// GitHub's anchor for a heading: lower case, spaces to hyphens, punctuation dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn headings_make_githubs_anchors() {
+    assert_eq!(
+        slug(" (a) fencegate's own leases"),
+        "a-fencegates-own-leases"
+    );
+    assert_eq!(
+        slug(" Retries (`Idempotency-Key`)"),
+        "retries-idempotency-key"
+    );
+    assert_eq!(slug(" Prerequisites and build"), "prerequisites-and-build");
 }
 
 #[test]
@@ -359,7 +659,7 @@ fn shown_output_is_matched_in_parts() {
 #[test]
 fn blocks_split_into_commands_and_shown_output() {
     let body = "# prose\ncurl -s a \\\n  b\n#   shown\n#    more\n#   next\nx=$(y)\n";
-    let cmds = commands(body, 10);
+    let cmds = commands("test.md", body, 10);
     assert_eq!(cmds.len(), 2);
     assert_eq!(cmds[0].text, "curl -s a \\\n  b");
     assert_eq!(cmds[0].expect, ["shown more", "next"]);
@@ -367,13 +667,11 @@ fn blocks_split_into_commands_and_shown_output() {
     assert!(cmds[1].expect.is_empty());
 }
 
-/// The rows of the first `| case | status | code |` table in `doc`.
-fn error_table(doc: &str) -> &str {
-    let start = doc
-        .find("| case | status | code |")
-        .expect("an error table");
+/// The rows of the first `| case | status | code |` table in `doc`, if it has one.
+fn error_table(doc: &str) -> Option<&str> {
+    let start = doc.find("| case | status | code |")?;
     let end = doc[start..].find("\n\n").map_or(doc.len(), |e| start + e);
-    &doc[start..end]
+    Some(&doc[start..end])
 }
 
 /// The error codes the binary answers with: every literal in the `code()` function of every
@@ -417,24 +715,40 @@ fn codes_in_source() -> std::collections::BTreeSet<String> {
     codes
 }
 
+/// The error table is kept once, in docs/reference.md: it lists every code the binary answers
+/// with, and no other document holds a copy of it (nor of any of its rows).
 #[test]
-fn every_error_code_is_in_both_error_tables() {
+fn every_error_code_is_in_the_one_error_table() {
     let codes = codes_in_source();
     assert!(
         codes.len() > 30 && codes.contains("StaleFencingToken") && codes.contains("NoSuchRoute"),
         "the scan found {codes:?}"
     );
-    for doc in ["README.md", "docs/design.md"] {
-        let text = std::fs::read_to_string(Path::new(ROOT).join(doc)).unwrap();
-        let table = error_table(&text);
-        let missing: Vec<_> = codes
-            .iter()
-            .filter(|c| !table.contains(&format!("`{c}`")))
-            .collect();
-        assert!(missing.is_empty(), "{doc}'s error table lacks {missing:?}");
+    let reference = read("docs/reference.md");
+    let table = error_table(&reference).expect("docs/reference.md has the error table");
+    let missing: Vec<_> = codes
+        .iter()
+        .filter(|c| !table.contains(&format!("`{c}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/reference.md's error table lacks {missing:?}"
+    );
+    let rows: Vec<&str> = table.lines().skip(2).filter(|r| r.len() > 20).collect();
+    assert!(rows.len() > 30, "the table's rows: {rows:?}");
+    let mut others = user_docs();
+    others.extend(OTHER_DOCS.map(String::from));
+    for doc in others.iter().filter(|d| *d != "docs/reference.md") {
+        let text = read(doc);
+        assert!(
+            error_table(&text).is_none(),
+            "{doc} holds a copy of the error table: link docs/reference.md instead"
+        );
+        for row in &rows {
+            assert!(
+                !text.contains(row),
+                "{doc} holds a row of the error table: link docs/reference.md instead:\n{row}"
+            );
+        }
     }
-    // The two tables are one table.
-    let readme = std::fs::read_to_string(Path::new(ROOT).join("README.md")).unwrap();
-    let design = std::fs::read_to_string(Path::new(ROOT).join("docs/design.md")).unwrap();
-    assert_eq!(error_table(&readme), error_table(&design));
 }

@@ -1,4 +1,4 @@
-//! TLS on every listener (README, "Security"), with certificates generated here (rcgen):
+//! TLS on every listener (docs/security.md, "TLS"), with certificates generated here (rcgen):
 //! aws-sdk-s3 and curl connect over https, a plain-HTTP client is refused with an answer that
 //! says so, SIGHUP swaps the certificate without dropping a connection that is open, and an s3
 //! backend reaches an https store through `ca_file`.

@@ -1,5 +1,5 @@
-//! The real aws cli and boto3 against the gateway (tests/e2e/s3_clients.py), with the README's
-//! "Use it as an S3 endpoint" configuration. Both come from PyPI into `.venv` (scripts/test).
+//! The real aws cli and boto3 against the gateway (tests/e2e/s3_clients.py), with the
+//! configuration of docs/s3.md. Both come from PyPI into `.venv` (scripts/test).
 
 use crate::common;
 use common::Server;
@@ -17,7 +17,7 @@ fn aws_cli_and_boto3_as_documented() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(
         &dir.path().join("data"),
-        // The README's configuration, with a short idle timeout for the stalled-body step.
+        // docs/s3.md's configuration, with a short idle timeout for the stalled-body step.
         Some("[server]\nbody_idle_timeout_secs = 2\n\n[buckets.default]\n\n[buckets.shared]\nfenced_deletes = false\n"),
     );
     let out = Command::new(&python)
@@ -40,7 +40,7 @@ fn aws_cli_and_boto3_as_documented() {
     assert!(stdout.contains("hostile input refused"));
 }
 
-/// The Python lease example (requests + boto3) runs as its README link promises.
+/// The Python lease example (requests + boto3) runs as docs/native-api.md's link promises.
 #[test]
 fn python_lease_example_runs() {
     let root = env!("CARGO_MANIFEST_DIR");

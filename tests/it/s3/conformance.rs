@@ -1,7 +1,7 @@
 //! S3 parity (issue 14 §1): where a client looks, the gateway answers as AWS S3 does. Each
 //! behaviour is one test body, run on the fs backend and on the s3 backend over ministack in
 //! the safe mode (conditional commits), through aws-sdk-s3 as an unmodified client. Where
-//! fencegate differs on purpose, the README's "Differences from S3" says so.
+//! fencegate differs on purpose, docs/s3.md's "Differences from S3" says so.
 
 use super::fixture::{on_both_backends, put, refused, Fx, Kind, PART};
 use crate::common;
