@@ -407,8 +407,16 @@ impl Drop for Lease {
 }
 
 pub(crate) fn urlencode(s: &str) -> String {
-    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+    percent_encoding::utf8_percent_encode(s, UNRESERVED_KEPT).to_string()
 }
+
+/// Everything but RFC 3986's unreserved characters is encoded, so a path in the server's
+/// access log reads as the name it is (`stale.csv`, `job-c`, not `stale%2Ecsv`).
+const UNRESERVED_KEPT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// Keys keep their `/` separators.
 pub(crate) fn urlencode_key(key: &str) -> String {
@@ -472,4 +480,17 @@ pub(crate) fn sign(req: &mut reqwest::Request, key: &SigningKey) -> Result<(), C
         req.headers_mut().insert(name, value);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_keep_their_unreserved_characters() {
+        assert_eq!(urlencode("stale.csv"), "stale.csv");
+        assert_eq!(urlencode("job-c_1~x"), "job-c_1~x");
+        assert_eq!(urlencode("a b/c?d#e%"), "a%20b%2Fc%3Fd%23e%25");
+        assert_eq!(urlencode_key("dir/r é.csv"), "dir/r%20%C3%A9.csv");
+    }
 }

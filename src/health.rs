@@ -82,7 +82,13 @@ async fn check_buckets(gate: &Gate, only: Option<&str>) -> Vec<Check> {
         .into_iter()
         .filter(|(bucket, _, _)| only.is_none_or(|o| o == bucket))
         .map(|(bucket, name, backend)| async move {
+            let started = std::time::Instant::now();
             let result = timed(backend.check_ready(&bucket)).await;
+            if result.is_err() && started.elapsed() >= CHECK_TIMEOUT {
+                // The call was dropped at the deadline, before the backend's own metrics
+                // could record it: a hung store would otherwise leave no trace there.
+                crate::metrics::backend_call_timed_out(&name, "check_ready", started.elapsed());
+            }
             Check::of(format!("bucket:{bucket}"), Some(name), result)
         });
     let (fence, buckets) = futures::join!(fence, futures::future::join_all(buckets));

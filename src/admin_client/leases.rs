@@ -32,6 +32,10 @@ fn lease_table(leases: &[ListedLease]) -> String {
                 l.grant.token.to_string(),
                 remaining(l.grant.expires_at_ms),
                 binding(&l.grant),
+                l.grant
+                    .s3_credentials
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |c| c.access_key_id.clone()),
                 l.principal.clone(),
             ]
         })
@@ -43,6 +47,7 @@ fn lease_table(leases: &[ListedLease]) -> String {
             "TOKEN",
             "EXPIRES_IN",
             "BOUND_TO",
+            "S3_ACCESS_KEY_ID",
             "PRINCIPAL",
         ],
         &cells,

@@ -273,7 +273,7 @@ pub async fn list(conn: &Connection, args: &ListArgs) -> Result<(), AdminError> 
                     "HIGHEST",
                     "TOMBSTONE",
                     "PENDING",
-                    "BOUND_TO",
+                    "LOCK_SCOPE",
                     "ETAG"
                 ],
                 &cells

@@ -67,7 +67,10 @@ fn bytes(n: u64) -> String {
 fn shown(s: &Status) -> String {
     let store = &s.fence_store;
     let size = match (store.rows, store.bytes_on_disk) {
-        (Some(rows), Some(disk)) => format!(" (about {rows} rows, {} on disk)", bytes(disk)),
+        (Some(rows), Some(disk)) => {
+            format!(" ({rows} rows at the last count, {} on disk)", bytes(disk))
+        }
+        (None, Some(disk)) => format!(" ({} on disk)", bytes(disk)),
         _ => String::new(),
     };
     let leases = match s.leases_held {

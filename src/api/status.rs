@@ -81,7 +81,7 @@ pub struct FenceStoreStatus {
     pub kind: String,
     /// The table's directory, or the etcd endpoints.
     pub at: String,
-    /// A local table's size (RocksDB's estimates).
+    /// A local table's rows, as the last scan counted them (every 10 minutes), and its bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rows: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -136,7 +136,7 @@ pub(super) async fn status(State(state): State<AppState>) -> Response {
         fence_store: FenceStoreStatus {
             kind: about.fence_store.into(),
             at: about.fence_store_at.clone(),
-            rows: usage.map(|u| u.rows),
+            rows: usage.and_then(|_| crate::metrics::fence_table_counted_rows()),
             bytes_on_disk: usage.map(|u| u.bytes_on_disk),
             members,
         },

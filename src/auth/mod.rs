@@ -87,6 +87,27 @@ pub enum Action<'a> {
     Admin,
 }
 
+/// The audit line's `action`: the permission and what it is on, as the configuration spells
+/// them (`write reports/r.csv`, `lease nightly on reports`).
+impl std::fmt::Display for Action<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::Read { bucket } => write!(f, "read {bucket}"),
+            Action::Object {
+                perm, bucket, key, ..
+            } => write!(f, "{} {bucket}/{key}", perm.as_str()),
+            Action::Bucket { perm, bucket } => write!(f, "{} bucket {bucket}", perm.as_str()),
+            Action::Lease { name, bucket } => match bucket {
+                Some(b) => write!(f, "lease {name} on {b}"),
+                None => write!(f, "lease {name}"),
+            },
+            Action::CreateBucket { bucket } => write!(f, "create bucket {bucket}"),
+            Action::DeleteBucket { bucket } => write!(f, "delete bucket {bucket}"),
+            Action::Admin => f.write_str("admin"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
     #[error("this server requires credentials: sign the request with SigV4 using a key from [keys] (curl --aws-sigv4 \"aws:amz:us-east-1:s3\" --user KEY:SECRET)")]
@@ -284,7 +305,9 @@ impl KeyTable {
             return Ok(());
         }
         let why = denial(who, action);
-        tracing::info!(target: "fencegate::audit", principal = %who.name(), action = ?action, "access denied");
+        // A string value: the text log quotes and escapes it, as a key may hold any character.
+        let action = action.to_string();
+        tracing::info!(target: "fencegate::audit", principal = %who.name(), action = action.as_str(), "access denied");
         Err(AuthError::Denied(why))
     }
 

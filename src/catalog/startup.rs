@@ -121,7 +121,7 @@ async fn open_store(
         if new && !config.keys.is_empty() {
             tracing::warn!(path = %path.display(), "created a new, empty fence table: no token is recorded, so the first write of each object is accepted whatever its token. If this instance served before, its data_dir is not where it was (a relative path, an unmounted volume): stop it and point data_dir (or [fence_store] path) at the old table. Start with --require-existing-table to refuse instead");
         }
-        tracing::info!(path = %path.display(), rows = store.estimated_rows(), new, "fence table on rocksdb");
+        tracing::info!(path = %path.display(), estimated_rows = store.estimated_rows(), new, "fence table on rocksdb");
         return Ok(Arc::new(store));
     };
     connect_etcd(etcd).await

@@ -7,6 +7,19 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+impl Permission {
+    /// As the configuration spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Permission::Read => "read",
+            Permission::Write => "write",
+            Permission::Delete => "delete",
+            Permission::Fence => "fence",
+            Permission::Lease => "lease",
+        }
+    }
+}
+
 /// What a key may do on the buckets a pattern matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -242,10 +255,15 @@ pub fn table(
     };
     for (name, k) in raw {
         let key = resolve(name, k, env).map_err(|p| {
+            let fix = if p.starts_with("cannot read secret_access_key_file") {
+                "give a path fencegate's user can read; a relative one is read from the directory fencegate was started in, not the configuration file's, so prefer an absolute path".to_string()
+            } else {
+                fix.to_string()
+            };
             (
                 path(&["keys"], name, field_of(k, &p)),
                 format!("[keys.{name}] {p}"),
-                fix.to_string(),
+                fix,
             )
         })?;
         out.insert(name.clone(), key);

@@ -267,8 +267,6 @@ pub struct Member {
 /// A local table's size, as its engine estimates it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
-    /// Rows (an estimate: RocksDB counts overwritten rows until a compaction drops them).
-    pub rows: u64,
     /// Bytes of the table's files on disk (tables, write-ahead log, manifests).
     pub bytes_on_disk: u64,
     /// Bytes that compactions still have to rewrite (RocksDB stalls writes when it grows).

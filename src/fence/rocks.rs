@@ -218,7 +218,6 @@ impl FenceStore for RocksFenceStore {
             })
             .unwrap_or(0);
         Some(super::Usage {
-            rows: self.estimated_rows(),
             bytes_on_disk,
             pending_compaction_bytes: self.property("rocksdb.estimate-pending-compaction-bytes"),
         })

@@ -48,12 +48,28 @@ struct Held {
 fn census(held: &mut HashMap<String, Held>) {
     let now = Instant::now();
     let before = held.len();
-    held.retain(|_, h| h.expires > now);
+    held.retain(|name, h| {
+        let live = h.expires > now;
+        if !live {
+            // Its S3 key id too: a request signed with it after the grace answers 403
+            // InvalidAccessKeyId, and this line says whose it was.
+            tracing::info!(target: "fencegate::audit", lease = %name, holder = %h.grant.holder, principal = %h.owner, token = h.grant.token, s3_access_key_id = %credential_id(&h.grant), "lease expired");
+        }
+        live
+    });
     let expired = before - held.len();
     if expired > 0 {
         crate::metrics::leases_expired(expired as u64);
     }
     crate::metrics::leases_held(held.len());
+}
+
+/// The key id of a grant's S3 credentials, or `-`, for the audit lines.
+fn credential_id(grant: &Grant) -> &str {
+    grant
+        .s3_credentials
+        .as_ref()
+        .map_or("-", |c| c.access_key_id.as_str())
 }
 
 /// Live leases one principal may hold at once unless configured (`[leases] max_live_per_key`).
@@ -197,7 +213,7 @@ impl Leases {
             if let Some(old) = old {
                 self.credentials.end(&old.grant.name, old.grant.token);
             }
-            tracing::info!(target: "fencegate::audit", lease = %req.name, holder = %req.holder, principal = %req.owner, token = grant.token, "lease granted");
+            tracing::info!(target: "fencegate::audit", lease = %req.name, holder = %req.holder, principal = %req.owner, token = grant.token, s3_access_key_id = %credential_id(&grant), "lease granted");
             crate::metrics::lease_granted();
             return Ok(grant);
         }

@@ -16,7 +16,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use http_body::{Body as _, Frame, SizeHint};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -72,6 +72,7 @@ pub async fn track(mut req: Request, next: Next) -> Response {
     let span = AccessSpan::default();
     req.extensions_mut().insert(span.clone());
     let received = Arc::new(AtomicU64::new(0));
+    let left = Arc::new(AtomicBool::new(false));
     let mut tracker = Tracker {
         started: Instant::now(),
         method: req.method().clone(),
@@ -80,6 +81,7 @@ pub async fn track(mut req: Request, next: Next) -> Response {
         s3,
         span,
         received: received.clone(),
+        left: left.clone(),
         sent: 0,
         status: None,
         code: None,
@@ -88,7 +90,13 @@ pub async fn track(mut req: Request, next: Next) -> Response {
         length: None,
     };
     metrics::gauge!(super::REQUESTS_IN_FLIGHT).increment(1.0);
-    let req = req.map(|b| Body::new(Counted { inner: b, received }));
+    let req = req.map(|b| {
+        Body::new(Counted {
+            inner: b,
+            received,
+            left,
+        })
+    });
     // Dropped here, if the client leaves before the answer (the tracker records "aborted").
     let resp = next.run(req).await;
     tracker.status = Some(resp.status().as_u16());
@@ -118,6 +126,9 @@ struct Tracker {
     s3: S3Op,
     span: AccessSpan,
     received: Arc<AtomicU64>,
+    /// The client's connection ended while its request body was being read: whatever the
+    /// handler answered (a 400 `IncompleteBody`) never reached it.
+    left: Arc<AtomicBool>,
     sent: u64,
     status: Option<u16>,
     /// The error code the answer carries ([`super::codes::ErrorCode`]).
@@ -133,6 +144,9 @@ struct Tracker {
 impl Drop for Tracker {
     fn drop(&mut self) {
         let (surface, operation) = classify(&self.method, (&self.path, &self.query), &self.s3);
+        if self.left.load(Ordering::Relaxed) {
+            self.status = None;
+        }
         let outcome = match self.status {
             Some(_) if !self.finished => "aborted",
             Some(s) if s < 300 => "2xx",
@@ -299,10 +313,37 @@ fn classify(
     ("other", "no_route".into())
 }
 
-/// A request body that counts the bytes it passes.
+/// A request body that counts the bytes it passes, and notes a client that went away in the
+/// middle of it.
 struct Counted {
     inner: Body,
     received: Arc<AtomicU64>,
+    left: Arc<AtomicBool>,
+}
+
+/// Whether a request body's error is its connection ending: hyper's incomplete message (the
+/// client closed it; hyper does not keep half-closed connections, so no answer can reach the
+/// client) or a reset. A malformed chunk or a stall is the client's mistake, not its absence.
+fn client_left(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(err) = cause {
+        if let Some(h) = err.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() {
+                return true;
+            }
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            if matches!(
+                io.kind(),
+                ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
+            ) {
+                return true;
+            }
+        }
+        cause = err.source();
+    }
+    false
 }
 
 impl http_body::Body for Counted {
@@ -314,11 +355,17 @@ impl http_body::Body for Counted {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled {
-            if let Some(data) = frame.data_ref() {
-                self.received
-                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    self.received
+                        .fetch_add(data.len() as u64, Ordering::Relaxed);
+                }
             }
+            Poll::Ready(Some(Err(e))) if client_left(e) => {
+                self.left.store(true, Ordering::Relaxed);
+            }
+            _ => {}
         }
         polled
     }

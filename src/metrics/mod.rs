@@ -196,7 +196,7 @@ pub const FAMILIES: &[Family] = &[
     family(READY, Gauge, &["check"],
         "1 when the readiness check passes (fence_table, clock, bucket:NAME), else 0; rechecked every 10 s and at every GET /readyz", Always),
     family(FENCE_TABLE_ROWS, Gauge, &[],
-        "Rows of the local fence table (RocksDB's estimate, counting overwritten rows until a compaction), every 15 s", Local),
+        "Rows of the local fence table, each once however often written, counted by a scan every 10 minutes", Local),
     family(FENCE_TABLE_TOMBSTONES, Gauge, &[],
         "Rows of the local fence table that record a deleted object, counted by a scan every 10 minutes", Local),
     family(FENCE_TABLE_BYTES, Gauge, &[],
@@ -333,16 +333,28 @@ pub fn collect_process() {
         .collect();
 }
 
-/// The local fence table's size, as its engine estimates it.
-pub fn fence_table_usage(rows: u64, bytes_on_disk: u64, pending_compaction_bytes: u64) {
-    metrics::gauge!(FENCE_TABLE_ROWS).set(rows as f64);
+/// The local fence table's size on disk, as its engine reports it.
+pub fn fence_table_usage(bytes_on_disk: u64, pending_compaction_bytes: u64) {
     metrics::gauge!(FENCE_TABLE_BYTES).set(bytes_on_disk as f64);
     metrics::gauge!(FENCE_TABLE_COMPACTION).set(pending_compaction_bytes as f64);
 }
 
-/// The local fence table's tombstones, as its last scan counted them.
-pub fn fence_table_tombstones(count: u64) {
-    metrics::gauge!(FENCE_TABLE_TOMBSTONES).set(count as f64);
+/// The local fence table's rows, as its last scan counted them (`u64::MAX`: not yet).
+static COUNTED_ROWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+
+/// The local fence table's rows and tombstones, as its last scan counted them.
+pub fn fence_table_census(rows: u64, tombstones: u64) {
+    COUNTED_ROWS.store(rows, std::sync::atomic::Ordering::Relaxed);
+    metrics::gauge!(FENCE_TABLE_ROWS).set(rows as f64);
+    metrics::gauge!(FENCE_TABLE_TOMBSTONES).set(tombstones as f64);
+}
+
+/// The rows the last scan of the local fence table counted, for `fencegate status`.
+pub fn fence_table_counted_rows() -> Option<u64> {
+    match COUNTED_ROWS.load(std::sync::atomic::Ordering::Relaxed) {
+        u64::MAX => None,
+        rows => Some(rows),
+    }
 }
 
 /// The space left on the data directory's file system, and its size.
@@ -484,6 +496,15 @@ pub fn upload_refused(bound: &'static str) {
 
 pub fn unverified_body_refused() {
     metrics::counter!(UNVERIFIED_BODY_REFUSALS).increment(1);
+}
+
+/// A backend call abandoned at a deadline of its caller's (a readiness check), which the
+/// backend's own instrumentation never saw end: an `error` outcome of kind `timeout`.
+pub fn backend_call_timed_out(backend: &str, operation: &'static str, took: std::time::Duration) {
+    metrics::histogram!(BACKEND_DURATION, "backend" => backend.to_string(), "operation" => operation, "outcome" => "error")
+        .record(took.as_secs_f64());
+    metrics::counter!(BACKEND_ERRORS, "backend" => backend.to_string(), "operation" => operation, "kind" => "timeout")
+        .increment(1);
 }
 
 pub fn ready_check(check: &str, ok: bool) {

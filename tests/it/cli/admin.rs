@@ -279,6 +279,18 @@ async fn a_revoked_lease_is_gone_and_its_holder_cannot_renew() {
     .await;
     assert_eq!(status, 200, "{grant}");
     let token = grant["token"].as_u64().unwrap();
+    // A second lease with S3 credentials: the table names the key id a client signs with.
+    let (status, spark) = call(
+        &c,
+        c.post(s.url("/v1/leases/spark")).json(&json!({
+            "holder": "spark-job", "ttl_ms": 600000, "bucket": "default", "key": "out.parquet",
+            "s3_credentials": true
+        })),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{spark}");
+    let spark_key = spark["s3_credentials"]["access_key_id"].as_str().unwrap();
 
     let list = cli(&url, &["leases", "list"], &[]);
     assert_eq!(
@@ -289,22 +301,35 @@ async fn a_revoked_lease_is_gone_and_its_holder_cannot_renew() {
             "TOKEN",
             "EXPIRES_IN",
             "BOUND_TO",
+            "S3_ACCESS_KEY_ID",
             "PRINCIPAL"
         ]
     );
     let rows = list.rows();
-    assert_eq!(rows.len(), 1, "{}", list.out);
+    assert_eq!(rows.len(), 2, "{}", list.out);
+    let spark_row = rows.iter().find(|r| r[0] == "spark").unwrap();
+    assert_eq!(
+        spark_row[4..],
+        ["default/out.parquet", spark_key, "dev-mode"]
+    );
+    let rows: Vec<_> = rows.iter().filter(|r| r[0] == "nightly-report").collect();
     let shown_token = token.to_string();
     assert_eq!(
         rows[0][..3],
         ["nightly-report", "worker-a", shown_token.as_str()]
     );
     assert!(rows[0][3].ends_with('s'), "{}", list.out);
-    assert_eq!(rows[0][4..], ["default/report.csv", "dev-mode"]);
+    assert_eq!(rows[0][4..], ["default/report.csv", "-", "dev-mode"]);
     let listed = cli(&url, &["leases", "list", "--json"], &[]).json();
-    assert_eq!(listed["leases"][0]["holder"], "worker-a");
-    assert_eq!(listed["leases"][0]["token"], token);
-    assert!(listed["leases"][0].get("lease_secret").is_none());
+    let first = listed["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "nightly-report")
+        .unwrap();
+    assert_eq!(first["holder"], "worker-a");
+    assert_eq!(first["token"], token);
+    assert!(first.get("lease_secret").is_none());
     // --json prints the server's answer as it came, not the client's reading of it.
     let served: serde_json::Value = common::client()
         .get(format!("{url}/admin/leases"))
@@ -345,7 +370,13 @@ async fn a_revoked_lease_is_gone_and_its_holder_cannot_renew() {
         "{body}"
     );
     let listed = cli(&url, &["leases", "list", "--json"], &[]).json();
-    assert_eq!(listed["leases"], json!([]));
+    let names: Vec<_> = listed["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["spark"], "{listed}");
     let run = cli(&url, &["leases", "revoke", "nightly-report"], &[]);
     assert!(!run.ok);
     assert!(run.err.contains("404 NoSuchLease"), "{}", run.err);
@@ -405,7 +436,7 @@ async fn a_bucket_is_listed_by_prefix_page_after_page() {
             "HIGHEST",
             "TOMBSTONE",
             "PENDING",
-            "BOUND_TO",
+            "LOCK_SCOPE",
             "ETAG"
         ]
     );
@@ -819,7 +850,7 @@ lease_names = ["*"]
             rows[0][0].as_str(),
             rows[0][1].as_str(),
             rows[0][4].as_str(),
-            rows[0][5].as_str()
+            rows[0][6].as_str()
         ),
         ("etl", "spark", "-", "key:app")
     );

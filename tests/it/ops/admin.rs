@@ -125,7 +125,10 @@ async fn metrics_live_on_the_admin_listener_behind_its_credentials() {
     )
     .await;
     assert_eq!((status, body["tls"].as_str()), (200, Some("off")));
-    assert!(!fx.s.awaited_log_lines(&["admin authentication failed"], 1).is_empty());
+    assert!(!fx
+        .s
+        .awaited_log_lines(&["admin authentication failed"], 1)
+        .is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,8 +182,11 @@ async fn a_scope_fenced_at_the_top_by_mistake_is_reset_and_audited() {
         "one reset lowered the fence; the refusals did not count"
     );
     assert_eq!(
-        fx.s.awaited_log_lines(&["fence reset by an admin", "key:ops", "18446744073709551615"], 1)
-            .len(),
+        fx.s.awaited_log_lines(
+            &["fence reset by an admin", "key:ops", "18446744073709551615"],
+            1
+        )
+        .len(),
         1,
         "one audit line names the admin and the value it replaced"
     );
@@ -284,7 +290,10 @@ fn an_exposed_admin_listener_needs_credentials() {
 async fn audit_lines_name_the_key() {
     let fx = Fixture::start();
     let (c, s) = (&fx.c, &fx.s);
-    let audit = |what: &str| s.awaited_log_lines(&["fencegate::audit", what, "key:app"], 1).len();
+    let audit = |what: &str| {
+        s.awaited_log_lines(&["fencegate::audit", what, "key:app"], 1)
+            .len()
+    };
     // S3: a bucket created and deleted.
     assert_eq!(
         call(c, c.put(s.url("/made-here")), Some(WRITER)).await.0,
@@ -341,6 +350,25 @@ async fn audit_lines_name_the_key() {
         failed[0]
     );
     assert!(!failed[0].contains("principal="), "{}", failed[0]);
+    // An S3 request with no signature: AccessDenied as on AWS, audited as what it is.
+    let anonymous = c.get(s.url("/default/a")).send().await.unwrap();
+    assert_eq!(anonymous.status(), 403);
+    assert!(anonymous.text().await.unwrap().contains("AccessDenied"));
+    assert_eq!(
+        s.awaited_log_lines(&["fencegate::audit", "S3 request without credentials"], 1)
+            .len(),
+        1
+    );
+    // A denial says what was asked as the configuration spells it, not in Rust's words.
+    let delete = c.delete(s.object_url("lenient", "doc"));
+    assert_eq!(call(c, delete, Some(WRITER)).await.0, 403);
+    let denied = s.awaited_log_lines(&["fencegate::audit", "access denied", "key:app"], 1);
+    assert_eq!(denied.len(), 1, "{denied:?}");
+    assert!(
+        denied[0].contains("action=\"delete lenient/doc\""),
+        "{}",
+        denied[0]
+    );
 }
 
 /// Review round 7: credentials outlive their lease by the grace period, and a revoke ends them
@@ -400,7 +428,11 @@ async fn sighup_without_tls_leaves_the_server_running() {
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let c = common::client();
     assert_eq!(call(&c, c.get(s.url("/healthz")), None).await.0, 200);
-    assert_eq!(s.awaited_log_lines(&["SIGHUP", "nothing to reload"], 1).len(), 1);
+    assert_eq!(
+        s.awaited_log_lines(&["SIGHUP", "nothing to reload"], 1)
+            .len(),
+        1
+    );
 }
 
 /// Holder a lets its lease with S3 credentials expire and b takes the lease without any: a's
@@ -447,4 +479,19 @@ async fn credentials_in_grace_are_listed_while_another_holder_has_the_lease() {
         .as_millis() as u64;
     let until = in_grace[0]["works_until_ms"].as_u64().unwrap();
     assert!(until > now_ms && until <= now_ms + 31_000, "{list}");
+    // The audit log ties the key id to its lease: at the grant, and when the lease ran out,
+    // so a 403 for that key long after is traced without the key ever having been used.
+    let key_id = format!(
+        "s3_access_key_id={}",
+        in_grace[0]["access_key_id"].as_str().unwrap()
+    );
+    let granted = s.awaited_log_lines(&["lease granted", "holder=a", &key_id], 1);
+    assert_eq!(granted.len(), 1, "{granted:?}");
+    let expired = s.awaited_log_lines(&["lease expired", "lease=report", "holder=a", &key_id], 1);
+    assert_eq!(expired.len(), 1, "{expired:?}");
+    assert_eq!(
+        s.log_lines(&["lease granted", "holder=b", "s3_access_key_id=-"])
+            .len(),
+        1
+    );
 }

@@ -371,12 +371,44 @@ async fn the_docs_name_only_exported_metrics() {
             assert!(!names.is_empty(), "{doc} names no metric");
         }
         if doc == "docs/operations.md" {
-            // The metrics' own doc has a row for every family the binary exports.
+            // The metrics' own doc has a row for every family the binary exports, and each
+            // row's labels are its families' labels.
             for f in FAMILIES {
                 assert!(
                     body.contains(&format!("`{}`", f.name)),
                     "docs/operations.md has no row for {}",
                     f.name
+                );
+            }
+            for row in body.lines().filter(|l| l.starts_with("| `")) {
+                let cells: Vec<&str> = row
+                    .trim()
+                    .trim_matches('|')
+                    .split('|')
+                    .map(str::trim)
+                    .collect();
+                let ticked = |cell: &str| -> std::collections::BTreeSet<String> {
+                    cell.split('`')
+                        .skip(1)
+                        .step_by(2)
+                        .map(str::to_string)
+                        .collect()
+                };
+                let families: Vec<_> = FAMILIES
+                    .iter()
+                    .filter(|f| ticked(cells[0]).contains(f.name))
+                    .collect();
+                if families.is_empty() || cells.len() < 4 {
+                    continue;
+                }
+                let want: std::collections::BTreeSet<String> = families
+                    .iter()
+                    .flat_map(|f| f.labels.iter().map(|l| l.to_string()))
+                    .collect();
+                assert_eq!(
+                    ticked(cells[2]),
+                    want,
+                    "docs/operations.md: the labels of {row}"
                 );
             }
         }
@@ -849,4 +881,75 @@ fn the_dashboard_and_the_alerts_use_only_labels_their_families_have() {
         }
     }
     assert!(count >= 30, "{count}");
+}
+
+/// A client that hangs up in the middle of its upload, on the native API and on S3, is
+/// `aborted` with status `none`: the 400 `IncompleteBody` the handler made never reached it.
+/// A body that breaks while the connection stays open (a malformed chunk) is the client's
+/// mistake, answered and counted as a 400.
+#[tokio::test]
+async fn an_upload_the_client_abandons_is_aborted() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    let c = common::client();
+    for path in ["/v1/objects/default/left", "/default/left-s3"] {
+        let mut conn = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        let head = format!(
+            "PUT {path} HTTP/1.1\r\nhost: x\r\nfencing-token: 5\r\ncontent-length: 1048576\r\n\r\n"
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        conn.write_all(&vec![1u8; 65536]).await.unwrap();
+        drop(conn);
+    }
+    // A malformed chunk: the connection stays open and the 400 is read.
+    let mut conn = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    conn.write_all(
+        b"PUT /v1/objects/default/bad-chunk HTTP/1.1\r\nhost: x\r\nfencing-token: 5\r\ntransfer-encoding: chunked\r\n\r\n4\r\nabcd\r\nzz\r\n",
+    )
+    .await
+    .unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut answer))
+        .await
+        .expect("an answer to a malformed chunk")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let all = loop {
+        let all = samples(&scrape(&c, &s).await);
+        let aborted = all
+            .iter()
+            .filter(|x| x.name == "fencegate_http_requests_total")
+            .filter(|x| x.labels.get("status").map(String::as_str) == Some("none"))
+            .map(|x| x.value)
+            .sum::<f64>();
+        if aborted >= 2.0 || std::time::Instant::now() > deadline {
+            break all;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let count = |name: &str, op: &str, label: &str, value: &str| {
+        all.iter()
+            .filter(|x| x.name == name)
+            .filter(|x| x.labels.get("operation").map(String::as_str) == Some(op))
+            .filter(|x| x.labels.get(label).map(String::as_str) == Some(value))
+            .map(|x| x.value)
+            .sum::<f64>()
+    };
+    let total = "fencegate_http_requests_total";
+    let duration = "fencegate_request_duration_seconds_count";
+    assert_eq!(count(total, "put_object", "status", "none"), 1.0);
+    assert_eq!(count(duration, "put_object", "outcome", "aborted"), 1.0);
+    assert_eq!(count(total, "PutObject", "status", "none"), 1.0);
+    assert_eq!(count(duration, "PutObject", "outcome", "aborted"), 1.0);
+    assert_eq!(
+        count(total, "put_object", "status", "400"),
+        1.0,
+        "the malformed chunk"
+    );
+    assert_eq!(count(total, "PutObject", "status", "400"), 0.0);
+    let lines = s.awaited_log_lines(&["served", "aborted=true"], 2);
+    assert_eq!(lines.len(), 2, "{lines:?}");
 }

@@ -134,6 +134,22 @@ async fn readyz_fails_while_the_s3_store_hangs_and_recovers() {
         !body.contains("\"test\""),
         "no credentials in the answer: {body}"
     );
+    // The abandoned probe is in the backend's metrics too, where an alert on a store's
+    // errors looks.
+    let metrics = c
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.lines().any(|l| l.starts_with(
+            "fencegate_backend_errors_total{backend=\"store\",operation=\"check_ready\",kind=\"timeout\"}"
+        ) && !l.ends_with(" 0")),
+        "{metrics}"
+    );
 
     readyz_becomes(&c, &url, 200).await;
 }
