@@ -1,4 +1,4 @@
-//! The failure fencing exists for, replayed twice side by side (README, "Locks and tokens"):
+//! The failure fencing exists for, replayed twice side by side (README, "Quick start"):
 //!
 //! 1. worker A takes the lease and writes;
 //! 2. A is paused past its TTL (a GC pause, here a sleep with its renewals stopped);

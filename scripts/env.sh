@@ -21,6 +21,7 @@ if [ ! -x .venv/bin/aws ] || ! .venv/bin/python3 -c 'import boto3' 2>/dev/null; 
   echo "fencegate: installing the aws cli and boto3 into .venv (for the README's S3 examples)" >&2
   python3 -m venv .venv 2>/dev/null || {
     sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq >&2
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq python3-venv >&2
     python3 -m venv .venv
   }

@@ -499,6 +499,9 @@ pub(super) fn http_client(
         .use_preconfigured_tls(tls)
         .connect_timeout(timeout.min(Duration::from_secs(10)))
         .timeout(timeout)
+        // fencegate never redirects: a redirect is something else answering (a login page),
+        // and following it would carry the admin's credentials there.
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| AdminError::Usage(format!("the HTTP client: {e}")))
 }

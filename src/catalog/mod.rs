@@ -93,8 +93,8 @@ impl Backends {
         let backend = self.build(config, bucket, policy).await?;
         // What a store that does not answer is told by: its name, where, and the deadline.
         let name = &policy.backend;
-        let label = match &config.backends[name.as_str()] {
-            BackendConfig::S3(s3) => format!(
+        let label = match config.backends.get(name.as_str()) {
+            Some(BackendConfig::S3(s3)) => format!(
                 "backend {name:?}{}, call_timeout_secs = {}",
                 s3.endpoint
                     .as_deref()
@@ -102,7 +102,7 @@ impl Backends {
                     .unwrap_or_default(),
                 s3.call_timeout_secs
             ),
-            BackendConfig::Fs { .. } => format!("backend {name:?}"),
+            _ => format!("backend {name:?}"),
         };
         Ok(crate::backend::instrumented::Instrumented::wrap_labelled(
             name, label, backend,
@@ -116,7 +116,15 @@ impl Backends {
         policy: &BucketPolicy,
     ) -> Result<Arc<dyn Backend>, String> {
         let name = policy.backend.as_str();
-        match &config.backends[name] {
+        // A bucket created through S3 keeps the backend it was created on; the configuration
+        // may since have lost it (or this binary may lack its kind).
+        let Some(backend) = config.backends.get(name) else {
+            return Err(format!(
+                "bucket {bucket} is on backend {name:?}, which the configuration does not define (the bucket was created through S3, and {} records it): add [backends.{name}] back, or delete the bucket through S3 with the old configuration first",
+                config.server.data_dir.join("buckets.json").display()
+            ));
+        };
+        match backend {
             BackendConfig::Fs { root } => {
                 if let Some(fs) = self.fs.get(name) {
                     fs.ensure_bucket(bucket).map_err(|e| {
@@ -156,7 +164,21 @@ impl Backends {
 
 /// The buckets created through the S3 API before, as `<data_dir>/buckets.json` records them.
 pub fn created_buckets(config: &Config) -> Result<BTreeMap<String, BucketPolicy>, CatalogError> {
-    read_created(&config.server.data_dir.join("buckets.json"))
+    let path = config.server.data_dir.join("buckets.json");
+    let created = read_created(&path)?;
+    // A bucket keeps the backend it was created on; the configuration may since have lost it.
+    if let Some((bucket, policy)) = created
+        .iter()
+        .find(|(_, p)| !config.backends.contains_key(&p.backend))
+    {
+        return Err(CatalogError::Failed(format!(
+            "bucket {bucket} was created through S3 on backend {:?}, which the configuration does not define ({} records the bucket): add [backends.{}] back, or start with the old configuration and delete the bucket through S3 first",
+            policy.backend,
+            path.display(),
+            policy.backend
+        )));
+    }
+    Ok(created)
 }
 
 fn read_created(path: &std::path::Path) -> Result<BTreeMap<String, BucketPolicy>, CatalogError> {

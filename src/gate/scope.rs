@@ -30,7 +30,7 @@ pub fn validate_key(key: &str) -> Result<(), GateError> {
         ));
     }
     if key.split('/').any(|s| s == "." || s == "..") {
-        // S3 takes these; fencegate does not (README, "Differences from S3").
+        // S3 takes these; fencegate does not (docs/s3.md, "Where fencegate answers as AWS does").
         return Err(invalid_key(
             "the key has a `.` or `..` segment".into(),
             "InvalidArgument",

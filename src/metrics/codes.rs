@@ -1,6 +1,6 @@
 //! The `code` label of `fencegate_http_requests_total`: the error code an answer carries, from a
 //! fixed list, so that the label stays bounded whatever clients send. The list is fencegate's
-//! own codes (README, "Errors") and the codes S3 defines (as `s3s` knows them); any other code,
+//! own codes (docs/reference.md, "Reference: errors") and the codes S3 defines (as `s3s` knows them); any other code,
 //! such as one a store invented, counts as `other`, and an answer without one as `none`.
 //!
 //! The surfaces' error writers mark an answer with [`ErrorCode`]; the request tracker reads it.

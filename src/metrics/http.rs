@@ -174,7 +174,7 @@ impl Drop for Tracker {
 }
 
 impl Tracker {
-    /// The access line, in the request's span (README, "Logs", lists its fields).
+    /// The access line, in the request's span (docs/operations.md, "Logs", lists its fields).
     fn log(&self, took: std::time::Duration, received: u64, code: &str, aborted: bool) {
         let Some(span) = self.span.0.get() else {
             return;

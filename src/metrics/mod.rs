@@ -123,7 +123,7 @@ const fn family(
 use Kind::{Counter, Gauge, Histogram};
 use Seen::{Always, Cluster, Local, S3Store};
 
-/// Every family fencegate exports (README, "Operate it", lists them with these words).
+/// Every family fencegate exports (docs/operations.md, "Metrics", lists them with these words).
 pub const FAMILIES: &[Family] = &[
     family(REQUESTS, Counter, &["surface", "operation", "status", "code"],
         "HTTP requests by surface, operation, status (or none: the client left before an answer) and error code (none for an answer without one; other for a code outside fencegate's and S3's lists)", Always),

@@ -185,7 +185,7 @@ async fn speaks_tls(stream: &TcpStream) -> bool {
 /// connection is closed; nothing of it reaches a handler.
 async fn refuse_plain_http(mut stream: TcpStream) {
     let body =
-        "{\"code\":\"TlsRequired\",\"message\":\"this port speaks TLS only; use https://\"}\n";
+        "{\"error\":\"TlsRequired\",\"message\":\"this port speaks TLS only; use https://\"}\n";
     let answer = format!(
         "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()

@@ -2,4 +2,5 @@
 
 mod admin;
 mod commands;
+mod healthcheck;
 mod status;

@@ -58,6 +58,42 @@ fn a_missing_prerequisite_starts_nothing() {
     assert!(!dir.exists(), "it started something before the check");
 }
 
+/// A binary that cannot run a cluster instance (a build without the s3 backend and cluster
+/// mode: here a stand-in that answers check-config as such a build does) starts nothing.
+#[test]
+fn a_binary_without_cluster_mode_starts_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fake = tmp.path().join("fencegate-fs-only");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'error: probe.toml:6:8: backend \"store\" (kind = \"s3\") needs the `s3` feature, and this fencegate was built without it' >&2\necho '  fix: build the default features' >&2\nexit 1\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir: PathBuf = tmp.path().join("cluster");
+    let out = Command::new(Path::new(ROOT).join("scripts/cluster"))
+        .arg("up")
+        .arg(&dir)
+        .args(["--bin", &fake.display().to_string()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot run a cluster instance"), "{err}");
+    assert!(err.contains("needs the `s3` feature"), "{err}");
+    assert!(!dir.exists(), "it started something before the check");
+    // And a --bin that is not there at all.
+    let out = Command::new(Path::new(ROOT).join("scripts/cluster"))
+        .arg("up")
+        .arg(&dir)
+        .args(["--bin", "/nonexistent/fencegate"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!dir.exists());
+}
+
 #[test]
 fn a_failure_after_start_stops_what_was_started() {
     // etcdctl that never reports health: the members start, the wait for a quorum fails.

@@ -198,6 +198,28 @@ fn start_up_refuses_a_created_bucket_that_overlaps_a_configured_one() {
     );
 }
 
+/// A bucket created through S3 on a backend the configuration has since lost: start-up names
+/// the bucket, the backend and the fix, instead of panicking.
+#[test]
+fn start_up_names_a_created_bucket_whose_backend_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(
+        data.join("buckets.json"),
+        r#"{"made": {"backend": "gone", "backend_bucket": "shared", "backend_prefix": "made/"}}"#,
+    )
+    .unwrap();
+    let (up, log) = try_start(&data, "[buckets.kept]\n", &[]);
+    assert!(!up, "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    assert!(
+        log.contains("bucket made was created through S3 on backend \"gone\"")
+            && log.contains("add [backends.gone] back"),
+        "{log}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_bucket_refuses_a_name_inside_another_buckets_keys() {
     let moto = Moto::start();

@@ -185,6 +185,9 @@ async fn clients_connect_over_tls_and_plain_http_is_refused() {
         body.contains("TlsRequired") && body.contains("https://"),
         "{body}"
     );
+    // The shape of every native refusal (docs/reference.md): {"error": CODE, "message": ...}.
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["error"], "TlsRequired", "{body}");
     let plain = common::client()
         .get(format!("http://{}/healthz", s.addr))
         .send()
