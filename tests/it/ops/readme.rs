@@ -624,7 +624,13 @@ fn headings(text: &str) -> Vec<String> {
 #[test]
 fn quoted_sections_exist() {
     let mut files: Vec<String> = user_docs();
-    files.extend(OTHER_DOCS.map(String::from));
+    // The history names sections as they were called then.
+    files.extend(
+        OTHER_DOCS
+            .iter()
+            .filter(|d| **d != "docs/history.md")
+            .map(|d| d.to_string()),
+    );
     for dir in ["config", "docker", "scripts", "src"] {
         let mut stack = vec![Path::new(ROOT).join(dir)];
         while let Some(d) = stack.pop() {
