@@ -1,4 +1,4 @@
-//! AWS Signature Version 4 verification for the native API (docs/design.md, "Authentication").
+//! AWS Signature Version 4 verification for the native API (docs/security.md, "Signing").
 //!
 //! `s3s` verifies the S3 surface, but its verifier is private to the crate, and `aws-sigv4` is
 //! a signer that chooses the headers it signs; a verifier must use the client's own

@@ -68,12 +68,14 @@ impl Config {
                 other => spelled(&other),
             };
             out += &format!(
-                "bucket {name}: backend={} fencing={} scope={scope} tokens={} fenced_deletes={} on_bypass={}\n",
+                "bucket {name}: backend={} fencing={} scope={scope} tokens={} fenced_deletes={} on_bypass={} max_token_jump={}\n",
                 p.backend,
                 spelled(&p.fencing),
                 spelled(&p.tokens),
                 p.fenced_deletes,
-                spelled(&p.on_bypass)
+                spelled(&p.on_bypass),
+                p.max_token_jump
+                    .map_or_else(|| "any".to_string(), |j| j.to_string())
             );
         }
         match &self.bucket_defaults {

@@ -367,7 +367,7 @@ impl Gate {
     }
 
     /// Lowers a scope's highest token to `to`: the operator's way back from a scope fenced at
-    /// the top of the token space by mistake (docs/design.md, "Recovering a scope"). It undoes
+    /// the top of the token space by mistake (docs/design.md, "The admin HTTP contract"). It undoes
     /// fencing on purpose, so only an admin may ask, the audit log names who, and `to` must be
     /// below the highest. Tokens from `to + 1` on are accepted again, so a holder paused with
     /// such a token could write: the operator first makes sure its lock service hands out

@@ -47,6 +47,14 @@ fn check_config_prints_the_effective_policies() {
         "{out}"
     );
     assert!(out.contains("bucket jobs:"), "{out}");
+    // Every bucket names its token-jump bound, "any" where none is set.
+    assert!(out.contains("max_token_jump=any"), "{out}");
+    let dir = tempfile::tempdir().unwrap();
+    let bounded = dir.path().join("jump.toml");
+    std::fs::write(&bounded, "[buckets.b]\nmax_token_jump = 1000\n").unwrap();
+    let (ok, out, err) = fencegate(&["check-config", bounded.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.contains("max_token_jump=1000"), "{out}");
     // Settings as the file spells them, not as Rust names them.
     assert!(
         !out.contains("Required") && !out.contains("Refuse"),

@@ -656,7 +656,10 @@ fn quoted_sections_exist() {
             .lines()
             .map(|l| {
                 let t = l.trim_start();
-                let t = t.trim_start_matches("//!").trim_start_matches("//");
+                let t = ["//!", "///", "//"]
+                    .iter()
+                    .find_map(|m| t.strip_prefix(m))
+                    .unwrap_or(t);
                 let t = t.trim_start_matches('#').trim_start();
                 t.to_string()
             })
