@@ -51,7 +51,7 @@ fn check_config_prints_the_effective_policies() {
     assert!(out.contains("max_token_jump=any"), "{out}");
     let dir = tempfile::tempdir().unwrap();
     let bounded = dir.path().join("jump.toml");
-    std::fs::write(&bounded, "[buckets.b]\nmax_token_jump = 1000\n").unwrap();
+    std::fs::write(&bounded, "[buckets.bounded]\nmax_token_jump = 1000\n").unwrap();
     let (ok, out, err) = fencegate(&["check-config", bounded.to_str().unwrap()]);
     assert!(ok, "{err}");
     assert!(out.contains("max_token_jump=1000"), "{out}");
