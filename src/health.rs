@@ -46,12 +46,19 @@ impl Check {
 async fn timed<E: std::fmt::Display>(
     call: impl std::future::Future<Output = Result<(), E>>,
 ) -> Result<(), String> {
+    timed_out(call).await.map_err(|(message, _)| message)
+}
+
+/// [`timed`], also telling whether the call was abandoned at the deadline.
+async fn timed_out<E: std::fmt::Display>(
+    call: impl std::future::Future<Output = Result<(), E>>,
+) -> Result<(), (String, bool)> {
     match tokio::time::timeout(CHECK_TIMEOUT, call).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!(
-            "no answer within {} s",
-            CHECK_TIMEOUT.as_secs_f64()
+        Ok(Err(e)) => Err((e.to_string(), false)),
+        Err(_) => Err((
+            format!("no answer within {} s", CHECK_TIMEOUT.as_secs_f64()),
+            true,
         )),
     }
 }
@@ -83,13 +90,17 @@ async fn check_buckets(gate: &Gate, only: Option<&str>) -> Vec<Check> {
         .filter(|(bucket, _, _)| only.is_none_or(|o| o == bucket))
         .map(|(bucket, name, backend)| async move {
             let started = std::time::Instant::now();
-            let result = timed(backend.check_ready(&bucket)).await;
-            if result.is_err() && started.elapsed() >= CHECK_TIMEOUT {
+            let result = timed_out(backend.check_ready(&bucket)).await;
+            if let Err((_, true)) = &result {
                 // The call was dropped at the deadline, before the backend's own metrics
                 // could record it: a hung store would otherwise leave no trace there.
-                crate::metrics::backend_call_timed_out(&name, "check_ready", started.elapsed());
+                crate::backend::instrumented::abandoned(&name, "check_ready", started.elapsed());
             }
-            Check::of(format!("bucket:{bucket}"), Some(name), result)
+            Check::of(
+                format!("bucket:{bucket}"),
+                Some(name),
+                result.map_err(|(message, _)| message),
+            )
         });
     let (fence, buckets) = futures::join!(fence, futures::future::join_all(buckets));
     let mut checks = vec![fence];

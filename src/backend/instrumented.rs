@@ -131,6 +131,13 @@ const ERROR_KINDS: [&str; 8] = [
     "expired",
 ];
 
+/// A call its caller abandoned at a deadline of its own (a readiness check), which the wrapper
+/// never saw end: recorded as the timeout it was.
+pub fn abandoned(backend: &str, operation: &'static str, took: Duration) {
+    let timeout = BackendError::Timeout(String::new());
+    record(backend, operation, took, Some(&timeout));
+}
+
 fn record(backend: &str, operation: &'static str, took: Duration, error: Option<&BackendError>) {
     let (outcome, kind) = outcome(error);
     metrics::histogram!(crate::metrics::BACKEND_DURATION, "backend" => backend.to_string(), "operation" => operation, "outcome" => outcome)

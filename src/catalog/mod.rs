@@ -116,12 +116,11 @@ impl Backends {
         policy: &BucketPolicy,
     ) -> Result<Arc<dyn Backend>, String> {
         let name = policy.backend.as_str();
-        // A bucket created through S3 keeps the backend it was created on; the configuration
-        // may since have lost it (or this binary may lack its kind).
+        // created_buckets refuses a start whose created buckets name a backend the
+        // configuration lost; this is the backstop, not the operator's message.
         let Some(backend) = config.backends.get(name) else {
             return Err(format!(
-                "bucket {bucket} is on backend {name:?}, which the configuration does not define (the bucket was created through S3, and {} records it): add [backends.{name}] back, or delete the bucket through S3 with the old configuration first",
-                config.server.data_dir.join("buckets.json").display()
+                "bucket {bucket}: backend {name:?} is not configured"
             ));
         };
         match backend {
@@ -167,10 +166,10 @@ pub fn created_buckets(config: &Config) -> Result<BTreeMap<String, BucketPolicy>
     let path = config.server.data_dir.join("buckets.json");
     let created = read_created(&path)?;
     // A bucket keeps the backend it was created on; the configuration may since have lost it.
-    if let Some((bucket, policy)) = created
-        .iter()
-        .find(|(_, p)| !config.backends.contains_key(&p.backend))
-    {
+    // A configured bucket of the same name overrides the record, so its backend is not needed.
+    if let Some((bucket, policy)) = created.iter().find(|(b, p)| {
+        !config.buckets.contains_key(*b) && !config.backends.contains_key(&p.backend)
+    }) {
         return Err(CatalogError::Failed(format!(
             "bucket {bucket} was created through S3 on backend {:?}, which the configuration does not define ({} records the bucket): add [backends.{}] back, or start with the old configuration and delete the bucket through S3 first",
             policy.backend,

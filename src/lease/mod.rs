@@ -53,7 +53,7 @@ fn census(held: &mut HashMap<String, Held>) {
         if !live {
             // Its S3 key id too: a request signed with it after the grace answers 403
             // InvalidAccessKeyId, and this line says whose it was.
-            tracing::info!(target: "fencegate::audit", lease = %name, holder = %h.grant.holder, principal = %h.owner, token = h.grant.token, s3_access_key_id = %credential_id(&h.grant), "lease expired");
+            tracing::info!(target: "fencegate::audit", lease = %name, holder = h.grant.holder.as_str(), principal = %h.owner, token = h.grant.token, s3_access_key_id = %credential_id(&h.grant), "lease expired");
         }
         live
     });
@@ -213,7 +213,7 @@ impl Leases {
             if let Some(old) = old {
                 self.credentials.end(&old.grant.name, old.grant.token);
             }
-            tracing::info!(target: "fencegate::audit", lease = %req.name, holder = %req.holder, principal = %req.owner, token = grant.token, s3_access_key_id = %credential_id(&grant), "lease granted");
+            tracing::info!(target: "fencegate::audit", lease = %req.name, holder = req.holder.as_str(), principal = %req.owner, token = grant.token, s3_access_key_id = %credential_id(&grant), "lease granted");
             crate::metrics::lease_granted();
             return Ok(grant);
         }

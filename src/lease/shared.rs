@@ -109,7 +109,7 @@ impl Leases {
                 Ok(token) => {
                     let mut grant = grant_of(&req.name, token, &held);
                     grant.lease_secret = Some(secret);
-                    tracing::info!(target: "fencegate::audit", lease = %req.name, holder = %req.holder, principal = %req.owner, token, "lease granted");
+                    tracing::info!(target: "fencegate::audit", lease = %req.name, holder = req.holder.as_str(), principal = %req.owner, token, "lease granted");
                     crate::metrics::lease_granted();
                     return Ok(grant);
                 }

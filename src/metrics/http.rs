@@ -126,8 +126,8 @@ struct Tracker {
     s3: S3Op,
     span: AccessSpan,
     received: Arc<AtomicU64>,
-    /// The client's connection ended while its request body was being read: whatever the
-    /// handler answered (a 400 `IncompleteBody`) never reached it.
+    /// The client's connection ended (or was half-closed) while its request body was being
+    /// read: the request is `aborted`, whatever fencegate answered.
     left: Arc<AtomicBool>,
     sent: u64,
     status: Option<u16>,
@@ -144,10 +144,11 @@ struct Tracker {
 impl Drop for Tracker {
     fn drop(&mut self) {
         let (surface, operation) = classify(&self.method, (&self.path, &self.query), &self.s3);
-        if self.left.load(Ordering::Relaxed) {
-            self.status = None;
-        }
+        // The status stays what fencegate answered: a half-closed client still reads it, and a
+        // refusal (a bad signature, a stale token) must stay countable by its status.
+        let left = self.left.load(Ordering::Relaxed);
         let outcome = match self.status {
+            _ if left => "aborted",
             Some(_) if !self.finished => "aborted",
             Some(s) if s < 300 => "2xx",
             Some(s) if s < 400 => "3xx",

@@ -498,15 +498,6 @@ pub fn unverified_body_refused() {
     metrics::counter!(UNVERIFIED_BODY_REFUSALS).increment(1);
 }
 
-/// A backend call abandoned at a deadline of its caller's (a readiness check), which the
-/// backend's own instrumentation never saw end: an `error` outcome of kind `timeout`.
-pub fn backend_call_timed_out(backend: &str, operation: &'static str, took: std::time::Duration) {
-    metrics::histogram!(BACKEND_DURATION, "backend" => backend.to_string(), "operation" => operation, "outcome" => "error")
-        .record(took.as_secs_f64());
-    metrics::counter!(BACKEND_ERRORS, "backend" => backend.to_string(), "operation" => operation, "kind" => "timeout")
-        .increment(1);
-}
-
 pub fn ready_check(check: &str, ok: bool) {
     metrics::gauge!(READY, "check" => check.to_string()).set(if ok { 1.0 } else { 0.0 });
 }

@@ -28,7 +28,14 @@ impl KeyTable {
         credentials: Option<&s3s::auth::Credentials>,
     ) -> S3Result<Principal> {
         self.principal(credentials.map(|c| c.access_key.as_str()))
-            .map_err(|e| s3_auth_error(&e))
+            .map_err(|e| {
+                // S3 answers an unsigned request AccessDenied, as a key's missing permission;
+                // the audit line tells them apart.
+                if matches!(e, AuthError::Missing) {
+                    tracing::info!(target: "fencegate::audit", code = "AccessDenied", "S3 request without credentials refused");
+                }
+                s3_auth_error(&e)
+            })
     }
 
     /// Authorizes `action` for the request's principal, as an S3 error.
@@ -208,20 +215,7 @@ impl S3Access for Access {
             tracing::info!(target: "fencegate::audit", reason = %why, "S3 request refused");
             return Err(S3Error::with_message(S3ErrorCode::AccessDenied, why));
         }
-        let who = match self
-            .0
-            .principal(cx.credentials().map(|c| c.access_key.as_str()))
-        {
-            Ok(who) => who,
-            Err(e) => {
-                // S3 answers an unsigned request AccessDenied, as a key's missing permission;
-                // the audit line tells them apart.
-                if matches!(e, AuthError::Missing) {
-                    tracing::info!(target: "fencegate::audit", code = "AccessDenied", "S3 request without credentials refused");
-                }
-                return Err(s3_auth_error(&e));
-            }
-        };
+        let who = self.0.s3_principal(cx.credentials())?;
         // Audit lines name the principal through the request's span (s3s's own spans are at
         // debug, which main.rs keeps off, so this is the request's span).
         tracing::Span::current().record("principal", who.name().as_str());

@@ -485,12 +485,28 @@ async fn credentials_in_grace_are_listed_while_another_holder_has_the_lease() {
         "s3_access_key_id={}",
         in_grace[0]["access_key_id"].as_str().unwrap()
     );
-    let granted = s.awaited_log_lines(&["lease granted", "holder=a", &key_id], 1);
+    let granted = s.awaited_log_lines(&["lease granted", "holder=\"a\"", &key_id], 1);
     assert_eq!(granted.len(), 1, "{granted:?}");
-    let expired = s.awaited_log_lines(&["lease expired", "lease=report", "holder=a", &key_id], 1);
+    let expired = s.awaited_log_lines(
+        &["lease expired", "lease=report", "holder=\"a\"", &key_id],
+        1,
+    );
     assert_eq!(expired.len(), 1, "{expired:?}");
+    // A holder is the client's to choose: quoted, it cannot pose as the line's other fields.
+    let forged = c.post(s.url("/v1/leases/forged")).json(&json!({
+        "holder": "w principal=admin token=999 s3_access_key_id=AKADMIN", "ttl_ms": 1000
+    }));
+    assert_eq!(call(c, forged, Some(WRITER)).await.0, 200);
+    let line = s.awaited_log_lines(&["lease granted", "lease=forged"], 1);
+    assert_eq!(line.len(), 1, "{line:?}");
+    assert!(
+        line[0].contains("holder=\"w principal=admin token=999 s3_access_key_id=AKADMIN\"")
+            && line[0].contains("principal=key:app"),
+        "{}",
+        line[0]
+    );
     assert_eq!(
-        s.log_lines(&["lease granted", "holder=b", "s3_access_key_id=-"])
+        s.log_lines(&["lease granted", "holder=\"b\"", "s3_access_key_id=-"])
             .len(),
         1
     );

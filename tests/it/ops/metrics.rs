@@ -884,9 +884,10 @@ fn the_dashboard_and_the_alerts_use_only_labels_their_families_have() {
 }
 
 /// A client that hangs up in the middle of its upload, on the native API and on S3, is
-/// `aborted` with status `none`: the 400 `IncompleteBody` the handler made never reached it.
-/// A body that breaks while the connection stays open (a malformed chunk) is the client's
-/// mistake, answered and counted as a 400.
+/// `aborted`, and still counted by the status fencegate answered (400 `IncompleteBody`): a
+/// client that only half-closes reads that answer, and a refusal must stay countable by its
+/// status. A body that breaks while the connection stays open (a malformed chunk) is the
+/// client's mistake, answered and counted as a 400, not aborted.
 #[tokio::test]
 async fn an_upload_the_client_abandons_is_aborted() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -916,16 +917,33 @@ async fn an_upload_the_client_abandons_is_aborted() {
         .unwrap();
     let answer = String::from_utf8_lossy(&answer[..n]).into_owned();
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    // A half-close mid-body: the client still reads the answer.
+    let mut conn = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    conn.write_all(b"PUT /v1/objects/default/half HTTP/1.1\r\nhost: x\r\nfencing-token: 5\r\ncontent-length: 100\r\n\r\n")
+        .await
+        .unwrap();
+    conn.write_all(&[2u8; 50]).await.unwrap();
+    conn.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut answer))
+        .await
+        .expect("an answer to a half-closed upload")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    assert!(
+        answer.starts_with("HTTP/1.1 400") && answer.contains("IncompleteBody"),
+        "{answer}"
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let all = loop {
         let all = samples(&scrape(&c, &s).await);
         let aborted = all
             .iter()
-            .filter(|x| x.name == "fencegate_http_requests_total")
-            .filter(|x| x.labels.get("status").map(String::as_str) == Some("none"))
+            .filter(|x| x.name == "fencegate_request_duration_seconds_count")
+            .filter(|x| x.labels.get("outcome").map(String::as_str) == Some("aborted"))
             .map(|x| x.value)
             .sum::<f64>();
-        if aborted >= 2.0 || std::time::Instant::now() > deadline {
+        if aborted >= 3.0 || std::time::Instant::now() > deadline {
             break all;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -940,16 +958,15 @@ async fn an_upload_the_client_abandons_is_aborted() {
     };
     let total = "fencegate_http_requests_total";
     let duration = "fencegate_request_duration_seconds_count";
-    assert_eq!(count(total, "put_object", "status", "none"), 1.0);
-    assert_eq!(count(duration, "put_object", "outcome", "aborted"), 1.0);
-    assert_eq!(count(total, "PutObject", "status", "none"), 1.0);
+    // The hang-up, the half-close and the malformed chunk: three 400 `IncompleteBody` on the
+    // native API, of which the first two are aborted.
+    assert_eq!(count(total, "put_object", "status", "400"), 3.0);
+    assert_eq!(count(total, "put_object", "code", "IncompleteBody"), 3.0);
+    assert_eq!(count(duration, "put_object", "outcome", "aborted"), 2.0);
+    assert_eq!(count(duration, "put_object", "outcome", "4xx"), 1.0);
+    assert_eq!(count(total, "PutObject", "status", "400"), 1.0);
     assert_eq!(count(duration, "PutObject", "outcome", "aborted"), 1.0);
-    assert_eq!(
-        count(total, "put_object", "status", "400"),
-        1.0,
-        "the malformed chunk"
-    );
-    assert_eq!(count(total, "PutObject", "status", "400"), 0.0);
-    let lines = s.awaited_log_lines(&["served", "aborted=true"], 2);
-    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(count(total, "put_object", "status", "none"), 0.0);
+    let lines = s.awaited_log_lines(&["served", "status=400", "aborted=true"], 3);
+    assert_eq!(lines.len(), 3, "{lines:?}");
 }

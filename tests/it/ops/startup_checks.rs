@@ -218,6 +218,9 @@ fn start_up_names_a_created_bucket_whose_backend_is_gone() {
             && log.contains("add [backends.gone] back"),
         "{log}"
     );
+    // A configured bucket of that name overrides the record: its backend is not needed.
+    let (up, log) = try_start(&data, "[buckets.kept]\n[buckets.made]\n", &[]);
+    assert!(up, "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
