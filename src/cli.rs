@@ -1,5 +1,6 @@
-//! The command line: `fencegate [serve]`, `fencegate check-config FILE`, `fencegate fences
-//! ...` and `fencegate leases ...` (the admin ones: src/admin_client.rs).
+//! The command line: `fencegate [serve]`, `fencegate check-config FILE`, `fencegate
+//! probe-store BACKEND`, `fencegate fences ...` and `fencegate leases ...` (the admin ones:
+//! src/admin_client.rs).
 
 pub use crate::admin_client::{Connection, ListArgs};
 use clap::{Args, Parser, Subcommand};
@@ -15,6 +16,7 @@ use std::path::PathBuf;
 ///   fencegate                                  # serve the embedded default
 ///   fencegate serve --config config/fencegate.toml
 ///   fencegate check-config config/fencegate.toml
+///   fencegate probe-store store --config config/s3-backend.toml   # before data goes through it
 ///   fencegate fences get default report.csv    # on a running instance (see --help)
 ///
 ///   curl -X PUT -H 'Fencing-Token: 34' --data-binary @file http://127.0.0.1:8080/v1/objects/default/report.csv
@@ -77,6 +79,28 @@ pub enum Command {
         /// How long to wait for the answer (`3s`, `500ms`).
         #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
         timeout: std::time::Duration,
+    },
+    /// Tell whether an S3 store can be fronted in safe mode, before any data goes through it:
+    /// If-None-Match and If-Match on PutObject, CompleteMultipartUpload and DeleteObject, one
+    /// at a time and then WRITERS at once on one key (exactly one may win). Runs on a scratch
+    /// prefix (`.fencegate-probe/`) of each store bucket the configuration puts on BACKEND,
+    /// and removes what it wrote; `serve` runs the same probe at every start. Exits 0 when the
+    /// store is safe, 1 when it is not, 2 when it could not be probed.
+    ProbeStore {
+        /// The name of an s3 backend, as in [backends.NAME].
+        backend: String,
+        /// Configuration file (TOML); FENCEGATE_* variables apply, as they do to `serve`.
+        #[arg(short, long, env = "FENCEGATE_CONFIG")]
+        config: Option<PathBuf>,
+        /// Probe this store bucket instead of those the configuration's buckets use.
+        #[arg(long)]
+        bucket: Option<String>,
+        /// Concurrent writers in each race.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(2..=256))]
+        writers: u16,
+        /// Print JSON instead of the table.
+        #[arg(long)]
+        json: bool,
     },
     /// Make a running instance read its keys, bucket policies and TLS certificate again (as
     /// SIGHUP), all or nothing, and print what changed.

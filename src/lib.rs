@@ -10,7 +10,6 @@ pub mod auth;
 pub mod backend;
 pub mod catalog;
 pub mod cli;
-pub mod client;
 pub mod config;
 pub mod fence;
 pub mod gate;

@@ -63,6 +63,19 @@ fn main() -> ExitCode {
             admin(async move { admin_client::healthcheck(&url, ca_file.as_deref(), timeout).await })
         }
         Some(Command::Reload { conn }) => admin(async move { admin_client::reload(&conn).await }),
+        Some(Command::ProbeStore {
+            backend,
+            config,
+            bucket,
+            writers,
+            json,
+        }) => probe_store(
+            &backend,
+            config.as_deref(),
+            bucket.as_deref(),
+            writers.into(),
+            json,
+        ),
         None => serve(cli.serve),
     }
 }
@@ -90,6 +103,60 @@ fn check_config(file: Option<&std::path::Path>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `probe-store`: the store probe `serve` runs at start-up, printed. Exits 0 when every store
+/// bucket is safe, 1 when one is not, 2 when the probe could not run.
+#[cfg(feature = "s3")]
+fn probe_store(
+    backend: &str,
+    file: Option<&std::path::Path>,
+    bucket: Option<&str>,
+    writers: usize,
+    json: bool,
+) -> ExitCode {
+    use fencegate::catalog::store_probe;
+    let runtime = match runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let verdicts = Config::from_env(file)
+        .map_err(|e| e.to_string())
+        .and_then(|config| {
+            runtime.block_on(store_probe::probe_store(&config, backend, bucket, writers))
+        });
+    let verdicts = match verdicts {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&verdicts).expect("verdicts serialize")
+        );
+    } else {
+        print!("{}", store_probe::table(&verdicts));
+    }
+    if verdicts.iter().all(|v| v.safe) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+#[cfg(not(feature = "s3"))]
+fn probe_store(
+    _: &str,
+    _: Option<&std::path::Path>,
+    _: Option<&str>,
+    _: usize,
+    _: bool,
+) -> ExitCode {
+    eprintln!("error: this fencegate was built without the s3 backend (--no-default-features); build it with the default features to probe a store");
+    ExitCode::from(2)
 }
 
 /// Runs an admin command; a failure is printed with its hint and exits 1.

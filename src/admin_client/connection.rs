@@ -3,10 +3,10 @@
 //! [`crate::client`] signs them, and refusals turned into errors that say what to change.
 
 use crate::api::status::Status;
-use crate::client::{self, SigningKey};
 use crate::gate::{AdminAdvance, AdminReset, FenceInfo, FenceListing};
 use crate::lease::{LeaseListing, LeaseShown, Revoked};
 use clap::Args;
+use fencegate_client::signing::{self as client, SigningKey};
 use serde_json::Value;
 
 /// An admin answer: typed for the tables, and the server's JSON as it came, for `--json`.

@@ -7,6 +7,8 @@
 #[cfg(feature = "s3")]
 mod s3;
 mod startup;
+#[cfg(feature = "s3")]
+pub mod store_probe;
 
 pub use startup::{build, build_gate, record_scope, StartupError};
 

@@ -96,55 +96,26 @@ async fn prepare_s3(
         .check_bucket()
         .await
         .map_err(|e| fail(e.to_string()))?;
-    let report = backend
-        .probe()
-        .await
-        .map_err(|e| fail(format!("the conditional-write probe failed: {e}")))?;
-    backend.set_conditional_delete(report.conditional_delete);
-    backend.set_etags_are_md5(report.etags_are_md5);
-    if !report.etags_are_md5 {
+    let verdict =
+        super::store_probe::probe(backend, cfg, backend_name, super::store_probe::RACE_WRITERS)
+            .await
+            .map_err(|e| fail(format!("the conditional-write probe failed: {e}")))?;
+    if !verdict.etags_are_md5 {
         tracing::warn!(bucket, backend = backend_name, "the store's ETags are not MD5s of the bytes (SSE-KMS?): fencegate cannot compare them with what it sent; the store's own Content-MD5 check still applies");
     }
-    // Where the store ignores conditions, the version is read before each such commit instead.
-    backend.set_conditional_commits(report.puts_safe(), report.completes_safe());
-    let mut ignored: Vec<&str> = report.ignored.clone();
-    if !report.conditional_delete {
-        ignored.push("If-Match on DeleteObject");
-    }
-    if ignored.is_empty() {
+    if verdict.safe {
         tracing::info!(bucket, backend = backend_name, location = %backend.location(), "s3 store honours conditional writes and deletes");
         return Ok(());
     }
     // Each ignored condition needs its own opt-in: they lose different guarantees.
-    let mut missing = Vec::new();
-    if !report.safe() {
-        if cfg.unsafe_no_conditional_writes {
-            for _ in 0..3 {
-                tracing::error!(bucket, backend = backend_name, ignored = %report.ignored.join(", "),
-                    "UNSAFE: the store ignores conditional writes and unsafe_no_conditional_writes = true; a write made around fencegate while fencegate commits can be silently overwritten");
-            }
-        } else {
-            missing.push(format!(
-                "the store ignores {}, so fencegate cannot guarantee that writes around it are never overwritten; use a store that honours conditional writes (AWS S3, MinIO, Ceph RGW), or set unsafe_no_conditional_writes = true on backend {backend_name} to start anyway",
-                report.ignored.join(", ")
-            ));
+    for accepted in &verdict.accepted {
+        for _ in 0..3 {
+            tracing::error!(bucket, backend = backend_name, "{accepted}");
         }
     }
-    if !report.conditional_delete {
-        if cfg.unsafe_unconditional_deletes {
-            for _ in 0..3 {
-                tracing::error!(bucket, backend = backend_name,
-                    "UNSAFE: the store ignores If-Match on DeleteObject and unsafe_unconditional_deletes = true; deletes check the ETag and then delete unconditionally, so a delete that times out and lands late can remove an object a newer token wrote");
-            }
-        } else {
-            missing.push(format!(
-                "the store ignores If-Match on DeleteObject, so a delete is a check followed by an unconditional DELETE, and a DELETE that times out and lands late can remove an object a newer token wrote in between; use a store that honours If-Match on DeleteObject, or set unsafe_unconditional_deletes = true on backend {backend_name} to start anyway"
-            ));
-        }
-    }
-    if missing.is_empty() {
+    if verdict.refusals.is_empty() {
         Ok(())
     } else {
-        Err(fail(missing.join("; and ")))
+        Err(fail(verdict.refusals.join("; and ")))
     }
 }

@@ -37,6 +37,10 @@ pub enum Mode {
     DenyPuts = 9,
     /// Hold every request forever without forwarding it: a stopped store (SIGSTOP).
     SwallowAll = 10,
+    /// Judge a conditional PutObject by a HEAD, wait a little, then forward it without its
+    /// conditions: right for one request at a time, wrong for two at once (a check, then a
+    /// write, with no lock between them).
+    CheckThenWrite = 11,
 }
 
 pub struct S3Proxy {
@@ -142,6 +146,34 @@ async fn forward(State(state): State<ProxyState>, req: Request) -> Response {
     {
         tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
     }
+    let check_then_write = mode == Mode::CheckThenWrite as u8
+        && conditional
+        && req.method() == "PUT"
+        && !req.uri().query().unwrap_or("").contains("uploadId");
+    if check_then_write {
+        let head = client
+            .head(format!("{upstream}{}", req.uri().path()))
+            .send()
+            .await
+            .unwrap();
+        let current = head
+            .headers()
+            .get("etag")
+            .map(|e| e.to_str().unwrap().to_string());
+        let met = match (req.headers().get("if-match"), head.status().is_success()) {
+            (Some(want), true) => current.as_deref() == want.to_str().ok(),
+            (Some(_), false) => false,
+            (None, exists) => !exists,
+        };
+        if !met {
+            return Response::builder()
+                .status(412)
+                .header("content-type", "application/xml")
+                .body(Body::from("<Error><Code>PreconditionFailed</Code><Message>At least one of the pre-conditions you specified did not hold</Message></Error>"))
+                .unwrap();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
     let unsign = mode == Mode::HoldAndDropConditions as u8;
     let query = req.uri().query().map(|q| {
         q.split('&')
@@ -158,7 +190,8 @@ async fn forward(State(state): State<ProxyState>, req: Request) -> Response {
     for (name, value) in req.headers() {
         // The Host header stays: a presigned request signs it.
         let drop = (mode == Mode::DropConditions as u8
-            || mode == Mode::HoldAndDropConditions as u8)
+            || mode == Mode::HoldAndDropConditions as u8
+            || check_then_write)
             && (name == "if-match" || name == "if-none-match");
         if !drop {
             out = out.header(name, value);

@@ -8,6 +8,7 @@ mod common;
 mod authz_matrix;
 mod backend_contract;
 mod cli;
+mod clients;
 mod cluster;
 mod examples;
 mod native;

@@ -34,11 +34,13 @@ mod multipart;
 mod parts;
 mod presigned;
 pub mod probe;
+mod probe_races;
 mod read;
 pub mod spool;
 mod staging;
 
 pub use client::{build as build_clients, S3Clients};
+pub use probe_races::Race;
 
 use metadata::*;
 use staging::*;
@@ -121,6 +123,16 @@ impl S3Backend {
     pub fn set_conditional_delete(&self, honoured: bool) {
         self.conditional_delete
             .store(honoured, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The store's bucket this backend writes into.
+    pub fn store_bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// The prefix of every key this backend writes.
+    pub fn store_prefix(&self) -> &str {
+        &self.prefix
     }
 
     /// `store-bucket/prefix`, for messages.

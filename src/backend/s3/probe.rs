@@ -23,6 +23,10 @@ pub struct ProbeReport {
     /// The store answered the probe's PutObject with the MD5 of its body as the ETag, so its
     /// answers can be checked against the bytes sent.
     pub etags_are_md5: bool,
+    /// The concurrent races on PutObject (empty when not run). A lost race counts its
+    /// condition among `ignored`: a condition that holds only one request at a time is not
+    /// honoured.
+    pub races: Vec<super::Race>,
 }
 
 impl ProbeReport {
@@ -205,7 +209,7 @@ impl S3Backend {
     }
 
     /// A scratch key for a probe: `<prefix>.fencegate-probe/<random>`.
-    fn scratch_key(&self) -> String {
+    pub(super) fn scratch_key(&self) -> String {
         format!(
             "{}.fencegate-probe/{:016x}",
             self.prefix,
@@ -213,7 +217,7 @@ impl S3Backend {
         )
     }
 
-    async fn remove_scratch(&self, key: &str) {
+    pub(super) async fn remove_scratch(&self, key: &str) {
         let _ = self
             .clients
             .reads
@@ -224,12 +228,33 @@ impl S3Backend {
             .await;
     }
 
-    /// Runs the probe on a scratch key, and removes it.
-    pub async fn probe(&self) -> Result<ProbeReport, String> {
+    /// Runs the probe on a scratch key, and removes it; then, with `writers` above 1, the
+    /// races of `writers` concurrent conditional PutObjects, each on a scratch key of its own.
+    pub async fn probe(&self, writers: usize) -> Result<ProbeReport, String> {
         let key = self.scratch_key();
         let result = self.probe_on(&key).await;
         self.remove_scratch(&key).await;
-        result
+        let mut report = result?;
+        if writers > 1 {
+            for race in self.probe_races(writers).await? {
+                let condition = match race.condition {
+                    "If-Match" => "If-Match on PutObject",
+                    _ => "If-None-Match: * on PutObject",
+                };
+                if let Some(e) = &race.first_failure {
+                    // Not a verdict on the condition: the store could not take the load.
+                    return Err(format!(
+                        "{} of {} concurrent conditional PutObjects ({}) failed: {e}",
+                        race.failed, race.writers, race.condition
+                    ));
+                }
+                if !race.held() && !report.ignored.contains(&condition) {
+                    report.ignored.push(condition);
+                }
+                report.races.push(race);
+            }
+        }
+        Ok(report)
     }
 
     async fn probe_on(&self, key: &str) -> Result<ProbeReport, String> {

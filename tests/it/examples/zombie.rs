@@ -1,4 +1,4 @@
-//! `examples/zombie` runs in CI: through fencegate the zombie's late write is refused and B's
+//! The Rust client's `zombie` example (clients/rust/examples) runs in CI: through fencegate the zombie's late write is refused and B's
 //! data is intact; straight to the store, the same timeline corrupts it.
 
 use std::process::Command;
@@ -14,11 +14,12 @@ fn the_zombie_demo_shows_both_outcomes() {
         .unwrap();
     assert!(
         demo.exists(),
-        "{} is missing: `cargo test` builds examples; run scripts/test",
+        "{} is missing: `cargo test --workspace` builds the client's examples; run scripts/test",
         demo.display()
     );
     let out = Command::new(&demo)
         .env("RUST_LOG", "warn")
+        .env("FENCEGATE_BIN", env!("CARGO_BIN_EXE_fencegate"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

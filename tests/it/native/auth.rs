@@ -401,12 +401,12 @@ async fn round_4_holes_stay_closed() {
     assert!(highest(&c, &s, "s3-rewritten").await.is_null());
 }
 
-/// The Rust client (`fencegate::client`) signs every request with its key: leases, fenced
+/// The Rust client (`clients/rust`) signs every request with its key: leases, fenced
 /// writes (the `Fencing-Token` among the signed headers), reads and release; without a key, a
 /// keyed server refuses it with the error that says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rust_client_signs_its_requests() {
-    use fencegate::client::{AcquireOptions, Client, ClientError};
+    use fencegate_client::{AcquireOptions, Client, Error as ClientError};
     let dir = tempfile::tempdir().unwrap();
     let config = CONFIG.replace(
         r#""default" = ["read", "write", "delete", "fence"] }"#,

@@ -7,5 +7,6 @@ mod everyday;
 mod fixture;
 mod gateway;
 mod integrity;
+mod probe_store;
 mod staging;
 mod store_etags;

@@ -9,12 +9,14 @@
 //! and B's report is intact. Right column: the same lease service, but writes go straight to
 //! the store, which cannot check tokens; A's late write silently destroys B's report.
 //!
-//! Run: `cargo run --release --example zombie` (starts its own fencegate on a free port, with
-//! data in a temporary directory). Exits 0 when both outcomes are as described.
+//! Run, from the checkout, after `cargo build --release`:
+//! `cargo run --release -p fencegate-client --example zombie`. It starts the fencegate binary
+//! (`$FENCEGATE_BIN`, else the one built beside it, else `fencegate` on the PATH) on a free
+//! port, with its data in a temporary directory. Exits 0 when both outcomes are as described.
 
-use fencegate::client::{AcquireOptions, Client, ClientError};
-use fencegate::config::Config;
-use std::path::Path;
+use fencegate_client::{AcquireOptions, Client, Error};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const TTL: Duration = Duration::from_millis(1000);
@@ -40,6 +42,49 @@ fn write_direct(store: &Path, body: &str) {
     std::fs::write(store.join("report.csv"), body).expect("the store directory is writable");
 }
 
+/// The fencegate the demo runs against, stopped when the demo ends.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `$FENCEGATE_BIN`, else `target/<profile>/fencegate` beside `target/<profile>/examples/`,
+/// else `fencegate` on the PATH.
+fn server_binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("FENCEGATE_BIN") {
+        return bin.into();
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("fencegate")))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| "fencegate".into())
+}
+
+fn start_server(dir: &Path, addr: &str) -> Server {
+    let bin = server_binary();
+    let child = Command::new(&bin)
+        .args(["serve", "--listen", addr, "--data-dir"])
+        .arg(dir.join("data"))
+        // Its start-up notes (development mode) would land under the table: errors only.
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            eprintln!(
+                "cannot start {}: {e}. Build the server first (cargo build --release), or set \
+                 FENCEGATE_BIN to its path",
+                bin.display()
+            );
+            std::process::exit(2);
+        });
+    Server(child)
+}
+
 #[tokio::main]
 async fn main() {
     let dir = tempfile_dir();
@@ -47,16 +92,14 @@ async fn main() {
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let config = Config::embedded_default().with_overrides(Some(addr), Some(dir.join("data")));
-    tokio::spawn(async move {
-        if let Err(e) = fencegate::server::serve(config).await {
-            eprintln!("fencegate failed: {e}");
-            std::process::exit(2);
-        }
-    });
+    let addr = format!("127.0.0.1:{port}");
+    let server = start_server(&dir, &addr);
     let base = format!("http://{addr}");
-    wait_ready(&base).await;
+    if !wait_ready(&base).await {
+        eprintln!("fencegate did not start within 30 s");
+        drop(server);
+        std::process::exit(2);
+    }
     let store = dir.join("plain-store");
     std::fs::create_dir_all(&store).unwrap();
     let fg = Client::new(&base);
@@ -130,10 +173,16 @@ async fn main() {
     write_direct(&store, "B: complete report");
     t.row("B writes the complete report", "accepted", "written");
 
-    let late = a.put("default", "report.csv", "A: stale report").await;
+    // A checked its lease before the pause and writes straight after it, as a zombie does: the
+    // write goes out with the raw token (`Lease::put` would see the loss and not send at all,
+    // but no check can close the gap between checking and sending; the fence does).
+    let late = fg
+        .put("default", "report.csv", a.token(), "A: stale report")
+        .await
+        .map(|_| ());
     write_direct(&store, "A: stale report");
     let fenced_outcome = match &late {
-        Err(ClientError::Stale { token, highest }) => {
+        Err(Error::Stale { token, highest }) => {
             format!("REFUSED: 409 token {token} < {highest}")
         }
         Ok(()) => "accepted (!)".to_string(),
@@ -173,19 +222,24 @@ async fn main() {
     );
     let _ = b.release().await;
     let _ = b_direct.release().await;
+    drop(server);
     std::fs::remove_dir_all(&dir).ok();
-    if !(intact && corrupted && matches!(late, Err(ClientError::Stale { .. }))) {
+    if !(intact && corrupted && matches!(late, Err(Error::Stale { .. }))) {
         std::process::exit(1);
     }
 }
 
 fn tempfile_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("fencegate-zombie-{:016x}", rand::random::<u64>()));
+    let unique = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let dir =
+        std::env::temp_dir().join(format!("fencegate-zombie-{}-{unique}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     dir
 }
 
-async fn wait_ready(base: &str) {
+async fn wait_ready(base: &str) -> bool {
     let http = reqwest::Client::new();
     for _ in 0..300 {
         if http
@@ -194,10 +248,9 @@ async fn wait_ready(base: &str) {
             .await
             .is_ok_and(|r| r.status().is_success())
         {
-            return;
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    eprintln!("fencegate did not start within 30 s");
-    std::process::exit(2);
+    false
 }

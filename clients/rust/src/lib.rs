@@ -1,0 +1,300 @@
+//! A light client for fencegate: take a lease, keep it alive in the background, and write with
+//! its token attached. It needs only an HTTP client and the AWS signer, none of the server.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), fencegate_client::Error> {
+//! use fencegate_client::{AcquireOptions, Client};
+//! use std::time::Duration;
+//!
+//! let fg = Client::new("http://127.0.0.1:8080");
+//! // Bound to the object it guards: the grant fences out the previous holder at once.
+//! let lease = fg
+//!     .acquire(
+//!         "nightly-report",
+//!         "worker-7",
+//!         Duration::from_secs(10),
+//!         AcquireOptions::default().bind("default", "report.csv"),
+//!     )
+//!     .await?;
+//! // Renewed every third of the TTL until released or dropped.
+//! lease.put("default", "report.csv", "rows...").await?;
+//! lease.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The client never decides safety by the clock: [`Lease::is_lost`] is advice for liveness,
+//! and a write through a lost lease fails without sending. But a holder can pause between that
+//! check and the write; then the fence refuses the superseded token with [`Error::Stale`],
+//! whatever the clock says.
+//!
+//! Against a fencegate with keys, give the client one ([`Client::with_key`]): every request is
+//! then signed with SigV4, the `Fencing-Token` included. For an `https://` endpoint, turn on
+//! the `tls` feature.
+
+mod error;
+mod lease;
+pub mod signing;
+
+pub use error::Error;
+pub use lease::{Lease, LeaseHealth, S3Credentials};
+use serde_json::json;
+use signing::{urlencode, urlencode_key, SigningKey};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Options of [`Client::acquire`].
+#[derive(Debug, Clone, Default)]
+pub struct AcquireOptions {
+    wait: Duration,
+    bind: Option<(String, String)>,
+    s3_credentials: bool,
+}
+
+impl AcquireOptions {
+    /// Wait up to `wait` (at most 60 s) for a held lease to free up.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Fence `bucket`/`key`'s scope with every grant.
+    pub fn bind(mut self, bucket: &str, key: &str) -> Self {
+        self.bind = Some((bucket.to_string(), key.to_string()));
+        self
+    }
+
+    /// Also get S3 credentials that carry the token implicitly.
+    pub fn s3_credentials(mut self) -> Self {
+        self.s3_credentials = true;
+        self
+    }
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+pub(crate) struct Grant {
+    token: u64,
+    ttl_ms: u64,
+    scope: Option<String>,
+    s3_credentials: Option<S3Credentials>,
+    lease_secret: String,
+}
+
+/// What a fenced write recorded.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[non_exhaustive]
+pub struct Written {
+    /// The fence scope the key maps to.
+    pub scope: Option<String>,
+    pub token: Option<u64>,
+    pub etag: Option<String>,
+}
+
+/// What a fenced delete recorded.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[non_exhaustive]
+pub struct Deleted {
+    /// Whether there was an object to delete (a delete of an absent key still records its
+    /// token, so a slow zombie cannot create the key afterwards).
+    #[serde(default)]
+    pub existed: bool,
+    pub token: Option<u64>,
+}
+
+/// An object's description, from HEAD.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ObjectHead {
+    pub etag: Option<String>,
+    pub size: Option<u64>,
+    /// The token that wrote it.
+    pub token: Option<u64>,
+}
+
+/// A fencegate endpoint.
+#[derive(Clone, Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: Option<Arc<SigningKey>>,
+}
+
+impl Client {
+    /// `base` is like `http://127.0.0.1:8080`.
+    pub fn new(base: &str) -> Client {
+        Client {
+            http: reqwest::Client::new(),
+            base: base.trim_end_matches('/').to_string(),
+            key: None,
+        }
+    }
+
+    /// Signs every request with this key (SigV4, region `us-east-1` unless
+    /// [`Client::with_region`] says otherwise). Without it, requests are anonymous, which only
+    /// a fencegate in development mode accepts.
+    pub fn with_key(mut self, access_key_id: &str, secret_access_key: &str) -> Client {
+        self.key = Some(Arc::new(SigningKey {
+            access_key_id: access_key_id.to_string(),
+            secret: secret_access_key.to_string(),
+            region: "us-east-1".into(),
+        }));
+        self
+    }
+
+    /// The region signatures name (`[s3] region` on the server).
+    pub fn with_region(mut self, region: &str) -> Client {
+        if let Some(k) = &self.key {
+            self.key = Some(Arc::new(SigningKey {
+                region: region.to_string(),
+                ..SigningKey::clone(k)
+            }));
+        }
+        self
+    }
+
+    /// Builds, signs (with a key) and sends a request.
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, Error> {
+        let mut req = req.build()?;
+        if let Some(key) = &self.key {
+            signing::sign(&mut req, key)?;
+        }
+        Ok(self.http.execute(req).await?)
+    }
+
+    fn lease_url(&self, name: &str) -> String {
+        format!("{}/v1/leases/{}", self.base, urlencode(name))
+    }
+
+    fn object_url(&self, bucket: &str, key: &str) -> String {
+        format!(
+            "{}/v1/objects/{}/{}",
+            self.base,
+            urlencode(bucket),
+            urlencode_key(key)
+        )
+    }
+
+    /// Acquires `name` for `holder`, and renews it in the background every third of `ttl`.
+    pub async fn acquire(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        options: AcquireOptions,
+    ) -> Result<Lease, Error> {
+        let mut body = json!({
+            "holder": holder,
+            "ttl_ms": ttl.as_millis() as u64,
+            "wait_ms": options.wait.as_millis() as u64,
+            "s3_credentials": options.s3_credentials,
+        });
+        if let Some((bucket, key)) = &options.bind {
+            body["bucket"] = bucket.clone().into();
+            body["key"] = key.clone().into();
+        }
+        let sent = tokio::time::Instant::now();
+        let resp = self
+            .send(self.http.post(self.lease_url(name)).json(&body))
+            .await?;
+        if !resp.status().is_success() {
+            return Err(error::refusal(resp, None).await);
+        }
+        let grant: Grant = resp.json().await?;
+        // The TTL runs from the grant. Without a wait that is after the send, so counting from
+        // the send errs early; after a wait the grant came just before its answer.
+        let granted = if options.wait.is_zero() {
+            sent
+        } else {
+            tokio::time::Instant::now()
+        };
+        Ok(Lease::start(self.clone(), name, holder, grant, granted))
+    }
+
+    /// Writes `body` to `bucket`/`key` with `token` (the native API's fenced PUT).
+    pub async fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        token: u64,
+        body: impl Into<reqwest::Body>,
+    ) -> Result<Written, Error> {
+        let req = self
+            .http
+            .put(self.object_url(bucket, key))
+            .header("Fencing-Token", token.to_string())
+            .body(body);
+        let resp = self.send(req).await?;
+        if resp.status().is_success() {
+            Ok(resp.json().await?)
+        } else {
+            Err(error::refusal(resp, Some(token)).await)
+        }
+    }
+
+    /// Deletes `bucket`/`key` with `token`; the fence keeps the token in a tombstone.
+    pub async fn delete(&self, bucket: &str, key: &str, token: u64) -> Result<Deleted, Error> {
+        let req = self
+            .http
+            .delete(self.object_url(bucket, key))
+            .header("Fencing-Token", token.to_string());
+        let resp = self.send(req).await?;
+        if resp.status().is_success() {
+            Ok(resp.json().await?)
+        } else {
+            Err(error::refusal(resp, Some(token)).await)
+        }
+    }
+
+    /// Raises the scope's highest token to `token` without writing: a new holder fences out
+    /// the old one before its first write.
+    pub async fn advance(&self, bucket: &str, key: &str, token: u64) -> Result<(), Error> {
+        let url = format!(
+            "{}/v1/fences/{}/{}",
+            self.base,
+            urlencode(bucket),
+            urlencode_key(key)
+        );
+        let req = self
+            .http
+            .post(url)
+            .header("Fencing-Token", token.to_string());
+        let resp = self.send(req).await?;
+        if resp.status().is_success() {
+            Ok(())
+        } else {
+            Err(error::refusal(resp, Some(token)).await)
+        }
+    }
+
+    /// Reads an object's bytes.
+    pub async fn get(&self, bucket: &str, key: &str) -> Result<bytes::Bytes, Error> {
+        let resp = self
+            .send(self.http.get(self.object_url(bucket, key)))
+            .await?;
+        if resp.status().is_success() {
+            Ok(resp.bytes().await?)
+        } else {
+            Err(error::refusal(resp, None).await)
+        }
+    }
+
+    /// An object's ETag, size and the token that wrote it.
+    pub async fn head(&self, bucket: &str, key: &str) -> Result<ObjectHead, Error> {
+        let resp = self
+            .send(self.http.head(self.object_url(bucket, key)))
+            .await?;
+        if !resp.status().is_success() {
+            return Err(error::refusal(resp, None).await);
+        }
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        Ok(ObjectHead {
+            etag: header("etag"),
+            size: header("content-length").and_then(|v| v.parse().ok()),
+            token: header("fencing-token").and_then(|v| v.parse().ok()),
+        })
+    }
+}

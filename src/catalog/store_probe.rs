@@ -1,0 +1,300 @@
+//! A store's probe as fencegate acts on it, one row per capability: `serve` starts or refuses
+//! by these rows, and `fencegate probe-store` prints them before any data goes through the
+//! store.
+
+use crate::backend::s3::probe::ProbeReport;
+use crate::backend::s3::{self, S3Backend};
+use crate::config::{Config, S3BackendConfig};
+
+/// Concurrent writers in each race, at start-up and by default in `probe-store`.
+pub const RACE_WRITERS: usize = 16;
+
+/// One capability, what the probe found, and what fencegate does about it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    pub capability: String,
+    pub result: String,
+    /// Honoured, or not needed for safety.
+    pub ok: bool,
+    pub action: String,
+}
+
+/// Everything the probe found, as rows, and what stops `serve` with this configuration.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Verdict {
+    pub backend: String,
+    pub store_bucket: String,
+    pub prefix: String,
+    /// Every condition fencegate relies on is honoured, alone and under concurrency.
+    pub safe: bool,
+    /// `serve` starts on this store with the backend's settings (an `unsafe_*` opt-in can
+    /// start it on an unsafe store, loudly).
+    pub starts: bool,
+    /// The store's ETags are MD5s of the bytes it kept, so each answer is checked.
+    pub etags_are_md5: bool,
+    pub capabilities: Vec<Row>,
+    pub races: Vec<s3::Race>,
+    /// Why `serve` refuses to start, each with its fix.
+    pub refusals: Vec<String>,
+    /// Unsafe conditions an opt-in accepts: `serve` logs each at ERROR.
+    pub accepted: Vec<String>,
+}
+
+fn honoured(ok: bool) -> String {
+    if ok { "honoured" } else { "ignored" }.to_string()
+}
+
+/// The rows of `report` for backend `name` configured as `cfg`.
+pub fn verdict(
+    report: &ProbeReport,
+    cfg: &S3BackendConfig,
+    name: &str,
+    backend: &S3Backend,
+) -> Verdict {
+    let mut rows = Vec::new();
+    let mut refusals = Vec::new();
+    let mut accepted = Vec::new();
+    let writes_opt_in = cfg.unsafe_no_conditional_writes;
+    for condition in [
+        "If-None-Match: * on PutObject",
+        "If-Match on PutObject",
+        "If-None-Match: * on CompleteMultipartUpload",
+        "If-Match on CompleteMultipartUpload",
+    ] {
+        let ok = !report.ignored.contains(&condition);
+        // Honoured one request at a time, but not by writers racing (the race rows below).
+        let raced = condition.ends_with("on PutObject")
+            && report
+                .races
+                .iter()
+                .any(|r| !r.held() && condition.starts_with(r.condition));
+        let action = if ok {
+            "commits conditionally: a write made around fencegate is never overwritten".to_string()
+        } else if writes_opt_in {
+            "reads the version first, then commits (unsafe_no_conditional_writes = true): a write made around fencegate in between can be overwritten".to_string()
+        } else {
+            "refuses to start (unsafe_no_conditional_writes = true would start it, unsafely)"
+                .to_string()
+        };
+        rows.push(Row {
+            capability: condition.to_string(),
+            result: if raced && !ok {
+                "ignored by racing writers".into()
+            } else {
+                honoured(ok)
+            },
+            ok,
+            action,
+        });
+    }
+    if !report.safe() {
+        let ignored = report.ignored.join(", ");
+        if writes_opt_in {
+            accepted.push(format!("UNSAFE: the store ignores {ignored} and unsafe_no_conditional_writes = true; a write made around fencegate while fencegate commits can be silently overwritten"));
+        } else {
+            refusals.push(format!(
+                "the store ignores {ignored}, so fencegate cannot guarantee that writes around it are never overwritten; use a store that honours conditional writes (AWS S3, MinIO, Ceph RGW), or set unsafe_no_conditional_writes = true on backend {name} to start anyway"
+            ));
+        }
+    }
+    let deletes = report.conditional_delete;
+    rows.push(Row {
+        capability: "If-Match on DeleteObject".into(),
+        result: honoured(deletes),
+        ok: deletes,
+        action: if deletes {
+            "deletes conditionally".into()
+        } else if cfg.unsafe_unconditional_deletes {
+            "checks the ETag, then deletes unconditionally (unsafe_unconditional_deletes = true): a late DELETE can remove a newer write".into()
+        } else {
+            "refuses to start (unsafe_unconditional_deletes = true would start it, unsafely)".into()
+        },
+    });
+    if !deletes {
+        if cfg.unsafe_unconditional_deletes {
+            accepted.push("UNSAFE: the store ignores If-Match on DeleteObject and unsafe_unconditional_deletes = true; deletes check the ETag and then delete unconditionally, so a delete that times out and lands late can remove an object a newer token wrote".into());
+        } else {
+            refusals.push(format!(
+                "the store ignores If-Match on DeleteObject, so a delete is a check followed by an unconditional DELETE, and a DELETE that times out and lands late can remove an object a newer token wrote in between; use a store that honours If-Match on DeleteObject, or set unsafe_unconditional_deletes = true on backend {name} to start anyway"
+            ));
+        }
+    }
+    rows.push(Row {
+        capability: "ETags are MD5s of the bytes".into(),
+        result: if report.etags_are_md5 { "yes" } else { "no" }.into(),
+        // Integrity, not fencing: the store's own Content-MD5 check still applies.
+        ok: true,
+        action: if report.etags_are_md5 {
+            "compares each ETag the store answers with the MD5 of the bytes sent".into()
+        } else {
+            "cannot compare ETags with the bytes sent (SSE-KMS?); relies on the store's Content-MD5 check, and warns".into()
+        },
+    });
+    for race in &report.races {
+        let result = match race.kept_winner {
+            Some(false) => format!(
+                "{} of {} won, but another writer's bytes were kept",
+                race.won, race.writers
+            ),
+            _ => format!("{} of {} won", race.won, race.writers),
+        };
+        rows.push(Row {
+            capability: format!(
+                "{} writers race with {} on PutObject",
+                race.writers, race.condition
+            ),
+            result,
+            ok: race.held(),
+            action: if race.held() {
+                "nothing more: the condition holds under concurrency".into()
+            } else {
+                format!("treats {} on PutObject as ignored (above)", race.condition)
+            },
+        });
+    }
+    Verdict {
+        backend: name.to_string(),
+        store_bucket: backend.store_bucket().to_string(),
+        prefix: backend.store_prefix().to_string(),
+        safe: rows.iter().all(|r| r.ok),
+        starts: refusals.is_empty(),
+        etags_are_md5: report.etags_are_md5,
+        capabilities: rows,
+        races: report.races.clone(),
+        refusals,
+        accepted,
+    }
+}
+
+/// Probes `backend` and applies what it proved to the backend's commits; the verdict says
+/// whether it may serve.
+pub async fn probe(
+    backend: &S3Backend,
+    cfg: &S3BackendConfig,
+    name: &str,
+    writers: usize,
+) -> Result<Verdict, String> {
+    let report = backend.probe(writers).await?;
+    backend.set_conditional_delete(report.conditional_delete);
+    backend.set_etags_are_md5(report.etags_are_md5);
+    // Where the store ignores conditions, the version is read before each such commit instead.
+    backend.set_conditional_commits(report.puts_safe(), report.completes_safe());
+    Ok(verdict(&report, cfg, name, backend))
+}
+
+/// `fencegate probe-store BACKEND`: the store buckets the configuration puts on `name` (or
+/// `store_bucket`), each probed on a scratch prefix that is removed afterwards.
+pub async fn probe_store(
+    config: &Config,
+    name: &str,
+    store_bucket: Option<&str>,
+    writers: usize,
+) -> Result<Vec<Verdict>, String> {
+    let cfg = match config.backends.get(name) {
+        Some(crate::config::BackendConfig::S3(cfg)) => cfg,
+        Some(_) => return Err(format!("backend {name} is not an s3 backend: an fs backend is a directory fencegate alone writes, and needs no probe")),
+        None => {
+            let names: Vec<&str> = config.backends.keys().map(String::as_str).collect();
+            return Err(format!("the configuration has no backend {name} (it has: {})", names.join(", ")));
+        }
+    };
+    let mut targets: Vec<(String, String)> = match store_bucket {
+        Some(b) => vec![(b.to_string(), String::new())],
+        None => config
+            .buckets
+            .iter()
+            .filter(|(_, p)| p.backend == name)
+            .map(|(bucket, p)| {
+                (
+                    p.backend_bucket.clone().unwrap_or_else(|| bucket.clone()),
+                    p.backend_prefix.clone(),
+                )
+            })
+            .collect(),
+    };
+    targets.sort();
+    targets.dedup();
+    if targets.is_empty() {
+        return Err(format!("no bucket in the configuration is on backend {name}: name the store's bucket with --bucket"));
+    }
+    let clients = s3::build_clients(cfg)
+        .await
+        .map_err(|e| format!("backend {name}: {e}"))?;
+    let mut verdicts = Vec::new();
+    for (bucket, prefix) in targets {
+        let backend = S3Backend::new(
+            clients.clone(),
+            &bucket,
+            &prefix,
+            cfg.multipart_threshold_bytes,
+        );
+        backend
+            .check_bucket()
+            .await
+            .map_err(|e| format!("store bucket {bucket}: {e}"))?;
+        let verdict = probe(&backend, cfg, name, writers)
+            .await
+            .map_err(|e| format!("store bucket {bucket}: the probe failed: {e}"))?;
+        verdicts.push(verdict);
+    }
+    Ok(verdicts)
+}
+
+/// The verdicts as `probe-store` prints them: per store bucket, a table of capability, result
+/// and what fencegate will do, then whether `serve` starts.
+pub fn table(verdicts: &[Verdict]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    for v in verdicts {
+        let _ = writeln!(
+            out,
+            "backend {}, store bucket {}{}:",
+            v.backend,
+            v.store_bucket,
+            if v.prefix.is_empty() {
+                String::new()
+            } else {
+                format!(", prefix {}", v.prefix)
+            }
+        );
+        // A capability that is not honoured is marked with `!`.
+        let result = |r: &Row| {
+            if r.ok {
+                r.result.clone()
+            } else {
+                format!("{} !", r.result)
+            }
+        };
+        let width = v.capabilities.iter().map(|r| r.capability.len()).max();
+        let width = width.unwrap_or(0);
+        let rw = v.capabilities.iter().map(|r| result(r).len()).max();
+        let rw = rw.unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "  {:width$}  {:rw$}  WHAT FENCEGATE WILL DO",
+            "CAPABILITY", "RESULT"
+        );
+        for r in &v.capabilities {
+            let _ = writeln!(
+                out,
+                "  {:width$}  {:rw$}  {}",
+                r.capability,
+                result(r),
+                r.action
+            );
+        }
+        let summary = match (v.safe, v.starts) {
+            (true, _) => "SAFE: fencegate serves this store in safe mode".to_string(),
+            (false, true) => format!(
+                "NOT SAFE: serve starts only because of the backend's unsafe_* settings:\n    {}",
+                v.accepted.join("\n    ")
+            ),
+            (false, false) => format!(
+                "NOT SAFE: serve refuses to start on it:\n    {}",
+                v.refusals.join("\n    ")
+            ),
+        };
+        let _ = writeln!(out, "  {summary}\n");
+    }
+    out
+}

@@ -1,0 +1,5 @@
+//! The clients a worker's author starts from, against the real binary: the Rust client crate
+//! (clients/rust), the Python package (clients/python) and the lock-service recipes
+//! (examples/recipes).
+
+mod rust;
