@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The lock-service recipes against real services: starts its own redis-server, PostgreSQL and
+# etcd on free loopback ports in a temporary directory, runs examples/recipes/redis.sh,
+# examples/recipes/postgres.sh, examples/etcd/zombie.sh and examples/recipes/fencegate-lease.sh
+# against the fencegate at FENCEGATE, and stops the services on exit. Each recipe must show its
+# zombie refused (409 StaleFencingToken, the object keeping B's data).
+#
+#   FENCEGATE=127.0.0.1:8080 tests/e2e/recipes.sh [redis|postgres|etcd|lease ...]
+#
+# fencegate must be running in development mode (no keys) with a bucket `default` of object
+# scope: `fencegate serve` on its embedded default is enough. The services' own Debian units
+# are not used (nor need to run): scripts/test installs the packages. PostgreSQL refuses to run
+# as root, so as root its instance runs as the user postgres (or nobody).
+#
+# Environment: FENCEGATE (host:port, required), BUCKET [default]. Prints each recipe's output,
+# then "N passed, M failed"; exits 0 only if every recipe passed.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+: "${FENCEGATE:?set FENCEGATE=host:port of a running fencegate}"
+export FENCEGATE="${FENCEGATE#http://}" BUCKET="${BUCKET:-default}"
+[[ $# -gt 0 ]] || set -- redis postgres etcd lease
+
+T="$(mktemp -d)"
+PIDS=()
+cleanup() {
+    [[ -n "${PGBIN:-}" && -e "$T/pg/data/postmaster.pid" ]] &&
+        as_pg "$PGBIN/pg_ctl" -D "$T/pg/data" -m immediate stop >/dev/null 2>&1
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$T"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# until SECONDS CMD...: retry CMD until it succeeds, at most SECONDS.
+until_ok() {
+    local limit=$(($1 * 10)); shift
+    for ((i = 0; i < limit; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+    return 1
+}
+need() { command -v "$1" >/dev/null || { echo "recipes: $1 not found: scripts/test installs it ($2)" >&2; exit 2; }; }
+curl -fsS -o /dev/null "http://$FENCEGATE/healthz" || { echo "recipes: no fencegate at $FENCEGATE" >&2; exit 2; }
+# Keys of their own, so that a second run against the same fencegate starts on fresh scopes
+# (the services below restart their counters at 1).
+RUN="recipes-$(date +%s)-$$"
+
+start_redis() {
+    need redis-server redis-server
+    local port; port="$(free_port)"
+    redis-server --bind 127.0.0.1 --port "$port" --dir "$T" --save '' --appendonly no \
+        >"$T/redis.log" 2>&1 &
+    PIDS+=($!)
+    export REDIS_URL="redis://127.0.0.1:$port"
+    until_ok 30 redis-cli -u "$REDIS_URL" PING || { cat "$T/redis.log" >&2; echo "recipes: redis-server did not start" >&2; exit 2; }
+}
+
+# PostgreSQL's server refuses root: as root, its files and process belong to another user.
+as_pg() { if [[ -n "${PGUSER_OS:-}" ]]; then (cd "$T/pg" && runuser -u "$PGUSER_OS" -- "$@"); else "$@"; fi; }
+start_postgres() {
+    need psql postgresql
+    PGBIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)"
+    [[ -x "$PGBIN/initdb" ]] || { echo "recipes: no PostgreSQL server in /usr/lib/postgresql: scripts/test installs it (postgresql)" >&2; exit 2; }
+    mkdir -p "$T/pg"
+    if [[ "$(id -u)" == 0 ]]; then
+        PGUSER_OS=postgres; id postgres >/dev/null 2>&1 || PGUSER_OS=nobody
+        chmod 711 "$T"; chown "$PGUSER_OS" "$T/pg"
+    fi
+    local port; port="$(free_port)"
+    as_pg "$PGBIN/initdb" -D "$T/pg/data" -U postgres -A trust --no-sync >"$T/initdb.log" 2>&1 ||
+        { cat "$T/initdb.log" >&2; exit 2; }
+    as_pg "$PGBIN/pg_ctl" -D "$T/pg/data" -l "$T/pg/log" -w -t 60 \
+        -o "-h 127.0.0.1 -p $port -k $T/pg -c fsync=off" start >/dev/null ||
+        { cat "$T/pg/log" >&2; echo "recipes: PostgreSQL did not start" >&2; exit 2; }
+    export PGURL="postgresql://postgres@127.0.0.1:$port/postgres"
+}
+
+start_etcd() {
+    need etcd etcd-server; need etcdctl etcd-client
+    local client peer; client="$(free_port)"; peer="$(free_port)"
+    etcd --data-dir "$T/etcd" --listen-client-urls "http://127.0.0.1:$client" \
+        --advertise-client-urls "http://127.0.0.1:$client" \
+        --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+        --initial-cluster "default=http://127.0.0.1:$peer" >"$T/etcd.log" 2>&1 &
+    PIDS+=($!)
+    export ETCDCTL_API=3 ETCDCTL_ENDPOINTS="http://127.0.0.1:$client"
+    until_ok 30 etcdctl endpoint health || { tail -20 "$T/etcd.log" >&2; echo "recipes: etcd did not start" >&2; exit 2; }
+}
+
+passed=0 failed=0
+for recipe in "$@"; do
+    case "$recipe" in
+        redis) start_redis; cmd=("$ROOT/examples/recipes/redis.sh") ;;
+        postgres) start_postgres; cmd=("$ROOT/examples/recipes/postgres.sh") ;;
+        etcd) start_etcd; cmd=("$ROOT/examples/etcd/zombie.sh") ;;
+        lease) cmd=("$ROOT/examples/recipes/fencegate-lease.sh") ;;
+        *) echo "recipes: no recipe $recipe (redis, postgres, etcd, lease)" >&2; exit 2 ;;
+    esac
+    echo "== $recipe: ${cmd[*]#"$ROOT/"}"
+    if KEY="$RUN/$recipe.txt" bash "${cmd[@]}" 2>&1 | sed "s/^/[$recipe] /"; [[ "${PIPESTATUS[0]}" == 0 ]]; then
+        echo "== $recipe: passed"; passed=$((passed + 1))
+    else
+        echo "== $recipe: FAILED"; failed=$((failed + 1))
+    fi
+done
+echo "$passed passed, $failed failed"
+[[ "$failed" == 0 ]]
