@@ -5,7 +5,11 @@
 # against the fencegate at FENCEGATE, and stops the services on exit. Each recipe must show its
 # zombie refused (409 StaleFencingToken, the object keeping B's data).
 #
-#   FENCEGATE=127.0.0.1:8080 tests/e2e/recipes.sh [redis|postgres|etcd|lease ...]
+#   FENCEGATE=127.0.0.1:8080 tests/e2e/recipes.sh [redis|postgres|etcd|lease|zookeeper ...]
+#
+# Without arguments it runs redis, postgres, etcd and lease. `zookeeper` (not run by default:
+# scripts/test does not install it) also starts a ZooKeeper from Debian's zookeeper package and
+# runs examples/recipes/zookeeper.py with a python3 that has kazoo (Debian's python3-kazoo).
 #
 # fencegate must be running in development mode (no keys) with a bucket `default` of object
 # scope: `fencegate serve` on its embedded default is enough. The services' own Debian units
@@ -85,17 +89,37 @@ start_etcd() {
     until_ok 30 etcdctl endpoint health || { tail -20 "$T/etcd.log" >&2; echo "recipes: etcd did not start" >&2; exit 2; }
 }
 
+start_zookeeper() {
+    need java zookeeper
+    [[ -r /usr/share/java/zookeeper.jar ]] || { echo "recipes: no /usr/share/java/zookeeper.jar: apt-get install zookeeper" >&2; exit 2; }
+    KAZOO_PY=""
+    for py in python3 /usr/bin/python3 "$ROOT/.venv/bin/python3"; do
+        "$py" -c 'import kazoo' 2>/dev/null && { KAZOO_PY="$py"; break; }
+    done
+    [[ -n "$KAZOO_PY" ]] || { echo "recipes: no python3 with kazoo: apt-get install python3-kazoo" >&2; exit 2; }
+    local port; port="$(free_port)"
+    printf 'tickTime=500\ndataDir=%s\nclientPort=%s\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n' \
+        "$T/zk" "$port" >"$T/zoo.cfg"
+    java -cp /etc/zookeeper/conf:/usr/share/java/zookeeper.jar org.apache.zookeeper.server.ZooKeeperServerMain \
+        "$T/zoo.cfg" >"$T/zk.log" 2>&1 &
+    PIDS+=($!)
+    export ZK_HOSTS="127.0.0.1:$port"
+    until_ok 60 "$KAZOO_PY" -c "from kazoo.client import KazooClient; z = KazooClient('$ZK_HOSTS'); z.start(timeout=2); z.stop()" ||
+        { tail -20 "$T/zk.log" >&2; echo "recipes: ZooKeeper did not start" >&2; exit 2; }
+}
+
 passed=0 failed=0
 for recipe in "$@"; do
     case "$recipe" in
-        redis) start_redis; cmd=("$ROOT/examples/recipes/redis.sh") ;;
-        postgres) start_postgres; cmd=("$ROOT/examples/recipes/postgres.sh") ;;
-        etcd) start_etcd; cmd=("$ROOT/examples/etcd/zombie.sh") ;;
-        lease) cmd=("$ROOT/examples/recipes/fencegate-lease.sh") ;;
-        *) echo "recipes: no recipe $recipe (redis, postgres, etcd, lease)" >&2; exit 2 ;;
+        redis) start_redis; cmd=(bash "$ROOT/examples/recipes/redis.sh") ;;
+        postgres) start_postgres; cmd=(bash "$ROOT/examples/recipes/postgres.sh") ;;
+        etcd) start_etcd; cmd=(bash "$ROOT/examples/etcd/zombie.sh") ;;
+        lease) cmd=(bash "$ROOT/examples/recipes/fencegate-lease.sh") ;;
+        zookeeper) start_zookeeper; cmd=("$KAZOO_PY" "$ROOT/examples/recipes/zookeeper.py") ;;
+        *) echo "recipes: no recipe $recipe (redis, postgres, etcd, lease, zookeeper)" >&2; exit 2 ;;
     esac
     echo "== $recipe: ${cmd[*]#"$ROOT/"}"
-    if KEY="$RUN/$recipe.txt" bash "${cmd[@]}" 2>&1 | sed "s/^/[$recipe] /"; [[ "${PIPESTATUS[0]}" == 0 ]]; then
+    if KEY="$RUN/$recipe.txt" "${cmd[@]}" 2>&1 | sed "s/^/[$recipe] /"; [[ "${PIPESTATUS[0]}" == 0 ]]; then
         echo "== $recipe: passed"; passed=$((passed + 1))
     else
         echo "== $recipe: FAILED"; failed=$((failed + 1))
