@@ -27,13 +27,14 @@ export FENCEGATE="${FENCEGATE#http://}" BUCKET="${BUCKET:-default}"
 T="$(mktemp -d)"
 PIDS=()
 cleanup() {
-    [[ -n "${PGBIN:-}" && -e "$T/pg/data/postmaster.pid" ]] &&
-        as_pg "$PGBIN/pg_ctl" -D "$T/pg/data" -m immediate stop >/dev/null 2>&1
+    [[ -n "${PGBIN:-}" && -e "$PGT/data/postmaster.pid" ]] &&
+        as_pg "$PGBIN/pg_ctl" -D "$PGT/data" -m immediate stop >/dev/null 2>&1
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
     for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$T"
+    rm -rf "$T" ${PGT:+"$PGT"}
 }
 trap cleanup EXIT
+trap 'exit 143' INT TERM HUP    # a signal still stops the services (through the EXIT trap)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # until SECONDS CMD...: retry CMD until it succeeds, at most SECONDS.
 until_ok() {
@@ -57,23 +58,25 @@ start_redis() {
     until_ok 30 redis-cli -u "$REDIS_URL" PING || { cat "$T/redis.log" >&2; echo "recipes: redis-server did not start" >&2; exit 2; }
 }
 
-# PostgreSQL's server refuses root: as root, its files and process belong to another user.
-as_pg() { if [[ -n "${PGUSER_OS:-}" ]]; then (cd "$T/pg" && runuser -u "$PGUSER_OS" -- "$@"); else "$@"; fi; }
+# PostgreSQL's server refuses root: as root, its files and process belong to another user. Its
+# directory is in /tmp, which that user can reach (TMPDIR's parents may be private to root) and
+# where the socket's path stays under the 107 bytes a Unix socket allows.
+as_pg() { if [[ -n "${PGUSER_OS:-}" ]]; then (cd "$PGT" && runuser -u "$PGUSER_OS" -- "$@"); else "$@"; fi; }
 start_postgres() {
     need psql postgresql
     PGBIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)"
     [[ -x "$PGBIN/initdb" ]] || { echo "recipes: no PostgreSQL server in /usr/lib/postgresql: scripts/test installs it (postgresql)" >&2; exit 2; }
-    mkdir -p "$T/pg"
+    PGT="$(mktemp -d /tmp/fencegate-pg.XXXXXX)"
     if [[ "$(id -u)" == 0 ]]; then
         PGUSER_OS=postgres; id postgres >/dev/null 2>&1 || PGUSER_OS=nobody
-        chmod 711 "$T"; chown "$PGUSER_OS" "$T/pg"
+        chown "$PGUSER_OS" "$PGT"
     fi
     local port; port="$(free_port)"
-    as_pg "$PGBIN/initdb" -D "$T/pg/data" -U postgres -A trust --no-sync >"$T/initdb.log" 2>&1 ||
+    as_pg "$PGBIN/initdb" -D "$PGT/data" -U postgres -A trust --no-sync >"$T/initdb.log" 2>&1 ||
         { cat "$T/initdb.log" >&2; exit 2; }
-    as_pg "$PGBIN/pg_ctl" -D "$T/pg/data" -l "$T/pg/log" -w -t 60 \
-        -o "-h 127.0.0.1 -p $port -k $T/pg -c fsync=off" start >/dev/null ||
-        { cat "$T/pg/log" >&2; echo "recipes: PostgreSQL did not start" >&2; exit 2; }
+    as_pg "$PGBIN/pg_ctl" -D "$PGT/data" -l "$PGT/log" -w -t 60 \
+        -o "-h 127.0.0.1 -p $port -k $PGT -c fsync=off" start >/dev/null ||
+        { cat "$PGT/log" >&2; echo "recipes: PostgreSQL did not start" >&2; exit 2; }
     export PGURL="postgresql://postgres@127.0.0.1:$port/postgres"
 }
 
