@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The fencegate side of the recipes' zombie timeline, sourced by each recipe (bash):
 #   write WHO TOKEN       PUT "written by WHO" with Fencing-Token TOKEN; prints the HTTP status
 #                         and fencegate's answer on one line ("200 {...}", "409 {...}")
@@ -30,7 +31,7 @@ expect_written() {
 expect_zombie_refused() {
     local line="$1" token_b="$2" got
     [[ "$line" == 409\ *'"StaleFencingToken"'* ]] || fail "A's late write was not refused with 409 StaleFencingToken: $line"
-    [[ "$line" == *"\"highest\":$token_b"[,}]* ]] || fail "the refusal does not name B's token $token_b: $line"
+    [[ "$line" == *"\"highest\":$token_b"[,\}]* ]] || fail "the refusal does not name B's token $token_b: $line"
     got="$(curl -sS "$URL")"
     [[ "$got" == "written by B" ]] || fail "$BUCKET/$KEY holds \"$got\", not B's data"
     echo "GET $BUCKET/$KEY -> $got"
