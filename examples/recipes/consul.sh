@@ -6,8 +6,8 @@
 #   or health check fails), which releases the lock; B takes the lock, gets a larger token,
 #   writes; A wakes up and writes with its old token: fencegate answers 409 StaleFencingToken,
 #   and the object keeps B's data.
-# Uses Consul's HTTP API (/v1/session, /v1/kv) with curl; Debian does not package Consul, so
-# the test suite does not run this script. Starts neither Consul nor fencegate. Exit 0 only if
+# Uses Consul's HTTP API (/v1/session, /v1/kv) with curl. Not yet run against a real Consul
+# (Debian does not package one, so the test suite cannot start it): try it on yours first. Starts neither Consul nor fencegate. Exit 0 only if
 # the zombie was refused.
 #
 # Environment (defaults in brackets):
