@@ -7,8 +7,8 @@
 #   B takes the expired Lease over, gets a larger token, writes; A wakes up and writes with its
 #   old token: fencegate answers 409 StaleFencingToken, and the object keeps B's data.
 # Needs kubectl configured for a cluster (rights on leases in NAMESPACE). Not yet run against a
-# real API server (none runs in the test suite): try it on yours first. Starts nothing. Exit 0 only if the zombie was
-# refused.
+# real API server (none runs in the test suite): try it on yours first. Starts nothing. Exit 0
+# only if the zombie was refused.
 #
 # Environment (defaults in brackets):
 #   NAMESPACE  the Lease's namespace               [default]
