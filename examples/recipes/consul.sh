@@ -7,8 +7,8 @@
 #   writes; A wakes up and writes with its old token: fencegate answers 409 StaleFencingToken,
 #   and the object keeps B's data.
 # Uses Consul's HTTP API (/v1/session, /v1/kv) with curl. Not yet run against a real Consul
-# (Debian does not package one, so the test suite cannot start it): try it on yours first. Starts neither Consul nor fencegate. Exit 0 only if
-# the zombie was refused.
+# (Debian does not package one, so the test suite cannot start it): try it on yours first.
+# Starts neither Consul nor fencegate. Exit 0 only if the zombie was refused.
 #
 # Environment (defaults in brackets):
 #   CONSUL_HTTP_ADDR  Consul agent address, as for the consul CLI  [127.0.0.1:8500]
