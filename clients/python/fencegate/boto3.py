@@ -24,8 +24,8 @@ Everything here works through botocore's event hooks on the client it is given:
   code keeps working. S3's own codes that fencegate shares no class for (``InvalidPart``,
   ``MalformedXML``, ...) are left to botocore.
 
-boto3 is needed only by `lease_client` (``pip install 'fencegate[boto3]'``); the hooks need
-botocore alone.
+`fencegate.Client.s3_client` and `fencegate.Lease.s3_client` make boto3 clients with these hooks;
+they need boto3 (``pip install 'fencegate[boto3]'``), the hooks botocore alone.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ from botocore.exceptions import ClientError
 from .errors import ERRORS_BY_CODE, FencegateError, StaleFencingToken, _rebuild, make_error
 
 if TYPE_CHECKING:
+    from .client import Client
     from .lease import Lease
 
-__all__ = ["WRITE_OPERATIONS", "with_token", "typed_errors", "translate", "lease_client"]
+__all__ = ["WRITE_OPERATIONS", "with_token", "typed_errors", "translate"]
 
 #: The S3 operations that write, and so carry a token.
 WRITE_OPERATIONS: Tuple[str, ...] = (
@@ -113,6 +114,12 @@ def translate(error: ClientError) -> ClientError:
     return typed
 
 
+def client_for(fg: Client, session: Any = None, **kwargs: Any) -> Any:
+    """`Client.s3_client`: a boto3 S3 client for the same fencegate, signed with the same
+    key (unsigned, as development mode accepts, when the `Client` has none)."""
+    return _s3_client(fg, fg._credentials(), session, kwargs)
+
+
 def lease_client(lease: Lease, session: Any = None, **kwargs: Any) -> Any:
     """`Lease.s3_client`: a boto3 S3 client signed with the lease's S3 credentials."""
     creds = lease.s3_credentials
@@ -121,29 +128,37 @@ def lease_client(lease: Lease, session: Any = None, **kwargs: Any) -> Any:
             f"lease {lease.name!r} has no S3 credentials: acquire it with "
             "s3_credentials=True (and bucket= and key=, the scope they are confined to)"
         )
-    try:
-        import boto3
-        from botocore.config import Config
-    except ImportError as e:
-        raise ImportError(
-            "Lease.s3_client needs boto3: pip install 'fencegate[boto3]'"
-        ) from e
-    config = Config(s3={"addressing_style": "path"})
-    if kwargs.get("config") is not None:
-        config = config.merge(kwargs.pop("config"))
-    kwargs.pop("config", None)
-    kwargs.setdefault("endpoint_url", lease.client.url)
-    kwargs.setdefault("region_name", lease.client.region)
-    maker = session if session is not None else boto3
-    client = maker.client(
-        "s3",
-        aws_access_key_id=creds.access_key_id,
-        aws_secret_access_key=creds.secret_access_key,
-        config=config,
-        **kwargs,
+    client = _s3_client(
+        lease.client, (creds.access_key_id, creds.secret_access_key), session, kwargs
     )
     _bind_lease(client, lease)
-    return typed_errors(client)
+    return client
+
+
+def _s3_client(
+    fg: Client, credentials: Optional[Tuple[str, str]], session: Any, kwargs: Dict[str, Any]
+) -> Any:
+    try:
+        import boto3
+    except ImportError as e:
+        raise ImportError("a boto3 client needs boto3: pip install 'fencegate[boto3]'") from e
+    from botocore import UNSIGNED
+    from botocore.config import Config
+
+    # Path style: fencegate serves bucket.host/key only with [s3] domain set.
+    config = Config(s3={"addressing_style": "path"})
+    if credentials is None:
+        config = config.merge(Config(signature_version=UNSIGNED))
+    user_config = kwargs.pop("config", None)
+    if user_config is not None:
+        config = config.merge(user_config)
+    kwargs.setdefault("endpoint_url", fg.url)
+    kwargs.setdefault("region_name", fg.region)
+    if credentials is not None:
+        kwargs.setdefault("aws_access_key_id", credentials[0])
+        kwargs.setdefault("aws_secret_access_key", credentials[1])
+    maker = session if session is not None else boto3
+    return typed_errors(maker.client("s3", config=config, **kwargs))
 
 
 def _bind_lease(client: Any, lease: Lease) -> None:

@@ -209,11 +209,10 @@ class Client:
         self.region = region
         self.timeout = timeout
         self.session = session if session is not None else requests.Session()
-        self._signer = (
-            Signer(access_key_id, secret_access_key, region)
-            if access_key_id is not None and secret_access_key is not None
-            else None
-        )
+        self._signer: Optional[Signer] = None
+        self._secret_access_key = secret_access_key
+        if access_key_id is not None and secret_access_key is not None:
+            self._signer = Signer(access_key_id, secret_access_key, region)
 
     def __repr__(self) -> str:
         key = self._signer.access_key_id if self._signer else None
@@ -223,6 +222,27 @@ class Client:
     def access_key_id(self) -> Optional[str]:
         """The key requests are signed with, or None for unsigned requests."""
         return self._signer.access_key_id if self._signer else None
+
+    def s3_client(self, session: Any = None, **kwargs: Any) -> Any:
+        """A boto3 S3 client for this fencegate, signed with this client's key (unsigned,
+        as development mode accepts, without one), its fencegate refusals typed
+        (`fencegate.boto3.typed_errors`). Add a token with `fencegate.boto3.with_token`.
+        Needs boto3 (``pip install 'fencegate[boto3]'``).
+
+        Args:
+            session: a `boto3.session.Session` to make the client from (the default session
+                otherwise).
+            **kwargs: passed to ``boto3.client``; a ``config`` is merged over path-style
+                addressing.
+        """
+        from .boto3 import client_for
+
+        return client_for(self, session=session, **kwargs)
+
+    def _credentials(self) -> Optional[Tuple[str, str]]:
+        if self._signer is None or self._secret_access_key is None:
+            return None
+        return (self._signer.access_key_id, self._secret_access_key)
 
     # ---- Objects -----------------------------------------------------------------------------
 

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["Lease"]
 
 log = logging.getLogger("fencegate")
+# A library leaves logging's output to the application (a lost lease is logged as a warning).
+log.addHandler(logging.NullHandler())
 
 
 class Lease:
@@ -32,8 +34,9 @@ class Lease:
 
     The lease is *lost* when a renewal fails, when its TTL passes without a successful
     renewal (a paused process finds this when it wakes), or when a write through it is
-    refused as stale. Then `lost` is set, `on_lost` runs once, and every later write through
-    the lease raises `LeaseLost` without sending anything.
+    refused as stale. Then every later write through the lease raises `LeaseLost` without
+    sending anything, `on_lost` runs once, and `lost` is set (after `on_lost` returns, so that
+    a thread waiting on it finds the callback's work done).
 
     `lost` is advice, for liveness: it tells a worker to stop. Safety does not rest on it: a
     write with a superseded token is refused by the fence (`StaleFencingToken`) whatever this
@@ -50,7 +53,7 @@ class Lease:
         bound: ``(bucket, key)`` for a bound lease.
         s3_credentials: lease-bound S3 credentials, when acquired with ``s3_credentials=True``.
         expires_at_ms: its expiry on the server's clock, as of the last grant or renewal.
-        lost: a `threading.Event`, set once the lease is lost.
+        lost: a `threading.Event`, set once the lease is lost and `on_lost` has run.
     """
 
     def __init__(
@@ -266,7 +269,8 @@ class _Keeper:
         self._token = lease.token
         self._secret = lease.secret
         self._ttl = lease.ttl
-        self._lost = lease.lost
+        self._lost_event = lease.lost
+        self._lost = False
         self._on_lost = on_lost
         self._cond = threading.Condition()
         self._deadline = granted_after + self._ttl
@@ -304,7 +308,7 @@ class _Keeper:
 
     def check(self) -> None:
         with self._cond:
-            if self.stopped and not self._lost.is_set():
+            if self.stopped and not self._lost:
                 raise LeaseLost(
                     f"lease {self._name!r} (token {self._token}) was released, so nothing "
                     "was sent; acquire it again to write"
@@ -312,7 +316,7 @@ class _Keeper:
             expired = time.monotonic() >= self._deadline
         if expired:
             self.lose(self._expired_reason())
-        if self._lost.is_set():
+        if self._lost:
             raise LeaseLost(
                 f"lease {self._name!r} (token {self._token}) is lost ({self.reason}), so "
                 "nothing was sent. Stop this work: another holder may have the lock. Acquire "
@@ -320,20 +324,23 @@ class _Keeper:
             )
 
     def lose(self, reason: str) -> None:
-        """Marks the lease lost (once) and runs `on_lost`."""
+        """Marks the lease lost (once), which stops its writes, runs `on_lost`, then sets the
+        `lost` event."""
         with self._cond:
-            if self._lost.is_set():
+            if self._lost:
                 return
             self.reason = reason
-            self._lost.set()
+            self._lost = True
             self._cond.notify_all()
         log.warning("lease %s (token %s) is lost: %s", self._name, self._token, reason)
         lease = self._lease()
-        if self._on_lost is not None and lease is not None:
-            try:
+        try:
+            if self._on_lost is not None and lease is not None:
                 self._on_lost(lease)
-            except Exception:
-                log.exception("the on_lost callback of lease %s raised", self._name)
+        except Exception:
+            log.exception("the on_lost callback of lease %s raised", self._name)
+        finally:
+            self._lost_event.set()
 
     def _expired_reason(self) -> str:
         return f"its TTL of {self._ttl:g} s passed without a successful renewal"
@@ -342,7 +349,7 @@ class _Keeper:
         while True:
             with self._cond:
                 while True:
-                    if self.stopped or self._lost.is_set():
+                    if self.stopped or self._lost:
                         return
                     now = time.monotonic()
                     if now >= self._deadline:
@@ -374,7 +381,7 @@ class _Keeper:
                 self.lose(f"a renewal failed: {e}")
             return False
         with self._cond:
-            if self._lost.is_set():
+            if self._lost:
                 return False
             self._deadline = sent + self._ttl
             self._next_renewal = sent + self._ttl / 3
