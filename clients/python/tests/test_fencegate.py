@@ -100,6 +100,25 @@ def setUpModule() -> None:
         ) from None
 
 
+class Package(unittest.TestCase):
+    """What the package promises about itself: no server."""
+
+    def test_the_version_is_the_servers(self) -> None:
+        cargo = PACKAGE_DIR.parents[1] / "Cargo.toml"
+        if not cargo.exists():
+            self.skipTest(f"{cargo} is not here (the package was copied out of its checkout)")
+        found = re.search(r'^version = "([^"]+)"', cargo.read_text(), re.M)
+        assert found is not None
+        self.assertEqual(fencegate.__version__, found.group(1))
+
+    def test_it_ships_its_type_hints(self) -> None:
+        self.assertTrue((PACKAGE_DIR / "fencegate" / "py.typed").is_file())
+
+    def test_everything_exported_exists(self) -> None:
+        missing = [name for name in fencegate.__all__ if not hasattr(fencegate, name)]
+        self.assertEqual(missing, [])
+
+
 class ErrorTable(unittest.TestCase):
     """The error classes against docs/reference.md, and their construction: no server."""
 
