@@ -14,6 +14,7 @@ import time
 
 try:
     import boto3
+
     import fencegate
     import fencegate.boto3
 except ImportError as e:
@@ -34,19 +35,22 @@ def step(msg):
 
 def acquire(fg, holder):
     # wait: if a previous run died holding the lease, wait for its TTL rather than fail.
-    return fg.lease(LEASE, ttl=TTL, holder=holder, bucket=BUCKET, key=KEY,
-                    s3_credentials=True, wait=TTL + 2)
+    return fg.lease(
+        LEASE, ttl=TTL, holder=holder, bucket=BUCKET, key=KEY, s3_credentials=True, wait=TTL + 2
+    )
 
 
 def main():
-    fg = fencegate.Client()   # $FENCEGATE_URL, else http://127.0.0.1:8080
+    fg = fencegate.Client()  # $FENCEGATE_URL, else http://127.0.0.1:8080
     # 1. Acquire, bound to default/py-demo.txt: the grant advances that fence at once, so
     #    whoever wrote it before is fenced out before we write at all.
     with acquire(fg, "worker-1") as a:
         if a.s3_credentials is None or a.scope != f"object:{BUCKET}/{KEY}":
             raise Unexpected(f"grant lacks S3 credentials or the bound scope: {a}")
-        step(f"worker-1 acquired lease {LEASE}: token {a.token}, scope {a.scope}, "
-             f"S3 key {a.s3_credentials.access_key_id}")
+        step(
+            f"worker-1 acquired lease {LEASE}: token {a.token}, scope {a.scope}, "
+            f"S3 key {a.s3_credentials.access_key_id}"
+        )
 
         # 2. Native write with the lease's token.
         w = a.put(BUCKET, KEY, b"written by worker-1 (native API)\n")
@@ -58,8 +62,10 @@ def main():
         s3.put_object(Bucket=BUCKET, Key=KEY, Body=body)
         got = fg.get(BUCKET, KEY)
         if got.body != body or got.token != a.token:
-            raise Unexpected(f"read back {got.body!r} with token {got.token}, "
-                             f"expected boto3's body and {a.token}")
+            raise Unexpected(
+                f"read back {got.body!r} with token {got.token}, "
+                f"expected boto3's body and {a.token}"
+            )
         step(f"boto3 put_object with the lease credentials -> ok; object carries token {a.token}")
 
         # 4. Renewed in the background every third of the TTL.
@@ -68,8 +74,10 @@ def main():
         renewed = fg.lease_info(LEASE)
         if a.lost.is_set() or renewed.token != a.token or renewed.expires_at_ms <= granted:
             raise Unexpected(f"no renewal: {renewed}, lost: {a.lost_reason}")
-        step(f"renewed in the background: token still {renewed.token}, expires at "
-             f"{renewed.expires_at_ms} (was {granted})")
+        step(
+            f"renewed in the background: token still {renewed.token}, expires at "
+            f"{renewed.expires_at_ms} (was {granted})"
+        )
     # 5. Released on leaving the block.
     if not a.released:
         raise Unexpected("the lease was not released at the end of its block")
@@ -92,17 +100,24 @@ def main():
             raise Unexpected(f"the write with the old token {a.token} was accepted")
         except fencegate.StaleFencingToken as e:
             if e.highest != b.token:
-                raise Unexpected(f"expected the highest token {b.token}: {e}")
-            step(f"native PUT with the old token {a.token} -> {e.status} {e.code}, "
-                 f"highest {e.highest}")
+                raise Unexpected(f"expected the highest token {b.token}: {e}") from e
+            step(
+                f"native PUT with the old token {a.token} -> {e.status} {e.code}, "
+                f"highest {e.highest}"
+            )
 
         # The old lease credentials, copied elsewhere, still sign for a grace period (30 s by
         # default) so that a write in flight is judged by the fence; the fence refuses it.
         creds = a.s3_credentials
-        zombie = fencegate.boto3.typed_errors(boto3.client(
-            "s3", endpoint_url=fg.url, region_name=fg.region,
-            aws_access_key_id=creds.access_key_id, aws_secret_access_key=creds.secret_access_key,
-        ))
+        zombie = fencegate.boto3.typed_errors(
+            boto3.client(
+                "s3",
+                endpoint_url=fg.url,
+                region_name=fg.region,
+                aws_access_key_id=creds.access_key_id,
+                aws_secret_access_key=creds.secret_access_key,
+            )
+        )
         try:
             zombie.put_object(Bucket=BUCKET, Key=KEY, Body=b"late write by worker-1 (boto3)\n")
             raise Unexpected("boto3 write with the released lease's credentials was accepted")

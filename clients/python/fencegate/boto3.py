@@ -213,13 +213,15 @@ def _typed_error(
         fields.setdefault("RequestId", meta["RequestId"])
     ours = make_error(meta.get("HTTPStatusCode", 0), headers, fields, what=operation)
     cls = _typed_class(type(ours), botocore_class)
-    err = cls.__new__(cls)
+    # Built by hand: the two bases' __init__ take different arguments.
+    err: Any = Exception.__new__(cls)
     err.__dict__.update(ours.__dict__)
     Exception.__init__(err, ours.message)
     # What botocore's ClientError carries, for code that reads it.
     err.response = response
     err.operation_name = operation
-    return err  # type: ignore[no-any-return]
+    typed: ClientError = err
+    return typed
 
 
 def _typed_class(ours: Type[FencegateError], theirs: Type[ClientError]) -> Type[Any]:

@@ -287,8 +287,9 @@ class Client:
         if if_none_match:
             headers["If-None-Match"] = "*"
         self._write_headers(headers, token, idempotency_key, fencing_scope)
-        resp = self._send("PUT", self._object_path(bucket, key), headers=headers, body=body,
-                          token=token)
+        resp = self._send(
+            "PUT", self._object_path(bucket, key), headers=headers, body=body, token=token
+        )
         return _write_result(resp, bucket, key)
 
     def get(self, bucket: str, key: str) -> Object:
@@ -330,8 +331,7 @@ class Client:
         """
         headers: Dict[str, str] = {}
         self._write_headers(headers, token, idempotency_key, fencing_scope)
-        resp = self._send("DELETE", self._object_path(bucket, key), headers=headers,
-                          token=token)
+        resp = self._send("DELETE", self._object_path(bucket, key), headers=headers, token=token)
         written = _write_result(resp, bucket, key)
         return DeleteResult(existed=bool(resp.json().get("existed")), **vars(written))
 
@@ -347,8 +347,9 @@ class Client:
         fences out the old one before its first write."""
         headers: Dict[str, str] = {}
         self._write_headers(headers, token, None, fencing_scope)
-        resp = self._send("POST", f"/v1/fences/{_segment(bucket)}/{_key_path(key)}",
-                          headers=headers, token=token)
+        resp = self._send(
+            "POST", f"/v1/fences/{_segment(bucket)}/{_key_path(key)}", headers=headers, token=token
+        )
         return _fence(resp.json(), bucket, key)
 
     # ---- Leases ------------------------------------------------------------------------------
@@ -401,8 +402,9 @@ class Client:
             body["wait_ms"] = int(waiting * 1000)
             sent = time.monotonic()
             try:
-                resp = self._send("POST", self._lease_path(name), json_body=body,
-                                  timeout=self.timeout + waiting)
+                resp = self._send(
+                    "POST", self._lease_path(name), json_body=body, timeout=self.timeout + waiting
+                )
                 break
             except LeaseHeld:
                 if time.monotonic() >= deadline:
@@ -451,9 +453,16 @@ class Client:
     def _renew_lease(
         self, name: str, holder: str, token: int, secret: str, ttl: float, timeout: float
     ) -> Dict[str, Any]:
-        body = {"holder": holder, "token": token, "secret": secret,
-                "ttl_ms": max(1, round(ttl * 1000))}
-        return self._send("PUT", self._lease_path(name), json_body=body, timeout=timeout).json()
+        body = {
+            "holder": holder,
+            "token": token,
+            "secret": secret,
+            "ttl_ms": max(1, round(ttl * 1000)),
+        }
+        answer: Dict[str, Any] = self._send(
+            "PUT", self._lease_path(name), json_body=body, timeout=timeout
+        ).json()
+        return answer
 
     def _release_lease(self, name: str, holder: str, token: int, secret: str) -> None:
         body = {"holder": holder, "token": token, "secret": secret}
@@ -502,7 +511,10 @@ class Client:
         if self._signer is not None:
             headers = self._signer.sign(method, url, headers, data)
         resp = self.session.request(
-            method, url, headers=headers, data=data,
+            method,
+            url,
+            headers=headers,
+            data=data,
             timeout=timeout if timeout is not None else self.timeout,
         )
         if check and not resp.ok:
@@ -518,8 +530,10 @@ class Client:
                 return _refusal(again, f"HEAD {path}", None)
         finally:
             again.close()
-        fields = {"message": f"HEAD {path} was refused without a body, and a GET a moment "
-                             "later was not: the object changed in between; ask again"}
+        fields = {
+            "message": f"HEAD {path} was refused without a body, and a GET a moment "
+            "later was not: the object changed in between; ask again"
+        }
         return make_error(resp.status_code, resp.headers, fields, what=f"HEAD {path}")
 
 
@@ -579,7 +593,7 @@ def _object_info(resp: requests.Response, bucket: str, key: str) -> ObjectInfo:
         content_type=h.get("Content-Type"),
         last_modified=h.get("Last-Modified"),
         metadata={
-            name[len("x-amz-meta-"):]: value
+            name[len("x-amz-meta-") :]: value
             for name, value in ((n.lower(), v) for n, v in h.items())
             if name.startswith("x-amz-meta-")
         },

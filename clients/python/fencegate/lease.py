@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Tuple, Type, TypeVar
 
 import requests
 
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from .client import Client, DeleteResult, Fence, S3Credentials, WriteResult
 
 __all__ = ["Lease"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("fencegate")
 # A library leaves logging's output to the application (a lost lease is logged as a warning).
@@ -175,9 +177,16 @@ class Lease:
             StaleFencingToken: a newer holder's token is recorded; the lease is now lost.
         """
         return self._fenced(
-            self.client.put, bucket, key, body, self.token,
-            content_type=content_type, metadata=metadata, if_match=if_match,
-            if_none_match=if_none_match, idempotency_key=idempotency_key,
+            self.client.put,
+            bucket,
+            key,
+            body,
+            self.token,
+            content_type=content_type,
+            metadata=metadata,
+            if_match=if_match,
+            if_none_match=if_none_match,
+            idempotency_key=idempotency_key,
             fencing_scope=fencing_scope,
         )
 
@@ -191,25 +200,29 @@ class Lease:
     ) -> DeleteResult:
         """`Client.delete` with this lease's token (raises as `put` does)."""
         return self._fenced(
-            self.client.delete, bucket, key, self.token,
-            idempotency_key=idempotency_key, fencing_scope=fencing_scope,
+            self.client.delete,
+            bucket,
+            key,
+            self.token,
+            idempotency_key=idempotency_key,
+            fencing_scope=fencing_scope,
         )
 
-    def advance_fence(
-        self, bucket: str, key: str, *, fencing_scope: Optional[str] = None
-    ) -> Fence:
+    def advance_fence(self, bucket: str, key: str, *, fencing_scope: Optional[str] = None) -> Fence:
         """`Client.advance_fence` to this lease's token (raises as `put` does)."""
         return self._fenced(
             self.client.advance_fence, bucket, key, self.token, fencing_scope=fencing_scope
         )
 
-    def _fenced(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _fenced(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         self._keeper.check()
         try:
             return call(*args, **kwargs)
         except StaleFencingToken as e:
-            self._keeper.lose(f"a write was refused: token {e.highest} is recorded for "
-                              f"{e.scope or 'its scope'}, above this lease's {self.token}")
+            self._keeper.lose(
+                f"a write was refused: token {e.highest} is recorded for "
+                f"{e.scope or 'its scope'}, above this lease's {self.token}"
+            )
             raise
 
     def s3_client(self, session: Any = None, **kwargs: Any) -> Any:
@@ -358,8 +371,8 @@ class _Keeper:
                     if not self._paused and now >= self._next_renewal:
                         expired = False
                         break
-                    wake = self._deadline if self._paused else min(
-                        self._next_renewal, self._deadline
+                    wake = (
+                        self._deadline if self._paused else min(self._next_renewal, self._deadline)
                     )
                     self._cond.wait(wake - now)
             if expired:
@@ -373,7 +386,11 @@ class _Keeper:
         try:
             # An answer after the deadline would be too late to matter: wait no longer.
             answer = self._client._renew_lease(
-                self._name, self._holder, self._token, self._secret, self._ttl,
+                self._name,
+                self._holder,
+                self._token,
+                self._secret,
+                self._ttl,
                 timeout=max(self._deadline - sent, 0.1),
             )
         except (FencegateError, requests.RequestException) as e:

@@ -39,7 +39,7 @@ import time
 import unittest
 import uuid
 from pathlib import Path
-from typing import List, Tuple
+from typing import Any, List, Tuple
 
 import requests
 
@@ -61,7 +61,7 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def admin(**kwargs) -> fencegate.Client:
+def admin(**kwargs: Any) -> fencegate.Client:
     return fencegate.Client(URL, *ADMIN, **kwargs)
 
 
@@ -73,9 +73,9 @@ class CountingSession(requests.Session):
         self.sent: List[Tuple[str, str]] = []
         self._lock = threading.Lock()
 
-    def send(self, request, **kwargs):  # type: ignore[override]
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
         with self._lock:
-            self.sent.append((request.method, request.url))
+            self.sent.append((str(request.method), str(request.url)))
         return super().send(request, **kwargs)
 
     def writes_to(self, path: str) -> List[Tuple[str, str]]:
@@ -163,8 +163,12 @@ class ErrorTable(unittest.TestCase):
         self.assertIn("[request id R1]", str(err))
 
     def test_errors_survive_pickling(self) -> None:
-        err = make_error(409, {}, {"error": "LeaseHeld", "holder": "w2", "message": "held"},
-                         what="POST /v1/leases/x")
+        err = make_error(
+            409,
+            {},
+            {"error": "LeaseHeld", "holder": "w2", "message": "held"},
+            what="POST /v1/leases/x",
+        )
         again = pickle.loads(pickle.dumps(err))
         assert isinstance(again, fencegate.LeaseHeld)
         self.assertEqual((again.holder, again.status, str(again)), ("w2", 409, str(err)))
@@ -176,13 +180,21 @@ class NativeApi(unittest.TestCase):
         self.key = unique("native") + "/r é port.csv"
 
     def test_put_get_head_delete_round_trip(self) -> None:
-        put = self.fg.put("default", self.key, b"id,total\n1,42\n", token=7,
-                          content_type="text/csv", metadata={"owner": "etl"})
+        put = self.fg.put(
+            "default",
+            self.key,
+            b"id,total\n1,42\n",
+            token=7,
+            content_type="text/csv",
+            metadata={"owner": "etl"},
+        )
         self.assertEqual((put.token, put.size), (7, 14))
         self.assertEqual(put.scope, f"object:default/{self.key}")
         got = self.fg.get("default", self.key)
         self.assertEqual(got.body, b"id,total\n1,42\n")
-        self.assertEqual((got.token, got.content_type, got.metadata), (7, "text/csv", {"owner": "etl"}))
+        self.assertEqual(
+            (got.token, got.content_type, got.metadata), (7, "text/csv", {"owner": "etl"})
+        )
         self.assertEqual(got.etag, put.etag)
         head = self.fg.head("default", self.key)
         self.assertEqual((head.size, head.token, head.etag), (14, 7, put.etag))
@@ -212,7 +224,9 @@ class NativeApi(unittest.TestCase):
         with self.assertRaises(fencegate.StaleFencingToken) as caught:
             self.fg.put("default", self.key, b"by 33", token=33)
         err = caught.exception
-        self.assertEqual((err.status, err.code, err.highest, err.token), (409, "StaleFencingToken", 34, 33))
+        self.assertEqual(
+            (err.status, err.code, err.highest, err.token), (409, "StaleFencingToken", 34, 33)
+        )
         self.assertEqual(err.scope, f"object:default/{self.key}")
         self.assertIsInstance(err, fencegate.FencingError)
         self.assertEqual(self.fg.get("default", self.key).body, b"by 34")
@@ -266,7 +280,9 @@ class NativeApi(unittest.TestCase):
         self.assertEqual(fencegate.Client(URL, *READER).get("default", self.key).body, b"readable")
 
     def test_the_key_comes_from_the_environment_when_not_given(self) -> None:
-        saved = {k: os.environ.get(k) for k in ("FENCEGATE_ACCESS_KEY_ID", "FENCEGATE_SECRET_ACCESS_KEY")}
+        saved = {
+            k: os.environ.get(k) for k in ("FENCEGATE_ACCESS_KEY_ID", "FENCEGATE_SECRET_ACCESS_KEY")
+        }
         os.environ["FENCEGATE_ACCESS_KEY_ID"], os.environ["FENCEGATE_SECRET_ACCESS_KEY"] = ADMIN
         try:
             fg = fencegate.Client(URL)
@@ -344,8 +360,9 @@ class Leases(unittest.TestCase):
         session = CountingSession()
         fg = admin(session=session)
         calls = []
-        lease = fg.lease(self.name, ttl=1.5, bucket="default", key=self.key,
-                         on_lost=lambda l: calls.append(l))
+        lease = fg.lease(
+            self.name, ttl=1.5, bucket="default", key=self.key, on_lost=calls.append
+        )
         with lease:
             lease.put("default", self.key, b"before")
             # Someone with the secret ends the lease behind the holder's back: the next
@@ -390,8 +407,9 @@ class Zombie(unittest.TestCase):
         a_session = CountingSession()
         fg_a, fg_b = admin(session=a_session), admin()
         lost_calls: List[fencegate.Lease] = []
-        a = fg_a.lease(name, ttl=1, holder="worker-a", bucket="default", key=key,
-                       on_lost=lost_calls.append)
+        a = fg_a.lease(
+            name, ttl=1, holder="worker-a", bucket="default", key=key, on_lost=lost_calls.append
+        )
         try:
             a.put("default", key, b"A: first draft")
             with a.renewals_paused():
@@ -408,8 +426,9 @@ class Zombie(unittest.TestCase):
             self.assertEqual((draft.body, draft.token), (b"A: first draft", a.token))
 
             # B takes the lease (once the server has seen it expire) and writes.
-            with fg_b.lease(name, ttl=30, holder="worker-b", bucket="default", key=key,
-                            wait=10) as b:
+            with fg_b.lease(
+                name, ttl=30, holder="worker-b", bucket="default", key=key, wait=10
+            ) as b:
                 self.assertGreater(b.token, a.token)
                 b.put("default", key, b"B: complete report")
                 # The fence refuses A's token whatever A's clock says: here, sent without
@@ -441,7 +460,7 @@ class Boto3(unittest.TestCase):
         self.assertEqual((err.highest, err.status), (42, 409))
         self.assertTrue(err.request_id, "S3 answers carry a request id")
         # Still the ClientError botocore raises, for code written against it.
-        self.assertIsInstance(err, ClientError)
+        assert isinstance(err, ClientError), type(err).__mro__
         self.assertEqual(err.response["Error"]["Code"], "StaleFencingToken")
         self.assertEqual(self.fg.get("default", self.key).body, b"written with 42")
         # Deletes carry the token too.
@@ -463,8 +482,12 @@ class Boto3(unittest.TestCase):
         from botocore.exceptions import ClientError
 
         plain = boto3.client(
-            "s3", endpoint_url=URL, region_name="us-east-1", aws_access_key_id=ADMIN[0],
-            aws_secret_access_key=ADMIN[1], config=Config(s3={"addressing_style": "path"}),
+            "s3",
+            endpoint_url=URL,
+            region_name="us-east-1",
+            aws_access_key_id=ADMIN[0],
+            aws_secret_access_key=ADMIN[1],
+            config=Config(s3={"addressing_style": "path"}),
         )
         with self.assertRaises(ClientError) as caught:
             plain.put_object(Bucket="default", Key=self.key, Body=b"no token")
@@ -479,7 +502,9 @@ class Boto3(unittest.TestCase):
         try:
             s3 = a.s3_client()
             sent: List[str] = []
-            s3.meta.events.register("before-send.s3", lambda request, **_: sent.append(request.method))
+            s3.meta.events.register(
+                "before-send.s3", lambda request, **_: sent.append(request.method)
+            )
             s3.put_object(Bucket="default", Key=self.key, Body=b"A via boto3")
             self.assertEqual(self.fg.get("default", self.key).token, a.token)
             with a.renewals_paused():
@@ -495,11 +520,15 @@ class Boto3(unittest.TestCase):
                 assert creds is not None
                 import boto3
 
-                raw = fencegate.boto3.typed_errors(boto3.client(
-                    "s3", endpoint_url=URL, region_name="us-east-1",
-                    aws_access_key_id=creds.access_key_id,
-                    aws_secret_access_key=creds.secret_access_key,
-                ))
+                raw = fencegate.boto3.typed_errors(
+                    boto3.client(
+                        "s3",
+                        endpoint_url=URL,
+                        region_name="us-east-1",
+                        aws_access_key_id=creds.access_key_id,
+                        aws_secret_access_key=creds.secret_access_key,
+                    )
+                )
                 with self.assertRaises(fencegate.StaleFencingToken) as caught:
                     raw.put_object(Bucket="default", Key=self.key, Body=b"A, later")
                 self.assertEqual(caught.exception.highest, b.token)
@@ -525,12 +554,20 @@ class Documentation(unittest.TestCase):
     """The README's Python blocks and the example run as written."""
 
     def run_python(self, *args: str) -> str:
-        env = dict(os.environ, FENCEGATE_URL=URL, FENCEGATE_ACCESS_KEY_ID=ADMIN[0],
-                   FENCEGATE_SECRET_ACCESS_KEY=ADMIN[1], AWS_CONFIG_FILE=os.devnull,
-                   AWS_SHARED_CREDENTIALS_FILE=os.devnull,
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(PACKAGE_DIR), os.environ.get("PYTHONPATH")])))
-        done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
-                              timeout=120)
+        env = dict(
+            os.environ,
+            FENCEGATE_URL=URL,
+            FENCEGATE_ACCESS_KEY_ID=ADMIN[0],
+            FENCEGATE_SECRET_ACCESS_KEY=ADMIN[1],
+            AWS_CONFIG_FILE=os.devnull,
+            AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+            PYTHONPATH=os.pathsep.join(
+                filter(None, [str(PACKAGE_DIR), os.environ.get("PYTHONPATH")])
+            ),
+        )
+        done = subprocess.run(
+            [sys.executable, *args], env=env, capture_output=True, text=True, timeout=120
+        )
         self.assertEqual(done.returncode, 0, f"{args[-1]} failed:\n{done.stdout}{done.stderr}")
         return done.stdout
 
@@ -546,7 +583,11 @@ class Documentation(unittest.TestCase):
             for name in ("nightly.csv", "boto3.csv"):
                 source = source.replace(name, f"{suffix}-{name}")
             out = " ".join(self.run_python("-c", source).split())
-            shown = [l.strip()[1:].strip() for l in block.splitlines() if l.strip().startswith("#   ")]
+            shown = [
+                row.strip()[1:].strip()
+                for row in block.splitlines()
+                if row.strip().startswith("#   ")
+            ]
             self.assertTrue(shown, f"a README block shows no output:\n{block}")
             for line in shown:
                 self.assertIn(" ".join(line.split()), out, f"block:\n{block}")
