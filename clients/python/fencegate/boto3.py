@@ -78,8 +78,10 @@ def with_token(client: C, token: Union[int, Lease]) -> C:
 
     for op in WRITE_OPERATIONS:
         _register(client, f"before-sign.s3.{op}", add_token, f"fencegate-token-{op}")
+    # A token replaces the lease an earlier call bound, with its checks.
+    _unbind_lease(client, "token")
     if lease is not None:
-        _bind_lease(client, lease)
+        _bind_lease(client, lease, "token")
     return typed_errors(client)
 
 
@@ -131,7 +133,7 @@ def lease_client(lease: Lease, session: Any = None, **kwargs: Any) -> Any:
     client = _s3_client(
         lease.client, (creds.access_key_id, creds.secret_access_key), session, kwargs
     )
-    _bind_lease(client, lease)
+    _bind_lease(client, lease, "credentials")
     return client
 
 
@@ -161,9 +163,11 @@ def _s3_client(
     return typed_errors(maker.client("s3", config=config, **kwargs))
 
 
-def _bind_lease(client: Any, lease: Lease) -> None:
+def _bind_lease(client: Any, lease: Lease, how: str) -> None:
     """Writes through `client` check the lease first (`LeaseLost`, nothing sent), and a
-    stale refusal marks the lease lost, as the lease's own writes do."""
+    stale refusal marks the lease lost, as the lease's own writes do. `how` tells a binding
+    by token from one by the lease's credentials, so that a new token replaces only the
+    former."""
 
     def check(**_: Any) -> None:
         lease.check()
@@ -178,9 +182,16 @@ def _bind_lease(client: Any, lease: Lease) -> None:
                 )
 
     for op in WRITE_OPERATIONS:
-        _register(client, f"before-sign.s3.{op}", check, f"fencegate-lease-{op}")
+        _register(client, f"before-sign.s3.{op}", check, f"fencegate-lease-{how}-{op}")
     # First, so that the lease is marked lost before raise_typed raises.
-    _register(client, "after-call.s3", note_stale, "fencegate-lease-stale", first=True)
+    _register(client, "after-call.s3", note_stale, f"fencegate-lease-{how}-stale", first=True)
+
+
+def _unbind_lease(client: Any, how: str) -> None:
+    events = client.meta.events
+    for op in WRITE_OPERATIONS:
+        events.unregister(f"before-sign.s3.{op}", unique_id=f"fencegate-lease-{how}-{op}")
+    events.unregister("after-call.s3", unique_id=f"fencegate-lease-{how}-stale")
 
 
 def _register(client: Any, event: str, handler: Any, unique_id: str, first: bool = False) -> None:

@@ -360,9 +360,7 @@ class Leases(unittest.TestCase):
         session = CountingSession()
         fg = admin(session=session)
         calls = []
-        lease = fg.lease(
-            self.name, ttl=1.5, bucket="default", key=self.key, on_lost=calls.append
-        )
+        lease = fg.lease(self.name, ttl=1.5, bucket="default", key=self.key, on_lost=calls.append)
         with lease:
             lease.put("default", self.key, b"before")
             # Someone with the secret ends the lease behind the holder's back: the next
@@ -548,6 +546,10 @@ class Boto3(unittest.TestCase):
             self.assertTrue(lease.lost.is_set(), "a stale boto3 write loses the lease")
             with self.assertRaises(fencegate.LeaseLost):
                 s3.put_object(Bucket="default", Key=self.key, Body=b"after the loss")
+            # A plain token replaces the lease, and its check with it.
+            fencegate.boto3.with_token(s3, lease.token + 5)
+            s3.put_object(Bucket="default", Key=self.key, Body=b"with a token of its own")
+            self.assertEqual(self.fg.get("default", self.key).token, lease.token + 5)
 
 
 class Documentation(unittest.TestCase):
