@@ -9,8 +9,6 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Tuple, Type, TypeVar
 
-import requests
-
 from .errors import FencegateError, LeaseLost, NoSuchLease, NotLeaseHolder, StaleFencingToken
 
 if TYPE_CHECKING:
@@ -393,9 +391,12 @@ class _Keeper:
                 self._ttl,
                 timeout=max(self._deadline - sent, 0.1),
             )
-        except (FencegateError, requests.RequestException) as e:
+        except Exception as e:
+            # Whatever went wrong (a refusal, no answer, an answer that is not fencegate's),
+            # the lease was not renewed.
             if not self.stopped:
-                self.lose(f"a renewal failed: {e}")
+                what = str(e) if isinstance(e, FencegateError) else f"{type(e).__name__}: {e}"
+                self.lose(f"a renewal failed: {what}")
             return False
         with self._cond:
             if self._lost:

@@ -66,14 +66,19 @@ def admin(**kwargs: Any) -> fencegate.Client:
 
 
 class CountingSession(requests.Session):
-    """A session that records every request it sends, to prove one was not."""
+    """A session that records every request it sends, to prove one was not, and can play
+    an unreachable fencegate."""
 
     def __init__(self) -> None:
         super().__init__()
         self.sent: List[Tuple[str, str]] = []
+        #: When set, every request fails as if fencegate could not be reached.
+        self.unreachable = False
         self._lock = threading.Lock()
 
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        if self.unreachable:
+            raise requests.ConnectionError(f"(test) {request.url} is unreachable")
         with self._lock:
             self.sent.append((str(request.method), str(request.url)))
         return super().send(request, **kwargs)
@@ -376,6 +381,15 @@ class Leases(unittest.TestCase):
             self.assertEqual(len(session.writes_to(self.key)), before, "the write was sent")
         self.assertEqual(self.fg.get("default", self.key).body, b"before")
         self.assertEqual(calls, [lease])
+
+    def test_an_unanswered_renewal_loses_the_lease(self) -> None:
+        session = CountingSession()
+        lease = admin(session=session).lease(self.name, ttl=1.5)
+        with lease:
+            session.unreachable = True
+            self.assertTrue(lease.lost.wait(timeout=5))
+            self.assertIn("ConnectionError", lease.lost_reason or "")
+            session.unreachable = False
 
     def test_a_stale_write_through_a_lease_loses_it(self) -> None:
         with self.fg.lease(self.name, ttl=30, bucket="default", key=self.key) as lease:
