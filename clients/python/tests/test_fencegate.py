@@ -23,7 +23,7 @@ Then, from the checkout's root:
     FENCEGATE_URL=http://127.0.0.1:PORT .venv/bin/python -m unittest discover -s clients/python/tests -v
 
 The tests import the package from this checkout (clients/python), whatever is installed, and
-need boto3 (the `boto3` extra). They take about 30 seconds: leases run out on the clock.
+need boto3 (the `boto3` extra). They take about 15 seconds: leases run out on the clock.
 """
 
 from __future__ import annotations
