@@ -198,6 +198,8 @@ fn the_build_stage_has_every_file_cargo_needs() {
         let parts: Vec<&str> = line.split_whitespace().collect();
         for src in &parts[1..parts.len() - 1] {
             let src = src.trim_end_matches('/');
+            // A nested source (clients/rust) lands under its own parent, as COPY makes it.
+            std::fs::create_dir_all(ctx.path().join(src).parent().unwrap()).unwrap();
             let status = Command::new("cp")
                 .args(["-r", &format!("{ROOT}/{src}")])
                 .arg(ctx.path().join(src))

@@ -10,6 +10,7 @@ A code this package does not know becomes a plain `FencegateError` with that cod
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, Mapping, Optional, Type
 
 __all__ = [
@@ -174,6 +175,9 @@ class TemporaryError(FencegateError):
 # ---- Fencing ---------------------------------------------------------------------------------
 
 
+_STALE_WORDS = re.compile(r"token (\d+) is below the highest token (\d+) recorded for scope (.+?); a newer lock holder exists")
+
+
 class StaleFencingToken(FencingError):
     """The token is below the highest recorded for the scope: a newer lock holder exists.
 
@@ -192,6 +196,16 @@ class StaleFencingToken(FencingError):
             self.highest = _int_or_none(self.headers.get("fencing-token-highest"))
         self.scope: Optional[str] = self.body.get("scope")
         self.token: Optional[int] = _int_or_none(self.body.get("token"))
+        # The S3 gateway's XML error carries only Code and Message: the token and scope are in
+        # the message's words, which the server keeps stable for this reason.
+        said = _STALE_WORDS.search(str(message))
+        if said:
+            if self.token is None:
+                self.token = int(said.group(1))
+            if self.highest is None:
+                self.highest = int(said.group(2))
+            if self.scope is None:
+                self.scope = said.group(3)
 
 
 class FencingTokenRequired(FencingError):
@@ -247,7 +261,8 @@ class MissingCredentials(AuthError):
     code = "MissingCredentials"
     hint = (
         "Give fencegate.Client(url, access_key_id=..., secret_access_key=...) a key from the "
-        "server's [keys]."
+        "server's [keys], or set FENCEGATE_ACCESS_KEY_ID and FENCEGATE_SECRET_ACCESS_KEY (the "
+        "client does not read AWS_*: those may be another service's)."
     )
 
 
@@ -279,7 +294,11 @@ class AccessDenied(AuthError):
     """The key lacks the permission the request needs (the message names it)."""
 
     code = "AccessDenied"
-    hint = "Grant the key that permission in the server's [keys], or use another key."
+    hint = (
+        "Grant the key that permission in the server's [keys], or use another key; a client "
+        "given no key sends unsigned requests (set FENCEGATE_ACCESS_KEY_ID and "
+        "FENCEGATE_SECRET_ACCESS_KEY, or pass access_key_id= and secret_access_key=)."
+    )
 
 
 class AuthorizationHeaderMalformed(AuthError):

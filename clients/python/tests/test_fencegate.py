@@ -470,6 +470,8 @@ class Boto3(unittest.TestCase):
             s3.put_object(Bucket="default", Key=self.key, Body=b"late")
         err = caught.exception
         self.assertEqual((err.highest, err.status), (42, 409))
+        # The S3 error has no token or scope fields: they are read from its message.
+        self.assertEqual((err.token, err.scope), (41, f"object:default/{self.key}"))
         self.assertTrue(err.request_id, "S3 answers carry a request id")
         # Still the ClientError botocore raises, for code written against it.
         assert isinstance(err, ClientError), type(err).__mro__

@@ -1,35 +1,7 @@
-//! A light client for fencegate: take a lease, keep it alive in the background, and write with
-//! its token attached. It needs only an HTTP client and the AWS signer, none of the server.
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), fencegate_client::Error> {
-//! use fencegate_client::{AcquireOptions, Client};
-//! use std::time::Duration;
-//!
-//! let fg = Client::new("http://127.0.0.1:8080");
-//! // Bound to the object it guards: the grant fences out the previous holder at once.
-//! let lease = fg
-//!     .acquire(
-//!         "nightly-report",
-//!         "worker-7",
-//!         Duration::from_secs(10),
-//!         AcquireOptions::default().bind("default", "report.csv"),
-//!     )
-//!     .await?;
-//! // Renewed every third of the TTL until released or dropped.
-//! lease.put("default", "report.csv", "rows...").await?;
-//! lease.release().await?;
-//! # Ok(()) }
-//! ```
-//!
-//! The client never decides safety by the clock: [`Lease::is_lost`] is advice for liveness,
-//! and a write through a lost lease fails without sending. But a holder can pause between that
-//! check and the write; then the fence refuses the superseded token with [`Error::Stale`],
-//! whatever the clock says.
-//!
-//! Against a fencegate with keys, give the client one ([`Client::with_key`]): every request is
-//! then signed with SigV4, the `Fencing-Token` included. For an `https://` endpoint, turn on
-//! the `tls` feature.
+//! The fencegate client crate: the HTTP client and its requests (this file), leases and their
+//! renewal (`lease.rs`), errors (`error.rs`) and the SigV4 signer (`signing.rs`). Its README
+//! follows, with an example that compiles as a doctest.
+#![doc = include_str!("../README.md")]
 
 mod error;
 mod lease;
