@@ -132,6 +132,9 @@ pub async fn acquire(
     path: Result<Path<String>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, LeaseApiError> {
+    // The grant's TTL runs from its end; `waited_ms` tells the holder how long after its
+    // request that was, so its own count of the TTL starts no later than the server's.
+    let received = std::time::Instant::now();
     let name = name_of(path)?;
     let b: AcquireBody = parse(body, ACQUIRE)?;
     authorize(&state, &who, &name, b.bucket.as_deref())?;
@@ -158,7 +161,20 @@ pub async fn acquire(
         })
         .await?;
     tracing::Span::current().record("token", grant.token);
-    Ok(Json(grant).into_response())
+    Ok(Json(Acquired {
+        waited_ms: received.elapsed().as_millis() as u64,
+        grant,
+    })
+    .into_response())
+}
+
+/// The acquire's answer: the grant, and how long the server took from the request to the
+/// grant (a wait for the holder, the token's sync).
+#[derive(serde::Serialize)]
+struct Acquired {
+    #[serde(flatten)]
+    grant: crate::lease::Grant,
+    waited_ms: u64,
 }
 
 pub async fn renew(

@@ -36,6 +36,11 @@ pub enum Error {
         code: String,
         message: String,
     },
+    /// A bucket or key this client will not send: a `.` or `..` path segment, which HTTP
+    /// clients resolve away before sending (the request would reach another key, or another
+    /// bucket), and which fencegate refuses anyway.
+    #[error("invalid key {key:?}: {message}")]
+    InvalidKey { key: String, message: String },
     /// The object (`NoSuchKey`) or the bucket (`NoSuchBucket`) does not exist.
     #[error("{code}: {message}")]
     NotFound { code: String, message: String },
@@ -60,8 +65,9 @@ impl Error {
             Error::TokenRequired { .. } => Some("FencingTokenRequired"),
             Error::TokenJumpTooLarge { .. } => Some("TokenJumpTooLarge"),
             Error::Held { .. } => Some("LeaseHeld"),
+            Error::InvalidKey { .. } => Some("InvalidKey"),
             Error::Denied { code, .. } | Error::Api { code, .. } | Error::NotFound { code, .. } => {
-                Some(code)
+                Some(code.as_str()).filter(|c| !c.is_empty())
             }
             Error::LeaseLost { .. } | Error::Http(_) | Error::Signing(_) => None,
         }
@@ -77,8 +83,9 @@ struct ErrorBody {
     holder: Option<String>,
 }
 
-/// The error a refusal's answer describes. `token` is the one the request carried.
-pub(crate) async fn refusal(resp: reqwest::Response, token: Option<u64>) -> Error {
+/// The error a refusal's answer describes. `token` is the one the request carried; `head`:
+/// the request was a HEAD, whose refusals have no body.
+pub(crate) async fn refusal(resp: reqwest::Response, token: Option<u64>, head: bool) -> Error {
     let status = resp.status().as_u16();
     let retry_after = resp
         .headers()
@@ -91,7 +98,17 @@ pub(crate) async fn refusal(resp: reqwest::Response, token: Option<u64>) -> Erro
         .get("fencing-token-highest")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
-    let Ok(b) = resp.json::<ErrorBody>().await else {
+    let text = resp.text().await.unwrap_or_default();
+    let Ok(b) = serde_json::from_str::<ErrorBody>(&text) else {
+        if !head {
+            // Not fencegate's answer (a proxy's page?): its status and its first words.
+            let shown: String = text.chars().take(200).collect();
+            return Error::Api {
+                status,
+                code: String::new(),
+                message: format!("an answer without fencegate's error body: {shown}"),
+            };
+        }
         // A HEAD's refusal has no body: its status is all there is.
         return match status {
             404 => Error::NotFound {

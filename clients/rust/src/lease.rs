@@ -185,6 +185,14 @@ impl Lease {
         Ok(())
     }
 
+    /// A refusal as stale means a newer holder exists: the lease is lost, whatever its TTL.
+    fn judged<T>(&self, result: Result<T, Error>) -> Result<T, Error> {
+        if let Err(Error::Stale { .. }) = &result {
+            self.health.mark_lost();
+        }
+        result
+    }
+
     /// A fenced write with this lease's token. Once the lease is lost it fails with
     /// [`Error::LeaseLost`] without sending.
     pub async fn put(
@@ -194,13 +202,13 @@ impl Lease {
         body: impl Into<reqwest::Body>,
     ) -> Result<Written, Error> {
         self.still_held()?;
-        self.client.put(bucket, key, self.token, body).await
+        self.judged(self.client.put(bucket, key, self.token, body).await)
     }
 
     /// A fenced delete with this lease's token; [`Error::LeaseLost`] without sending once lost.
     pub async fn delete(&self, bucket: &str, key: &str) -> Result<crate::Deleted, Error> {
         self.still_held()?;
-        self.client.delete(bucket, key, self.token).await
+        self.judged(self.client.delete(bucket, key, self.token).await)
     }
 
     /// Ends the lease now, so the next holder need not wait for the TTL.
@@ -220,7 +228,7 @@ impl Lease {
         if resp.status().is_success() {
             Ok(())
         } else {
-            Err(crate::error::refusal(resp, None).await)
+            Err(crate::error::refusal(resp, None, false).await)
         }
     }
 }
@@ -238,21 +246,54 @@ async fn renew_loop(
     ttl: Duration,
     health: LeaseHealth,
 ) {
+    let mut wait = ttl / 3;
+    let mut backoff = RETRY_FIRST;
     loop {
-        tokio::time::sleep(ttl / 3).await;
+        tokio::time::sleep(wait).await;
         let sent = Instant::now();
         // A renewal still unanswered when the lease runs out has failed, whatever it says later.
         let left = health.deadline().saturating_duration_since(sent);
         let renewal = client.send(client.http.put(client.lease_url(&name)).json(&body));
-        let renewed = match tokio::time::timeout(left, renewal).await {
-            Ok(Ok(resp)) => resp.status().is_success(),
-            Ok(Err(_)) | Err(_) => false,
+        let outcome = match tokio::time::timeout(left, renewal).await {
+            Ok(Ok(resp)) if resp.status().is_success() => Renewal::Renewed,
+            // The server's answer: the lease is someone else's now, or gone.
+            Ok(Ok(resp)) if resp.status().is_client_error() => Renewal::Refused(resp.status()),
+            // A fault on the way or in the server: the lease may still be held.
+            Ok(Ok(_)) | Ok(Err(_)) => Renewal::Failed,
+            Err(_) => Renewal::OutOfTime,
         };
-        if !renewed {
-            tracing::warn!(lease = %name, "lease renewal failed; the lease is lost");
-            health.mark_lost();
-            return;
+        match outcome {
+            Renewal::Renewed => {
+                health.extend(sent + ttl);
+                wait = ttl / 3;
+                backoff = RETRY_FIRST;
+            }
+            Renewal::Failed if Instant::now() + backoff < health.deadline() => {
+                tracing::debug!(lease = %name, "lease renewal failed; retrying before the TTL runs out");
+                wait = backoff;
+                backoff = (backoff * 2).min(ttl / 6).max(RETRY_FIRST);
+            }
+            Renewal::Refused(status) => {
+                tracing::warn!(lease = %name, %status, "lease renewal refused; the lease is lost");
+                health.mark_lost();
+                return;
+            }
+            Renewal::Failed | Renewal::OutOfTime => {
+                tracing::warn!(lease = %name, "no renewal landed before the TTL ran out; the lease is lost");
+                health.mark_lost();
+                return;
+            }
         }
-        health.extend(sent + ttl);
     }
+}
+
+/// The first retry of a renewal that failed on the way (a reset connection, a 5xx); retries
+/// double, up to a sixth of the TTL, until the lease would run out.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+
+enum Renewal {
+    Renewed,
+    Refused(reqwest::StatusCode),
+    Failed,
+    OutOfTime,
 }

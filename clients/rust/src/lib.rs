@@ -49,6 +49,10 @@ pub(crate) struct Grant {
     scope: Option<String>,
     s3_credentials: Option<S3Credentials>,
     lease_secret: String,
+    /// How long the server took from the request to the grant (absent from servers before
+    /// it was added).
+    #[serde(default)]
+    waited_ms: Option<u64>,
 }
 
 /// What a fenced write recorded.
@@ -82,13 +86,34 @@ pub struct ObjectHead {
     pub token: Option<u64>,
 }
 
+/// Refuses a name with a `.` or `..` path segment: reqwest (as every URL library, after RFC
+/// 3986) resolves them before sending, so `a/../b` would write `b`, and `../other/x` another
+/// bucket, under a signature for the name given.
+fn sendable(name: &str, key: &str) -> Result<(), Error> {
+    if name
+        .split('/')
+        .any(|segment| segment == "." || segment == "..")
+    {
+        return Err(Error::InvalidKey {
+            key: key.to_string(),
+            message: "a `.` or `..` path segment is resolved away by HTTP clients before it is sent, and fencegate refuses such keys; rename the object".into(),
+        });
+    }
+    Ok(())
+}
+
 /// A fencegate endpoint.
 #[derive(Clone, Debug)]
 pub struct Client {
     http: reqwest::Client,
     base: String,
     key: Option<Arc<SigningKey>>,
+    /// Each request's limit, from the send to the answer's end (an acquire's wait on top).
+    timeout: Option<Duration>,
 }
+
+/// The longest wait one acquire asks the server for; longer waits are several acquires.
+const MAX_WAIT: Duration = Duration::from_secs(60);
 
 impl Client {
     /// `base` is like `http://127.0.0.1:8080`.
@@ -97,6 +122,7 @@ impl Client {
             http: reqwest::Client::new(),
             base: base.trim_end_matches('/').to_string(),
             key: None,
+            timeout: None,
         }
     }
 
@@ -109,6 +135,13 @@ impl Client {
             secret: secret_access_key.to_string(),
             region: "us-east-1".into(),
         }));
+        self
+    }
+
+    /// Gives up on a request that has not been answered whole within `timeout` (none by
+    /// default: a large body may take long). An acquire's wait is added to it.
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = Some(timeout);
         self
     }
 
@@ -125,6 +158,19 @@ impl Client {
 
     /// Builds, signs (with a key) and sends a request.
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, Error> {
+        self.send_within(req, Duration::ZERO).await
+    }
+
+    /// [`Client::send`], the timeout lengthened by `extra` (an acquire's wait).
+    async fn send_within(
+        &self,
+        req: reqwest::RequestBuilder,
+        extra: Duration,
+    ) -> Result<reqwest::Response, Error> {
+        let req = match self.timeout {
+            Some(t) => req.timeout(t + extra),
+            None => req,
+        };
         let mut req = req.build()?;
         if let Some(key) = &self.key {
             signing::sign(&mut req, key)?;
@@ -136,17 +182,42 @@ impl Client {
         format!("{}/v1/leases/{}", self.base, urlencode(name))
     }
 
-    fn object_url(&self, bucket: &str, key: &str) -> String {
-        format!(
-            "{}/v1/objects/{}/{}",
+    /// `/v1/{what}/{bucket}/{key}`, or the refusal of a name an HTTP client would rewrite.
+    fn object_url(&self, what: &str, bucket: &str, key: &str) -> Result<String, Error> {
+        sendable(bucket, bucket)?;
+        sendable(key, key)?;
+        Ok(format!(
+            "{}/v1/{what}/{}/{}",
             self.base,
             urlencode(bucket),
             urlencode_key(key)
-        )
+        ))
     }
 
     /// Acquires `name` for `holder`, and renews it in the background every third of `ttl`.
+    /// A wait longer than the server's limit (60 s) is several acquires.
     pub async fn acquire(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        options: AcquireOptions,
+    ) -> Result<Lease, Error> {
+        let until = tokio::time::Instant::now() + options.wait;
+        loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            let once = AcquireOptions {
+                wait: left.min(MAX_WAIT),
+                ..options.clone()
+            };
+            match self.acquire_once(name, holder, ttl, once).await {
+                Err(Error::Held { .. }) if left > MAX_WAIT => continue,
+                other => return other,
+            }
+        }
+    }
+
+    async fn acquire_once(
         &self,
         name: &str,
         holder: &str,
@@ -160,24 +231,28 @@ impl Client {
             "s3_credentials": options.s3_credentials,
         });
         if let Some((bucket, key)) = &options.bind {
+            // The server refuses these too; refused here, a binding and a write agree.
+            sendable(bucket, bucket)?;
+            sendable(key, key)?;
             body["bucket"] = bucket.clone().into();
             body["key"] = key.clone().into();
         }
         let sent = tokio::time::Instant::now();
         let resp = self
-            .send(self.http.post(self.lease_url(name)).json(&body))
+            .send_within(
+                self.http.post(self.lease_url(name)).json(&body),
+                options.wait,
+            )
             .await?;
         if !resp.status().is_success() {
-            return Err(error::refusal(resp, None).await);
+            return Err(error::refusal(resp, None, false).await);
         }
         let grant: Grant = resp.json().await?;
-        // The TTL runs from the grant. Without a wait that is after the send, so counting from
-        // the send errs early; after a wait the grant came just before its answer.
-        let granted = if options.wait.is_zero() {
-            sent
-        } else {
-            tokio::time::Instant::now()
-        };
+        // The server's TTL runs from its grant, `waited_ms` after it received the request,
+        // which is after the send: counted from here, the lease runs out no later than there,
+        // however long the answer took to arrive. (A server that does not say: from the send,
+        // which after a wait may count the lease lost early, never late.)
+        let granted = sent + Duration::from_millis(grant.waited_ms.unwrap_or(0));
         Ok(Lease::start(self.clone(), name, holder, grant, granted))
     }
 
@@ -191,14 +266,14 @@ impl Client {
     ) -> Result<Written, Error> {
         let req = self
             .http
-            .put(self.object_url(bucket, key))
+            .put(self.object_url("objects", bucket, key)?)
             .header("Fencing-Token", token.to_string())
             .body(body);
         let resp = self.send(req).await?;
         if resp.status().is_success() {
             Ok(resp.json().await?)
         } else {
-            Err(error::refusal(resp, Some(token)).await)
+            Err(error::refusal(resp, Some(token), false).await)
         }
     }
 
@@ -206,56 +281,50 @@ impl Client {
     pub async fn delete(&self, bucket: &str, key: &str, token: u64) -> Result<Deleted, Error> {
         let req = self
             .http
-            .delete(self.object_url(bucket, key))
+            .delete(self.object_url("objects", bucket, key)?)
             .header("Fencing-Token", token.to_string());
         let resp = self.send(req).await?;
         if resp.status().is_success() {
             Ok(resp.json().await?)
         } else {
-            Err(error::refusal(resp, Some(token)).await)
+            Err(error::refusal(resp, Some(token), false).await)
         }
     }
 
     /// Raises the scope's highest token to `token` without writing: a new holder fences out
     /// the old one before its first write.
     pub async fn advance(&self, bucket: &str, key: &str, token: u64) -> Result<(), Error> {
-        let url = format!(
-            "{}/v1/fences/{}/{}",
-            self.base,
-            urlencode(bucket),
-            urlencode_key(key)
-        );
         let req = self
             .http
-            .post(url)
+            .post(self.object_url("fences", bucket, key)?)
             .header("Fencing-Token", token.to_string());
         let resp = self.send(req).await?;
         if resp.status().is_success() {
             Ok(())
         } else {
-            Err(error::refusal(resp, Some(token)).await)
+            Err(error::refusal(resp, Some(token), false).await)
         }
     }
 
     /// Reads an object's bytes.
     pub async fn get(&self, bucket: &str, key: &str) -> Result<bytes::Bytes, Error> {
         let resp = self
-            .send(self.http.get(self.object_url(bucket, key)))
+            .send(self.http.get(self.object_url("objects", bucket, key)?))
             .await?;
         if resp.status().is_success() {
             Ok(resp.bytes().await?)
         } else {
-            Err(error::refusal(resp, None).await)
+            Err(error::refusal(resp, None, false).await)
         }
     }
 
     /// An object's ETag, size and the token that wrote it.
     pub async fn head(&self, bucket: &str, key: &str) -> Result<ObjectHead, Error> {
         let resp = self
-            .send(self.http.head(self.object_url(bucket, key)))
+            .send(self.http.head(self.object_url("objects", bucket, key)?))
             .await?;
         if !resp.status().is_success() {
-            return Err(error::refusal(resp, None).await);
+            return Err(error::refusal(resp, None, true).await);
         }
         let header = |name: &str| {
             resp.headers()

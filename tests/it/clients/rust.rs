@@ -79,22 +79,30 @@ async fn a_lost_lease_sends_nothing() {
     assert_eq!(&fg.get("default", "lost.txt").await.unwrap()[..], b"from b");
 }
 
-/// A renewal that fails (the server is gone) marks the lease lost at once, before its TTL.
+/// A server that is gone: each renewal fails on the way and is retried, and the lease is lost
+/// when its TTL runs out without one landing (not at the first failure: a reset connection is
+/// no proof the lease ended).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_renewal_loses_the_lease() {
+async fn a_server_that_stays_gone_loses_the_lease_at_its_ttl() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(&dir.path().join("data"), None);
     let fg = Client::new(&s.url(""));
-    let ttl = Duration::from_secs(30);
+    let ttl = Duration::from_secs(3);
     let lease = fg
         .acquire("gone", "w", ttl, AcquireOptions::default())
         .await
         .unwrap();
     let health = lease.health();
+    let started = std::time::Instant::now();
     s.kill9();
-    tokio::time::timeout(ttl / 2, health.lost())
+    tokio::time::timeout(ttl * 2, health.lost())
         .await
-        .expect("the renewal at a third of the TTL failed, long before the TTL");
+        .expect("lost once the TTL passed without a renewal");
+    assert!(
+        started.elapsed() >= ttl - Duration::from_millis(300),
+        "kept while retrying within the TTL: lost after {:?}",
+        started.elapsed()
+    );
     assert!(matches!(
         lease.put("default", "gone.txt", "x").await,
         Err(Error::LeaseLost { .. })
@@ -136,4 +144,147 @@ async fn refusals_are_typed() {
     let other = fg.put("nope", "x", 1, "x").await.unwrap_err();
     assert_eq!(other.code(), Some("NoSuchBucket"), "{other:?}");
     assert!(other.to_string().contains("nope"), "{other}");
+}
+
+/// A key with a `.` or `..` segment would be resolved away by the HTTP stack before sending
+/// (`a/../victim` written as `victim`, `../other/x` in another bucket): refused without
+/// sending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dot_segments_are_refused_without_sending() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    let fg = Client::new(&s.url(""));
+    for key in ["a/../victim", "./victim", "victim/.", "../default/victim"] {
+        let err = fg.put("default", key, 1, "x").await.unwrap_err();
+        assert!(matches!(err, Error::InvalidKey { .. }), "{key}: {err:?}");
+        assert_eq!(err.code(), Some("InvalidKey"));
+        assert!(matches!(
+            fg.delete("default", key, 1).await,
+            Err(Error::InvalidKey { .. })
+        ));
+        assert!(matches!(
+            fg.advance("default", key, 1).await,
+            Err(Error::InvalidKey { .. })
+        ));
+    }
+    assert!(matches!(
+        fg.put("..", "victim", 1, "x").await,
+        Err(Error::InvalidKey { .. })
+    ));
+    let bind = AcquireOptions::default().bind("default", "x/../victim");
+    assert!(matches!(
+        fg.acquire("dots", "w", TTL, bind).await,
+        Err(Error::InvalidKey { .. })
+    ));
+    assert!(
+        matches!(
+            fg.head("default", "victim").await,
+            Err(Error::NotFound { .. })
+        ),
+        "nothing reached the key the dots resolve to"
+    );
+    // Dots inside a segment are ordinary characters.
+    fg.put("default", "v1.2/..hidden/x..", 1, "ok")
+        .await
+        .unwrap();
+}
+
+/// A write through the lease refused as stale loses the lease: a newer holder exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_refusal_loses_the_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    let fg = Client::new(&s.url(""));
+    let lease = fg
+        .acquire(
+            "fenced",
+            "w",
+            Duration::from_secs(30),
+            AcquireOptions::default(),
+        )
+        .await
+        .unwrap();
+    fg.advance("default", "fenced.txt", lease.token() + 5)
+        .await
+        .unwrap();
+    assert!(matches!(
+        lease.put("default", "fenced.txt", "x").await,
+        Err(Error::Stale { .. })
+    ));
+    assert!(lease.is_lost());
+    assert!(matches!(
+        lease.put("default", "fenced.txt", "x").await,
+        Err(Error::LeaseLost { .. })
+    ));
+}
+
+/// A grant after a wait: the server says how long it waited (`waited_ms`), and the client
+/// counts the TTL from the grant, not from its request, so a lease granted after a wait
+/// longer than its TTL is held, not taken for lost at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_after_a_wait_counts_its_ttl_from_the_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    let fg = Client::new(&s.url(""));
+    let a = fg
+        .acquire("waited", "a", TTL, AcquireOptions::default())
+        .await
+        .unwrap();
+    a.stop_renewing();
+    let short = Duration::from_millis(400);
+    let b = fg
+        .acquire(
+            "waited",
+            "b",
+            short,
+            AcquireOptions::default().wait(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !b.is_lost(),
+        "granted after a wait longer than its TTL: held"
+    );
+    b.stop_renewing();
+    tokio::time::sleep(short + Duration::from_millis(100)).await;
+    assert!(b.is_lost(), "and lost once its own TTL passed");
+    // The answer's field, read raw.
+    let raw: serde_json::Value = reqwest::Client::new()
+        .post(s.url("/v1/leases/raw"))
+        .body(r#"{"holder": "r", "ttl_ms": 1000}"#)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(raw["waited_ms"].as_u64().is_some(), "{raw}");
+}
+
+/// A renewal answered 503 (a proxy or the server failing for a moment) is retried until the
+/// TTL runs out; a lease whose renewals fail only for a moment stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_that_fails_for_a_moment_is_retried() {
+    use crate::common::s3proxy::{Mode, S3Proxy};
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    let proxy = S3Proxy::start(s.url("")).await;
+    let fg = Client::new(&proxy.endpoint());
+    let ttl = Duration::from_millis(1500);
+    let held = fg
+        .acquire("flaky", "w", ttl, AcquireOptions::default())
+        .await
+        .unwrap();
+    // Every PUT (a renewal) answered 503 across the first renewal, for a third of the TTL.
+    proxy.set(Mode::ThrottleWrites);
+    tokio::time::sleep(ttl / 3 + ttl / 6).await;
+    proxy.set(Mode::Pass);
+    tokio::time::sleep(ttl).await;
+    assert!(!held.is_lost(), "retried until a renewal landed");
+
+    // Failing until the TTL runs out loses it.
+    proxy.set(Mode::ThrottleWrites);
+    tokio::time::timeout(ttl * 2, held.health().lost())
+        .await
+        .expect("lost once no renewal landed within the TTL");
 }
