@@ -55,19 +55,10 @@ pub fn verdict(
     let mut refusals = Vec::new();
     let mut accepted = Vec::new();
     let writes_opt_in = cfg.unsafe_no_conditional_writes;
-    for condition in [
-        "If-None-Match: * on PutObject",
-        "If-Match on PutObject",
-        "If-None-Match: * on CompleteMultipartUpload",
-        "If-Match on CompleteMultipartUpload",
-    ] {
+    for condition in s3::probe::CONDITIONS {
         let ok = !report.ignored.contains(&condition);
         // Honoured one request at a time, but not by writers racing (the race rows below).
-        let raced = condition.ends_with("on PutObject")
-            && report
-                .races
-                .iter()
-                .any(|r| !r.held() && condition.starts_with(r.condition));
+        let raced = !report.ignored_alone.contains(&condition);
         let action = if ok {
             "commits conditionally: a write made around fencegate is never overwritten".to_string()
         } else if writes_opt_in {
@@ -139,16 +130,13 @@ pub fn verdict(
             _ => format!("{} of {} won", race.won, race.writers),
         };
         rows.push(Row {
-            capability: format!(
-                "{} writers race with {} on PutObject",
-                race.writers, race.condition
-            ),
+            capability: format!("{} writers race with {}", race.writers, race.names()),
             result,
             ok: race.held(),
             action: if race.held() {
                 "nothing more: the condition holds under concurrency".into()
             } else {
-                format!("treats {} on PutObject as ignored (above)", race.condition)
+                format!("treats {} as ignored (above)", race.names())
             },
         });
     }
@@ -174,7 +162,18 @@ pub async fn probe(
     name: &str,
     writers: usize,
 ) -> Result<Verdict, String> {
-    let report = backend.probe(writers).await?;
+    probe_as(backend, cfg, name, writers, &s3::scratch::new_run()).await
+}
+
+/// [`probe`] in scratch run `run`.
+async fn probe_as(
+    backend: &S3Backend,
+    cfg: &S3BackendConfig,
+    name: &str,
+    writers: usize,
+    run: &str,
+) -> Result<Verdict, String> {
+    let report = backend.probe_as(run, writers).await?;
     backend.set_conditional_delete(report.conditional_delete);
     backend.set_etags_are_md5(report.etags_are_md5);
     // Where the store ignores conditions, the version is read before each such commit instead.
@@ -232,9 +231,17 @@ pub async fn probe_store(
             .check_bucket()
             .await
             .map_err(|e| format!("store bucket {bucket}: {e}"))?;
-        let verdict = probe(&backend, cfg, name, writers)
-            .await
-            .map_err(|e| format!("store bucket {bucket}: the probe failed: {e}"))?;
+        // Interrupted (Ctrl-C), the probe stops where it is and removes what it wrote.
+        let run = s3::scratch::new_run();
+        let verdict = tokio::select! {
+            verdict = probe_as(&backend, cfg, name, writers, &run) => verdict,
+            _ = tokio::signal::ctrl_c() => {
+                backend.remove_run(&run).await;
+                Err("interrupted; the probe's scratch objects and uploads are removed".into())
+            }
+        };
+        let verdict =
+            verdict.map_err(|e| format!("store bucket {bucket}: the probe failed: {e}"))?;
         verdicts.push(verdict);
     }
     Ok(verdicts)

@@ -41,6 +41,13 @@ pub enum Mode {
     /// conditions: right for one request at a time, wrong for two at once (a check, then a
     /// write, with no lock between them).
     CheckThenWrite = 11,
+    /// Answer 412 to each conditional PutObject of the probe's racers (their bodies begin
+    /// `fencegate probe race, writer`), whatever the object: no writer wins a race.
+    RefuseRacingPuts = 12,
+    /// Answer every UploadPart 503: a store failing in the middle of a multipart upload.
+    FailUploadParts = 13,
+    /// Forward every request after 150 ms: a slow store, for interrupting what runs on it.
+    Slow = 14,
 }
 
 pub struct S3Proxy {
@@ -146,10 +153,34 @@ async fn forward(State(state): State<ProxyState>, req: Request) -> Response {
     {
         tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
     }
+    let upload = req.uri().query().unwrap_or("").contains("uploadId");
+    if mode == Mode::Slow as u8 {
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    }
+    if mode == Mode::FailUploadParts as u8 && req.method() == "PUT" && upload {
+        return Response::builder()
+            .status(503)
+            .body(Body::from("<Error><Code>ServiceUnavailable</Code><Message>failed by the test proxy</Message></Error>"))
+            .unwrap();
+    }
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    if mode == Mode::RefuseRacingPuts as u8
+        && conditional
+        && parts.method == "PUT"
+        && body.starts_with(b"fencegate probe race, writer")
+    {
+        return Response::builder()
+            .status(412)
+            .header("content-type", "application/xml")
+            .body(Body::from("<Error><Code>PreconditionFailed</Code><Message>refused by the test proxy</Message></Error>"))
+            .unwrap();
+    }
+    let req = Request::from_parts(parts, Body::from(body));
+    // A PutObject (a PUT without uploadId) or a CompleteMultipartUpload (a POST with one).
     let check_then_write = mode == Mode::CheckThenWrite as u8
         && conditional
-        && req.method() == "PUT"
-        && !req.uri().query().unwrap_or("").contains("uploadId");
+        && ((req.method() == "PUT" && !upload) || (req.method() == "POST" && upload));
     if check_then_write {
         let head = client
             .head(format!("{upstream}{}", req.uri().path()))

@@ -36,6 +36,7 @@ mod presigned;
 pub mod probe;
 mod probe_races;
 mod read;
+pub mod scratch;
 pub mod spool;
 mod staging;
 

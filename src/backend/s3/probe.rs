@@ -14,6 +14,14 @@ const PROBE_BODY: &[u8] = b"fencegate probe";
 /// An ETag no object has.
 const WRONG_ETAG: &str = "\"00000000000000000000000000000000\"";
 
+/// The conditions fencegate's commits rely on, as the probe names them.
+pub const CONDITIONS: [&str; 4] = [
+    "If-None-Match: * on PutObject",
+    "If-Match on PutObject",
+    "If-None-Match: * on CompleteMultipartUpload",
+    "If-Match on CompleteMultipartUpload",
+];
+
 /// What the probe learned: the conditions the store ignores (empty: all honoured).
 #[derive(Debug, Default)]
 pub struct ProbeReport {
@@ -23,10 +31,11 @@ pub struct ProbeReport {
     /// The store answered the probe's PutObject with the MD5 of its body as the ETag, so its
     /// answers can be checked against the bytes sent.
     pub etags_are_md5: bool,
-    /// The concurrent races on PutObject (empty when not run). A lost race counts its
-    /// condition among `ignored`: a condition that holds only one request at a time is not
-    /// honoured.
+    /// The concurrent races (empty when not run). A lost race counts its condition among
+    /// `ignored`: a condition that holds only one request at a time is not honoured.
     pub races: Vec<super::Race>,
+    /// What `ignored` held before the races: the conditions ignored one request at a time.
+    pub ignored_alone: Vec<&'static str>,
 }
 
 impl ProbeReport {
@@ -160,7 +169,8 @@ impl S3Backend {
         );
         use super::presigned::Request;
         use std::time::{SystemTime, UNIX_EPOCH};
-        let key = self.scratch_key();
+        let run = super::scratch::new_run();
+        let key = self.scratch_key(&run);
         let put = || Request {
             method: "PUT",
             bucket: &self.bucket,
@@ -189,7 +199,7 @@ impl S3Backend {
                 now + Duration::from_secs(30),
             )
             .await;
-        self.remove_scratch(&key).await;
+        self.remove_run(&run).await;
         if let Err(e) = fresh {
             return Err(format!(
                 "a presigned PutObject, as cluster mode sends its commits, failed: {}; check the backend's credentials, region and endpoint",
@@ -208,48 +218,47 @@ impl S3Backend {
         }
     }
 
-    /// A scratch key for a probe: `<prefix>.fencegate-probe/<random>`.
-    pub(super) fn scratch_key(&self) -> String {
-        format!(
-            "{}.fencegate-probe/{:016x}",
-            self.prefix,
-            rand::random::<u64>()
-        )
-    }
-
-    pub(super) async fn remove_scratch(&self, key: &str) {
-        let _ = self
-            .clients
-            .reads
-            .delete_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await;
-    }
-
-    /// Runs the probe on a scratch key, and removes it; then, with `writers` above 1, the
-    /// races of `writers` concurrent conditional PutObjects, each on a scratch key of its own.
+    /// Runs the probe in a run of its own, then removes the run whatever ended it (and runs
+    /// older probes left): the sequential checks on one scratch key, then, with `writers`
+    /// above 1, the races of `writers` concurrent conditional writes.
     pub async fn probe(&self, writers: usize) -> Result<ProbeReport, String> {
-        let key = self.scratch_key();
-        let result = self.probe_on(&key).await;
-        self.remove_scratch(&key).await;
-        let mut report = result?;
+        self.probe_as(&super::scratch::new_run(), writers).await
+    }
+
+    /// [`S3Backend::probe`] in run `run`, which a caller that may drop it removes itself.
+    pub async fn probe_as(&self, run: &str, writers: usize) -> Result<ProbeReport, String> {
+        let result = self.probe_run(run, writers).await;
+        self.remove_run(run).await;
+        self.sweep_left_over_runs().await;
+        result
+    }
+
+    async fn probe_run(&self, run: &str, writers: usize) -> Result<ProbeReport, String> {
+        let mut report = self.probe_on(&self.scratch_key(run)).await?;
+        report.ignored_alone = report.ignored.clone();
         if writers > 1 {
-            for race in self.probe_races(writers).await? {
-                let condition = match race.condition {
-                    "If-Match" => "If-Match on PutObject",
-                    _ => "If-None-Match: * on PutObject",
-                };
+            for race in self.probe_races(run, writers).await? {
                 if let Some(e) = &race.first_failure {
                     // Not a verdict on the condition: the store could not take the load.
                     return Err(format!(
-                        "{} of {} concurrent conditional PutObjects ({}) failed: {e}",
-                        race.failed, race.writers, race.condition
+                        "{} of {} concurrent conditional {}s ({}) failed: {e}",
+                        race.failed, race.writers, race.operation, race.condition
                     ));
                 }
-                if !race.held() && !report.ignored.contains(&condition) {
-                    report.ignored.push(condition);
+                if race.won == 0 {
+                    // No condition explains refusing every writer: nothing to judge by.
+                    return Err(format!(
+                        "the store refused all {} concurrent conditional {}s ({}), though one of them met the condition; the probe cannot judge such a store",
+                        race.writers, race.operation, race.condition
+                    ));
+                }
+                let names = race.names();
+                if !race.held() {
+                    if let Some(condition) = CONDITIONS.iter().find(|c| **c == names) {
+                        if !report.ignored.contains(condition) {
+                            report.ignored.push(condition);
+                        }
+                    }
                 }
                 report.races.push(race);
             }

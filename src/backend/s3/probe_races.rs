@@ -1,15 +1,20 @@
 //! The concurrent half of the store probe: a store can refuse a conditional write that arrives
 //! alone and still let two through when they arrive together (a check, then a write, without
 //! a lock between them). N writers race for one new key with `If-None-Match: *`, then for one
-//! existing key with the same `If-Match` ETag; exactly one may win each race, and the object
-//! must then hold the winner's bytes.
+//! existing key with the same `If-Match` ETag, each race run with PutObject and again with
+//! CompleteMultipartUpload; exactly one may win each, and the object must then hold the
+//! winner's bytes.
 
 use super::S3Backend;
 use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 
 /// One race's outcome.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Race {
+    /// The request raced: `PutObject` or `CompleteMultipartUpload`.
+    pub operation: &'static str,
     /// The condition raced: `If-None-Match: *` or `If-Match`.
     pub condition: &'static str,
     pub writers: usize,
@@ -29,6 +34,11 @@ impl Race {
     pub fn held(&self) -> bool {
         self.won == 1 && self.kept_winner == Some(true) && self.failed == 0
     }
+
+    /// `If-Match on CompleteMultipartUpload`: the condition as the sequential checks name it.
+    pub fn names(&self) -> String {
+        format!("{} on {}", self.condition, self.operation)
+    }
 }
 
 enum Answer {
@@ -37,26 +47,89 @@ enum Answer {
     Failed(String),
 }
 
+fn answer<T, E>(op: &str, sent: Result<T, aws_sdk_s3::error::SdkError<E, HttpResponse>>) -> Answer
+where
+    E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match sent {
+        Ok(_) => Answer::Won,
+        Err(e) => match e.raw_response().map(|r| r.status().as_u16()) {
+            Some(412 | 409) => Answer::Refused,
+            _ => Answer::Failed(format!("{:?}", super::errors::classify(op, e))),
+        },
+    }
+}
+
+/// Writer `i`'s bytes: each writer's differ, so the object shows who won.
+fn body(i: usize) -> Vec<u8> {
+    format!("fencegate probe race, writer {i}").into_bytes()
+}
+
 impl S3Backend {
-    async fn racer(&self, key: &str, body: Vec<u8>, if_match: Option<&str>) -> Answer {
+    async fn put_racer(&self, key: &str, i: usize, if_match: Option<&str>) -> Answer {
         let sent = self
             .clients
             .writes
             .put_object()
             .bucket(&self.bucket)
             .key(key)
-            .body(ByteStream::from(body))
+            .body(ByteStream::from(body(i)))
             .set_if_match(if_match.map(str::to_string))
             .set_if_none_match(if_match.is_none().then(|| "*".to_string()))
             .send()
             .await;
-        match sent {
-            Ok(_) => Answer::Won,
-            Err(e) => match e.raw_response().map(|r| r.status().as_u16()) {
-                Some(412 | 409) => Answer::Refused,
-                _ => Answer::Failed(format!("{:?}", super::errors::classify("PutObject", e))),
-            },
-        }
+        answer("PutObject", sent)
+    }
+
+    /// An upload of writer `i`'s bytes as its one part, ready to complete.
+    async fn upload_for(&self, key: &str, i: usize) -> Result<(String, String), String> {
+        let upload = self
+            .clients
+            .writes
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| format!("{:?}", super::errors::classify("CreateMultipartUpload", e)))?;
+        let id = upload.upload_id().unwrap_or_default().to_string();
+        let part = self
+            .clients
+            .writes
+            .upload_part()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(&id)
+            .part_number(1)
+            .body(ByteStream::from(body(i)))
+            .send()
+            .await
+            .map_err(|e| format!("{:?}", super::errors::classify("UploadPart", e)))?;
+        Ok((id, part.e_tag().unwrap_or_default().to_string()))
+    }
+
+    async fn complete_racer(
+        &self,
+        key: &str,
+        (id, etag): (String, String),
+        if_match: Option<&str>,
+    ) -> Answer {
+        let done = CompletedMultipartUpload::builder()
+            .parts(CompletedPart::builder().part_number(1).e_tag(etag).build())
+            .build();
+        let sent = self
+            .clients
+            .writes
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(&id)
+            .multipart_upload(done)
+            .set_if_match(if_match.map(str::to_string))
+            .set_if_none_match(if_match.is_none().then(|| "*".to_string()))
+            .send()
+            .await;
+        answer("CompleteMultipartUpload", sent)
     }
 
     async fn read_back(&self, key: &str) -> Option<Vec<u8>> {
@@ -72,13 +145,36 @@ impl S3Backend {
         Some(got.body.collect().await.ok()?.into_bytes().to_vec())
     }
 
-    /// `writers` concurrent PutObjects of distinct bodies on one key under one condition.
-    async fn race(&self, key: &str, writers: usize, if_match: Option<&str>) -> Race {
-        let body = |i: usize| format!("fencegate probe race, writer {i}").into_bytes();
-        let answers =
-            futures::future::join_all((0..writers).map(|i| self.racer(key, body(i), if_match)))
-                .await;
+    /// `writers` concurrent PutObjects, or CompleteMultipartUploads of as many uploads, of
+    /// distinct bodies on `key`, under one condition.
+    async fn race(
+        &self,
+        key: &str,
+        writers: usize,
+        multipart: bool,
+        if_match: Option<&str>,
+    ) -> Result<Race, String> {
+        let answers = if multipart {
+            // The uploads are made first, so that only the completions race.
+            let mut uploads = Vec::with_capacity(writers);
+            for i in 0..writers {
+                uploads.push(self.upload_for(key, i).await?);
+            }
+            futures::future::join_all(
+                uploads
+                    .into_iter()
+                    .map(|upload| self.complete_racer(key, upload, if_match)),
+            )
+            .await
+        } else {
+            futures::future::join_all((0..writers).map(|i| self.put_racer(key, i, if_match))).await
+        };
         let mut race = Race {
+            operation: if multipart {
+                "CompleteMultipartUpload"
+            } else {
+                "PutObject"
+            },
             condition: if if_match.is_some() {
                 "If-Match"
             } else {
@@ -108,34 +204,36 @@ impl S3Backend {
         if let (1, Some(i)) = (race.won, winner) {
             race.kept_winner = Some(self.read_back(key).await == Some(body(i)));
         }
-        race
+        Ok(race)
     }
 
-    /// Both races, each on a scratch key of its own, removed afterwards.
-    pub async fn probe_races(&self, writers: usize) -> Result<[Race; 2], String> {
-        let create_key = self.scratch_key();
-        let create = self.race(&create_key, writers, None).await;
-        self.remove_scratch(&create_key).await;
-
-        let overwrite_key = self.scratch_key();
-        let first = self
-            .clients
-            .writes
-            .put_object()
-            .bucket(&self.bucket)
-            .key(&overwrite_key)
-            .body(ByteStream::from_static(b"fencegate probe race, before"))
-            .send()
-            .await
-            .map_err(|e| {
-                format!(
-                    "cannot write the probe object {overwrite_key}: {:?}",
-                    super::errors::classify("PutObject", e)
-                )
-            })?;
-        let etag = first.e_tag().unwrap_or_default().to_string();
-        let overwrite = self.race(&overwrite_key, writers, Some(&etag)).await;
-        self.remove_scratch(&overwrite_key).await;
-        Ok([create, overwrite])
+    /// The four races, each on a scratch key of run `run` (which the caller removes).
+    pub async fn probe_races(&self, run: &str, writers: usize) -> Result<Vec<Race>, String> {
+        let mut races = Vec::new();
+        for multipart in [false, true] {
+            races.push(
+                self.race(&self.scratch_key(run), writers, multipart, None)
+                    .await?,
+            );
+            let key = self.scratch_key(run);
+            let first = self
+                .clients
+                .writes
+                .put_object()
+                .bucket(&self.bucket)
+                .key(&key)
+                .body(ByteStream::from_static(b"fencegate probe race, before"))
+                .send()
+                .await
+                .map_err(|e| {
+                    format!(
+                        "cannot write the probe object {key}: {:?}",
+                        super::errors::classify("PutObject", e)
+                    )
+                })?;
+            let etag = first.e_tag().unwrap_or_default().to_string();
+            races.push(self.race(&key, writers, multipart, Some(&etag)).await?);
+        }
+        Ok(races)
     }
 }

@@ -109,7 +109,11 @@ async fn ministack_is_safe() {
         assert_eq!(row(v, capability)["result"], "honoured", "{v}");
     }
     let races = v["races"].as_array().unwrap();
-    assert_eq!(races.len(), 2, "{v}");
+    assert_eq!(
+        races.len(),
+        4,
+        "PutObject and CompleteMultipartUpload, each condition: {v}"
+    );
     for race in races {
         assert_eq!(
             (race["writers"].as_u64(), race["won"].as_u64()),
@@ -189,25 +193,23 @@ async fn a_store_that_checks_then_writes_loses_the_race() {
     .unwrap();
     assert_eq!(code, 1, "{json}{err}");
     let v = &serde_json::from_str::<Value>(&json).unwrap()[0];
-    let create = &v["races"][0];
-    assert_eq!(create["condition"], "If-None-Match: *", "{v}");
-    assert!(
-        create["won"].as_u64().unwrap() > 1,
-        "several writers created the key: {v}"
-    );
-    assert_eq!(
-        row(v, "If-None-Match: * on PutObject")["result"],
-        "ignored by racing writers",
-        "{v}"
-    );
-    // One at a time, every condition held.
+    for race in v["races"].as_array().unwrap() {
+        assert!(
+            race["won"].as_u64().unwrap() > 1,
+            "several writers won: {race}"
+        );
+    }
+    // One at a time every condition held; racing, none did: PutObject and
+    // CompleteMultipartUpload alike.
+    for condition in s3_conditions() {
+        assert_eq!(
+            row(v, condition)["result"],
+            "ignored by racing writers",
+            "{v}"
+        );
+    }
     assert_eq!(
         row(v, "If-Match on DeleteObject")["result"],
-        "honoured",
-        "{v}"
-    );
-    assert_eq!(
-        row(v, "If-Match on CompleteMultipartUpload")["result"],
         "honoured",
         "{v}"
     );
@@ -229,6 +231,89 @@ async fn a_store_that_checks_then_writes_loses_the_race() {
         "serve started on a racy store: {err}"
     );
     assert!(err.contains("If-None-Match: * on PutObject"), "{err}");
+    assert!(err.contains("If-Match on CompleteMultipartUpload"), "{err}");
+    assert_clean(&store).await;
+}
+
+fn s3_conditions() -> [&'static str; 4] {
+    [
+        "If-None-Match: * on PutObject",
+        "If-Match on PutObject",
+        "If-None-Match: * on CompleteMultipartUpload",
+        "If-Match on CompleteMultipartUpload",
+    ]
+}
+
+/// A store that refuses every racing writer gives the race no winner: no condition explains
+/// that, so the probe says it cannot judge the store (exit 2) instead of blaming a
+/// condition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_race_without_a_winner_is_no_verdict() {
+    let store = store(StoreKind::Ministack).await;
+    let proxy = S3Proxy::start(store.endpoint()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(dir.path(), &proxy.endpoint(), "");
+    // Only the racers are refused: the sequential checks pass.
+    proxy.set(Mode::RefuseRacingPuts);
+    let (code, out, err) =
+        tokio::task::spawn_blocking(move || probe(&["store", "--config", file.to_str().unwrap()]))
+            .await
+            .unwrap();
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("the store refused all 16"), "{err}");
+    assert_clean(&store).await;
+}
+
+/// A probe that fails half-way (UploadPart answered 503), or is interrupted (SIGINT), leaves
+/// neither a scratch object nor an upload behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_or_interrupted_probe_cleans_up() {
+    let store = store(StoreKind::Ministack).await;
+    let proxy = S3Proxy::start(store.endpoint()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(dir.path(), &proxy.endpoint(), "");
+
+    proxy.set(Mode::FailUploadParts);
+    let path = file.clone();
+    let (code, out, err) =
+        tokio::task::spawn_blocking(move || probe(&["store", "--config", path.to_str().unwrap()]))
+            .await
+            .unwrap();
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("UploadPart"), "{err}");
+    proxy.set(Mode::Pass);
+    assert_clean(&store).await;
+
+    // Slow enough to be interrupted with objects and uploads in the store.
+    proxy.set(Mode::Slow);
+    let child = Command::new(env!("CARGO_BIN_EXE_fencegate"))
+        .args(["probe-store", "store", "--config"])
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = store.client();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let listed = c.list_objects_v2().bucket(BUCKET).send().await.unwrap();
+        if listed.key_count().unwrap_or(0) > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the probe wrote nothing"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    proxy.set(Mode::Pass);
     assert_clean(&store).await;
 }
 
