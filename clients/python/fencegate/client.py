@@ -6,7 +6,6 @@ import io
 import json
 import os
 import socket
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
@@ -14,8 +13,16 @@ from urllib.parse import quote
 
 import requests
 
+from . import _clock
 from ._signing import Body, Signer
-from .errors import FencegateError, LeaseHeld, make_error
+from .errors import (
+    FencegateError,
+    InvalidArgument,
+    InvalidKey,
+    InvalidLeaseName,
+    LeaseHeld,
+    make_error,
+)
 from .lease import Lease
 
 __all__ = [
@@ -137,6 +144,62 @@ def _segment(name: str) -> str:
 
 def _key_path(key: str) -> str:
     return "/".join(_segment(part) for part in key.split("/"))
+
+
+#: Why a `.` or `..` path segment cannot be sent, for the local refusals.
+_DOT_SEGMENTS = (
+    "fencegate refuses `.` and `..` path segments (400 InvalidKey), because HTTP clients "
+    "rewrite them before sending (`requests` sends a/../b as b), so the request would reach "
+    "another key or bucket; nothing was sent"
+)
+
+
+def _check_object_names(bucket: str, key: str) -> None:
+    """Refuses, without sending, a bucket or key that `requests` would rewrite (RFC 3986's
+    dot-segment removal): a write meant for ``a/../victim`` would land on ``victim``, or fail
+    signed as a misleading `SignatureDoesNotMatch`."""
+    if bucket in (".", ".."):
+        what = f"the bucket {bucket!r} is a `.` or `..` path segment"
+    elif any(part in (".", "..") for part in key.split("/")):
+        what = f"the key {key!r} has a `.` or `..` segment"
+    else:
+        return
+    message = f"{what}: {_DOT_SEGMENTS}"
+    raise InvalidKey(message, status=400, body={"error": InvalidKey.code, "message": message})
+
+
+def _check_metadata(metadata: Mapping[str, str]) -> None:
+    """Refuses, without sending, a metadata value fencegate would refuse: it stores printable
+    ASCII only (a byte outside it is not a header value every store returns intact), and an
+    HTTP client sends other characters in an encoding of its own, which signed requests
+    report as a misleading `SignatureDoesNotMatch`."""
+    for name, value in metadata.items():
+        if isinstance(value, str) and not all(" " <= c <= "~" for c in value):
+            message = (
+                f"metadata {name!r} = {value!r}: header values must be printable ASCII "
+                "(fencegate refuses others, tabs included, with 400 InvalidArgument); nothing "
+                "was sent. Encode the value, with urllib.parse.quote or as an RFC 2047 encoded "
+                "word (=?UTF-8?B?...?=), and decode it when reading it back"
+            )
+            raise InvalidArgument(
+                message, status=400, body={"error": InvalidArgument.code, "message": message}
+            )
+
+
+def _grant_time(sent: float, arrived: float, grant: Mapping[str, Any]) -> float:
+    """When an acquire's grant happened at the earliest, on the lease clock: the TTL counts from
+    there, so that this process believes the lease over no later than fencegate does.
+
+    The server answers ``waited_ms``, how long it waited for the lease to be free before
+    granting it; the grant came at least that long after the request left (`sent`), and no
+    later than the answer `arrived`. A fencegate too old to answer it leaves only `sent`: after
+    a wait, that may find the lease lost early (at once, if the wait outlasted the TTL), never
+    late.
+    """
+    waited = grant.get("waited_ms")
+    if isinstance(waited, bool) or not isinstance(waited, (int, float)) or not waited >= 0:
+        return sent
+    return min(sent + waited / 1000, arrived)
 
 
 def _token_header(token: int) -> str:
@@ -276,7 +339,12 @@ class Client:
         Raises:
             StaleFencingToken: a newer token is recorded; stop, retrying does not help.
             FencingTokenRequired: the bucket needs a token.
+            InvalidKey: `bucket` or `key` is (or has) a `.` or `..` path segment, which HTTP
+                clients rewrite; nothing was sent (every call naming a key refuses these).
+            InvalidArgument: a `metadata` value is not printable ASCII; nothing was sent.
         """
+        path = self._object_path(bucket, key)
+        _check_metadata(metadata or {})
         headers: Dict[str, str] = {}
         if content_type is not None:
             headers["Content-Type"] = content_type
@@ -287,9 +355,7 @@ class Client:
         if if_none_match:
             headers["If-None-Match"] = "*"
         self._write_headers(headers, token, idempotency_key, fencing_scope)
-        resp = self._send(
-            "PUT", self._object_path(bucket, key), headers=headers, body=body, token=token
-        )
+        resp = self._send("PUT", path, headers=headers, body=body, token=token)
         return _write_result(resp, bucket, key)
 
     def get(self, bucket: str, key: str) -> Object:
@@ -329,15 +395,16 @@ class Client:
         Deleting a key that has no object succeeds (``existed`` is False) and still records
         the token, so a late writer with an older one cannot create it afterwards.
         """
+        path = self._object_path(bucket, key)
         headers: Dict[str, str] = {}
         self._write_headers(headers, token, idempotency_key, fencing_scope)
-        resp = self._send("DELETE", self._object_path(bucket, key), headers=headers, token=token)
+        resp = self._send("DELETE", path, headers=headers, token=token)
         written = _write_result(resp, bucket, key)
         return DeleteResult(existed=bool(resp.json().get("existed")), **vars(written))
 
     def fence(self, bucket: str, key: str) -> Fence:
         """The scope `key` maps to and the highest token recorded for it."""
-        resp = self._send("GET", f"/v1/fences/{_segment(bucket)}/{_key_path(key)}")
+        resp = self._send("GET", self._fence_path(bucket, key))
         return _fence(resp.json(), bucket, key)
 
     def advance_fence(
@@ -345,11 +412,10 @@ class Client:
     ) -> Fence:
         """Raises the scope's highest token to `token` without writing: a new lock holder
         fences out the old one before its first write."""
+        path = self._fence_path(bucket, key)
         headers: Dict[str, str] = {}
         self._write_headers(headers, token, None, fencing_scope)
-        resp = self._send(
-            "POST", f"/v1/fences/{_segment(bucket)}/{_key_path(key)}", headers=headers, token=token
-        )
+        resp = self._send("POST", path, headers=headers, token=token)
         return _fence(resp.json(), bucket, key)
 
     # ---- Leases ------------------------------------------------------------------------------
@@ -379,7 +445,10 @@ class Client:
                 given (an acquire by the current holder's name takes the lease over).
             bucket, key: bind the lease to the scope `key` maps to: the grant advances that
                 fence, so the previous holder is fenced out before this one writes.
-            wait: seconds to wait for a held lease to be free (0: fail at once).
+            wait: seconds to wait for a held lease to be free (0: fail at once). The TTL counts
+                from the grant, which the server's ``waited_ms`` places; a fencegate that does
+                not answer it has the TTL counted from the request's departure, so a lease
+                waited for longer than its TTL is lost at once.
             s3_credentials: also get S3 credentials bound to the lease (needs `bucket` and
                 `key`), for `Lease.s3_client` and clients that cannot send a header.
             on_lost: called once, with the lease, when it is lost (from the renewal thread,
@@ -387,28 +456,32 @@ class Client:
 
         Raises:
             LeaseHeld: someone else holds it and `wait` ran out; `holder` says who.
+            InvalidKey: `bucket` or `key` is (or has) a `.` or `..` segment; nothing was sent.
         """
         if ttl <= 0:
             raise ValueError(f"ttl is in seconds and must be above 0; got {ttl!r}")
         holder = holder if holder is not None else _default_holder()
+        path = self._lease_path(name)
+        if bucket is not None and key is not None:
+            # Not part of the path, but the scope a write to them would name: refused alike.
+            _check_object_names(bucket, key)
         body: Dict[str, Any] = {"holder": holder, "ttl_ms": max(1, round(ttl * 1000))}
         if bucket is not None or key is not None:
             body["bucket"], body["key"] = bucket, key
         if s3_credentials:
             body["s3_credentials"] = True
-        deadline = time.monotonic() + max(0.0, wait)
+        deadline = _clock.now() + max(0.0, wait)
         while True:
-            waiting = min(max(0.0, deadline - time.monotonic()), _MAX_SERVER_WAIT)
+            waiting = min(max(0.0, deadline - _clock.now()), _MAX_SERVER_WAIT)
             body["wait_ms"] = int(waiting * 1000)
-            sent = time.monotonic()
+            sent = _clock.now()
             try:
-                resp = self._send(
-                    "POST", self._lease_path(name), json_body=body, timeout=self.timeout + waiting
-                )
+                resp = self._send("POST", path, json_body=body, timeout=self.timeout + waiting)
                 break
             except LeaseHeld:
-                if time.monotonic() >= deadline:
+                if _clock.now() >= deadline:
                     raise
+        arrived = _clock.now()
         grant = resp.json()
         creds = grant.get("s3_credentials")
         return Lease(
@@ -422,12 +495,9 @@ class Client:
             bound=_bound(grant),
             s3_credentials=S3Credentials(**creds) if creds else None,
             expires_at_ms=int(grant["expires_at_ms"]),
-            # The server counts the TTL from the grant, which came after the request left:
-            # counting from its departure errs on the safe side. A grant that waited came at
-            # an unknown point of the wait, so it counts from the answer's arrival and is
-            # renewed at once, which counts it from a departure again.
-            granted_after=sent if waiting == 0 else time.monotonic(),
-            renew_now=waiting > 0,
+            # Not the answer's arrival: a delayed answer may come after the server gave the
+            # lease to someone else.
+            granted_after=_grant_time(sent, arrived, grant),
             on_lost=on_lost,
         )
 
@@ -469,10 +539,25 @@ class Client:
         self._send("DELETE", self._lease_path(name), json_body=body)
 
     def _lease_path(self, name: str) -> str:
+        if name in (".", ".."):
+            # Any other name is one segment whatever it holds: its slashes are encoded.
+            message = (
+                f"the lease name {name!r} is a `.` or `..` path segment, which HTTP clients "
+                "rewrite before sending (fencegate refuses `..` in a lease name anyway); "
+                "nothing was sent"
+            )
+            raise InvalidLeaseName(
+                message, status=400, body={"error": InvalidLeaseName.code, "message": message}
+            )
         return f"/v1/leases/{_segment(name)}"
 
     def _object_path(self, bucket: str, key: str) -> str:
+        _check_object_names(bucket, key)
         return f"/v1/objects/{_segment(bucket)}/{_key_path(key)}"
+
+    def _fence_path(self, bucket: str, key: str) -> str:
+        _check_object_names(bucket, key)
+        return f"/v1/fences/{_segment(bucket)}/{_key_path(key)}"
 
     @staticmethod
     def _write_headers(
@@ -499,9 +584,11 @@ class Client:
         timeout: Optional[float] = None,
         token: Optional[int] = None,
         check: bool = True,
+        stream: bool = False,
     ) -> requests.Response:
         """Signs (with a key) and sends a request; raises the refusal's exception unless
-        `check` is False."""
+        `check` is False. With `stream`, the body is read only when asked for (or never, once
+        the answer is closed)."""
         headers = dict(headers or {})
         if json_body is not None:
             body = json.dumps(json_body).encode()
@@ -516,6 +603,7 @@ class Client:
             headers=headers,
             data=data,
             timeout=timeout if timeout is not None else self.timeout,
+            stream=stream,
         )
         if check and not resp.ok:
             raise _refusal(resp, f"{method} {path}", token)
@@ -523,8 +611,9 @@ class Client:
 
     def _head_refusal(self, resp: requests.Response, path: str) -> FencegateError:
         # A HEAD answer has no body to carry the code: ask again with a GET, whose refusal
-        # does (a read, so asking twice changes nothing).
-        again = self._send("GET", path, check=False)
+        # does (a read, so asking twice changes nothing). Streamed, so that a GET that succeeds
+        # is closed before its body, the whole object, is downloaded; only a refusal's is read.
+        again = self._send("GET", path, check=False, stream=True)
         try:
             if not again.ok:
                 return _refusal(again, f"HEAD {path}", None)

@@ -354,7 +354,7 @@ class InvalidTtl(LeaseError):
 
 
 class LeaseLost(LeaseError):
-    """The lease was lost (a renewal failed, its TTL passed, or a newer token was recorded);
+    """The lease was lost (a renewal was refused, its TTL passed, or a newer token was recorded);
     this package refused to send the write, so nothing was sent (`status` is None).
 
     Stop the work the lease guarded: another holder may have the lock. Acquire the lease again

@@ -5,11 +5,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Tuple, Type, TypeVar
 
-from .errors import FencegateError, LeaseLost, NoSuchLease, NotLeaseHolder, StaleFencingToken
+from . import _clock
+from .errors import (
+    FencegateError,
+    LeaseLost,
+    NoSuchLease,
+    NotLeaseHolder,
+    StaleFencingToken,
+    TemporaryError,
+)
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -32,9 +39,12 @@ class Lease:
     Made by `Client.lease`. Used as a context manager it is released on exit; otherwise call
     `release`. A lease dropped without either stops being renewed and runs out at its TTL.
 
-    The lease is *lost* when a renewal fails, when its TTL passes without a successful
-    renewal (a paused process finds this when it wakes), or when a write through it is
-    refused as stale. Then every later write through the lease raises `LeaseLost` without
+    The lease is *lost* when a renewal is refused (a 4xx answer such as `NoSuchLease` or
+    `NotLeaseHolder`: the server ended it or gave it to another holder), when its TTL passes
+    without a successful renewal (a paused or suspended process finds this when it wakes), or
+    when a write through it is refused as stale. A renewal that gets no answer, a transport
+    error or a 5xx is retried until the TTL runs out, since the server may still hold the lease
+    for most of it. Then every later write through the lease raises `LeaseLost` without
     sending anything, `on_lost` runs once, and `lost` is set (after `on_lost` returns, so that
     a thread waiting on it finds the callback's work done).
 
@@ -70,9 +80,11 @@ class Lease:
         s3_credentials: Optional[S3Credentials],
         expires_at_ms: int,
         granted_after: float,
-        renew_now: bool,
         on_lost: Optional[Callable[[Lease], None]],
     ) -> None:
+        """Made by `Client.lease`. `granted_after` is a time on the lease clock
+        (`fencegate._clock.now`) no later than the server's grant: the TTL counts from it, so
+        that this process believes the lease over no later than the server does."""
         self.client = client
         self.name = name
         self.holder = holder
@@ -84,7 +96,7 @@ class Lease:
         self.s3_credentials = s3_credentials
         self.expires_at_ms = expires_at_ms
         self.lost = threading.Event()
-        self._keeper = _Keeper(self, granted_after, renew_now, on_lost)
+        self._keeper = _Keeper(self, granted_after, on_lost)
         # The renewal thread holds the lease only weakly; this stops it once the lease is gone.
         weakref.finalize(self, self._keeper.stop, join=False)
         self._keeper.start()
@@ -244,6 +256,9 @@ class Lease:
         the TTL. Returns False when the lease had already ended on the server (expired, or
         taken by another holder), True when this call ended it. Calling it again returns
         False without sending anything.
+
+        It does not wait for a renewal in flight (one may hang on a dead connection): the
+        server orders the two, and a renewal answered after the release is ignored.
         """
         if not self._keeper.stop():
             return False
@@ -254,23 +269,62 @@ class Lease:
         return True
 
 
+#: The longest `release` waits for the renewal thread to stop (it only runs `on_lost` or waits
+#: on a condition; a renewal in flight runs in a thread of its own, which nothing waits for).
+_STOP_JOIN = 1.0
+
+#: The first pause before a failed renewal is tried again, doubled after each failure up to
+#: `_MAX_RETRY` (and always within the time left before the deadline).
+_FIRST_RETRY = 0.2
+_MAX_RETRY = 2.0
+
+#: The longest the renewal thread sleeps at once. `threading.Condition.wait` counts its timeout
+#: on CLOCK_MONOTONIC, which stands still while the machine is suspended; waking this often
+#: rereads the lease clock, which does not, so a resumed host finds its lease lost within this
+#: much of waking.
+_MAX_SLEEP = 1.0
+
+
+def _describe(e: BaseException) -> str:
+    return str(e) if isinstance(e, FencegateError) else f"{type(e).__name__}: {e}"
+
+
+def _refused(e: BaseException) -> bool:
+    """Whether a renewal's failure means the server will not renew the lease: a 4xx refusal
+    (`NoSuchLease`, `NotLeaseHolder`, a bad secret...). No answer, a transport error, a 5xx or
+    a refusal fencegate says to retry (a `TemporaryError`, such as `FenceStoreUnavailable`)
+    says nothing about the lease, which the server may still hold."""
+    return (
+        isinstance(e, FencegateError)
+        and e.status is not None
+        and 400 <= e.status < 500
+        and not isinstance(e, TemporaryError)
+    )
+
+
 class _Keeper:
     """A lease's clock, its lost state and the thread that renews it.
 
-    The thread holds the `Lease` only through a weak reference, so that a lease dropped
+    The keeper's thread only schedules: each renewal runs in a thread of its own, so that a
+    renewal whose answer never ends (a trickle no read timeout catches) cannot keep the keeper
+    from finding the lease lost at its deadline, nor `release` from going ahead. One renewal
+    is in flight at a time; its answer counts only if it comes before the deadline, and not
+    after a release or a loss.
+
+    The threads hold the `Lease` only through a weak reference, so that a lease dropped
     without a release stops being renewed instead of being held for as long as the process
     lives.
 
-    Deadlines are measured on the monotonic clock from when each grant or renewal request was
-    sent: the server counts its TTL from when it answered, which is later, so this process
-    believes the lease over no later than fencegate does.
+    Deadlines are measured on the lease clock (`fencegate._clock`, which keeps counting while
+    the machine is suspended) from when each grant or renewal request was sent: the server
+    counts its TTL from when it answered, which is later, so this process believes the lease
+    over no later than fencegate does.
     """
 
     def __init__(
         self,
         lease: Lease,
         granted_after: float,
-        renew_now: bool,
         on_lost: Optional[Callable[[Lease], None]],
     ) -> None:
         self._lease = weakref.ref(lease)
@@ -285,8 +339,16 @@ class _Keeper:
         self._on_lost = on_lost
         self._cond = threading.Condition()
         self._deadline = granted_after + self._ttl
-        self._next_renewal = time.monotonic() if renew_now else granted_after + self._ttl / 3
+        # Past already when the grant's answer came late: renewed at once, counting the
+        # deadline from that renewal's departure.
+        self._next_renewal = granted_after + self._ttl / 3
         self._paused = 0
+        self._in_flight = False
+        self._retry_delay = _FIRST_RETRY
+        #: The last renewal's failure that left the lease held, for the reason once it is lost.
+        self._last_error: Optional[str] = None
+        #: A renewal's refusal, for the keeper's thread to act on.
+        self._refusal: Optional[str] = None
         self.stopped = False
         self.reason: Optional[str] = None
         self._thread = threading.Thread(
@@ -297,15 +359,15 @@ class _Keeper:
         self._thread.start()
 
     def stop(self, join: bool = True) -> bool:
-        """Stops renewing; False if it was stopped already."""
+        """Stops renewing; False if it was stopped already. Waits at most `_STOP_JOIN` for the
+        keeper's thread, and never for a renewal in flight."""
         with self._cond:
             if self.stopped:
                 return False
             self.stopped = True
             self._cond.notify_all()
         if join and threading.current_thread() is not self._thread:
-            # A renewal in flight is bounded by its timeout, never longer than the TTL.
-            self._thread.join(self._ttl + 1)
+            self._thread.join(_STOP_JOIN)
         return True
 
     def pause(self) -> None:
@@ -324,7 +386,7 @@ class _Keeper:
                     f"lease {self._name!r} (token {self._token}) was released, so nothing "
                     "was sent; acquire it again to write"
                 )
-            expired = time.monotonic() >= self._deadline
+            expired = _clock.now() >= self._deadline
         if expired:
             self.lose(self._expired_reason())
         if self._lost:
@@ -354,7 +416,10 @@ class _Keeper:
             self._lost_event.set()
 
     def _expired_reason(self) -> str:
-        return f"its TTL of {self._ttl:g} s passed without a successful renewal"
+        reason = f"its TTL of {self._ttl:g} s passed without a successful renewal"
+        if self._last_error is not None:
+            reason += f" (the last attempt: {self._last_error})"
+        return reason
 
     def _run(self) -> None:
         while True:
@@ -362,48 +427,85 @@ class _Keeper:
                 while True:
                     if self.stopped or self._lost:
                         return
-                    now = time.monotonic()
+                    now = _clock.now()
                     if now >= self._deadline:
-                        expired = True
+                        refusal, expired = None, True
                         break
-                    if not self._paused and now >= self._next_renewal:
-                        expired = False
+                    if self._refusal is not None:
+                        refusal, expired = self._refusal, False
                         break
-                    wake = (
-                        self._deadline if self._paused else min(self._next_renewal, self._deadline)
-                    )
-                    self._cond.wait(wake - now)
+                    due = not self._paused and not self._in_flight
+                    if due and now >= self._next_renewal:
+                        refusal, expired = None, False
+                        self._in_flight = True
+                        break
+                    wake = min(self._next_renewal, self._deadline) if due else self._deadline
+                    self._cond.wait(min(wake - now, _MAX_SLEEP))
             if expired:
                 self.lose(self._expired_reason())
                 return
-            if not self._renew():
+            if refusal is not None:
+                self.lose(f"a renewal was refused: {refusal}")
                 return
+            threading.Thread(
+                target=self._renew, name=f"fencegate-renew-{self._name}", daemon=True
+            ).start()
 
-    def _renew(self) -> bool:
-        sent = time.monotonic()
+    def _renew(self) -> None:
+        """One renewal, in a thread of its own; reports to the keeper's thread."""
+        with self._cond:
+            if self.stopped or self._lost:
+                self._in_flight = False
+                return
+        sent = _clock.now()
+        answer: Optional[Mapping[str, Any]] = None
+        error: Optional[BaseException] = None
         try:
-            # An answer after the deadline would be too late to matter: wait no longer.
+            # Each read waits no longer than the client's timeout, so that a dead connection
+            # leaves time to try again before the deadline; the keeper bounds the whole.
             answer = self._client._renew_lease(
                 self._name,
                 self._holder,
                 self._token,
                 self._secret,
                 self._ttl,
-                timeout=max(self._deadline - sent, 0.1),
+                timeout=max(min(self._client.timeout, self._deadline - sent), 0.1),
             )
+            if not isinstance(answer, dict):
+                raise ValueError(f"the renewal's answer is not a JSON object: {answer!r}")
         except Exception as e:
-            # Whatever went wrong (a refusal, no answer, an answer that is not fencegate's),
-            # the lease was not renewed.
-            if not self.stopped:
-                what = str(e) if isinstance(e, FencegateError) else f"{type(e).__name__}: {e}"
-                self.lose(f"a renewal failed: {what}")
-            return False
+            error = e
         with self._cond:
-            if self._lost:
-                return False
-            self._deadline = sent + self._ttl
-            self._next_renewal = sent + self._ttl / 3
+            self._in_flight = False
+            self._cond.notify_all()
+            # Too late to count: the lease was released or lost meanwhile, or the deadline
+            # passed (the keeper loses it; an answer after it cannot undo that).
+            if self.stopped or self._lost or _clock.now() >= self._deadline:
+                return
+            if error is None:
+                self._deadline = sent + self._ttl
+                self._next_renewal = sent + self._ttl / 3
+                self._retry_delay = _FIRST_RETRY
+                self._last_error = None
+            elif _refused(error):
+                self._refusal = _describe(error)
+                return
+            else:
+                self._last_error = _describe(error)
+                delay = self._retry_delay
+                if isinstance(error, FencegateError) and error.retry_after is not None:
+                    delay = max(delay, error.retry_after)
+                # Never past the deadline: a retry halfway there still has a chance.
+                left = self._deadline - _clock.now()
+                self._next_renewal = _clock.now() + max(min(delay, left / 2), 0.05)
+                self._retry_delay = min(self._retry_delay * 2, _MAX_RETRY)
+        if error is not None:
+            log.info(
+                "renewing lease %s failed (%s); trying again while its TTL lasts",
+                self._name,
+                _describe(error),
+            )
+            return
         lease = self._lease()
-        if lease is not None and "expires_at_ms" in answer:
+        if lease is not None and answer is not None and "expires_at_ms" in answer:
             lease.expires_at_ms = int(answer["expires_at_ms"])
-        return True
