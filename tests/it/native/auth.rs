@@ -424,7 +424,7 @@ async fn the_rust_client_signs_its_requests() {
         )
         .await
     {
-        Err(ClientError::Api { status, code, .. }) => {
+        Err(ClientError::Denied { status, code, .. }) => {
             assert_eq!((status, code.as_str()), (401, "MissingCredentials"))
         }
         other => panic!("{:?}", other.map(|l| l.token())),
@@ -432,7 +432,7 @@ async fn the_rust_client_signs_its_requests() {
     let wrong = Client::new(&base).with_key(WORKER.key, "not-the-secret");
     assert!(matches!(
         wrong.get("default", "x").await,
-        Err(ClientError::Api { status: 403, .. })
+        Err(ClientError::Denied { status: 403, .. })
     ));
 
     let fg = Client::new(&base).with_key(WORKER.key, WORKER.secret);
