@@ -937,13 +937,22 @@ async fn an_upload_the_client_abandons_is_aborted() {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let all = loop {
         let all = samples(&scrape(&c, &s).await);
+        // Every one of the four requests recorded in both families (three aborted, one
+        // answered): a request's two series are updated one after the other, and a scrape
+        // can fall between them.
         let aborted = all
             .iter()
             .filter(|x| x.name == "fencegate_request_duration_seconds_count")
             .filter(|x| x.labels.get("outcome").map(String::as_str) == Some("aborted"))
             .map(|x| x.value)
             .sum::<f64>();
-        if aborted >= 3.0 || std::time::Instant::now() > deadline {
+        let recorded = all
+            .iter()
+            .filter(|x| x.name == "fencegate_http_requests_total")
+            .filter(|x| x.labels.get("status").map(String::as_str) == Some("400"))
+            .map(|x| x.value)
+            .sum::<f64>();
+        if (recorded >= 4.0 && aborted >= 3.0) || std::time::Instant::now() > deadline {
             break all;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
