@@ -371,14 +371,13 @@ impl Backend for FsBackend {
         let files = chosen
             .iter()
             .filter_map(|p| on_disk.iter().find(|(d, _)| d.number == p.number))
-            .map(|(_, path)| path.clone())
+            .map(|(part, path)| (path.clone(), part.size))
             .collect();
         let assembly = Assembly {
             etag,
             parts: chosen.iter().map(|p| (p.number as u32, p.size)).collect(),
         };
-        self.stage_body(bucket, key, meta, uploads::concat(files), Some(assembly))
-            .await
+        self.stage_parts(bucket, key, meta, files, assembly).await
     }
 
     async fn finish_upload(

@@ -147,6 +147,60 @@ impl FsBackend {
         })
     }
 
+    /// A multipart completion's object: the chosen part files, each with the size it was
+    /// uploaded with, joined into a staging file by the kernel (`std::io::copy` between two
+    /// files is `copy_file_range`: a reflink on filesystems that have them, an in-kernel copy
+    /// elsewhere), so their bytes never pass through this process. Nothing is read to hash:
+    /// the ETag is made of the parts' digests, kept since each part was uploaded.
+    pub(super) async fn stage_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: ObjectMeta,
+        files: Vec<(PathBuf, u64)>,
+        assembly: Assembly,
+    ) -> Result<Staged, BackendError> {
+        let path = self
+            .staging_dir()
+            .join(format!("{:032x}.tmp", rand::random::<u128>()));
+        let (at, name, kept) = (path.clone(), key.to_string(), meta.clone());
+        let (etag, size, version, mut guard) = blocking(move || {
+            // Armed inside the task, as for a small body: an error below removes the file.
+            let guard = StagingGuard(Some(at.clone()));
+            let mut file = std::fs::File::create(&at)?;
+            let mut size = 0u64;
+            for (part, uploaded) in &files {
+                let mut source = std::fs::File::open(part).map_err(|e| {
+                    BackendError::Failing(format!("a part vanished ({}): {e}", part.display()))
+                })?;
+                let copied = std::io::copy(&mut source, &mut file)?;
+                if copied != *uploaded {
+                    return Err(BackendError::Failing(format!(
+                        "the part file {} holds {copied} bytes, but {uploaded} were uploaded",
+                        part.display()
+                    )));
+                }
+                size += copied;
+            }
+            let (etag, trailer) = seal(&name, &kept, Some(assembly), Md5::new(), size);
+            std::io::Write::write_all(&mut file, &trailer)?;
+            file.sync_all()?;
+            Ok((etag, size, staged_version_of(&file.metadata()?), guard))
+        })
+        .await?;
+        // Staged: from here the gate owns the file (commit or discard).
+        guard.0 = None;
+        Ok(Staged {
+            body: StagedBody::Handle(path.to_string_lossy().into_owned()),
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            etag,
+            size,
+            version: Some(version),
+            meta,
+        })
+    }
+
     /// A large body: `head` (read already) and the rest of `body`, streamed into the staging
     /// file at `path`. Returns its ETag, size and staged version.
     #[allow(clippy::too_many_arguments)]

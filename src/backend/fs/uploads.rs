@@ -182,24 +182,6 @@ pub async fn parts(root: &Path, handle: &str) -> Result<Vec<(PartInfo, PathBuf)>
     .await
 }
 
-/// The chosen part files, read one after another as one body.
-pub fn concat(files: Vec<PathBuf>) -> ByteStream {
-    futures::stream::iter(files)
-        .then(|path| async move {
-            match tokio::fs::File::open(&path).await {
-                Ok(f) => tokio_util::io::ReaderStream::with_capacity(f, 64 * 1024)
-                    .map(|r| r.map_err(|e| BodyError::Broken(format!("reading a part: {e}"))))
-                    .boxed(),
-                Err(e) => futures::stream::once(async move {
-                    Err(BodyError::Broken(format!("a part vanished: {e}")))
-                })
-                .boxed(),
-            }
-        })
-        .flatten()
-        .boxed()
-}
-
 pub async fn remove(root: &Path, handle: &str) -> Result<(), BackendError> {
     let dir = upload_dir(root, handle)?;
     blocking(move || match std::fs::remove_dir_all(&dir) {
