@@ -7,7 +7,7 @@
 //! in order, into an ordinary staged body.
 
 use super::{blocking, fsync_dir};
-use crate::backend::{BackendError, BodyError, ByteStream, PartInfo};
+use crate::backend::{BackendError, ByteStream, PartInfo};
 use futures::StreamExt;
 use md5::{Digest, Md5};
 use std::io::ErrorKind;
