@@ -7,9 +7,7 @@ import json
 import os
 import socket
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
-from urllib.parse import quote
 
 import requests
 
@@ -17,13 +15,25 @@ from . import _clock
 from ._signing import Body, Signer
 from .errors import (
     FencegateError,
-    InvalidArgument,
-    InvalidKey,
     InvalidLeaseName,
     LeaseHeld,
     make_error,
 )
+from ._names import _check_metadata, _check_object_names, _key_path, _segment
 from .lease import Lease
+from .results import (
+    DeleteResult,
+    Fence,
+    LeaseInfo,
+    Object,
+    ObjectInfo,
+    S3Credentials,
+    WriteResult,
+    _bound,
+    _fence,
+    _object_info,
+    _write_result,
+)
 
 __all__ = [
     "Client",
@@ -49,143 +59,6 @@ DEFAULT_REGION = "us-east-1"
 _MAX_SERVER_WAIT = 60.0
 
 
-@dataclass(frozen=True)
-class WriteResult:
-    """What fencegate recorded for a write."""
-
-    bucket: str
-    key: str
-    #: The fence scope the token was checked against, e.g. ``object:default/report.csv``.
-    scope: Optional[str]
-    #: The token recorded with the write (None for an unfenced write).
-    token: Optional[int]
-    etag: Optional[str]
-    size: int
-    #: True when an `Idempotency-Key` retry was answered with the first request's result.
-    replayed: bool
-
-
-@dataclass(frozen=True)
-class DeleteResult(WriteResult):
-    """What fencegate recorded for a delete (a tombstone keeps the token either way)."""
-
-    #: False when there was no object (the delete still recorded its token).
-    existed: bool
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    """An object's metadata, as GET and HEAD answer it."""
-
-    bucket: str
-    key: str
-    etag: Optional[str]
-    #: The token of the write that made this version.
-    token: Optional[int]
-    size: int
-    content_type: Optional[str]
-    last_modified: Optional[str]
-    #: User metadata (``x-amz-meta-*``), names without the prefix.
-    metadata: Dict[str, str]
-
-
-@dataclass(frozen=True)
-class Object(ObjectInfo):
-    """An object's bytes and metadata."""
-
-    body: bytes = field(repr=False)
-
-
-@dataclass(frozen=True)
-class Fence:
-    """A key's scope and the highest token recorded for it."""
-
-    bucket: str
-    key: str
-    scope: str
-    highest: Optional[int]
-    etag: Optional[str]
-    #: True when the object was deleted (the tombstone keeps the token).
-    tombstone: bool
-
-
-@dataclass(frozen=True)
-class S3Credentials:
-    """Lease-bound S3 credentials: every write signed with them carries the lease's token."""
-
-    access_key_id: str
-    secret_access_key: str = field(repr=False)
-    #: The bucket they may read and write.
-    bucket: str
-    #: The scope they are confined to.
-    scope: str
-
-
-@dataclass(frozen=True)
-class LeaseInfo:
-    """A lease as ``GET /v1/leases/{name}`` shows it (never its secrets)."""
-
-    name: str
-    holder: str
-    token: int
-    ttl: float
-    #: When it runs out, in milliseconds since the epoch on the server's clock.
-    expires_at_ms: int
-    scope: Optional[str]
-    #: ``(bucket, key)`` for a lease bound to a scope.
-    bound: Optional[Tuple[str, str]]
-
-
-def _segment(name: str) -> str:
-    # RFC 3986's unreserved characters stay as they are, so the path in the server's log reads
-    # as the name it is; everything else is encoded once, as S3 signs it.
-    return quote(name, safe="-._~")
-
-
-def _key_path(key: str) -> str:
-    return "/".join(_segment(part) for part in key.split("/"))
-
-
-#: Why a `.` or `..` path segment cannot be sent, for the local refusals.
-_DOT_SEGMENTS = (
-    "fencegate refuses `.` and `..` path segments (400 InvalidKey), because HTTP clients "
-    "rewrite them before sending (`requests` sends a/../b as b), so the request would reach "
-    "another key or bucket; nothing was sent"
-)
-
-
-def _check_object_names(bucket: str, key: str) -> None:
-    """Refuses, without sending, a bucket or key that `requests` would rewrite (RFC 3986's
-    dot-segment removal): a write meant for ``a/../victim`` would land on ``victim``, or fail
-    signed as a misleading `SignatureDoesNotMatch`."""
-    if bucket in (".", ".."):
-        what = f"the bucket {bucket!r} is a `.` or `..` path segment"
-    elif any(part in (".", "..") for part in key.split("/")):
-        what = f"the key {key!r} has a `.` or `..` segment"
-    else:
-        return
-    message = f"{what}: {_DOT_SEGMENTS}"
-    raise InvalidKey(message, status=400, body={"error": InvalidKey.code, "message": message})
-
-
-def _check_metadata(metadata: Mapping[str, str]) -> None:
-    """Refuses, without sending, a metadata value fencegate would refuse: it stores printable
-    ASCII only (a byte outside it is not a header value every store returns intact), and an
-    HTTP client sends other characters in an encoding of its own, which signed requests
-    report as a misleading `SignatureDoesNotMatch`."""
-    for name, value in metadata.items():
-        if isinstance(value, str) and not all(" " <= c <= "~" for c in value):
-            message = (
-                f"metadata {name!r} = {value!r}: header values must be printable ASCII "
-                "(fencegate refuses others, tabs included, with 400 InvalidArgument); nothing "
-                "was sent. Encode the value, with urllib.parse.quote or as an RFC 2047 encoded "
-                "word (=?UTF-8?B?...?=), and decode it when reading it back"
-            )
-            raise InvalidArgument(
-                message, status=400, body={"error": InvalidArgument.code, "message": message}
-            )
-
-
 def _grant_time(sent: float, arrived: float, grant: Mapping[str, Any]) -> float:
     """When an acquire's grant happened at the earliest, on the lease clock: the TTL counts from
     there, so that this process believes the lease over no later than fencegate does.
@@ -206,13 +79,6 @@ def _token_header(token: int) -> str:
     if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < 2**64:
         raise ValueError(f"a fencing token is an integer from 0 to 2**64 - 1; got {token!r}")
     return str(token)
-
-
-def _int(value: Any) -> Optional[int]:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _default_holder() -> str:
@@ -656,50 +522,3 @@ def _refusal(resp: requests.Response, what: str, token: Optional[int]) -> Fenceg
         text = resp.text.strip()[:200]
         fields = {"message": text} if text else None
     return make_error(resp.status_code, resp.headers, fields, what=what, token=token)
-
-
-def _write_result(resp: requests.Response, bucket: str, key: str) -> WriteResult:
-    answer = resp.json()
-    return WriteResult(
-        bucket=answer.get("bucket", bucket),
-        key=answer.get("key", key),
-        scope=answer.get("scope"),
-        token=_int(answer.get("token")),
-        etag=answer.get("etag"),
-        size=int(answer.get("size") or 0),
-        replayed=resp.headers.get("Idempotent-Replayed", "").lower() == "true",
-    )
-
-
-def _object_info(resp: requests.Response, bucket: str, key: str) -> ObjectInfo:
-    h = resp.headers
-    return ObjectInfo(
-        bucket=bucket,
-        key=key,
-        etag=h.get("ETag"),
-        token=_int(h.get("Fencing-Token")),
-        size=int(h.get("Content-Length") or 0),
-        content_type=h.get("Content-Type"),
-        last_modified=h.get("Last-Modified"),
-        metadata={
-            name[len("x-amz-meta-") :]: value
-            for name, value in ((n.lower(), v) for n, v in h.items())
-            if name.startswith("x-amz-meta-")
-        },
-    )
-
-
-def _fence(answer: Mapping[str, Any], bucket: str, key: str) -> Fence:
-    return Fence(
-        bucket=answer.get("bucket", bucket),
-        key=answer.get("key", key),
-        scope=answer["scope"],
-        highest=_int(answer.get("highest")),
-        etag=answer.get("etag"),
-        tombstone=bool(answer.get("tombstone")),
-    )
-
-
-def _bound(answer: Mapping[str, Any]) -> Optional[Tuple[str, str]]:
-    bound = answer.get("bound")
-    return (bound["bucket"], bound["key"]) if bound else None
