@@ -368,10 +368,19 @@ impl Backend for FsBackend {
         let chosen = match_parts(&wanted, &infos)?;
         let etags: Vec<&str> = chosen.iter().map(|p| p.etag.as_str()).collect();
         let etag = multipart_etag(&etags);
+        // Each part's size as the gate recorded it when the part was uploaded, not as its file
+        // is now: a file changed since is refused, not committed.
         let files = chosen
             .iter()
             .filter_map(|p| on_disk.iter().find(|(d, _)| d.number == p.number))
-            .map(|(part, path)| (path.clone(), part.size))
+            .map(|(part, path)| {
+                let uploaded = parts.iter().find(|p| p.number == part.number);
+                (
+                    part.number,
+                    path.clone(),
+                    uploaded.map_or(part.size, |p| p.size),
+                )
+            })
             .collect();
         let assembly = Assembly {
             etag,

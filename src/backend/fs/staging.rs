@@ -157,7 +157,7 @@ impl FsBackend {
         bucket: &str,
         key: &str,
         meta: ObjectMeta,
-        files: Vec<(PathBuf, u64)>,
+        files: Vec<(i32, PathBuf, u64)>,
         assembly: Assembly,
     ) -> Result<Staged, BackendError> {
         let path = self
@@ -169,16 +169,24 @@ impl FsBackend {
             let guard = StagingGuard(Some(at.clone()));
             let mut file = std::fs::File::create(&at)?;
             let mut size = 0u64;
-            for (part, uploaded) in &files {
-                let mut source = std::fs::File::open(part).map_err(|e| {
-                    BackendError::Failing(format!("a part vanished ({}): {e}", part.display()))
+            // A part gone (aborted, or sent again, while this completion copies) or changed
+            // since its upload: the client's list no longer names these bytes, as S3 says of a
+            // part it does not have. The message names the part, never a path.
+            let gone = |number: i32, why: String| BackendError::Invalid {
+                code: "InvalidPart",
+                message: format!("part {number} {why}; upload it again, then complete"),
+            };
+            for (number, part, uploaded) in &files {
+                let mut source = std::fs::File::open(part).map_err(|e| match e.kind() {
+                    ErrorKind::NotFound => gone(*number, "is gone (aborted or sent again)".into()),
+                    _ => e.into(),
                 })?;
                 let copied = std::io::copy(&mut source, &mut file)?;
                 if copied != *uploaded {
-                    return Err(BackendError::Failing(format!(
-                        "the part file {} holds {copied} bytes, but {uploaded} were uploaded",
-                        part.display()
-                    )));
+                    return Err(gone(
+                        *number,
+                        format!("holds {copied} bytes on disk, but {uploaded} were uploaded"),
+                    ));
                 }
                 size += copied;
             }

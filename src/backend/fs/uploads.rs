@@ -164,6 +164,13 @@ pub async fn parts(root: &Path, handle: &str) -> Result<Vec<(PartInfo, PathBuf)>
             let Some((number, md5)) = parse_name(&name) else {
                 continue;
             };
+            // A crash between an upload's link and its clean-up can leave the number's older
+            // file beside the newer: the `<number>` link names the one that counts.
+            if let Ok(linked) = std::fs::read_link(dir.join(number.to_string())) {
+                if linked != Path::new(&name) {
+                    continue;
+                }
+            }
             let md = entry.metadata()?;
             out.push((
                 PartInfo {

@@ -5,6 +5,7 @@ mod clients;
 mod conformance;
 mod everyday;
 mod fixture;
+mod fs_completion;
 mod gateway;
 mod integrity;
 mod probe_store;
