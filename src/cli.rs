@@ -47,6 +47,9 @@ pub enum Command {
         /// The TOML file to check; without one, the embedded default (as a container started
         /// with FENCEGATE_* variables only runs).
         file: Option<PathBuf>,
+        /// The same file, named as `serve --config` names it.
+        #[arg(short, long = "config", value_name = "FILE", conflicts_with = "file")]
+        config: Option<PathBuf>,
     },
     /// Show, advance and list the fences of a running instance (through its admin surface),
     /// or rebuild a bucket's fences offline.

@@ -11,7 +11,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     fencegate::logging::init();
     match cli.command {
-        Some(Command::CheckConfig { file }) => check_config(file.as_deref()),
+        Some(Command::CheckConfig { file, config }) => check_config(file.or(config).as_deref()),
         Some(Command::Serve(args)) => serve(args),
         Some(Command::Fences { command }) => match command {
             FencesCommand::Rebuild { bucket, config } => rebuild(&bucket, config),

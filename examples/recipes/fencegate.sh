@@ -8,12 +8,14 @@
 #                         and the object holds B's data; then print PASS
 #
 # Environment (defaults in brackets):
-#   FENCEGATE  fencegate host:port     [127.0.0.1:8080]
+#   FENCEGATE  fencegate host:port, or FENCEGATE_URL as the Python client takes it
+#              (http://host:port)     [127.0.0.1:8080]
 #   BUCKET     a bucket of object scope, tokens required or optional   [default]
 #   KEY        the object the lock guards   [set by each recipe]
 
-FENCEGATE="${FENCEGATE:-127.0.0.1:8080}"
+FENCEGATE="${FENCEGATE:-${FENCEGATE_URL:-127.0.0.1:8080}}"
 FENCEGATE="${FENCEGATE#http://}"
+FENCEGATE="${FENCEGATE%/}"
 BUCKET="${BUCKET:-default}"
 URL="http://$FENCEGATE/v1/objects/$BUCKET/$KEY"
 

@@ -105,6 +105,10 @@ fn check_config_refuses_what_serve_refuses() {
     let (ok, _, checked) = fencegate(&["check-config", &public]);
     assert!(!ok, "check-config passed what serve refuses");
     assert!(checked.contains("development mode"), "{checked}");
+    // The file may be named as serve names it, too.
+    let (ok, _, named) = fencegate(&["check-config", "--config", &public]);
+    assert!(!ok);
+    assert_eq!(named, checked);
     let data = dir.path().join("d");
     let (ok, _, served) = fencegate(&[
         "serve",
