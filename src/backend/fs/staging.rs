@@ -64,6 +64,25 @@ pub(super) fn seal(
     (etag, trailer.encode())
 }
 
+/// The gate's handle on a staged file: its path, and what it holds.
+fn staged_at(
+    path: &Path,
+    bucket: &str,
+    key: &str,
+    (etag, size, version): (String, u64, String),
+    meta: ObjectMeta,
+) -> Staged {
+    Staged {
+        body: StagedBody::Handle(path.to_string_lossy().into_owned()),
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+        etag,
+        size,
+        version: Some(version),
+        meta,
+    }
+}
+
 /// Removes a staging file whose staging did not complete, whether it failed or was dropped.
 pub(super) struct StagingGuard(Option<PathBuf>);
 
@@ -84,6 +103,12 @@ impl Drop for StagingGuard {
 }
 
 impl FsBackend {
+    /// A fresh name in the staging directory.
+    fn new_staging_file(&self) -> PathBuf {
+        self.staging_dir()
+            .join(format!("{:032x}.tmp", rand::random::<u128>()))
+    }
+
     /// Streams a body into a staging file. A multipart completion's `assembly` gives its ETag
     /// (computed from its parts, not the body's MD5) and its parts' sizes.
     pub(super) async fn stage_body(
@@ -94,8 +119,7 @@ impl FsBackend {
         mut body: ByteStream,
         assembly: Option<Assembly>,
     ) -> Result<Staged, BackendError> {
-        let name = format!("{:032x}.tmp", rand::random::<u128>());
-        let path = self.staging_dir().join(name);
+        let path = self.new_staging_file();
         // Most bodies are small: read whole, then written, fsynced and measured in one trip
         // to a blocking thread (each trip is a thread hand-off, which dominated the CPU
         // profile). Larger ones stream through the file as they arrive.
@@ -136,15 +160,7 @@ impl FsBackend {
             self.stream_to_staging(&path, key, &meta, head.freeze(), md5, body, assembly)
                 .await?
         };
-        Ok(Staged {
-            body: StagedBody::Handle(path.to_string_lossy().into_owned()),
-            bucket: bucket.to_string(),
-            key: key.to_string(),
-            etag,
-            size,
-            version: Some(version),
-            meta,
-        })
+        Ok(staged_at(&path, bucket, key, (etag, size, version), meta))
     }
 
     /// A multipart completion's object: the chosen part files, each with the size it was
@@ -160,9 +176,7 @@ impl FsBackend {
         files: Vec<(i32, PathBuf, u64)>,
         assembly: Assembly,
     ) -> Result<Staged, BackendError> {
-        let path = self
-            .staging_dir()
-            .join(format!("{:032x}.tmp", rand::random::<u128>()));
+        let path = self.new_staging_file();
         let (at, name, kept) = (path.clone(), key.to_string(), meta.clone());
         let (etag, size, version, mut guard) = blocking(move || {
             // Armed inside the task, as for a small body: an error below removes the file.
@@ -198,15 +212,7 @@ impl FsBackend {
         .await?;
         // Staged: from here the gate owns the file (commit or discard).
         guard.0 = None;
-        Ok(Staged {
-            body: StagedBody::Handle(path.to_string_lossy().into_owned()),
-            bucket: bucket.to_string(),
-            key: key.to_string(),
-            etag,
-            size,
-            version: Some(version),
-            meta,
-        })
+        Ok(staged_at(&path, bucket, key, (etag, size, version), meta))
     }
 
     /// A large body: `head` (read already) and the rest of `body`, streamed into the staging

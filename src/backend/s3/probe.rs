@@ -4,8 +4,11 @@
 
 use super::errors::{classify, S3Failure};
 use super::S3Backend;
+use aws_sdk_s3::error::SdkError;
+use aws_sdk_s3::operation::complete_multipart_upload::CompleteMultipartUploadError;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use std::time::Duration;
 
 /// What the probe writes.
@@ -85,12 +88,12 @@ impl S3Backend {
             .map_err(|e| classify("PutObject", e))
     }
 
-    async fn probe_multipart(
+    /// A scratch upload of `body` as its one part: its id and the part's ETag.
+    pub(super) async fn upload_of(
         &self,
         key: &str,
-        if_match: Option<&str>,
-        if_none_match: bool,
-    ) -> Outcome {
+        body: Vec<u8>,
+    ) -> Result<(String, String), S3Failure> {
         let upload = self
             .clients
             .writes
@@ -100,43 +103,63 @@ impl S3Backend {
             .send()
             .await
             .map_err(|e| classify("CreateMultipartUpload", e))?;
-        let upload_id = upload.upload_id().unwrap_or_default().to_string();
+        let id = upload.upload_id().unwrap_or_default().to_string();
         let part = self
             .clients
             .writes
             .upload_part()
             .bucket(&self.bucket)
             .key(key)
-            .upload_id(&upload_id)
+            .upload_id(&id)
             .part_number(1)
-            .body(ByteStream::from_static(b"fencegate probe part"))
+            .body(ByteStream::from(body))
             .send()
             .await
             .map_err(|e| classify("UploadPart", e))?;
+        Ok((id, part.e_tag().unwrap_or_default().to_string()))
+    }
+
+    /// Completes an [`S3Backend::upload_of`] upload under the given conditions; the store's
+    /// answer as the SDK gives it, for each caller to judge.
+    pub(super) async fn complete_of(
+        &self,
+        key: &str,
+        (id, etag): &(String, String),
+        if_match: Option<&str>,
+        if_none_match: bool,
+    ) -> Result<(), SdkError<CompleteMultipartUploadError, HttpResponse>> {
         let done = CompletedMultipartUpload::builder()
-            .parts(
-                CompletedPart::builder()
-                    .part_number(1)
-                    .set_e_tag(part.e_tag().map(str::to_string))
-                    .build(),
-            )
+            .parts(CompletedPart::builder().part_number(1).e_tag(etag).build())
             .build();
-        let outcome = self
-            .clients
+        self.clients
             .writes
             .complete_multipart_upload()
             .bucket(&self.bucket)
             .key(key)
-            .upload_id(&upload_id)
+            .upload_id(id)
             .multipart_upload(done)
             .set_if_match(if_match.map(str::to_string))
             .set_if_none_match(if_none_match.then(|| "*".to_string()))
             .send()
             .await
             .map(|_| ())
+    }
+
+    async fn probe_multipart(
+        &self,
+        key: &str,
+        if_match: Option<&str>,
+        if_none_match: bool,
+    ) -> Outcome {
+        let upload = self
+            .upload_of(key, b"fencegate probe part".to_vec())
+            .await?;
+        let outcome = self
+            .complete_of(key, &upload, if_match, if_none_match)
+            .await
             .map_err(|e| classify("CompleteMultipartUpload", e));
         if outcome.is_err() {
-            self.abort(key.strip_prefix(&self.prefix).unwrap_or(key), &upload_id)
+            self.abort(key.strip_prefix(&self.prefix).unwrap_or(key), &upload.0)
                 .await;
         }
         outcome

@@ -6,8 +6,8 @@
 //! winner's bytes.
 
 use super::S3Backend;
+use aws_sdk_s3::error::SdkError;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 
 /// One race's outcome.
@@ -47,7 +47,7 @@ enum Answer {
     Failed(String),
 }
 
-fn answer<T, E>(op: &str, sent: Result<T, aws_sdk_s3::error::SdkError<E, HttpResponse>>) -> Answer
+fn answer<T, E>(op: &str, sent: Result<T, SdkError<E, HttpResponse>>) -> Answer
 where
     E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
@@ -81,53 +81,14 @@ impl S3Backend {
         answer("PutObject", sent)
     }
 
-    /// An upload of writer `i`'s bytes as its one part, ready to complete.
-    async fn upload_for(&self, key: &str, i: usize) -> Result<(String, String), String> {
-        let upload = self
-            .clients
-            .writes
-            .create_multipart_upload()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| format!("{:?}", super::errors::classify("CreateMultipartUpload", e)))?;
-        let id = upload.upload_id().unwrap_or_default().to_string();
-        let part = self
-            .clients
-            .writes
-            .upload_part()
-            .bucket(&self.bucket)
-            .key(key)
-            .upload_id(&id)
-            .part_number(1)
-            .body(ByteStream::from(body(i)))
-            .send()
-            .await
-            .map_err(|e| format!("{:?}", super::errors::classify("UploadPart", e)))?;
-        Ok((id, part.e_tag().unwrap_or_default().to_string()))
-    }
-
     async fn complete_racer(
         &self,
         key: &str,
-        (id, etag): (String, String),
+        upload: (String, String),
         if_match: Option<&str>,
     ) -> Answer {
-        let done = CompletedMultipartUpload::builder()
-            .parts(CompletedPart::builder().part_number(1).e_tag(etag).build())
-            .build();
         let sent = self
-            .clients
-            .writes
-            .complete_multipart_upload()
-            .bucket(&self.bucket)
-            .key(key)
-            .upload_id(&id)
-            .multipart_upload(done)
-            .set_if_match(if_match.map(str::to_string))
-            .set_if_none_match(if_match.is_none().then(|| "*".to_string()))
-            .send()
+            .complete_of(key, &upload, if_match, if_match.is_none())
             .await;
         answer("CompleteMultipartUpload", sent)
     }
@@ -158,7 +119,8 @@ impl S3Backend {
             // The uploads are made first, so that only the completions race.
             let mut uploads = Vec::with_capacity(writers);
             for i in 0..writers {
-                uploads.push(self.upload_for(key, i).await?);
+                let upload = self.upload_of(key, body(i)).await;
+                uploads.push(upload.map_err(|e| format!("{e:?}"))?);
             }
             futures::future::join_all(
                 uploads
