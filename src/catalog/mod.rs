@@ -347,7 +347,12 @@ impl Catalog {
             .list(name, "", None, 1)
             .await
             .map_err(|e| CatalogError::Failed(e.to_string()))?;
-        let uploads = self.gate.uploads(name, "").map_or(0, |u| u.len());
+        let uploads = self
+            .gate
+            .uploads(name, "")
+            .await
+            .map_err(|e| CatalogError::Failed(e.to_string()))?
+            .len();
         if !page.objects.is_empty() || uploads > 0 {
             return Err(CatalogError::NotEmpty(name.to_string()));
         }

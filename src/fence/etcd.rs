@@ -39,8 +39,8 @@ pub struct EtcdSettings {
 }
 
 pub struct EtcdFenceStore {
-    members: std::sync::Arc<Members>,
-    prefix: String,
+    pub(super) members: std::sync::Arc<Members>,
+    pub(super) prefix: String,
     /// Puts made while others are in flight share one Txn (`etcd_batch.rs`).
     batch: super::etcd_batch::Batcher,
     /// The endpoint of each client in `members`, in order.
@@ -314,6 +314,10 @@ impl FenceStore for EtcdFenceStore {
         true
     }
 
+    fn records(&self) -> Option<&dyn super::Records> {
+        Some(self)
+    }
+
     async fn members(&self) -> Vec<super::Member> {
         let asked = self
             .members
@@ -371,7 +375,7 @@ fn down(endpoint: &str, error: String) -> super::Member {
 }
 
 /// The first key after every key that starts with `prefix` (etcd's range end for a prefix).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {

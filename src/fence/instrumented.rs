@@ -67,6 +67,10 @@ impl FenceStore for Instrumented {
         self.inner.shared()
     }
 
+    fn records(&self) -> Option<&dyn crate::fence::Records> {
+        self.inner.records()
+    }
+
     fn usage(&self) -> Option<crate::fence::Usage> {
         self.inner.usage()
     }

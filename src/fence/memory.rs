@@ -11,6 +11,8 @@ use std::collections::{BTreeMap, HashMap};
 #[derive(Default)]
 pub struct MemoryFenceStore {
     inner: Mutex<Inner>,
+    /// Shared mode: the records beside the table, as etcd keeps them.
+    records: super::records::MemoryRecords,
 }
 
 #[derive(Default)]
@@ -121,6 +123,10 @@ impl FenceStore for MemoryFenceStore {
 
     fn shared(&self) -> bool {
         self.inner.lock().shared
+    }
+
+    fn records(&self) -> Option<&dyn super::Records> {
+        self.shared().then_some(&self.records as &dyn super::Records)
     }
 }
 

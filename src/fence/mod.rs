@@ -17,11 +17,15 @@ pub mod census;
 pub mod etcd;
 #[cfg(feature = "cluster")]
 mod etcd_batch;
+#[cfg(feature = "cluster")]
+mod etcd_records;
 pub mod instrumented;
 pub mod memory;
+pub mod records;
 pub mod rocks;
 pub mod scripted;
 
+pub use records::{Records, When};
 use crate::version::same_version;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -229,6 +233,9 @@ pub trait FenceStore: Send + Sync + 'static {
     /// put can meet [`StoreError::Conflict`]. Required: a wrapper that forgot it would take a
     /// shared table for a local one.
     fn shared(&self) -> bool;
+    /// The records instances share beside the table (`records.rs`): on a shared table only.
+    /// Required, as `shared` is, so a wrapper cannot hide them.
+    fn records(&self) -> Option<&dyn Records>;
     /// What the table takes on disk, where it is cheap to know (a local table); `None`
     /// elsewhere (etcd reports its own).
     fn usage(&self) -> Option<Usage> {

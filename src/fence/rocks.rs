@@ -206,6 +206,10 @@ impl FenceStore for RocksFenceStore {
         false
     }
 
+    fn records(&self) -> Option<&dyn super::Records> {
+        None
+    }
+
     fn usage(&self) -> Option<super::Usage> {
         // The directory holds only the table's own files: their sizes are what it takes.
         let bytes_on_disk = std::fs::read_dir(self.db.path())

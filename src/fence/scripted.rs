@@ -92,4 +92,8 @@ impl<S: Script> FenceStore for Scripted<S> {
     fn shared(&self) -> bool {
         self.script.shared(&self.wrapped)
     }
+
+    fn records(&self) -> Option<&dyn super::Records> {
+        self.wrapped.records()
+    }
 }

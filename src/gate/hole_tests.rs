@@ -334,7 +334,7 @@ async fn an_upload_is_aborted_only_with_its_token_or_a_higher_one() {
     gate.abort_upload("b", "m", &up.id, Ok(Some(Token(8))))
         .await
         .unwrap();
-    assert!(gate.upload("b", "m", &up.id).is_err());
+    assert!(gate.upload("b", "m", &up.id).await.is_err());
 }
 
 #[tokio::test]
@@ -727,7 +727,7 @@ async fn a_create_whose_client_hangs_up_is_recorded_and_counted() {
         .is_err());
     tokio::time::sleep(Duration::from_millis(100)).await;
     // The upload the store made has its record: it counts against the bound, and expires.
-    assert_eq!(gate.uploads("b", "").unwrap().len(), 1);
+    assert_eq!(gate.uploads("b", "").await.unwrap().len(), 1);
     let e = gate
         .create_upload(req("k2", Some(1)), "alice")
         .await

@@ -37,6 +37,7 @@ mod rows;
 pub mod scope;
 mod tokens;
 mod uploads;
+mod uploads_shared;
 
 pub use buckets::BucketEntry;
 pub use conditions::{Conditions, EtagMatch};

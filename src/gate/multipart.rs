@@ -42,7 +42,7 @@ impl Gate {
         if let Some(t) = token {
             check_token(&entry.policy, t.0, &self.row(&scope).await?, &scope)?;
         }
-        let _place = self.upload_room(&req.bucket, owner)?;
+        let _place = self.upload_room(&req.bucket, owner).await?;
         super::meta::own_meta(&mut req.meta, token.map(|t| t.0), &entry, &scope)?;
         let handle = entry
             .backend
@@ -59,19 +59,15 @@ impl Gate {
             owner: Some(owner.to_string()),
             parts: Default::default(),
         };
-        self.uploads.insert(upload.clone()).await.map_err(|e| {
-            GateError::Backend(BackendError::Failing(format!(
-                "cannot record the upload: {e}"
-            )))
-        })?;
+        self.uploads.insert(upload.clone()).await?;
         Ok(upload)
     }
 
     /// The upload `id` without its parts (what a part or an abort is judged by, at a cost that
     /// does not grow with the parts uploaded), which must belong to `bucket`/`key`.
-    fn upload_head(&self, bucket: &str, key: &str, id: &str) -> Result<Upload, GateError> {
+    async fn upload_head(&self, bucket: &str, key: &str, id: &str) -> Result<Upload, GateError> {
         self.bucket(bucket)?;
-        match self.uploads.head(id) {
+        match self.uploads.head(id).await? {
             Some(u) if u.bucket == bucket && u.key == key => Ok(u),
             _ => Err(GateError::Backend(BackendError::NoSuchUpload(
                 id.to_string(),
@@ -81,11 +77,12 @@ impl Gate {
 
     /// A place for a new upload within the bounds on open uploads ([`UploadLimits`]), or the
     /// refusal that names the bound.
-    fn upload_room(&self, bucket: &str, owner: &str) -> Result<Reservation, GateError> {
+    async fn upload_room(&self, bucket: &str, owner: &str) -> Result<Reservation, GateError> {
         let limits = &self.upload_limits;
         let bound = match self
             .uploads
             .reserve(bucket, owner, (limits.per_key, limits.per_bucket))
+            .await?
         {
             Ok(place) => return Ok(place),
             Err(bound) => bound,
@@ -117,7 +114,14 @@ impl Gate {
         let now = crate::wall_clock::now_ms();
         let before = now.saturating_sub(self.upload_limits.expiry.as_millis() as u64);
         let mut expired = 0;
-        for upload in self.uploads.older_than(before) {
+        let old = match self.uploads.older_than(before).await {
+            Ok(old) => old,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the multipart uploads to expire; trying again at the next sweep");
+                return 0;
+            }
+        };
+        for upload in old {
             let discarded = match self.discard_upload(&upload).await {
                 // Its bucket was deleted since: only the record is left to go.
                 Err(GateError::NoSuchBucket(_)) => {
@@ -143,9 +147,9 @@ impl Gate {
     }
 
     /// The upload `id`, which must belong to `bucket`/`key`.
-    pub fn upload(&self, bucket: &str, key: &str, id: &str) -> Result<Upload, GateError> {
+    pub async fn upload(&self, bucket: &str, key: &str, id: &str) -> Result<Upload, GateError> {
         self.bucket(bucket)?;
-        match self.uploads.get(id) {
+        match self.uploads.get(id).await? {
             Some(u) if u.bucket == bucket && u.key == key => Ok(u),
             _ => Err(GateError::Backend(BackendError::NoSuchUpload(
                 id.to_string(),
@@ -153,9 +157,9 @@ impl Gate {
         }
     }
 
-    pub fn uploads(&self, bucket: &str, prefix: &str) -> Result<Vec<Upload>, GateError> {
+    pub async fn uploads(&self, bucket: &str, prefix: &str) -> Result<Vec<Upload>, GateError> {
         self.bucket(bucket)?;
-        Ok(self.uploads.list(bucket, prefix))
+        self.uploads.list(bucket, prefix).await
     }
 
     /// A token sent with a part or a completion must be the upload's own.
@@ -209,7 +213,7 @@ impl Gate {
         checksum: impl FnOnce() -> Option<PartChecksum> + Send,
     ) -> Result<PartInfo, GateError> {
         let result = async {
-            let upload = self.upload_head(bucket, key, id)?;
+            let upload = self.upload_head(bucket, key, id).await?;
             Self::same_token(&upload, token)?;
             self.upload_current(&upload, true).await?;
             let entry = self.bucket(bucket)?;
@@ -219,15 +223,13 @@ impl Gate {
                 .await?;
             // Known once the body has passed whole (a trailer comes last).
             part.checksum = checksum();
-            match self.uploads.add_part(id, part.clone()).await {
-                Ok(true) => Ok(part),
+            if self.uploads.add_part(id, part.clone()).await? {
+                Ok(part)
+            } else {
                 // Completed or aborted while this part streamed in.
-                Ok(false) => Err(GateError::Backend(BackendError::NoSuchUpload(
+                Err(GateError::Backend(BackendError::NoSuchUpload(
                     id.to_string(),
-                ))),
-                Err(e) => Err(GateError::Backend(BackendError::Failing(format!(
-                    "cannot record the part: {e}"
-                )))),
+                )))
             }
         }
         .await;
@@ -235,13 +237,18 @@ impl Gate {
         result
     }
 
-    pub fn list_parts(
+    pub async fn list_parts(
         &self,
         bucket: &str,
         key: &str,
         id: &str,
     ) -> Result<Vec<PartInfo>, GateError> {
-        Ok(self.upload(bucket, key, id)?.parts.into_values().collect())
+        Ok(self
+            .upload(bucket, key, id)
+            .await?
+            .parts
+            .into_values()
+            .collect())
     }
 
     /// CompleteMultipartUpload: the commit point. A part list that does not match keeps the
@@ -285,7 +292,7 @@ impl Gate {
             None,
             listed.as_bytes(),
         );
-        let upload = match self.upload(&req.bucket, &req.key, id) {
+        let upload = match self.upload(&req.bucket, &req.key, id).await {
             Ok(upload) => upload,
             Err(e) => return self.completed_before(req, idem, e).await,
         };
@@ -427,7 +434,7 @@ impl Gate {
         id: &str,
         token: TokenInput,
     ) -> Result<(), GateError> {
-        let upload = self.upload_head(bucket, key, id)?;
+        let upload = self.upload_head(bucket, key, id).await?;
         if let Some(owner) = upload.token() {
             match token? {
                 None => {

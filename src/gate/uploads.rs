@@ -7,9 +7,13 @@
 //! synced per part. So a part costs the same at part 1 and at part 10,000, and survives a
 //! restart. Each upload has its own lock, and every write runs on the blocking pool: uploads do
 //! not wait for each other, and no fsync runs on a runtime worker. Without a directory (unit
-//! tests) uploads live in memory only.
+//! tests) uploads live in memory only. On a shared fence table (etcd) they are its records
+//! instead, so that every instance serves every upload (`uploads_shared.rs`).
 
-use crate::backend::{ObjectMeta, PartInfo};
+use super::uploads_shared as shared;
+use super::GateError;
+use crate::backend::{BackendError, ObjectMeta, PartInfo};
+use crate::fence::{FenceStore, Records};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -88,6 +92,8 @@ pub struct UploadRegistry {
     /// Uploads being created (bucket, owner): counted against the bounds with those open, so
     /// that creates at once cannot all pass one check.
     reserved: Arc<Mutex<Vec<(String, String)>>>,
+    /// A shared fence table whose records hold the uploads, for every instance.
+    shared: Option<Arc<dyn FenceStore>>,
 }
 
 /// A place among the open uploads, held while an upload is created.
@@ -106,7 +112,7 @@ impl Drop for Reservation {
 }
 
 /// Ids are ours: 32 hex digits. Anything else cannot name an upload.
-fn valid_id(id: &str) -> bool {
+pub(super) fn valid_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
@@ -212,6 +218,7 @@ impl UploadRegistry {
             uploads: Mutex::new(uploads),
             bytes_held: Arc::new(bytes.into()),
             reserved: Default::default(),
+            shared: None,
         };
         registry.census();
         Ok(registry)
@@ -221,8 +228,29 @@ impl UploadRegistry {
         format!("{:032x}", rand::random::<u128>())
     }
 
+    /// Uploads kept as the records of a shared fence table (etcd), for every instance.
+    pub fn shared(store: Arc<dyn FenceStore>) -> UploadRegistry {
+        UploadRegistry {
+            shared: Some(store),
+            ..UploadRegistry::default()
+        }
+    }
+
+    fn records(&self) -> Option<&dyn Records> {
+        self.shared.as_deref().and_then(|s| s.records())
+    }
+
     /// Records a new upload durably (its record, and an empty parts log).
-    pub async fn insert(&self, mut upload: Upload) -> std::io::Result<()> {
+    pub async fn insert(&self, upload: Upload) -> Result<(), GateError> {
+        if let Some(records) = self.records() {
+            return Ok(shared::insert(records, &upload).await?);
+        }
+        self.insert_local(upload)
+            .await
+            .map_err(|e| failing("cannot record the upload", e))
+    }
+
+    async fn insert_local(&self, mut upload: Upload) -> std::io::Result<()> {
         upload.parts.clear();
         if let Some(dir) = self.dir.clone() {
             let record = upload.clone();
@@ -254,7 +282,16 @@ impl UploadRegistry {
     }
 
     /// Records a part (replacing one with the same number); false if the upload is gone.
-    pub async fn add_part(&self, id: &str, part: PartInfo) -> std::io::Result<bool> {
+    pub async fn add_part(&self, id: &str, part: PartInfo) -> Result<bool, GateError> {
+        if let Some(records) = self.records() {
+            return Ok(valid_id(id) && shared::add_part(records, id, &part).await?);
+        }
+        self.add_part_local(id, part)
+            .await
+            .map_err(|e| failing("cannot record the part", e))
+    }
+
+    async fn add_part_local(&self, id: &str, part: PartInfo) -> std::io::Result<bool> {
         let Some(entry) = self.entry(id) else {
             return Ok(false);
         };
@@ -307,16 +344,34 @@ impl UploadRegistry {
     }
 
     /// The upload with its parts.
-    pub fn get(&self, id: &str) -> Option<Upload> {
-        let entry = self.entry(id)?;
-        let state = entry.state.lock();
-        Some(state.upload.clone())
+    pub async fn get(&self, id: &str) -> Result<Option<Upload>, GateError> {
+        match self.records() {
+            Some(records) if valid_id(id) => Ok(shared::get(records, id).await?),
+            _ => Ok(self
+                .entry(id)
+                .map(|entry| entry.state.lock().upload.clone())),
+        }
     }
 
     /// The upload without its parts (`parts` empty): what a part or an abort is judged by,
     /// at a cost that does not grow with the parts uploaded.
-    pub fn head(&self, id: &str) -> Option<Upload> {
-        Some(self.entry(id)?.head())
+    pub async fn head(&self, id: &str) -> Result<Option<Upload>, GateError> {
+        match self.records() {
+            Some(records) if valid_id(id) => Ok(shared::head(records, id).await?),
+            _ => Ok(self.entry(id).map(|entry| entry.head())),
+        }
+    }
+
+    /// Every upload without its parts: this instance's, or on a shared table every instance's.
+    async fn heads(&self) -> Result<Vec<Upload>, GateError> {
+        match self.records() {
+            Some(records) => {
+                let all = shared::all(records).await?;
+                crate::metrics::uploads_open(all.len(), shared::bytes(records).await?);
+                Ok(all)
+            }
+            None => Ok(self.entries().iter().map(|e| e.head()).collect()),
+        }
     }
 
     /// Every upload's entry, taken from the map at once (each is then read under its own lock).
@@ -326,6 +381,13 @@ impl UploadRegistry {
 
     /// Forgets an upload (completed or aborted) and removes its files.
     pub async fn remove(&self, id: &str) {
+        if let Some(records) = self.records() {
+            // Left behind, it is expired by the sweep (upload_expiry_secs).
+            if let Err(e) = shared::remove(records, id).await {
+                tracing::warn!(id, error = %e, "could not remove an upload record");
+            }
+            return;
+        }
         let Some(entry) = self.uploads.lock().remove(id) else {
             return;
         };
@@ -357,15 +419,15 @@ impl UploadRegistry {
     }
 
     /// Uploads in a bucket whose key starts with `prefix`, by key then id, without their parts.
-    pub fn list(&self, bucket: &str, prefix: &str) -> Vec<Upload> {
+    pub async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<Upload>, GateError> {
         let mut out: Vec<Upload> = self
-            .entries()
-            .iter()
-            .map(|e| e.head())
+            .heads()
+            .await?
+            .into_iter()
             .filter(|u| u.bucket == bucket && u.key.starts_with(prefix))
             .collect();
         out.sort_by(|a, b| (&a.key, a.initiated_ms, &a.id).cmp(&(&b.key, b.initiated_ms, &b.id)));
-        out
+        Ok(out)
     }
 
     /// Every backend handle recorded (the store uploads that are clients', not leftovers).
@@ -378,43 +440,42 @@ impl UploadRegistry {
 
     /// A place for one more upload of `owner`'s in `bucket`, if `owner` has fewer than
     /// `per_key` open (in every bucket) and `bucket` fewer than `per_bucket`, uploads being
-    /// created counted. `Err` names the bound reached: `per_key` or `per_bucket`.
-    pub fn reserve(
+    /// created counted. The inner `Err` names the bound reached: `per_key` or `per_bucket`.
+    /// On a shared table, creates on several instances at once may each pass the check: the
+    /// bounds hold per instance, and across the cluster give or take the creates in flight.
+    pub async fn reserve(
         &self,
         bucket: &str,
         owner: &str,
         (per_key, per_bucket): (usize, usize),
-    ) -> Result<Reservation, &'static str> {
+    ) -> Result<Result<Reservation, &'static str>, GateError> {
+        let open = self.heads().await?;
         let mut reserved = self.reserved.lock();
-        let entries = self.entries();
         let mut in_bucket = reserved.iter().filter(|(b, _)| b == bucket).count();
         let mut owned = reserved.iter().filter(|(_, o)| o == owner).count();
-        for e in entries {
-            let state = e.state.lock();
-            in_bucket += usize::from(state.upload.bucket == bucket);
-            owned += usize::from(state.upload.owner.as_deref() == Some(owner));
+        for u in open {
+            in_bucket += usize::from(u.bucket == bucket);
+            owned += usize::from(u.owner.as_deref() == Some(owner));
         }
         if owned >= per_key {
-            return Err("per_key");
+            return Ok(Err("per_key"));
         }
         if in_bucket >= per_bucket {
-            return Err("per_bucket");
+            return Ok(Err("per_bucket"));
         }
         let entry = (bucket.to_string(), owner.to_string());
         reserved.push(entry.clone());
-        Ok(Reservation {
+        Ok(Ok(Reservation {
             reserved: Arc::clone(&self.reserved),
             entry,
-        })
+        }))
     }
 
     /// Uploads created before `before_ms` (Unix), without their parts.
-    pub fn older_than(&self, before_ms: u64) -> Vec<Upload> {
-        self.entries()
-            .iter()
-            .map(|e| e.head())
-            .filter(|u| u.initiated_ms < before_ms)
-            .collect()
+    pub async fn older_than(&self, before_ms: u64) -> Result<Vec<Upload>, GateError> {
+        let mut old = self.heads().await?;
+        old.retain(|u| u.initiated_ms < before_ms);
+        Ok(old)
     }
 
     /// Sets the gauges of open uploads and the bytes their parts hold.
@@ -423,6 +484,10 @@ impl UploadRegistry {
         let bytes = self.bytes_held.load(std::sync::atomic::Ordering::Relaxed);
         crate::metrics::uploads_open(open, bytes);
     }
+}
+
+fn failing(what: &str, e: std::io::Error) -> GateError {
+    GateError::Backend(BackendError::Failing(format!("{what}: {e}")))
 }
 
 /// Rewrites an upload's parts log with one line per part (a client that sends the same part
@@ -494,10 +559,10 @@ mod tests {
         );
         assert_eq!(std::fs::read(dir.path().join(&id)).unwrap(), record);
         let reopened = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
-        let u = reopened.get(&id).unwrap();
+        let u = reopened.get(&id).await.unwrap().unwrap();
         assert_eq!(u.parts.len(), 2000);
         assert_eq!(u.parts[&2000], part(2000, 100));
-        assert!(reopened.head(&id).unwrap().parts.is_empty());
+        assert!(reopened.head(&id).await.unwrap().unwrap().parts.is_empty());
     }
 
     #[tokio::test]
@@ -516,7 +581,7 @@ mod tests {
             .count();
         assert!(lines <= 2 + 16, "{lines} lines for one part");
         let reopened = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
-        assert_eq!(reopened.get(&id).unwrap().parts[&1].size, 500);
+        assert_eq!(reopened.get(&id).await.unwrap().unwrap().parts[&1].size, 500);
     }
 
     #[tokio::test]
@@ -531,7 +596,7 @@ mod tests {
         f.write_all(b"{\"number\":2,\"et").unwrap();
         let reopened = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
         assert_eq!(
-            reopened.get(&id).unwrap().parts.keys().collect::<Vec<_>>(),
+            reopened.get(&id).await.unwrap().unwrap().parts.keys().collect::<Vec<_>>(),
             [&1]
         );
         reopened.remove(&id).await;
@@ -551,10 +616,10 @@ mod tests {
         json.as_object_mut().unwrap().remove("owner");
         std::fs::write(dir.path().join(&id), serde_json::to_vec(&json).unwrap()).unwrap();
         let reg = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
-        assert_eq!(reg.get(&id).unwrap().parts[&1].size, 7);
+        assert_eq!(reg.get(&id).await.unwrap().unwrap().parts[&1].size, 7);
         // A part added now goes to the log, beside the inline ones.
         reg.add_part(&id, part(2, 8)).await.unwrap();
         let reopened = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
-        assert_eq!(reopened.get(&id).unwrap().parts.len(), 2);
+        assert_eq!(reopened.get(&id).await.unwrap().unwrap().parts.len(), 2);
     }
 }

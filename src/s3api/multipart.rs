@@ -284,7 +284,11 @@ pub async fn complete(
     let declared = part_checksums::declared(&checksums, whole.as_ref(), kind);
     // Judged before anything is assembled. An upload that is gone is the gate's to answer
     // (a completion answered before is answered again).
-    let checked = match gw.gate.upload(&input.bucket, &input.key, &input.upload_id) {
+    let checked = match gw
+        .gate
+        .upload(&input.bucket, &input.key, &input.upload_id)
+        .await
+    {
         Ok(upload) => part_checksums::check(&checksums, &upload.parts, whole, kind)?,
         Err(_) => part_checksums::as_judged(whole, kind),
     };
@@ -360,6 +364,7 @@ pub async fn list_uploads(
     let mut uploads: Vec<_> = gw
         .gate
         .uploads(&input.bucket, &prefix)
+        .await
         .map_err(s3_error)?
         .into_iter()
         .filter(|u| marker.as_deref().is_none_or(|m| u.key.as_str() > m))
@@ -402,6 +407,7 @@ pub async fn list_parts(
     let mut parts: Vec<_> = gw
         .gate
         .list_parts(&input.bucket, &input.key, &input.upload_id)
+        .await
         .map_err(s3_error)?
         .into_iter()
         .filter(|p| p.number > after)

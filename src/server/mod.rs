@@ -141,6 +141,13 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     for line in config.describe().lines() {
         tracing::info!("{line}");
     }
+    // A shared fence table holds the uploads for every instance; the local registry is then
+    // only what start-up kept the sweep off (no sweep runs on a shared table).
+    let uploads = if store.shared() {
+        UploadRegistry::shared(store.clone())
+    } else {
+        uploads
+    };
     let gate = Arc::new(gate.with_uploads(uploads));
     // Cluster mode: the clock checked at start-up is checked again as it runs.
     gate.watch_clocks(Duration::from_secs(10), &shutdown);
