@@ -50,12 +50,16 @@ async fn list_leases(State(state): State<AppState>) -> Response {
         Ok(l) => l,
         Err(e) => return super::leases::LeaseApiError::from(e).into_response(),
     };
+    let credentials_in_grace = match state.leases.credentials_in_grace().await {
+        Ok(c) => c,
+        Err(e) => return super::leases::LeaseApiError::from(e).into_response(),
+    };
     Json(LeaseListing {
         leases: listed
             .into_iter()
             .map(|(grant, principal)| ListedLease { grant, principal })
             .collect(),
-        credentials_in_grace: state.leases.credentials_in_grace(),
+        credentials_in_grace,
     })
     .into_response()
 }

@@ -142,7 +142,12 @@ pub(super) async fn status(State(state): State<AppState>) -> Response {
         },
         buckets,
         leases_held,
-        credentials_in_grace: state.leases.credentials_in_grace().len(),
+        // A status that cannot reach the shared table says so in its checks.
+        credentials_in_grace: state
+            .leases
+            .credentials_in_grace()
+            .await
+            .map_or(0, |c| c.len()),
         checks,
     })
     .into_response()

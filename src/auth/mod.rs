@@ -128,6 +128,9 @@ pub enum AuthError {
     Stalled(u64),
     #[error("fencegate already holds {0} bytes of request bodies whose signature it cannot check before they end (signed over the body's hash, as curl does without x-amz-content-sha256); retry shortly, or sign x-amz-content-sha256 (UNSIGNED-PAYLOAD or the body's SHA-256) so that the body streams ([server] max_unverified_body_bytes)")]
     Busy(usize),
+    /// A lease credential could not be checked: the shared fence table did not answer.
+    #[error("cannot check this lease credential now, the fence table did not answer ({0}); retry shortly")]
+    Unavailable(String),
 }
 
 impl AuthError {
@@ -136,7 +139,7 @@ impl AuthError {
             AuthError::Missing => 401,
             AuthError::Malformed(_) => 400,
             AuthError::Stalled(_) => 408,
-            AuthError::Busy(_) => 503,
+            AuthError::Busy(_) | AuthError::Unavailable(_) => 503,
             _ => 403,
         }
     }
@@ -151,6 +154,7 @@ impl AuthError {
             AuthError::Skewed(_) => "RequestTimeTooSkewed",
             AuthError::Denied(_) => "AccessDenied",
             AuthError::Busy(_) => "SlowDown",
+            AuthError::Unavailable(_) => "FenceStoreUnavailable",
         }
     }
 }
@@ -249,6 +253,19 @@ impl KeyTable {
         } else {
             Err(AuthError::Missing)
         }
+    }
+
+    /// [`Self::lookup`], a lease credential read first as the shared fence table holds it
+    /// now (on one instance, as `lookup`): the entry point of every signed S3 request.
+    pub async fn lookup_fresh(&self, access_key: &str) -> Result<(String, Principal), AuthError> {
+        if let Some(leases) = &self.leases {
+            leases
+                .credentials
+                .refresh(access_key)
+                .await
+                .map_err(|e| AuthError::Unavailable(e.to_string()))?;
+        }
+        self.lookup(access_key)
     }
 
     /// The secret that signs for `access_key`, and who that is.

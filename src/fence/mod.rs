@@ -81,6 +81,11 @@ pub struct FenceRow {
     /// row's `highest`, written in the same put.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "L")]
     pub held: Option<HeldLease>,
+    /// On a `lease:<name>` row of a shared table: the grants that ended (released, revoked,
+    /// replaced) while their S3 credentials may still work, by token, with when each ended
+    /// (Unix ms). Kept for the credentials' grace (`lease::credentials_shared`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", rename = "E")]
+    pub ended: BTreeMap<u64, u64>,
     /// On an object's row: the answers of the idempotent requests (Idempotency-Key, and each
     /// completed multipart upload) that changed this object, by key digest, kept until they
     /// expire so that a retry is answered as the first request was (`gate::idempotency`).

@@ -2,11 +2,16 @@
 //! Spark): an access key and secret tied to one lease and its token. Every write the gateway
 //! receives signed with them carries that token implicitly. They outlive the lease by a grace
 //! period (so a write in flight is judged by the fence, not refused by the clock), and are then
-//! rejected outright. They are kept in memory: a restart revokes them all.
+//! rejected outright. On one instance they are kept in memory: a restart revokes them all. On
+//! a shared fence table they are its records, for every instance (`credentials_shared.rs`).
 
+use super::credentials_shared::{self as shared, SharedCredential};
+use crate::fence::{FenceStore, StoreError};
+use crate::wall_clock::now_ms;
 use parking_lot::RwLock;
 use serde::Serialize;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -34,6 +39,9 @@ struct Entry {
     /// When the lease ends: its expiry, moved by renewals, or the moment it was released or
     /// replaced. The key works until `until + grace`.
     until: Instant,
+    /// On a shared table: when the key stops working (Unix ms, the grace included), as read
+    /// for the request at hand; `until` is then unused.
+    works_until_ms: Option<u64>,
 }
 
 /// A lease credential that still works after its grant ended (expired, released, replaced),
@@ -61,7 +69,22 @@ pub struct LeaseIdentity {
 
 pub struct LeaseCredentials {
     grace: Duration,
+    /// On a shared table: the credentials loaded for the requests at hand ([`Self::refresh`]).
     by_key: RwLock<HashMap<String, Entry>>,
+    shared: Option<Arc<dyn FenceStore>>,
+}
+
+/// A new access key id and secret.
+fn new_key_pair() -> (String, String) {
+    let id = format!(
+        "FGL{}",
+        random_string(17, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
+    );
+    let secret = random_string(
+        40,
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+    );
+    (id, secret)
 }
 
 fn random_string(len: usize, alphabet: &[u8]) -> String {
@@ -75,7 +98,147 @@ impl LeaseCredentials {
         LeaseCredentials {
             grace,
             by_key: RwLock::new(HashMap::new()),
+            shared: None,
         }
+    }
+
+    /// Credentials kept as the records of a shared fence table, for every instance.
+    pub fn shared_on(mut self, store: Arc<dyn FenceStore>) -> LeaseCredentials {
+        self.shared = Some(store);
+        self
+    }
+
+    pub fn grace(&self) -> Duration {
+        self.grace
+    }
+
+    fn grace_ms(&self) -> u64 {
+        self.grace.as_millis() as u64
+    }
+
+    /// Issues credentials on a shared table: written for every instance before they are shown.
+    pub async fn issue_shared(
+        &self,
+        lease: &str,
+        token: u64,
+        bucket: String,
+        scope: String,
+        (owner, holder): (&str, &str),
+    ) -> Result<LeaseCredential, StoreError> {
+        let store = self.shared.as_deref().expect("issue_shared on a shared table");
+        let (id, secret) = new_key_pair();
+        let credential = SharedCredential {
+            secret: secret.clone(),
+            lease: lease.to_string(),
+            token,
+            bucket: bucket.clone(),
+            scope: scope.clone(),
+            owner: owner.to_string(),
+            holder: holder.to_string(),
+        };
+        shared::issue(store, &id, &credential).await?;
+        Ok(LeaseCredential {
+            access_key_id: id,
+            secret_access_key: secret,
+            bucket,
+            scope,
+        })
+    }
+
+    /// On a shared table, reads `access_key`'s credential and its lease as they are now, for
+    /// the lookups of the request at hand ([`Self::secret`], [`Self::identity`]).
+    pub async fn refresh(&self, access_key: &str) -> Result<(), StoreError> {
+        let Some(store) = self.shared.as_deref() else {
+            return Ok(());
+        };
+        if !access_key.starts_with("FGL") {
+            return Ok(());
+        }
+        let loaded = shared::load(store, access_key).await?;
+        let mut map = self.by_key.write();
+        match loaded {
+            None => {
+                map.remove(access_key);
+            }
+            Some((c, until_ms)) => {
+                // A grant the lease row no longer knows: known, and not working.
+                let works_until_ms = if until_ms == 0 {
+                    0
+                } else {
+                    until_ms + self.grace_ms()
+                };
+                map.insert(
+                    access_key.to_string(),
+                    Entry {
+                        secret: c.secret,
+                        lease: c.lease,
+                        token: c.token,
+                        bucket: c.bucket,
+                        scope: c.scope,
+                        owner: c.owner,
+                        holder: c.holder,
+                        until: Instant::now(),
+                        works_until_ms: Some(works_until_ms),
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Revokes every credential of `lease` (an admin's revoke): on a shared table, removes
+    /// their records, so no instance accepts them from the next request on.
+    pub async fn revoke_everywhere(&self, lease: &str) -> Result<usize, StoreError> {
+        let mut revoked = self.revoke(lease);
+        if let Some(store) = self.shared.as_deref() {
+            revoked = 0;
+            for (id, c, _) in shared::all(store).await? {
+                if c.lease == lease {
+                    shared::remove(store, &id).await?;
+                    revoked += 1;
+                }
+            }
+        }
+        Ok(revoked)
+    }
+
+    /// [`Self::in_grace`], on a shared table every instance's.
+    pub async fn listed_in_grace(&self) -> Result<Vec<CredentialInGrace>, StoreError> {
+        let Some(store) = self.shared.as_deref() else {
+            return Ok(self.in_grace());
+        };
+        let now = now_ms();
+        let mut listed: Vec<CredentialInGrace> = shared::all(store)
+            .await?
+            .into_iter()
+            .filter(|(_, _, until)| *until != 0 && *until <= now && now <= until + self.grace_ms())
+            .map(|(id, c, until)| CredentialInGrace {
+                access_key_id: id,
+                lease: c.lease,
+                token: c.token,
+                holder: c.holder,
+                works_until_ms: until + self.grace_ms(),
+            })
+            .collect();
+        listed.sort_by(|a, b| (&a.lease, a.token).cmp(&(&b.lease, b.token)));
+        Ok(listed)
+    }
+
+    /// On a shared table, removes the records of credentials that no longer work.
+    pub async fn prune_shared(&self) -> Result<usize, StoreError> {
+        let Some(store) = self.shared.as_deref() else {
+            return Ok(0);
+        };
+        self.by_key.write().clear();
+        let now = now_ms();
+        let mut pruned = 0;
+        for (id, _, until) in shared::all(store).await? {
+            if until == 0 || until + self.grace_ms() < now {
+                shared::remove(store, &id).await?;
+                pruned += 1;
+            }
+        }
+        Ok(pruned)
     }
 
     pub fn issue(
@@ -86,14 +249,7 @@ impl LeaseCredentials {
         scope: String,
         (until, owner, holder): (Instant, &str, &str),
     ) -> LeaseCredential {
-        let id = format!(
-            "FGL{}",
-            random_string(17, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
-        );
-        let secret = random_string(
-            40,
-            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
-        );
+        let (id, secret) = new_key_pair();
         self.prune();
         let mut map = self.by_key.write();
         map.insert(
@@ -107,6 +263,7 @@ impl LeaseCredentials {
                 owner: owner.to_string(),
                 holder: holder.to_string(),
                 until,
+                works_until_ms: None,
             },
         );
         LeaseCredential {
@@ -120,9 +277,11 @@ impl LeaseCredentials {
     /// Forgets credentials whose grace is over, so the table does not grow.
     pub fn prune(&self) {
         let now = Instant::now();
-        self.by_key
-            .write()
-            .retain(|_, e| e.until + self.grace >= now);
+        let wall = now_ms();
+        self.by_key.write().retain(|_, e| match e.works_until_ms {
+            Some(ms) => ms >= wall,
+            None => e.until + self.grace >= now,
+        });
     }
 
     /// The lease `lease` with `token` now ends at `until` (renewed, or ended now).
@@ -144,7 +303,6 @@ impl LeaseCredentials {
         }
     }
 
-    /// The secret of a live key, for SigV4; None once its grace is over.
     /// Forgets every credential of `lease`, whichever grant issued it and grace included: an
     /// admin revoked the lease. Returns how many there were.
     pub fn revoke(&self, lease: &str) -> usize {
@@ -176,10 +334,15 @@ impl LeaseCredentials {
         listed
     }
 
+    /// The secret of a live key, for SigV4; None once its grace is over.
     pub fn secret(&self, access_key: &str) -> Option<String> {
         let map = self.by_key.read();
         let e = map.get(access_key)?;
-        (Instant::now() <= e.until + self.grace).then(|| e.secret.clone())
+        let works = match e.works_until_ms {
+            Some(ms) => now_ms() <= ms,
+            None => Instant::now() <= e.until + self.grace,
+        };
+        works.then(|| e.secret.clone())
     }
 
     /// What a request signed with `access_key` carries, if it is a lease credential.

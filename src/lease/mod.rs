@@ -10,6 +10,7 @@
 //! shared by several instances, they live on the lease's row instead (`shared.rs`).
 
 mod credentials;
+mod credentials_shared;
 mod error;
 mod shared;
 mod wire;
@@ -122,13 +123,18 @@ fn validate_holder(holder: &str) -> Result<(), LeaseError> {
 
 impl Leases {
     pub fn new(gate: Arc<Gate>, store: Arc<dyn FenceStore>, grace: Duration) -> Leases {
+        let credentials = if store.shared() {
+            LeaseCredentials::new(grace).shared_on(Arc::clone(&store))
+        } else {
+            LeaseCredentials::new(grace)
+        };
         Leases {
             gate,
             store,
             held: Mutex::new(HashMap::new()),
             granting: ScopeLocks::default(),
             freed: Notify::new(),
-            credentials: LeaseCredentials::new(grace),
+            credentials,
             max_live_per_key: DEFAULT_MAX_LIVE_PER_KEY,
         }
     }
@@ -361,6 +367,9 @@ impl Leases {
                 if leases.store.shared() {
                     tokio::time::sleep(Duration::from_secs(10)).await;
                     leases.census_shared(&mut seen).await;
+                    if let Err(e) = leases.credentials.prune_shared().await {
+                        tracing::warn!(error = %e, "could not remove the lease credentials that no longer work; trying again in 10 s");
+                    }
                 } else {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     census(&mut leases.held.lock());
@@ -427,8 +436,8 @@ impl Leases {
             .find(|(grant, _)| grant.name == name)
             .map(|(grant, principal)| ListedLease { grant, principal });
         let credentials_in_grace: Vec<_> = self
-            .credentials
-            .in_grace()
+            .credentials_in_grace()
+            .await?
             .into_iter()
             .filter(|c| c.lease == name)
             .collect();
@@ -462,7 +471,11 @@ impl Leases {
                 .filter(|h| h.expires > now)
                 .map(|h| public(&h.grant))
         };
-        let credentials = self.credentials.revoke(name);
+        let credentials = self
+            .credentials
+            .revoke_everywhere(name)
+            .await
+            .map_err(GateError::from)?;
         if lease.is_none() && credentials == 0 {
             return Err(LeaseError::NotHeld {
                 name: name.to_string(),
@@ -475,8 +488,14 @@ impl Leases {
 
     /// The S3 credentials that still work after their grant ended (the grace after an
     /// expiry, a release or a new grant), for the admin's list.
-    pub fn credentials_in_grace(&self) -> Vec<credentials::CredentialInGrace> {
-        self.credentials.in_grace()
+    pub async fn credentials_in_grace(
+        &self,
+    ) -> Result<Vec<credentials::CredentialInGrace>, LeaseError> {
+        Ok(self
+            .credentials
+            .listed_in_grace()
+            .await
+            .map_err(GateError::from)?)
     }
 }
 

@@ -8,6 +8,7 @@
 //! Expiry is judged on the wall clock, since instances share no monotonic one: it decides only
 //! liveness (when the next holder may acquire), never the fence, which is the token's.
 
+use super::credentials_shared::end_grant;
 use super::{random_secret, row_key, AcquireRequest, Binding, Grant, LeaseError, Leases, Proof};
 use crate::fence::{Durability, FenceRow, HeldLease};
 use crate::gate::{again, run_to_end, GateError};
@@ -57,11 +58,6 @@ impl Leases {
     }
 
     pub(super) async fn acquire_shared(&self, req: AcquireRequest) -> Result<Grant, LeaseError> {
-        if req.s3_credentials {
-            return Err(LeaseError::Invalid(
-                "S3 credentials with a lease are not issued when the fence table is shared ([fence_store] kind = \"etcd\"): other instances could not check them. Sign with a key and send the lease's token in Fencing-Token (or x-amz-meta-fencing-token)".into(),
-            ));
-        }
         let deadline = Instant::now() + req.wait;
         let scope = match &req.bind {
             Some(b) => Some(self.gate.scope_of(&b.bucket, &b.key, None)?),
@@ -100,7 +96,7 @@ impl Leases {
                 Arc::clone(&self.store),
                 req.name.clone(),
                 row,
-                held.clone(),
+                (held.clone(), self.credentials.grace()),
             ))
             .await;
             match minted {
@@ -109,6 +105,20 @@ impl Leases {
                 Ok(token) => {
                     let mut grant = grant_of(&req.name, token, &held);
                     grant.lease_secret = Some(secret);
+                    if let (Some(b), Some(scope), true) = (&req.bind, &scope, req.s3_credentials) {
+                        let issued = self
+                            .credentials
+                            .issue_shared(
+                                &req.name,
+                                token,
+                                b.bucket.clone(),
+                                scope.clone(),
+                                (&req.owner, &req.holder),
+                            )
+                            .await
+                            .map_err(GateError::from)?;
+                        grant.s3_credentials = Some(issued);
+                    }
                     tracing::info!(target: "fencegate::audit", lease = %req.name, holder = req.holder.as_str(), principal = %req.owner, token, "lease granted");
                     crate::metrics::lease_granted();
                     return Ok(grant);
@@ -184,7 +194,9 @@ impl Leases {
         name: &str,
         proof: &Proof<'_>,
     ) -> Result<(), LeaseError> {
-        self.change_held(name, proof, |row| row.held = None).await?;
+        let grace_ms = self.credentials.grace().as_millis() as u64;
+        self.change_held(name, proof, |row| end_grant(row, now_ms(), grace_ms))
+            .await?;
         tracing::info!(target: "fencegate::audit", lease = name, holder = proof.holder, token = proof.token, "lease released");
         Ok(())
     }
@@ -234,7 +246,9 @@ impl Leases {
                 return Ok(None);
             };
             let grant = grant_of(name, row.highest.unwrap_or(0), &h);
+            // Revoked with its credentials, also those of earlier grants in their grace.
             row.held = None;
+            row.ended.clear();
             let put = self
                 .store
                 .put(vec![(row_key(name), row)], Durability::Synced)
@@ -256,13 +270,16 @@ async fn mint_held(
     gate: Arc<crate::gate::Gate>,
     store: Arc<dyn crate::fence::FenceStore>,
     name: String,
-    row: FenceRow,
-    held: HeldLease,
+    mut row: FenceRow,
+    (held, grace): (HeldLease, Duration),
 ) -> Result<u64, GateError> {
     let bind = held
         .bound
         .clone()
         .map(|(bucket, key)| Binding { bucket, key });
+    // The grant this one replaces ends now (or at its expiry): its credentials' grace runs
+    // from then.
+    end_grant(&mut row, now_ms(), grace.as_millis() as u64);
     let row = FenceRow {
         held: Some(held),
         ..row

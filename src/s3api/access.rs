@@ -59,6 +59,7 @@ pub fn s3_auth_error(e: &AuthError) -> S3Error {
         AuthError::Malformed(_) => S3ErrorCode::AuthorizationHeaderMalformed,
         AuthError::Skewed(_) => S3ErrorCode::RequestTimeTooSkewed,
         AuthError::Busy(_) => S3ErrorCode::SlowDown,
+        AuthError::Unavailable(_) => S3ErrorCode::ServiceUnavailable,
     };
     let mut err = S3Error::with_message(code, e.to_string());
     err.set_status_code(
@@ -91,7 +92,7 @@ pub struct Auth(pub Arc<KeyTable>);
 #[async_trait::async_trait]
 impl S3Auth for Auth {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        match self.0.lookup(access_key) {
+        match self.0.lookup_fresh(access_key).await {
             Ok((secret, _)) => Ok(SecretKey::from(secret.as_str())),
             Err(e) => {
                 tracing::info!(target: "fencegate::audit", access_key, code = e.code(), "S3 authentication failed");
