@@ -2,10 +2,12 @@
 //! `[bucket_defaults]` policy. Created buckets are recorded in `<data_dir>/buckets.json` so they
 //! survive a restart. This module also builds backends for buckets (shared by start-up and
 //! CreateBucket): one `fs` backend per configured name, one set of S3 clients per store, and
-//! owns the start-up checks that run on every bucket (`startup.rs`).
+//! owns the start-up checks that run on every bucket (`startup.rs`). On a shared fence table
+//! the created buckets are its records instead, for every instance (`shared.rs`).
 
 #[cfg(feature = "s3")]
 mod s3;
+mod shared;
 mod startup;
 #[cfg(feature = "s3")]
 pub mod store_probe;
@@ -224,8 +226,12 @@ impl Catalog {
         }
     }
 
-    fn created(&self) -> Result<BTreeMap<String, BucketPolicy>, CatalogError> {
-        read_created(&self.path)
+    /// The buckets created through the S3 API: on a shared table, by any instance.
+    async fn created(&self) -> Result<BTreeMap<String, BucketPolicy>, CatalogError> {
+        match self.store.records() {
+            Some(records) => shared::created(records).await,
+            None => read_created(&self.path),
+        }
     }
 
     fn save(&self, created: &BTreeMap<String, BucketPolicy>) -> Result<(), CatalogError> {
@@ -244,28 +250,79 @@ impl Catalog {
         write().map_err(|e| CatalogError::Failed(format!("cannot record buckets: {e}")))
     }
 
-    /// Serves again the buckets created before a restart.
+    /// Serves again the buckets created before a restart (on a shared table, by any instance).
     pub async fn load(&self) -> Result<usize, CatalogError> {
-        let created = self.created()?;
+        let created = self.created().await?;
         let mut backends = self.backends.lock().await;
         for (name, policy) in &created {
-            if self.config.buckets.contains_key(name) {
-                continue; // configured since: the configuration wins
-            }
-            let created_ms = startup::record_scope(self.store.as_ref(), &self.config, name, policy)
-                .await
-                .map_err(|e| CatalogError::Failed(e.to_string()))?;
-            let backend = backends
-                .for_bucket(&self.config, name, policy)
-                .await
-                .map_err(CatalogError::Failed)?;
-            self.gate.add_bucket(
-                name,
-                BucketEntry::new(policy.clone(), backend).created_at(created_ms),
-            );
+            self.serve_created(&mut backends, name, policy).await?;
         }
         backends.serving();
         Ok(created.len())
+    }
+
+    /// Serves a bucket created through the S3 API before (or by another instance).
+    async fn serve_created(
+        &self,
+        backends: &mut Backends,
+        name: &str,
+        policy: &BucketPolicy,
+    ) -> Result<(), CatalogError> {
+        if self.config.buckets.contains_key(name) || self.gate.bucket(name).is_ok() {
+            return Ok(()); // configured since (the configuration wins), or served already
+        }
+        let created_ms = startup::record_scope(self.store.as_ref(), &self.config, name, policy)
+            .await
+            .map_err(|e| CatalogError::Failed(e.to_string()))?;
+        let backend = backends
+            .for_bucket(&self.config, name, policy)
+            .await
+            .map_err(CatalogError::Failed)?;
+        self.gate.add_bucket(
+            name,
+            BucketEntry::new(policy.clone(), backend).created_at(created_ms),
+        );
+        Ok(())
+    }
+
+    /// On a shared table, serves a bucket another instance created, if `name` is one: called
+    /// before a request on a bucket this instance does not serve is refused NoSuchBucket.
+    pub async fn discover(&self, name: &str) -> Result<(), CatalogError> {
+        let Some(records) = self.store.records() else {
+            return Ok(());
+        };
+        if self.gate.bucket(name).is_ok() || bucket_name_problem(name).is_some() {
+            return Ok(());
+        }
+        if let Some(policy) = shared::one(records, name).await? {
+            let mut backends = self.backends.lock().await;
+            self.serve_created(&mut backends, name, &policy).await?;
+        }
+        Ok(())
+    }
+
+    /// On a shared table, serves the buckets other instances created and stops serving those
+    /// they deleted (one still being written through this instance goes at a later pass).
+    /// Runs every [`shared::SYNC_EVERY`] and before ListBuckets.
+    pub async fn sync(&self) -> Result<(), CatalogError> {
+        let Some(records) = self.store.records() else {
+            return Ok(());
+        };
+        let created = shared::created(records).await?;
+        let mut backends = self.backends.lock().await;
+        for (name, policy) in &created {
+            self.serve_created(&mut backends, name, policy).await?;
+        }
+        for name in self.gate.bucket_names() {
+            if self.config.buckets.contains_key(&name) || created.contains_key(&name) {
+                continue;
+            }
+            if let Ok(closing) = self.gate.close_bucket(&name) {
+                self.gate.remove_bucket(&name, closing);
+                tracing::info!(bucket = %name, "bucket deleted through another instance; no longer served here");
+            }
+        }
+        Ok(())
     }
 
     /// CreateBucket: a new bucket with the `[bucket_defaults]` policy.
@@ -287,7 +344,7 @@ impl Catalog {
         if matches!(self.config.backends[&policy.backend], BackendConfig::S3(_)) {
             policy.backend_prefix = format!("{}{name}/", policy.backend_prefix);
         }
-        let mut created = self.created()?;
+        let mut created = self.created().await?;
         // Two buckets on the same store keys would each keep a fence for one object.
         let mut existing = created.clone();
         existing.extend(self.config.buckets.clone());
@@ -316,8 +373,22 @@ impl Catalog {
                 },
                 e => CatalogError::Failed(e.to_string()),
             })?;
-        created.insert(name.to_string(), policy.clone());
-        self.save(&created)?;
+        match self.store.records() {
+            // Of instances creating it at once, one writes the record; the others serve the
+            // bucket it created.
+            Some(records) => {
+                if !shared::create(records, name, &policy).await? {
+                    if let Some(theirs) = shared::one(records, name).await? {
+                        self.serve_created(&mut backends, name, &theirs).await?;
+                    }
+                    return Err(CatalogError::Exists(name.to_string()));
+                }
+            }
+            None => {
+                created.insert(name.to_string(), policy.clone());
+                self.save(&created)?;
+            }
+        }
         self.gate.add_bucket(
             name,
             BucketEntry::new(policy, backend).created_at(created_ms),
@@ -326,13 +397,29 @@ impl Catalog {
         Ok(())
     }
 
+    /// On a shared table, [`Self::sync`] every [`shared::SYNC_EVERY`] until `shutdown`.
+    pub fn watch(self: &Arc<Self>, shutdown: &crate::shutdown::Shutdown) {
+        if self.store.records().is_none() {
+            return;
+        }
+        let catalog = Arc::clone(self);
+        shutdown.spawn_background(async move {
+            loop {
+                tokio::time::sleep(shared::SYNC_EVERY).await;
+                if let Err(e) = catalog.sync().await {
+                    tracing::warn!(error = %e, "could not read the buckets created through other instances; trying again shortly");
+                }
+            }
+        });
+    }
+
     /// DeleteBucket: only a created bucket, and only when it holds nothing.
     pub async fn delete(&self, name: &str) -> Result<(), CatalogError> {
         let _backends = self.backends.lock().await;
         if self.config.buckets.contains_key(name) {
             return Err(CatalogError::Configured(name.to_string()));
         }
-        let mut created = self.created()?;
+        let mut created = self.created().await?;
         if !created.contains_key(name) {
             return Err(CatalogError::NoSuchBucket(name.to_string()));
         }
@@ -360,8 +447,13 @@ impl Catalog {
             .bucket_settled(name)
             .await
             .map_err(|e| CatalogError::Busy(e.to_string()))?;
-        created.remove(name);
-        self.save(&created)?;
+        match self.store.records() {
+            Some(records) => shared::delete(records, name).await?,
+            None => {
+                created.remove(name);
+                self.save(&created)?;
+            }
+        }
         self.gate.remove_bucket(name, closing);
         tracing::info!(target: "fencegate::audit", bucket = name, "bucket deleted through the S3 API; its fence rows stay, so old tokens stay fenced if it is created again");
         Ok(())

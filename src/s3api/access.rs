@@ -199,7 +199,9 @@ fn signed_headers(auth: Option<&str>, params: &[(String, String)]) -> Option<Vec
     Some(list)
 }
 
-pub struct Access(pub Arc<KeyTable>);
+/// The access check, and (on a shared fence table) the first look for a bucket another
+/// instance created.
+pub struct Access(pub Arc<KeyTable>, pub Arc<crate::catalog::Catalog>);
 
 #[async_trait::async_trait]
 impl S3Access for Access {
@@ -223,6 +225,12 @@ impl S3Access for Access {
         // Handed to the operation, so that it never looks the credentials up again (they can
         // expire in between, and a lease's token would silently be lost).
         cx.extensions_mut().insert(who.clone());
+        if let S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } = cx.s3_path() {
+            // A failure here leaves the request to be answered as this instance knows it.
+            if let Err(e) = self.1.discover(bucket).await {
+                tracing::warn!(bucket = %bucket, error = %e, "could not look for a bucket created through another instance");
+            }
+        }
         let op = cx.s3_op().name();
         let scope_header = cx.headers().get("fencing-scope").map(|v| v.as_bytes());
         let action = match cx.s3_path() {

@@ -14,6 +14,10 @@ pub async fn list_buckets(
     req: S3Request<ListBucketsInput>,
 ) -> S3Result<S3Response<ListBucketsOutput>> {
     let who = gw.keys.s3_principal(req.credentials.as_ref())?;
+    // On a shared table: also the buckets other instances created or deleted just now.
+    if let Err(e) = gw.catalog.sync().await {
+        tracing::warn!(error = %e, "could not read the buckets created through other instances");
+    }
     let input = &req.input;
     let max = match input.max_buckets {
         None => usize::MAX,

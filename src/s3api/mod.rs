@@ -44,9 +44,10 @@ pub struct S3Gateway {
 /// rules per key, and virtual-host-style addressing when a domain is configured.
 pub fn service(gateway: S3Gateway, cfg: &S3GatewayConfig) -> Result<S3Service, String> {
     let keys = gateway.keys.clone();
+    let gateway_catalog = gateway.catalog.clone();
     let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(access::Auth(keys.clone()));
-    builder.set_access(access::Access(keys));
+    builder.set_access(access::Access(keys, gateway_catalog));
     builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
         s3s_limits(),
     ))));

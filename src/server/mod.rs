@@ -183,6 +183,7 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
     if created > 0 {
         tracing::info!(created, "serving buckets created through the S3 API");
     }
+    catalog.watch(&shutdown);
     let keys = Arc::new(
         KeyTable::new(config.keys.values().cloned())
             .with_leases(leases.clone(), gate.clone())
