@@ -1,5 +1,9 @@
 //! Several instances over one store, the fence table on a real etcd.
 
 mod etcd_store;
+mod one_endpoint;
 mod protocol;
 mod script;
+
+/// One cluster at a time: each is 3 etcd members, a store and the instances, on 2 cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

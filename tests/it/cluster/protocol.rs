@@ -9,8 +9,7 @@ use common::s3proxy::{Mode, S3Proxy};
 use common::{binary, client, get_bytes, put, Server};
 use std::time::{Duration, Instant};
 
-/// One cluster at a time: each is 3 etcd members, a store and the instances, on 2 cores.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use super::SERIAL;
 
 async fn token_of(c: &reqwest::Client, url: &str) -> Option<u64> {
     let resp = c.get(url).send().await.unwrap();
