@@ -255,7 +255,15 @@ impl Catalog {
         let created = self.created().await?;
         let mut backends = self.backends.lock().await;
         for (name, policy) in &created {
-            self.serve_created(&mut backends, name, policy).await?;
+            match self.serve_created(&mut backends, name, policy).await {
+                Ok(()) => {}
+                // Another instance created it: its problem is not this instance's to refuse
+                // a start over, and the next pass tries again.
+                Err(e) if self.store.records().is_some() => {
+                    tracing::error!(bucket = %name, error = %e, "cannot serve a bucket created through another instance; trying again at the next pass")
+                }
+                Err(e) => return Err(e),
+            }
         }
         backends.serving();
         Ok(created.len())
@@ -311,7 +319,11 @@ impl Catalog {
         let created = shared::created(records).await?;
         let mut backends = self.backends.lock().await;
         for (name, policy) in &created {
-            self.serve_created(&mut backends, name, policy).await?;
+            // One bucket this instance cannot serve must not hold back the others, nor the
+            // deletions below.
+            if let Err(e) = self.serve_created(&mut backends, name, policy).await {
+                tracing::warn!(bucket = %name, error = %e, "cannot serve a bucket created through another instance; trying again at the next pass");
+            }
         }
         for name in self.gate.bucket_names() {
             if self.config.buckets.contains_key(&name) || created.contains_key(&name) {
@@ -334,6 +346,21 @@ impl Catalog {
             });
         }
         let mut backends = self.backends.lock().await;
+        if let Some(records) = self.store.records() {
+            // Served here but deleted through another instance since: it is created afresh,
+            // not answered as existing.
+            let served = self.gate.bucket(name).is_ok();
+            if served
+                && !self.config.buckets.contains_key(name)
+                && shared::one(records, name).await?.is_none()
+            {
+                let closing = self
+                    .gate
+                    .close_bucket(name)
+                    .map_err(|e| CatalogError::Busy(e.to_string()))?;
+                self.gate.remove_bucket(name, closing);
+            }
+        }
         if self.gate.bucket(name).is_ok() {
             return Err(CatalogError::Exists(name.to_string()));
         }

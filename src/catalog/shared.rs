@@ -35,8 +35,15 @@ pub(super) async fn created(
     let mut out = BTreeMap::new();
     for (k, bytes) in records.scan("bucket:").await.map_err(failed)? {
         let name = k.trim_start_matches("bucket:").to_string();
-        let policy = decode(&name, &bytes)?;
-        out.insert(name, policy);
+        // A damaged record costs its own bucket, not every bucket's creation and deletion.
+        match decode(&name, &bytes) {
+            Ok(policy) => {
+                out.insert(name, policy);
+            }
+            Err(e) => {
+                tracing::error!(bucket = %name, error = %e, "not serving a bucket whose record in etcd is unreadable; fix or remove the record")
+            }
+        }
     }
     Ok(out)
 }

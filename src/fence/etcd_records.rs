@@ -75,9 +75,11 @@ impl Records for EtcdFenceStore {
         let resp = self
             .members
             .call("a record's write", |c| {
-                let txn = Txn::new()
-                    .when(compares.clone())
-                    .and_then([TxnOp::put(full.clone(), value.clone(), None)]);
+                let txn = Txn::new().when(compares.clone()).and_then([TxnOp::put(
+                    full.clone(),
+                    value.clone(),
+                    None,
+                )]);
                 async move { c.kv_client().txn(txn).await }
             })
             .await?;

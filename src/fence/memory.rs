@@ -126,7 +126,8 @@ impl FenceStore for MemoryFenceStore {
     }
 
     fn records(&self) -> Option<&dyn super::Records> {
-        self.shared().then_some(&self.records as &dyn super::Records)
+        self.shared()
+            .then_some(&self.records as &dyn super::Records)
     }
 }
 

@@ -25,9 +25,9 @@ pub mod records;
 pub mod rocks;
 pub mod scripted;
 
-pub use records::{Records, When};
 use crate::version::same_version;
 use async_trait::async_trait;
+pub use records::{Records, When};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -88,10 +88,16 @@ mod tests {
     #[tokio::test]
     async fn conditions_and_removal_under_a_prefix() {
         let r = MemoryRecords::default();
-        assert!(!r.put("p:1/1", b"x".to_vec(), When::Exists("u:1")).await.unwrap());
+        assert!(!r
+            .put("p:1/1", b"x".to_vec(), When::Exists("u:1"))
+            .await
+            .unwrap());
         assert!(r.put("u:1", b"u".to_vec(), When::Absent).await.unwrap());
         assert!(!r.put("u:1", b"v".to_vec(), When::Absent).await.unwrap());
-        assert!(r.put("p:1/1", b"x".to_vec(), When::Exists("u:1")).await.unwrap());
+        assert!(r
+            .put("p:1/1", b"x".to_vec(), When::Exists("u:1"))
+            .await
+            .unwrap());
         assert!(r.put("p:10/1", b"y".to_vec(), When::Always).await.unwrap());
         assert_eq!(r.scan("p:1/").await.unwrap().len(), 1);
         assert!(r.remove("u:1", Some("p:1/")).await.unwrap());

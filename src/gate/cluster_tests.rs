@@ -191,11 +191,13 @@ fn cluster_with(apply: Duration) -> ([Arc<Gate>; 2], Arc<Scripted<Store>>, Arc<T
             BucketEntry::new(BucketPolicy::default(), store.clone()),
         );
         Arc::new(
-            Gate::new(table.clone(), buckets).with_intent_bound(IntentBound {
-                ttl: TTL,
-                apply,
-                skew: Duration::ZERO,
-            }),
+            Gate::new(table.clone(), buckets)
+                .with_intent_bound(IntentBound {
+                    ttl: TTL,
+                    apply,
+                    skew: Duration::ZERO,
+                })
+                .with_uploads(UploadRegistry::shared(table.clone())),
         )
     };
     ([gate(), gate()], store, table)
@@ -634,4 +636,92 @@ async fn a_clock_stepped_ahead_between_samples_waits_for_the_stores_deadline() {
     let _ = store.release.send(true);
     assert_eq!(held.await.unwrap().unwrap_err().code(), "StaleFencingToken");
     assert_eq!(store.landed(), vec![Some(1), Some(3)]);
+}
+
+/// Multipart uploads on a shared table: created through one instance, a part through the
+/// other, listed and completed through either; a part after an abort through the other
+/// instance is NoSuchUpload, and a completion overtaken by a newer token written through the
+/// other instance is refused with nothing landed.
+#[tokio::test]
+async fn an_upload_is_served_by_either_instance() {
+    let ([a, b], store, _) = cluster();
+    let part = |gate: &Arc<Gate>, id: &str, n: i32, bytes: &'static [u8]| {
+        let (gate, id) = (gate.clone(), id.to_string());
+        async move {
+            gate.upload_part(
+                "b",
+                "m",
+                &id,
+                n,
+                Ok(Some(crate::token::Token(5))),
+                body(bytes),
+                Some(bytes.len() as u64),
+                || None,
+            )
+            .await
+        }
+    };
+    let up = a.create_upload(req("m", 5), "alice").await.unwrap();
+    let p1 = part(&b, &up.id, 1, b"one-").await.unwrap();
+    let p2 = part(&a, &up.id, 2, b"two").await.unwrap();
+    assert_eq!(b.list_parts("b", "m", &up.id).await.unwrap().len(), 2);
+    assert_eq!(a.uploads("b", "").await.unwrap().len(), 1);
+    let w = b
+        .complete_upload(req("m", 5), &up.id, &[(1, p1.etag), (2, p2.etag)], "")
+        .await
+        .unwrap();
+    assert_eq!(w.token, Some(5));
+    assert_eq!(store.landed(), [Some(5)]);
+    assert!(a.uploads("b", "").await.unwrap().is_empty());
+
+    let up = b.create_upload(req("m", 6), "alice").await.unwrap();
+    a.abort_upload("b", "m", &up.id, Ok(Some(crate::token::Token(6))))
+        .await
+        .unwrap();
+    let late = b
+        .upload_part(
+            "b",
+            "m",
+            &up.id,
+            1,
+            Ok(Some(crate::token::Token(6))),
+            body("x"),
+            Some(1),
+            || None,
+        )
+        .await;
+    assert!(
+        matches!(late, Err(GateError::Backend(BackendError::NoSuchUpload(_)))),
+        "{late:?}"
+    );
+
+    let up = a.create_upload(req("m", 7), "alice").await.unwrap();
+    let p = part(&a, &up.id, 1, b"old").await;
+    assert!(p.is_err(), "token 5 is not the upload's 7");
+    let p = a
+        .upload_part(
+            "b",
+            "m",
+            &up.id,
+            1,
+            Ok(Some(crate::token::Token(7))),
+            body("old"),
+            Some(3),
+            || None,
+        )
+        .await
+        .unwrap();
+    b.put(req("m", 8), body("new")).await.unwrap();
+    let refused = b
+        .complete_upload(req("m", 7), &up.id, &[(1, p.etag)], "")
+        .await;
+    assert!(
+        matches!(refused, Err(GateError::StaleFencingToken { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(store.landed(), [Some(5), Some(8)]);
+    assert!(
+        b.uploads("b", "").await.unwrap().is_empty(),
+        "the refused upload is dropped"
+    );
 }

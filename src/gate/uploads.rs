@@ -365,11 +365,7 @@ impl UploadRegistry {
     /// Every upload without its parts: this instance's, or on a shared table every instance's.
     async fn heads(&self) -> Result<Vec<Upload>, GateError> {
         match self.records() {
-            Some(records) => {
-                let all = shared::all(records).await?;
-                crate::metrics::uploads_open(all.len(), shared::bytes(records).await?);
-                Ok(all)
-            }
+            Some(records) => Ok(shared::all(records).await?),
             None => Ok(self.entries().iter().map(|e| e.head()).collect()),
         }
     }
@@ -474,6 +470,10 @@ impl UploadRegistry {
     /// Uploads created before `before_ms` (Unix), without their parts.
     pub async fn older_than(&self, before_ms: u64) -> Result<Vec<Upload>, GateError> {
         let mut old = self.heads().await?;
+        if let Some(records) = self.records() {
+            // The sweep's pass sets the gauges of every instance's uploads.
+            crate::metrics::uploads_open(old.len(), shared::bytes(records).await?);
+        }
         old.retain(|u| u.initiated_ms < before_ms);
         Ok(old)
     }
@@ -581,7 +581,10 @@ mod tests {
             .count();
         assert!(lines <= 2 + 16, "{lines} lines for one part");
         let reopened = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
-        assert_eq!(reopened.get(&id).await.unwrap().unwrap().parts[&1].size, 500);
+        assert_eq!(
+            reopened.get(&id).await.unwrap().unwrap().parts[&1].size,
+            500
+        );
     }
 
     #[tokio::test]
@@ -596,7 +599,14 @@ mod tests {
         f.write_all(b"{\"number\":2,\"et").unwrap();
         let reopened = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
         assert_eq!(
-            reopened.get(&id).await.unwrap().unwrap().parts.keys().collect::<Vec<_>>(),
+            reopened
+                .get(&id)
+                .await
+                .unwrap()
+                .unwrap()
+                .parts
+                .keys()
+                .collect::<Vec<_>>(),
             [&1]
         );
         reopened.remove(&id).await;

@@ -74,9 +74,7 @@ pub(super) async fn get(records: &dyn Records, id: &str) -> Result<Option<Upload
     let Some(mut upload) = head(records, id).await? else {
         return Ok(None);
     };
-    for (_, bytes) in records.scan(&parts_under(id)).await? {
-        let part: PartInfo =
-            serde_json::from_slice(&bytes).map_err(|e| corrupt("a part record", e))?;
+    for part in decoded::<PartInfo>(records, &parts_under(id)).await? {
         upload.parts.insert(part.number, part);
     }
     Ok(Some(upload))
@@ -84,26 +82,39 @@ pub(super) async fn get(records: &dyn Records, id: &str) -> Result<Option<Upload
 
 /// Removes the upload and its parts; false if it was gone already.
 pub(super) async fn remove(records: &dyn Records, id: &str) -> Result<bool, StoreError> {
-    records.remove(&upload_key(id), Some(&parts_under(id))).await
+    records
+        .remove(&upload_key(id), Some(&parts_under(id)))
+        .await
+}
+
+/// The records under `prefix` that decode; one that does not is logged and passed over, so
+/// that a damaged record costs its own upload, not every listing.
+async fn decoded<T: serde::de::DeserializeOwned>(
+    records: &dyn Records,
+    prefix: &str,
+) -> Result<Vec<T>, StoreError> {
+    Ok(records
+        .scan(prefix)
+        .await?
+        .into_iter()
+        .filter_map(|(key, bytes)| match serde_json::from_slice(&bytes) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::error!(record = %key, error = %e, "passing over an unreadable upload record in etcd; remove it by hand");
+                None
+            }
+        })
+        .collect())
 }
 
 /// Every upload, without its parts.
 pub(super) async fn all(records: &dyn Records) -> Result<Vec<Upload>, StoreError> {
-    records
-        .scan("upload:")
-        .await?
-        .iter()
-        .map(|(_, bytes)| serde_json::from_slice(bytes).map_err(|e| corrupt("an upload record", e)))
-        .collect()
+    decoded(records, "upload:").await
 }
 
-/// The bytes of every part recorded, for the gauge.
+/// The bytes of every part recorded, for the gauge (the expiry sweep's pass only: it reads
+/// every part record).
 pub(super) async fn bytes(records: &dyn Records) -> Result<u64, StoreError> {
-    let mut total = 0;
-    for (_, bytes) in records.scan("part:").await? {
-        let part: PartInfo =
-            serde_json::from_slice(&bytes).map_err(|e| corrupt("a part record", e))?;
-        total += part.size;
-    }
-    Ok(total)
+    let parts: Vec<PartInfo> = decoded(records, "part:").await?;
+    Ok(parts.iter().map(|p| p.size).sum())
 }

@@ -125,7 +125,10 @@ impl LeaseCredentials {
         scope: String,
         (owner, holder): (&str, &str),
     ) -> Result<LeaseCredential, StoreError> {
-        let store = self.shared.as_deref().expect("issue_shared on a shared table");
+        let store = self
+            .shared
+            .as_deref()
+            .expect("issue_shared on a shared table");
         let (id, secret) = new_key_pair();
         let credential = SharedCredential {
             secret: secret.clone(),

@@ -45,8 +45,7 @@ fn records(store: &dyn FenceStore) -> Result<&dyn Records, StoreError> {
 /// Ends the grant on a lease row (released, revoked or replaced) at `now`, or at its expiry
 /// if that came first, keeping when it ended for its credentials' grace.
 pub(super) fn end_grant(row: &mut FenceRow, now_ms: u64, grace_ms: u64) {
-    if let (Some(HeldLease { expires_at_ms, .. }), Some(token)) = (row.held.take(), row.highest)
-    {
+    if let (Some(HeldLease { expires_at_ms, .. }), Some(token)) = (row.held.take(), row.highest) {
         row.ended.insert(token, expires_at_ms.min(now_ms));
     }
     row.ended.retain(|_, ended| *ended + grace_ms >= now_ms);
@@ -110,7 +109,15 @@ pub(super) async fn all(
     let mut rows: HashMap<String, FenceRow> = HashMap::new();
     let mut out = Vec::new();
     for (key, bytes) in records(store)?.scan("cred:").await? {
-        let credential = decode(&bytes)?;
+        let credential = match decode(&bytes) {
+            Ok(c) => c,
+            Err(e) => {
+                // Never loaded by a request either (it fails the same way): gone for good.
+                tracing::error!(record = %key, error = %e, "removing an unreadable lease credential record");
+                records(store)?.remove(&key, None).await?;
+                continue;
+            }
+        };
         if !rows.contains_key(&credential.lease) {
             let row = lease_row(store, &credential.lease).await?;
             rows.insert(credential.lease.clone(), row);
@@ -123,6 +130,8 @@ pub(super) async fn all(
 }
 
 pub(super) async fn remove(store: &dyn FenceStore, access_key: &str) -> Result<(), StoreError> {
-    records(store)?.remove(&record_key(access_key), None).await?;
+    records(store)?
+        .remove(&record_key(access_key), None)
+        .await?;
     Ok(())
 }

@@ -21,6 +21,16 @@ fn clients(cluster: &Cluster, n: usize) -> Vec<aws_sdk_s3::Client> {
         .collect()
 }
 
+/// A signed `Fencing-Token` header on an SDK request (for deletes and aborts, which carry no
+/// metadata).
+fn token_header(
+    t: &'static str,
+) -> impl Fn(&mut aws_sdk_s3::config::http::HttpRequest) + Send + Sync + 'static {
+    move |r| {
+        r.headers_mut().insert("fencing-token", t);
+    }
+}
+
 fn code<E: aws_sdk_s3::error::ProvideErrorMetadata>(e: &aws_sdk_s3::error::SdkError<E>) -> String {
     e.as_service_error()
         .and_then(|s| s.code())
@@ -68,9 +78,15 @@ async fn every_step_of_an_upload_is_served_by_any_instance() {
         .send()
         .await
         .expect("ListParts on instance 1");
-    let numbers: Vec<i32> = listed.parts().iter().filter_map(|p| p.part_number()).collect();
+    let numbers: Vec<i32> = listed
+        .parts()
+        .iter()
+        .filter_map(|p| p.part_number())
+        .collect();
     assert_eq!(numbers, [1, 2], "both parts, whichever instance took them");
-    let p3 = part(0, 3, b"tail".to_vec()).await.expect("part 3 on instance 1");
+    let p3 = part(0, 3, b"tail".to_vec())
+        .await
+        .expect("part 3 on instance 1");
     let uploads = s3[2]
         .list_multipart_uploads()
         .bucket("default")
@@ -128,6 +144,7 @@ async fn every_step_of_an_upload_is_served_by_any_instance() {
         .create_multipart_upload()
         .bucket("default")
         .key("aborted")
+        .metadata("fencing-token", "9")
         .send()
         .await
         .unwrap()
@@ -139,6 +156,8 @@ async fn every_step_of_an_upload_is_served_by_any_instance() {
         .bucket("default")
         .key("aborted")
         .upload_id(&id)
+        .customize()
+        .mutate_request(token_header("9"))
         .send()
         .await
         .expect("abort on instance 3");
@@ -177,8 +196,7 @@ async fn every_step_of_an_upload_is_served_by_any_instance() {
         .send()
         .await
         .unwrap();
-    let (status, _) =
-        common::put(&c, &cluster.object(1, "fenced"), Some("8"), b"new holder").await;
+    let (status, _) = common::put(&c, &cluster.object(1, "fenced"), Some("8"), b"new holder").await;
     assert_eq!(status, 200);
     let refused = s3[2]
         .complete_multipart_upload()
@@ -203,28 +221,88 @@ async fn every_step_of_an_upload_is_served_by_any_instance() {
     assert_eq!(bytes, b"new holder");
 }
 
+/// `etcdctl put KEY VALUE` on the cluster's etcd (records are under `fencegate#records/`).
+fn etcd_put(cluster: &Cluster, key: &str, value: &str) {
+    let out = std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args([
+            "--endpoints",
+            cluster.var("ETCD_ENDPOINTS_CSV"),
+            "put",
+            key,
+            value,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+fn etcd_get(cluster: &Cluster, key: &str) -> String {
+    let out = std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args([
+            "--endpoints",
+            cluster.var("ETCD_ENDPOINTS_CSV"),
+            "get",
+            key,
+            "--print-value-only",
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+async fn served(s3: &aws_sdk_s3::Client, bucket: &str) -> bool {
+    s3.head_bucket().bucket(bucket).send().await.is_ok()
+}
+
 /// A bucket created through one instance is served by the others at once, listed by them,
-/// created again through another as an existing bucket (us-east-1 answers 200), and deleted
-/// through another: then every instance stops serving it.
+/// created again through another as an existing bucket (us-east-1 answers 200), deleted
+/// through another and created again at once through the first (which still served it: it is
+/// created afresh, not answered as existing), and deleted again: then every instance stops
+/// serving it. Damaged records beside it (unreadable ones, and one naming a backend no instance
+/// has) cost only themselves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bucket_created_through_one_instance_is_served_by_all() {
     let _serial = SERIAL.lock().await;
     let cluster = Cluster::up(2, "ministack");
     let s3 = clients(&cluster, 2);
+    for (key, value) in [
+        ("bucket:garbage", "not json"),
+        ("part:00000000000000000000000000000000/00001", "not json"),
+        ("upload:0000000000000000000000000000000f", "{"),
+        ("cred:FGLBROKEN", "not json"),
+    ] {
+        etcd_put(&cluster, &format!("fencegate#records/{key}"), value);
+    }
     s3[0]
         .create_bucket()
         .bucket("made-on-one")
         .send()
         .await
         .unwrap_or_else(|e| panic!("{e:?}\n{}", cluster.logs()));
+    let record = etcd_get(&cluster, "fencegate#records/bucket:made-on-one");
+    let mut elsewhere: serde_json::Value = serde_json::from_str(&record).unwrap();
+    elsewhere["backend"] = "nope".into();
+    etcd_put(
+        &cluster,
+        "fencegate#records/bucket:on-a-lost-backend",
+        &elsewhere.to_string(),
+    );
     s3[1]
         .put_object()
         .bucket("made-on-one")
         .key("k")
+        .metadata("fencing-token", "1")
         .body(ByteStream::from_static(b"through two"))
         .send()
         .await
-        .unwrap_or_else(|e| panic!("a put through the other instance: {e:?}\n{}", cluster.logs()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "a put through the other instance: {e:?}\n{}",
+                cluster.logs()
+            )
+        });
     let got = s3[0]
         .get_object()
         .bucket("made-on-one")
@@ -243,11 +321,36 @@ async fn a_bucket_created_through_one_instance_is_served_by_all() {
         .await
         .expect("an existing bucket, created again in us-east-1, answers 200");
     let listed = s3[1].list_buckets().send().await.unwrap();
-    assert!(
-        listed.buckets().iter().any(|b| b.name() == Some("made-on-one")),
-        "{listed:?}"
-    );
-    // Not empty: refused through either instance.
+    let names: Vec<_> = listed.buckets().iter().filter_map(|b| b.name()).collect();
+    assert!(names.contains(&"made-on-one"), "{names:?}");
+    assert!(!names.contains(&"garbage"), "{names:?}");
+    // Uploads are listed and created beside an unreadable upload and part record.
+    let up = s3[1]
+        .create_multipart_upload()
+        .bucket("default")
+        .key("beside")
+        .metadata("fencing-token", "1")
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let open = s3[0]
+        .list_multipart_uploads()
+        .bucket("default")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(open.uploads().len(), 1, "{open:?}");
+    s3[0]
+        .abort_multipart_upload()
+        .bucket("default")
+        .key("beside")
+        .upload_id(up.upload_id().unwrap())
+        .customize()
+        .mutate_request(token_header("1"))
+        .send()
+        .await
+        .unwrap();
+    // Not empty: refused.
     let refused = s3[1]
         .delete_bucket()
         .bucket("made-on-one")
@@ -259,6 +362,8 @@ async fn a_bucket_created_through_one_instance_is_served_by_all() {
         .delete_object()
         .bucket("made-on-one")
         .key("k")
+        .customize()
+        .mutate_request(token_header("2"))
         .send()
         .await
         .unwrap();
@@ -268,23 +373,44 @@ async fn a_bucket_created_through_one_instance_is_served_by_all() {
         .send()
         .await
         .expect("deleted through the other instance");
-    // Instance 1 learns of it within its next pass (every 2 s).
-    let deadline = std::time::Instant::now() + Duration::from_secs(6);
-    loop {
-        match s3[0].head_bucket().bucket("made-on-one").send().await {
-            Err(_) => break,
-            Ok(_) => {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "instance 1 still serves a bucket deleted through instance 2"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    }
-    let listed = s3[0].list_buckets().send().await.unwrap();
+    // At once, through the instance that still serves it: created afresh.
+    s3[0]
+        .create_bucket()
+        .bucket("made-on-one")
+        .send()
+        .await
+        .expect("created again");
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
-        !listed.buckets().iter().any(|b| b.name() == Some("made-on-one")),
+        served(&s3[0], "made-on-one").await,
+        "lost after its re-creation"
+    );
+    assert!(
+        served(&s3[1], "made-on-one").await,
+        "lost after its re-creation"
+    );
+    s3[0]
+        .delete_bucket()
+        .bucket("made-on-one")
+        .send()
+        .await
+        .expect("deleted again");
+    // Instance 2 learns of it within its next pass (every 2 s), the lost backend's record
+    // beside it notwithstanding.
+    let deadline = std::time::Instant::now() + Duration::from_secs(6);
+    while served(&s3[1], "made-on-one").await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "instance 2 still serves a bucket deleted through instance 1"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let listed = s3[1].list_buckets().send().await.unwrap();
+    assert!(
+        !listed
+            .buckets()
+            .iter()
+            .any(|b| b.name() == Some("made-on-one")),
         "{listed:?}"
     );
 }
@@ -324,7 +450,12 @@ async fn lease_credentials_work_through_every_instance() {
     };
     put(with_lease(2), b"a through two")
         .await
-        .unwrap_or_else(|e| panic!("lease credentials on the other instance: {e:?}\n{}", cluster.logs()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "lease credentials on the other instance: {e:?}\n{}",
+                cluster.logs()
+            )
+        });
     let token = |n: usize| {
         let c = c.clone();
         let url = cluster.object(n, "leased");
@@ -341,6 +472,7 @@ async fn lease_credentials_work_through_every_instance() {
         .put_object()
         .bucket("default")
         .key("elsewhere")
+        .metadata("fencing-token", "1")
         .body(ByteStream::from_static(b"x"))
         .send()
         .await
