@@ -232,7 +232,9 @@ impl LeaseCredentials {
         let Some(store) = self.shared.as_deref() else {
             return Ok(0);
         };
-        self.by_key.write().clear();
+        // Only what no longer works leaves the loaded ones: a request between its refresh and
+        // its lookups keeps its entry.
+        self.prune();
         let now = now_ms();
         let mut pruned = 0;
         for (id, _, until) in shared::all(store).await? {
