@@ -51,7 +51,7 @@ pub enum GateError {
     BucketClosing(String),
     #[error("bucket {0} has writes in flight; retry DeleteBucket once they have ended")]
     BucketBusy(String),
-    #[error("bucket {bucket} requires a Fencing-Token header on writes and deletes")]
+    #[error("bucket {bucket} requires a Fencing-Token header on writes and deletes (on an S3 PUT, x-amz-meta-fencing-token does too); a client that cannot send one signs with a lease's S3 credentials, which carry its token, or deletes in a bucket with fenced_deletes = false")]
     FencingTokenRequired { bucket: String },
     #[error("invalid Fencing-Token: {0}")]
     InvalidFencingToken(#[from] TokenError),

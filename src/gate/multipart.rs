@@ -2,7 +2,8 @@
 //! kept with the upload; parts carrying another token are refused. Each part is checked early
 //! against the scope's highest token (cheap), and the completion is the authoritative check: it
 //! is an ordinary commit under the scope's lock, so a completion overtaken by a newer token
-//! fails, and the upload is dropped with nothing made visible. AbortMultipartUpload is fenced
+//! fails, and the upload is dropped with nothing made visible. A part refused as stale drops
+//! the upload too. AbortMultipartUpload is fenced
 //! by the upload's token.
 
 use super::run_to_end;
@@ -215,7 +216,12 @@ impl Gate {
         let result = async {
             let upload = self.upload_head(bucket, key, id).await?;
             Self::same_token(&upload, token)?;
-            self.upload_current(&upload, true).await?;
+            // A part refused as stale can never be completed (its token is the upload's):
+            // aborted at once, as a refused completion is, so the writer is not left with an
+            // upload only a newer token may abort.
+            if let Err(e) = self.upload_current(&upload, true).await {
+                return Err(self.drop_if_final(&upload, e).await);
+            }
             let entry = self.bucket(bucket)?;
             let mut part = entry
                 .backend

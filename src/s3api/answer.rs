@@ -32,6 +32,29 @@ pub fn error(status: StatusCode, code: &str, message: &str) -> Response {
     resp
 }
 
+/// What AWS says with the errors s3s answers without a message.
+const MESSAGES: [(&str, &str); 2] = [
+    ("SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided. Check your key and signing method."),
+    ("InvalidBucketName", "The specified bucket is not valid: 3 to 63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit."),
+];
+
+/// The error document, with AWS's message added where s3s gave none.
+fn with_message(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains("<Message>") {
+        return text.into();
+    }
+    let found = MESSAGES
+        .iter()
+        .find(|(code, _)| text.contains(&format!("<Code>{code}</Code>")));
+    match (found, text.find("</Code>")) {
+        (Some((_, message)), Some(at)) => {
+            let at = at + "</Code>".len();
+            format!("{}<Message>{message}</Message>{}", &text[..at], &text[at..]).into()
+        }
+        _ => text.into(),
+    }
+}
+
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -72,6 +95,7 @@ pub async fn finish(resp: Response, id: &str) -> Response {
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/xml"),
     );
+    let text = with_message(&text);
     let stamped = match text.rfind("</Error>") {
         Some(end) if !text.contains("<RequestId>") => {
             format!(
@@ -152,6 +176,27 @@ mod tests {
         assert!(body_of(ours)
             .await
             .contains("<Message>a &lt;b&gt; &amp; c</Message><RequestId>X</RequestId>"));
+    }
+
+    #[tokio::test]
+    async fn errors_s3s_sends_without_a_message_get_aws_message() {
+        let resp = finish(
+            xml(403, "<Error><Code>SignatureDoesNotMatch</Code></Error>"),
+            "S",
+        )
+        .await;
+        assert_eq!(
+            body_of(resp).await,
+            "<Error><Code>SignatureDoesNotMatch</Code><Message>The request signature we calculated does not match the signature you provided. Check your key and signing method.</Message><RequestId>S</RequestId></Error>"
+        );
+        let resp = finish(
+            xml(400, "<Error><Code>InvalidBucketName</Code></Error>"),
+            "B",
+        )
+        .await;
+        assert!(body_of(resp)
+            .await
+            .contains("<Message>The specified bucket is not valid"));
     }
 
     #[tokio::test]

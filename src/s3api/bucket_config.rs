@@ -1,7 +1,9 @@
 //! Bucket configurations, which fencegate does not keep: each getter answers as AWS answers for
 //! a bucket where nothing is configured (tools read them when they open a bucket: terraform,
 //! rclone's purge, backup tools, S3 browsers), deleting one is the no-op it is on AWS, and
-//! setting one is 501 with a message naming what fencegate does not keep.
+//! setting one is 501 with a message naming what fencegate does not keep. Objects' ACLs are
+//! answered the same way: read as the owner's FULL_CONTROL (s3cmd reads one on every copy and
+//! `info`), set refused.
 
 use super::convert::s3_error;
 use super::listing::owner;
@@ -27,9 +29,14 @@ pub fn not_configured(code: &'static str, what: &str, bucket: &str) -> S3Error {
 
 /// 501 for setting a configuration fencegate does not keep.
 pub fn not_kept(op: &str, what: &str) -> S3Error {
+    let of = if op.contains("Object") {
+        "an object"
+    } else {
+        "a bucket"
+    };
     let mut err = S3Error::with_message(
         S3ErrorCode::NotImplemented,
-        format!("{op} is not supported: fencegate keeps no {what} for a bucket (reading it answers that none is set)"),
+        format!("{op} is not supported: fencegate keeps no {what} for {of} (reading it answers that none is set)"),
     );
     err.set_status_code(http::StatusCode::NOT_IMPLEMENTED);
     err
@@ -51,6 +58,18 @@ pub fn owner_acl() -> GetBucketAclOutput {
         }]),
         owner: Some(me),
     }
+}
+
+/// GetObjectAcl: the object must exist (404 `NoSuchKey` otherwise); its one grant is its
+/// owner's FULL_CONTROL, as every bucket's.
+pub async fn object_acl(gw: &S3Gateway, bucket: &str, key: &str) -> S3Result<GetObjectAclOutput> {
+    gw.gate.head(bucket, key).await.map_err(s3_error)?;
+    let acl = owner_acl();
+    Ok(GetObjectAclOutput {
+        grants: acl.grants,
+        owner: acl.owner,
+        request_charged: None,
+    })
 }
 
 /// Trait methods of `s3s::S3`, for the `impl` in mod.rs: getters that answer "not configured"

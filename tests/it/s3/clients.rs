@@ -68,14 +68,14 @@ fn python_lease_example_runs() {
     assert!(stdout.contains("OK"));
 }
 
-/// boto3, the aws cli, rclone and s5cmd through the same list (tests/e2e/clients.py): put and
+/// boto3, the aws cli, rclone, s5cmd and s3cmd through the same list (tests/e2e/clients.py): put and
 /// get, a multipart upload, a paged listing whose page ends on a prefix, a presigned GET made
 /// with the client's defaults, a stale write refused in one request, and a lease-bound delete
 /// on a `required` bucket; on the fs backend and on the s3 backend over ministack.
 async fn every_client_through_the_list(kind: super::fixture::Kind) {
     let root = env!("CARGO_MANIFEST_DIR");
     let python = format!("{root}/.venv/bin/python");
-    for tool in [".venv/bin/aws", ".venv/bin/s5cmd"] {
+    for tool in [".venv/bin/aws", ".venv/bin/s5cmd", ".venv/bin/s3cmd"] {
         assert!(
             std::path::Path::new(root).join(tool).exists(),
             "{tool} is missing: run scripts/test, which installs it"
@@ -94,7 +94,7 @@ async fn every_client_through_the_list(kind: super::fixture::Kind) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{stdout}{stderr}");
     assert!(out.status.success(), "a client failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("every client passed: boto3, aws, rclone, s5cmd"));
+    assert!(stdout.contains("every client passed: boto3, aws, rclone, s5cmd, s3cmd"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -604,6 +604,16 @@ async fn multipart_zombie(kind: Kind) {
             .await,
     );
     assert_eq!((status, code.as_str()), (409, "StaleFencingToken"));
+    // It can never complete, so it is aborted at once, here and on the store: no writer is
+    // left with an upload only a newer token could abort (s3cmd's abortmp sends none).
+    let listed = c
+        .list_multipart_uploads()
+        .bucket("default")
+        .send()
+        .await
+        .unwrap();
+    assert!(listed.uploads().is_empty(), "{listed:?}");
+    assert_eq!(fx.leftover_uploads().await, 0);
 }
 
 /// A whole multipart life: parts (one copied from an object), ListParts, ListMultipartUploads,
