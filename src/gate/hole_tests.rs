@@ -337,6 +337,62 @@ async fn an_upload_is_aborted_only_with_its_token_or_a_higher_one() {
     assert!(gate.upload("b", "m", &up.id).await.is_err());
 }
 
+/// A part still streaming in when its upload is aborted (or dropped, or completed) answers
+/// NoSuchUpload, as its upload's fate, not a 503 for the backend's vanished directory; and a
+/// part refused as stale drops its upload, whose completion would be refused too.
+#[tokio::test]
+async fn a_part_outlived_by_its_upload_is_no_such_upload() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(crate::backend::fs::FsBackend::open(dir.path(), &["b"]).unwrap());
+    let gate = super::test_kit::gate_over(
+        BucketPolicy::default(),
+        backend,
+        Arc::new(MemoryFenceStore::new()),
+    );
+    let up = gate
+        .create_upload(req("m", Some(8)), "alice")
+        .await
+        .unwrap();
+    let (go, wait) = tokio::sync::oneshot::channel::<()>();
+    let first = futures::stream::once(async { Ok(Bytes::from_static(b"half ")) });
+    let rest = futures::stream::once(async move {
+        let _ = wait.await;
+        Ok(Bytes::from_static(b"and the rest"))
+    });
+    let slow: crate::backend::ByteStream = Box::pin(futures::StreamExt::chain(first, rest));
+    let part = {
+        let (gate, id) = (gate.clone(), up.id.clone());
+        tokio::spawn(async move {
+            gate.upload_part("b", "m", &id, 1, Ok(Some(Token(8))), slow, None, || None)
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    gate.abort_upload("b", "m", &up.id, Ok(Some(Token(8))))
+        .await
+        .unwrap();
+    go.send(()).unwrap();
+    let e = part.await.unwrap().unwrap_err();
+    assert_eq!(e.code(), "NoSuchUpload", "{e:?}");
+
+    let up = gate
+        .create_upload(req("m", Some(9)), "alice")
+        .await
+        .unwrap();
+    gate.put(req("m", Some(10)), body("newer")).await.unwrap();
+    let e = gate
+        .upload_part("b", "m", &up.id, 1, Ok(None), body("late"), Some(4), || {
+            None
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "StaleFencingToken");
+    assert!(
+        gate.upload("b", "m", &up.id).await.is_err(),
+        "the doomed upload is dropped"
+    );
+}
+
 #[tokio::test]
 async fn an_adopting_write_judges_its_conditions_against_the_foreign_object() {
     let (gate, backend, _) = gate_with(BucketPolicy {

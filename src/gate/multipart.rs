@@ -216,17 +216,29 @@ impl Gate {
         let result = async {
             let upload = self.upload_head(bucket, key, id).await?;
             Self::same_token(&upload, token)?;
-            // A part refused as stale can never be completed (its token is the upload's):
+            // A part refused as stale leaves an upload whose completion would be refused too
+            // (its token is the upload's), short of an admin resetting the fence below it:
             // aborted at once, as a refused completion is, so the writer is not left with an
             // upload only a newer token may abort.
             if let Err(e) = self.upload_current(&upload, true).await {
                 return Err(self.drop_if_final(&upload, e).await);
             }
             let entry = self.bucket(bucket)?;
-            let mut part = entry
+            let mut part = match entry
                 .backend
                 .upload_part(bucket, key, &upload.handle, number, body, size)
-                .await?;
+                .await
+            {
+                Ok(part) => part,
+                // Completed, aborted or dropped while this part streamed in: its place on the
+                // backend went with it. The client's answer is the upload's, not a fault.
+                Err(e) => {
+                    return Err(match self.uploads.head(id).await {
+                        Ok(None) => GateError::Backend(BackendError::NoSuchUpload(id.to_string())),
+                        _ => e.into(),
+                    })
+                }
+            };
             // Known once the body has passed whole (a trailer comes last).
             part.checksum = checksum();
             if self.uploads.add_part(id, part.clone()).await? {

@@ -33,9 +33,10 @@ pub fn error(status: StatusCode, code: &str, message: &str) -> Response {
 }
 
 /// What AWS says with the errors s3s answers without a message.
-const MESSAGES: [(&str, &str); 2] = [
+const MESSAGES: [(&str, &str); 3] = [
     ("SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided. Check your key and signing method."),
-    ("InvalidBucketName", "The specified bucket is not valid: 3 to 63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit."),
+    ("InvalidBucketName", "The specified bucket is not valid: bucket names follow S3's naming rules."),
+    ("KeyTooLongError", "Your key is too long: keys are at most 1024 bytes."),
 ];
 
 /// The error document, with AWS's message added where s3s gave none.
@@ -197,6 +198,18 @@ mod tests {
         assert!(body_of(resp)
             .await
             .contains("<Message>The specified bucket is not valid"));
+        // A message s3s gave is kept, and a code without a known message is left as it is.
+        let kept = finish(
+            xml(
+                400,
+                "<Error><Code>KeyTooLongError</Code><Message>mine</Message></Error>",
+            ),
+            "K",
+        )
+        .await;
+        assert!(body_of(kept).await.contains("<Message>mine</Message>"));
+        let bare = finish(xml(404, "<Error><Code>NoSuchKey</Code></Error>"), "N").await;
+        assert!(!body_of(bare).await.contains("<Message>"));
     }
 
     #[tokio::test]

@@ -34,9 +34,14 @@ pub fn not_kept(op: &str, what: &str) -> S3Error {
     } else {
         "a bucket"
     };
+    let reading = if op.ends_with("Acl") {
+        "reading it answers the owner's FULL_CONTROL"
+    } else {
+        "reading it answers that none is set"
+    };
     let mut err = S3Error::with_message(
         S3ErrorCode::NotImplemented,
-        format!("{op} is not supported: fencegate keeps no {what} for {of} (reading it answers that none is set)"),
+        format!("{op} is not supported: fencegate keeps no {what} for {of} ({reading})"),
     );
     err.set_status_code(http::StatusCode::NOT_IMPLEMENTED);
     err

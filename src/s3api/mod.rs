@@ -211,6 +211,7 @@ impl s3s::S3 for S3Gateway {
         &self,
         req: s3s::S3Request<s3s::dto::GetObjectAclInput>,
     ) -> s3s::S3Result<s3s::S3Response<s3s::dto::GetObjectAclOutput>> {
+        objects::unversioned(req.input.version_id.as_deref())?;
         let acl = bucket_config::object_acl(self, &req.input.bucket, &req.input.key).await?;
         Ok(s3s::S3Response::new(acl))
     }

@@ -84,7 +84,7 @@ pub async fn put_object(
 
 /// Buckets are unversioned: the one version of an object is `null`, and asking for another is
 /// AWS's 400, never the current object passed off as that version.
-fn unversioned(version_id: Option<&str>) -> S3Result<()> {
+pub(super) fn unversioned(version_id: Option<&str>) -> S3Result<()> {
     match version_id {
         None | Some("null") => Ok(()),
         Some(_) => Err(convert::invalid(

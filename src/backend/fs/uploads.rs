@@ -191,10 +191,18 @@ pub async fn parts(root: &Path, handle: &str) -> Result<Vec<(PartInfo, PathBuf)>
 
 pub async fn remove(root: &Path, handle: &str) -> Result<(), BackendError> {
     let dir = upload_dir(root, handle)?;
-    blocking(move || match std::fs::remove_dir_all(&dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e.into()),
+    blocking(move || {
+        // A part still streaming in may land its file while the directory is emptied: the
+        // removal goes again, so the directory does not outlive its upload's record.
+        let mut attempts = 0;
+        loop {
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::DirectoryNotEmpty && attempts < 5 => attempts += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
     })
     .await
 }

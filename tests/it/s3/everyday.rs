@@ -316,6 +316,41 @@ async fn bucket_probes_answer_as_unconfigured_aws(kind: Kind) {
         acl.grants()[0].permission(),
         Some(&aws_sdk_s3::types::Permission::FullControl)
     );
+    // An object's ACL, as s3cmd reads on every cp and info: the owner's FULL_CONTROL; a
+    // missing key 404; a version id other than "null" 400; setting one 501, saying so.
+    put(&c, "bkt", "acl-me", b"x").await;
+    let acl = c
+        .get_object_acl()
+        .bucket("bkt")
+        .key("acl-me")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        acl.grants()[0].permission(),
+        Some(&aws_sdk_s3::types::Permission::FullControl)
+    );
+    let (status, code, _, _) = refused(c.get_object_acl().bucket("bkt").key("nope").send().await);
+    assert_eq!((status, code.as_str()), (404, "NoSuchKey"));
+    let (status, code, _, _) = refused(
+        c.get_object_acl()
+            .bucket("bkt")
+            .key("acl-me")
+            .version_id("bogus")
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "InvalidArgument"));
+    let (status, code, _, body) = refused(
+        c.put_object_acl()
+            .bucket("bkt")
+            .key("acl-me")
+            .acl(aws_sdk_s3::types::ObjectCannedAcl::Private)
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (501, "NotImplemented"), "{body}");
+    assert!(body.contains("owner&apos;s FULL_CONTROL"), "{body}");
     let payment = c
         .get_bucket_request_payment()
         .bucket("bkt")
