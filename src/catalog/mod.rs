@@ -252,6 +252,15 @@ impl Catalog {
 
     /// Serves again the buckets created before a restart (on a shared table, by any instance).
     pub async fn load(&self) -> Result<usize, CatalogError> {
+        if let Some(records) = self.store.records() {
+            // Buckets this instance created before its table was shared stay served: their
+            // records are written for every instance (one that exists already is kept).
+            for (name, policy) in read_created(&self.path)? {
+                if !shared::create(records, &name, &policy).await? {
+                    tracing::info!(bucket = %name, "a bucket of buckets.json is already recorded for the cluster; keeping that record");
+                }
+            }
+        }
         let created = self.created().await?;
         let mut backends = self.backends.lock().await;
         for (name, policy) in &created {

@@ -413,6 +413,22 @@ async fn a_bucket_created_through_one_instance_is_served_by_all() {
             .any(|b| b.name() == Some("made-on-one")),
         "{listed:?}"
     );
+    // A bucket an instance created before its table was shared (its buckets.json) is
+    // recorded for the cluster when it starts, and served by the others.
+    let mut before: serde_json::Value = serde_json::from_str(&record).unwrap();
+    before["backend_prefix"] = "from-before/".into();
+    cluster.signal("fg2", "KILL");
+    std::fs::write(
+        cluster.dir.path().join("fg2/buckets.json"),
+        serde_json::json!({ "from-before": before }).to_string(),
+    )
+    .unwrap();
+    cluster.start("fg2");
+    assert!(
+        served(&s3[0], "from-before").await,
+        "a bucket of buckets.json is not served through the other instance\n{}",
+        cluster.logs()
+    );
 }
 
 /// S3 credentials issued with a lease through one instance sign writes through another, carry
