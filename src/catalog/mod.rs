@@ -338,11 +338,21 @@ impl Catalog {
             if self.config.buckets.contains_key(&name) || created.contains_key(&name) {
                 continue;
             }
-            if let Ok(closing) = self.gate.close_bucket(&name) {
-                self.gate.remove_bucket(&name, closing);
+            if self.forget_deleted(&name).is_ok() {
                 tracing::info!(bucket = %name, "bucket deleted through another instance; no longer served here");
             }
         }
+        Ok(())
+    }
+
+    /// Stops serving a bucket another instance deleted; refused while a write to it is in
+    /// flight here.
+    fn forget_deleted(&self, name: &str) -> Result<(), CatalogError> {
+        let closing = self
+            .gate
+            .close_bucket(name)
+            .map_err(|e| CatalogError::Busy(e.to_string()))?;
+        self.gate.remove_bucket(name, closing);
         Ok(())
     }
 
@@ -363,11 +373,7 @@ impl Catalog {
                 && !self.config.buckets.contains_key(name)
                 && shared::one(records, name).await?.is_none()
             {
-                let closing = self
-                    .gate
-                    .close_bucket(name)
-                    .map_err(|e| CatalogError::Busy(e.to_string()))?;
-                self.gate.remove_bucket(name, closing);
+                self.forget_deleted(name)?;
             }
         }
         if self.gate.bucket(name).is_ok() {

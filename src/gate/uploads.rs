@@ -445,13 +445,26 @@ impl UploadRegistry {
         owner: &str,
         (per_key, per_bucket): (usize, usize),
     ) -> Result<Result<Reservation, &'static str>, GateError> {
-        let open = self.heads().await?;
+        let shared_open = match self.records() {
+            Some(records) => Some(shared::all(records).await?),
+            None => None,
+        };
+        // Here uploads are counted under the reservations' lock: one being created is either
+        // reserved or recorded (its place is released after its record), never neither.
         let mut reserved = self.reserved.lock();
         let mut in_bucket = reserved.iter().filter(|(b, _)| b == bucket).count();
         let mut owned = reserved.iter().filter(|(_, o)| o == owner).count();
-        for u in open {
+        let mut count = |u: &Upload| {
             in_bucket += usize::from(u.bucket == bucket);
             owned += usize::from(u.owner.as_deref() == Some(owner));
+        };
+        match &shared_open {
+            Some(open) => open.iter().for_each(&mut count),
+            None => {
+                for e in self.entries() {
+                    count(&e.state.lock().upload);
+                }
+            }
         }
         if owned >= per_key {
             return Ok(Err("per_key"));

@@ -5,7 +5,7 @@
 //! rejected outright. On one instance they are kept in memory: a restart revokes them all. On
 //! a shared fence table they are its records, for every instance (`credentials_shared.rs`).
 
-use super::credentials_shared::{self as shared, SharedCredential};
+use super::credentials_shared as shared;
 use crate::fence::{FenceStore, StoreError};
 use crate::wall_clock::now_ms;
 use parking_lot::RwLock;
@@ -26,16 +26,55 @@ pub struct LeaseCredential {
     pub scope: String,
 }
 
+/// What a credential was issued as: kept in memory on one instance, and as the record
+/// (`credentials_shared.rs`) on a shared table.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub(super) struct Issued {
+    pub secret: String,
+    pub lease: String,
+    pub token: u64,
+    pub bucket: String,
+    pub scope: String,
+    pub owner: String,
+    /// Who held the lease when the credential was issued.
+    pub holder: String,
+}
+
+impl Issued {
+    /// A new access key id, and the credential it names.
+    fn new(
+        lease: &str,
+        token: u64,
+        (bucket, scope): (String, String),
+        (owner, holder): (&str, &str),
+    ) -> (String, Issued) {
+        let (id, secret) = new_key_pair();
+        let issued = Issued {
+            secret,
+            lease: lease.to_string(),
+            token,
+            bucket,
+            scope,
+            owner: owner.to_string(),
+            holder: holder.to_string(),
+        };
+        (id, issued)
+    }
+
+    /// As handed to the lease holder.
+    fn handed(&self, id: String) -> LeaseCredential {
+        LeaseCredential {
+            access_key_id: id,
+            secret_access_key: self.secret.clone(),
+            bucket: self.bucket.clone(),
+            scope: self.scope.clone(),
+        }
+    }
+}
+
 #[derive(Clone)]
 struct Entry {
-    secret: String,
-    lease: String,
-    token: u64,
-    bucket: String,
-    scope: String,
-    owner: String,
-    /// Who held the lease when the credential was issued.
-    holder: String,
+    issued: Issued,
     /// When the lease ends: its expiry, moved by renewals, or the moment it was released or
     /// replaced. The key works until `until + grace`.
     until: Instant,
@@ -129,23 +168,9 @@ impl LeaseCredentials {
             .shared
             .as_deref()
             .expect("issue_shared on a shared table");
-        let (id, secret) = new_key_pair();
-        let credential = SharedCredential {
-            secret: secret.clone(),
-            lease: lease.to_string(),
-            token,
-            bucket: bucket.clone(),
-            scope: scope.clone(),
-            owner: owner.to_string(),
-            holder: holder.to_string(),
-        };
-        shared::issue(store, &id, &credential).await?;
-        Ok(LeaseCredential {
-            access_key_id: id,
-            secret_access_key: secret,
-            bucket,
-            scope,
-        })
+        let (id, issued) = Issued::new(lease, token, (bucket, scope), (owner, holder));
+        shared::issue(store, &id, &issued).await?;
+        Ok(issued.handed(id))
     }
 
     /// On a shared table, reads `access_key`'s credential and its lease as they are now, for
@@ -173,13 +198,7 @@ impl LeaseCredentials {
                 map.insert(
                     access_key.to_string(),
                     Entry {
-                        secret: c.secret,
-                        lease: c.lease,
-                        token: c.token,
-                        bucket: c.bucket,
-                        scope: c.scope,
-                        owner: c.owner,
-                        holder: c.holder,
+                        issued: c,
                         until: Instant::now(),
                         works_until_ms: Some(works_until_ms),
                     },
@@ -254,29 +273,18 @@ impl LeaseCredentials {
         scope: String,
         (until, owner, holder): (Instant, &str, &str),
     ) -> LeaseCredential {
-        let (id, secret) = new_key_pair();
+        let (id, issued) = Issued::new(lease, token, (bucket, scope), (owner, holder));
+        let handed = issued.handed(id.clone());
         self.prune();
-        let mut map = self.by_key.write();
-        map.insert(
-            id.clone(),
+        self.by_key.write().insert(
+            id,
             Entry {
-                secret: secret.clone(),
-                lease: lease.to_string(),
-                token,
-                bucket: bucket.clone(),
-                scope: scope.clone(),
-                owner: owner.to_string(),
-                holder: holder.to_string(),
+                issued,
                 until,
                 works_until_ms: None,
             },
         );
-        LeaseCredential {
-            access_key_id: id,
-            secret_access_key: secret,
-            bucket,
-            scope,
-        }
+        handed
     }
 
     /// Forgets credentials whose grace is over, so the table does not grow.
@@ -292,7 +300,7 @@ impl LeaseCredentials {
     /// The lease `lease` with `token` now ends at `until` (renewed, or ended now).
     pub fn set_until(&self, lease: &str, token: u64, until: Instant) {
         for e in self.by_key.write().values_mut() {
-            if e.lease == lease && e.token == token {
+            if e.issued.lease == lease && e.issued.token == token {
                 e.until = until;
             }
         }
@@ -302,7 +310,7 @@ impl LeaseCredentials {
     pub fn end(&self, lease: &str, token: u64) {
         let now = Instant::now();
         for e in self.by_key.write().values_mut() {
-            if e.lease == lease && e.token == token && e.until > now {
+            if e.issued.lease == lease && e.issued.token == token && e.until > now {
                 e.until = now;
             }
         }
@@ -313,7 +321,7 @@ impl LeaseCredentials {
     pub fn revoke(&self, lease: &str) -> usize {
         let mut map = self.by_key.write();
         let before = map.len();
-        map.retain(|_, e| e.lease != lease);
+        map.retain(|_, e| e.issued.lease != lease);
         before - map.len()
     }
 
@@ -329,9 +337,9 @@ impl LeaseCredentials {
             .filter(|(_, e)| e.until <= now && now <= e.until + self.grace)
             .map(|(id, e)| CredentialInGrace {
                 access_key_id: id.clone(),
-                lease: e.lease.clone(),
-                token: e.token,
-                holder: e.holder.clone(),
+                lease: e.issued.lease.clone(),
+                token: e.issued.token,
+                holder: e.issued.holder.clone(),
                 works_until_ms: wall + (e.until + self.grace - now).as_millis() as u64,
             })
             .collect();
@@ -347,18 +355,18 @@ impl LeaseCredentials {
             Some(ms) => now_ms() <= ms,
             None => Instant::now() <= e.until + self.grace,
         };
-        works.then(|| e.secret.clone())
+        works.then(|| e.issued.secret.clone())
     }
 
     /// What a request signed with `access_key` carries, if it is a lease credential.
     pub fn identity(&self, access_key: &str) -> Option<LeaseIdentity> {
         let map = self.by_key.read();
         map.get(access_key).map(|e| LeaseIdentity {
-            lease: e.lease.clone(),
-            token: e.token,
-            bucket: e.bucket.clone(),
-            scope: e.scope.clone(),
-            owner: e.owner.clone(),
+            lease: e.issued.lease.clone(),
+            token: e.issued.token,
+            bucket: e.issued.bucket.clone(),
+            scope: e.issued.scope.clone(),
+            owner: e.issued.owner.clone(),
         })
     }
 }

@@ -12,22 +12,10 @@
 //! etcd reads (the record and the lease's row). The records hold the secrets, as the signature
 //! check needs them: guard etcd as the fence table it already holds.
 
+use super::credentials::Issued;
 use super::row_key;
 use crate::fence::{FenceRow, FenceStore, HeldLease, Records, StoreError, When};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-
-/// One credential as the record holds it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct SharedCredential {
-    pub secret: String,
-    pub lease: String,
-    pub token: u64,
-    pub bucket: String,
-    pub scope: String,
-    pub owner: String,
-    pub holder: String,
-}
 
 /// Ended grants a lease row remembers at most (their credentials' grace is short).
 const ENDED_KEPT: usize = 16;
@@ -66,7 +54,7 @@ pub(super) fn grant_until_ms(row: &FenceRow, token: u64) -> u64 {
 pub(super) async fn issue(
     store: &dyn FenceStore,
     access_key: &str,
-    credential: &SharedCredential,
+    credential: &Issued,
 ) -> Result<(), StoreError> {
     let bytes = serde_json::to_vec(credential).expect("a credential serializes");
     if records(store)?
@@ -83,7 +71,7 @@ async fn lease_row(store: &dyn FenceStore, lease: &str) -> Result<FenceRow, Stor
     Ok(store.get(&row_key(lease)).await?.unwrap_or_default())
 }
 
-fn decode(bytes: &[u8]) -> Result<SharedCredential, StoreError> {
+fn decode(bytes: &[u8]) -> Result<Issued, StoreError> {
     serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt(format!("a credential: {e}")))
 }
 
@@ -92,7 +80,7 @@ fn decode(bytes: &[u8]) -> Result<SharedCredential, StoreError> {
 pub(super) async fn load(
     store: &dyn FenceStore,
     access_key: &str,
-) -> Result<Option<(SharedCredential, u64)>, StoreError> {
+) -> Result<Option<(Issued, u64)>, StoreError> {
     let Some(bytes) = records(store)?.get(&record_key(access_key)).await? else {
         return Ok(None);
     };
@@ -103,9 +91,7 @@ pub(super) async fn load(
 }
 
 /// Every credential, with until when its grant lasts (as [`load`]).
-pub(super) async fn all(
-    store: &dyn FenceStore,
-) -> Result<Vec<(String, SharedCredential, u64)>, StoreError> {
+pub(super) async fn all(store: &dyn FenceStore) -> Result<Vec<(String, Issued, u64)>, StoreError> {
     let mut rows: HashMap<String, FenceRow> = HashMap::new();
     let mut out = Vec::new();
     for (key, bytes) in records(store)?.scan("cred:").await? {
