@@ -3,7 +3,8 @@
 //! for an https endpoint the system roots plus an optional CA file.
 //!
 //! Two clients share one configuration: `reads` retries with backoff; `writes` never retries,
-//! because a conditional commit whose outcome is unknown must be read back, not re-sent.
+//! because a conditional commit whose outcome is unknown must be read back, not re-sent. The
+//! signer's client (`signer.rs`) has the same timeouts and trust.
 
 use crate::config::S3BackendConfig;
 use aws_config::retry::RetryConfig;
@@ -17,8 +18,9 @@ use std::time::Duration;
 pub struct S3Clients {
     pub reads: Client,
     pub writes: Client,
-    /// Cluster mode's commits and deletes, presigned with a deadline (`presigned.rs`).
-    pub presigner: std::sync::Arc<super::presigned::Presigner>,
+    /// The hot calls (`direct.rs`) and cluster mode's presigned commits and deletes, signed
+    /// here (`signer.rs`).
+    pub signer: std::sync::Arc<super::signer::Signer>,
 }
 
 pub async fn build(cfg: &S3BackendConfig) -> Result<S3Clients, String> {
@@ -59,9 +61,12 @@ pub async fn build(cfg: &S3BackendConfig) -> Result<S3Clients, String> {
             .build();
         Client::from_conf(conf)
     };
-    let presigner = super::presigned::Presigner {
-        http: presigning_http(cfg)?,
+    let signer = super::signer::Signer {
+        http: signing_http(cfg)?,
         credentials: shared.credentials_provider(),
+        cached: Default::default(),
+        read_attempts: cfg.read_attempts,
+        call_timeout: Duration::from_secs(cfg.call_timeout_secs),
         region: cfg.region.clone(),
         endpoint: cfg
             .endpoint
@@ -70,7 +75,7 @@ pub async fn build(cfg: &S3BackendConfig) -> Result<S3Clients, String> {
         path_style,
     };
     Ok(S3Clients {
-        presigner: std::sync::Arc::new(presigner),
+        signer: std::sync::Arc::new(signer),
         reads: client(
             RetryConfig::standard()
                 .with_max_attempts(cfg.read_attempts)
@@ -80,9 +85,9 @@ pub async fn build(cfg: &S3BackendConfig) -> Result<S3Clients, String> {
     })
 }
 
-/// The plain HTTP client of presigned requests: the same timeouts, the system roots and the
-/// optional CA file for https, never a retry.
-fn presigning_http(cfg: &S3BackendConfig) -> Result<reqwest::Client, String> {
+/// The pooled HTTP client of the requests signed here (`signer.rs`): the same timeouts as the
+/// SDK's, the system roots and the optional CA file for https; it never retries by itself.
+fn signing_http(cfg: &S3BackendConfig) -> Result<reqwest::Client, String> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_native_certs::load_native_certs().certs {
         let _ = roots.add(cert);
@@ -111,7 +116,7 @@ fn presigning_http(cfg: &S3BackendConfig) -> Result<reqwest::Client, String> {
         .read_timeout(Duration::from_secs(cfg.read_timeout_secs))
         .timeout(Duration::from_secs(cfg.call_timeout_secs))
         .build()
-        .map_err(|e| format!("the presigning HTTP client: {e}"))
+        .map_err(|e| format!("the store's HTTP client: {e}"))
 }
 
 /// An HTTPS client that trusts the system roots and the certificates in the PEM file `path`

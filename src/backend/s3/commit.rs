@@ -2,6 +2,7 @@
 //! store-enforced deadline (cluster mode), read back rather than re-sent when their answer
 //! is lost, and refused when the store kept other bytes than were sent.
 
+use super::direct::{self, Condition};
 use super::*;
 
 impl S3Backend {
@@ -83,28 +84,11 @@ impl S3Backend {
             None => (None, Some("*".to_string())),
         };
         match &staged.body {
-            StagedBody::Spooled(body) => self
-                .clients
-                .writes
-                .put_object()
-                .bucket(&self.bucket)
-                .key(key)
-                .content_length(body.len() as i64)
-                .set_content_md5(content_md5(&staged.etag))
-                .body(multipart::spooled_body(body))
-                .content_type(content_type(meta))
-                .set_cache_control(meta.header("cache-control"))
-                .set_content_disposition(meta.header("content-disposition"))
-                .set_content_encoding(meta.header("content-encoding"))
-                .set_content_language(meta.header("content-language"))
-                .set_expires(expires(meta))
-                .set_metadata(Some(Self::metadata(meta)))
-                .set_if_match(if_match)
-                .set_if_none_match(if_none_match)
-                .send()
-                .await
-                .map(|out| out.e_tag().map(str::to_string))
-                .map_err(|e| classify("PutObject", e)),
+            StagedBody::Spooled(body) => {
+                let headers = direct::put_headers(meta, content_md5(&staged.etag));
+                self.put_now(&key, body.clone(), headers, Condition::on(expected))
+                    .await
+            }
             StagedBody::Multipart { upload_id, parts } => {
                 let parts = parts
                     .iter()
@@ -150,20 +134,11 @@ impl S3Backend {
         }];
         let (op, method, upload_id, body) = match &staged.body {
             StagedBody::Spooled(body) => {
-                headers.push(("content-type".into(), content_type(meta)));
-                if let Some(md5) = content_md5(&staged.etag) {
-                    headers.push(("content-md5".into(), md5));
-                }
-                for (k, v) in Self::metadata(meta) {
-                    headers.push((format!("x-amz-meta-{k}"), v));
-                }
-                for (k, v) in &meta.headers {
-                    headers.push((k.clone(), v.clone()));
-                }
+                headers.extend(direct::put_headers(meta, content_md5(&staged.etag)));
                 ("PutObject", "PUT", None, body.clone())
             }
             StagedBody::Multipart { upload_id, parts } => {
-                let xml = presigned::completion_xml(parts);
+                let xml = signer::completion_xml(parts);
                 headers.push(("content-type".into(), "application/xml".into()));
                 (
                     "CompleteMultipartUpload",
@@ -178,7 +153,7 @@ impl S3Backend {
                 )))
             }
         };
-        let req = presigned::Request {
+        let req = signer::Request {
             method,
             bucket: &self.bucket,
             key,
@@ -186,7 +161,7 @@ impl S3Backend {
             headers,
             body,
         };
-        self.clients.presigner.send(op, req, not_after).await
+        self.clients.signer.send(op, req, not_after).await
     }
 
     /// The commit, with a store-enforced deadline in cluster mode (`not_after`).
@@ -265,7 +240,7 @@ impl S3Backend {
             .load(std::sync::atomic::Ordering::Relaxed);
         let result = match not_after {
             Some(not_after) => {
-                let req = presigned::Request {
+                let req = signer::Request {
                     method: "DELETE",
                     bucket: &self.bucket,
                     key: &self.store_key(key),
@@ -274,22 +249,15 @@ impl S3Backend {
                     body: Bytes::new().into(),
                 };
                 self.clients
-                    .presigner
+                    .signer
                     .send("DeleteObject", req, not_after)
                     .await
                     .map(|_| ())
             }
-            None => self
-                .clients
-                .writes
-                .delete_object()
-                .bucket(&self.bucket)
-                .key(self.store_key(key))
-                .set_if_match(conditional.then(|| expected.to_string()))
-                .send()
-                .await
-                .map(|_| ())
-                .map_err(|e| classify("DeleteObject", e)),
+            None => {
+                self.delete_now(&self.store_key(key), conditional.then_some(expected))
+                    .await
+            }
         };
         match result {
             Ok(()) => Ok(()),

@@ -78,25 +78,56 @@ where
         _ => {
             let status = err.raw_response().map(|r| r.status().as_u16());
             tracing::debug!(answer = %text(), "the store's answer");
-            let code = err.code().unwrap_or("").to_string();
-            let short = format!(
-                "{op}: {} {code} {}",
-                status.map_or("-".into(), |s| s.to_string()),
-                err.message().unwrap_or("")
-            );
-            match status {
-                Some(404) => S3Failure::NotFound,
-                Some(412) => S3Failure::Precondition,
-                Some(429 | 503) => S3Failure::Fault(BackendError::Throttled(short)),
-                Some(408 | 504) => S3Failure::Fault(BackendError::Timeout(short)),
-                Some(status @ 400..=499) => S3Failure::Fault(BackendError::Refused {
-                    status,
-                    code,
-                    message: short,
-                }),
-                _ => S3Failure::Fault(BackendError::Failing(short)),
-            }
+            answered(
+                op,
+                status,
+                err.code().unwrap_or(""),
+                err.message().unwrap_or(""),
+            )
         }
+    }
+}
+
+/// What a store's answer with `status` (and the XML error's code and message, where it has
+/// one) means; the rule [`classify`] applies to the SDK's answers, and `direct.rs` to its own.
+pub fn answered(op: &str, status: Option<u16>, code: &str, message: &str) -> S3Failure {
+    let short = format!(
+        "{op}: {} {code} {message}",
+        status.map_or("-".into(), |s| s.to_string())
+    );
+    match status {
+        Some(404) => S3Failure::NotFound,
+        Some(412) => S3Failure::Precondition,
+        Some(429 | 503) => S3Failure::Fault(BackendError::Throttled(short)),
+        Some(408 | 504) => S3Failure::Fault(BackendError::Timeout(short)),
+        Some(status @ 400..=499) => S3Failure::Fault(BackendError::Refused {
+            status,
+            code: code.to_string(),
+            message: short,
+        }),
+        _ => S3Failure::Fault(BackendError::Failing(short)),
+    }
+}
+
+/// What a request that got no answer means, as [`classify`] reads the SDK's dispatch
+/// failures: a timeout, a connection that failed or broke (either may have reached the
+/// store), or a request that could not be built (it was not sent).
+pub fn unanswered(op: &str, err: &reqwest::Error) -> S3Failure {
+    tracing::debug!(error = ?err, operation = op, "the store call failed");
+    if err.is_timeout() {
+        S3Failure::Fault(BackendError::Timeout(format!(
+            "{op}: no answer within connect_timeout_secs, read_timeout_secs or call_timeout_secs"
+        )))
+    } else if err.is_builder() {
+        S3Failure::Fault(BackendError::Refused {
+            status: 0,
+            code: "NotSent".into(),
+            message: format!("{op}: {err}"),
+        })
+    } else {
+        S3Failure::Fault(BackendError::Unreachable(format!(
+            "{op}: the connection to the store failed or broke"
+        )))
     }
 }
 

@@ -28,15 +28,16 @@ macro_rules! system_of {
 
 mod client;
 mod commit;
+mod direct;
 mod errors;
 mod metadata;
 mod multipart;
 mod parts;
-mod presigned;
 pub mod probe;
 mod probe_races;
 mod read;
 pub mod scratch;
+mod signer;
 pub mod spool;
 mod staging;
 
@@ -249,7 +250,7 @@ impl Backend for S3Backend {
     }
 
     async fn clock_offset(&self) -> Option<Result<(i64, i64), String>> {
-        Some(self.clients.presigner.clock_offset().await)
+        Some(self.clients.signer.clock_offset().await)
     }
 
     fn conditional_commit(&self, staged: &Staged) -> bool {
@@ -278,27 +279,9 @@ impl Backend for S3Backend {
     }
 
     async fn head(&self, _bucket: &str, key: &str) -> Result<Option<ObjectInfo>, BackendError> {
-        match self
-            .clients
-            .reads
-            .head_object()
-            .bucket(&self.bucket)
-            .key(self.store_key(key))
-            .send()
+        self.head_now(key)
             .await
-        {
-            Ok(out) => Ok(Some(Self::info(
-                key,
-                out.e_tag(),
-                out.content_length(),
-                out.last_modified(),
-                Self::object_meta(out.content_type(), out.metadata(), system_of!(out)),
-            ))),
-            Err(e) => match classify("HeadObject", e) {
-                S3Failure::NotFound => Ok(None),
-                other => Err(other.into_backend("HeadObject")),
-            },
-        }
+            .map_err(|f| f.into_backend("HeadObject"))
     }
 
     async fn get(

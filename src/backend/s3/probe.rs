@@ -2,6 +2,7 @@
 //! would silently void contract line 5 (docs/design.md). Before serving, fencegate proves on a scratch key that
 //! the store refuses each kind of conditional commit it relies on.
 
+use super::direct::Condition;
 use super::errors::{classify, S3Failure};
 use super::S3Backend;
 use aws_sdk_s3::error::SdkError;
@@ -13,6 +14,11 @@ use std::time::Duration;
 
 /// What the probe writes.
 const PROBE_BODY: &[u8] = b"fencegate probe";
+
+/// The probe's body, as the commit sends a spooled one.
+fn probe_body() -> super::spool::Spooled {
+    bytes::Bytes::from_static(PROBE_BODY).into()
+}
 
 /// An ETag no object has.
 const WRONG_ETAG: &str = "\"00000000000000000000000000000000\"";
@@ -73,19 +79,12 @@ fn refused(outcome: Outcome) -> Result<bool, String> {
 }
 
 impl S3Backend {
-    async fn probe_put(&self, key: &str, if_match: Option<&str>, if_none_match: bool) -> Outcome {
-        self.clients
-            .writes
-            .put_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .body(ByteStream::from_static(PROBE_BODY))
-            .set_if_match(if_match.map(str::to_string))
-            .set_if_none_match(if_none_match.then(|| "*".to_string()))
-            .send()
+    /// A conditional PutObject sent as the commit sends it (`direct.rs`), so that what is
+    /// proved is what the commits rely on.
+    async fn probe_put(&self, key: &str, condition: Condition<'_>) -> Outcome {
+        self.put_now(key, probe_body(), Vec::new(), condition)
             .await
             .map(|_| ())
-            .map_err(|e| classify("PutObject", e))
     }
 
     /// A scratch upload of `body` as its one part: its id and the part's ETag.
@@ -171,7 +170,7 @@ impl S3Backend {
     /// decisions. Runs on a scratch key, removed afterwards.
     pub async fn probe_expiry(&self, ttl: Duration, skew: Duration) -> Result<(), String> {
         // The deadlines are judged by two clocks: this instance's and the store's.
-        let (ahead_min, ahead_max) = self.clients.presigner.clock_offset().await?;
+        let (ahead_min, ahead_max) = self.clients.signer.clock_offset().await?;
         if ahead_min > skew.as_millis() as i64 {
             return Err(format!(
                 "this instance's clock runs at least {ahead_min} ms ahead of the store's, more than max_clock_skew_ms = {}; other instances could decide before the store stops applying a commit. Synchronise the clocks (NTP)",
@@ -190,7 +189,7 @@ impl S3Backend {
             ahead_max_ms = ahead_max,
             "clock compared with the store's"
         );
-        use super::presigned::Request;
+        use super::signer::Request;
         use std::time::{SystemTime, UNIX_EPOCH};
         let run = super::scratch::new_run();
         let key = self.scratch_key(&run);
@@ -205,8 +204,8 @@ impl S3Backend {
         let now = SystemTime::now();
         let whole = UNIX_EPOCH
             + Duration::from_secs(now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()));
-        let presigner = &self.clients.presigner;
-        let fresh = presigner
+        let signer = &self.clients.signer;
+        let fresh = signer
             .send_signed(
                 "PutObject",
                 put(),
@@ -214,7 +213,7 @@ impl S3Backend {
                 now + Duration::from_secs(30),
             )
             .await;
-        let expired = presigner
+        let expired = signer
             .send_signed(
                 "PutObject",
                 put(),
@@ -292,29 +291,20 @@ impl S3Backend {
     async fn probe_on(&self, key: &str) -> Result<ProbeReport, String> {
         let mut report = ProbeReport::default();
         let first = self
-            .clients
-            .writes
-            .put_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .body(ByteStream::from_static(PROBE_BODY))
-            .if_none_match("*")
-            .send()
+            .put_now(key, probe_body(), Vec::new(), Condition::IfAbsent)
             .await
-            .map_err(|e| classify("PutObject", e))
             .map_err(|e| format!("cannot write the probe object {key}: {:?}", e))?;
         let md5 = format!("{:x}", <md5::Md5 as md5::Digest>::digest(PROBE_BODY));
-        report.etags_are_md5 = first
-            .e_tag()
-            .is_some_and(|e| e.trim_matches('"').eq_ignore_ascii_case(&md5));
+        report.etags_are_md5 =
+            first.is_some_and(|e| e.trim_matches('"').eq_ignore_ascii_case(&md5));
         let checks: [(&'static str, Outcome); 4] = [
             (
                 "If-None-Match: * on PutObject",
-                self.probe_put(key, None, true).await,
+                self.probe_put(key, Condition::IfAbsent).await,
             ),
             (
                 "If-Match on PutObject",
-                self.probe_put(key, Some(WRONG_ETAG), false).await,
+                self.probe_put(key, Condition::IfMatch(WRONG_ETAG)).await,
             ),
             (
                 "If-Match on CompleteMultipartUpload",
@@ -330,17 +320,7 @@ impl S3Backend {
                 report.ignored.push(what);
             }
         }
-        let delete = self
-            .clients
-            .writes
-            .delete_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .if_match(WRONG_ETAG)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| classify("DeleteObject", e));
+        let delete = self.delete_now(key, Some(WRONG_ETAG)).await;
         report.conditional_delete = refused(delete)?;
         Ok(report)
     }

@@ -7,7 +7,6 @@
 
 use super::S3Backend;
 use aws_sdk_s3::error::SdkError;
-use aws_sdk_s3::primitives::ByteStream;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 
 /// One race's outcome.
@@ -66,19 +65,25 @@ fn body(i: usize) -> Vec<u8> {
 }
 
 impl S3Backend {
+    /// A racer's PutObject, sent as the commit sends it (`direct.rs`).
     async fn put_racer(&self, key: &str, i: usize, if_match: Option<&str>) -> Answer {
         let sent = self
-            .clients
-            .writes
-            .put_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .body(ByteStream::from(body(i)))
-            .set_if_match(if_match.map(str::to_string))
-            .set_if_none_match(if_match.is_none().then(|| "*".to_string()))
-            .send()
+            .put_now(
+                key,
+                bytes::Bytes::from(body(i)).into(),
+                Vec::new(),
+                super::direct::Condition::on(if_match),
+            )
             .await;
-        answer("PutObject", sent)
+        match sent {
+            Ok(_) => Answer::Won,
+            Err(super::errors::S3Failure::Precondition)
+            | Err(super::errors::S3Failure::Fault(crate::backend::BackendError::Refused {
+                status: 409,
+                ..
+            })) => Answer::Refused,
+            Err(failure) => Answer::Failed(format!("{failure:?}")),
+        }
     }
 
     async fn complete_racer(
@@ -179,21 +184,15 @@ impl S3Backend {
             );
             let key = self.scratch_key(run);
             let first = self
-                .clients
-                .writes
-                .put_object()
-                .bucket(&self.bucket)
-                .key(&key)
-                .body(ByteStream::from_static(b"fencegate probe race, before"))
-                .send()
+                .put_now(
+                    &key,
+                    bytes::Bytes::from_static(b"fencegate probe race, before").into(),
+                    Vec::new(),
+                    super::direct::Condition::Always,
+                )
                 .await
-                .map_err(|e| {
-                    format!(
-                        "cannot write the probe object {key}: {:?}",
-                        super::errors::classify("PutObject", e)
-                    )
-                })?;
-            let etag = first.e_tag().unwrap_or_default().to_string();
+                .map_err(|e| format!("cannot write the probe object {key}: {e:?}"))?;
+            let etag = first.unwrap_or_default();
             races.push(self.race(&key, writers, multipart, Some(&etag)).await?);
         }
         Ok(races)

@@ -1,17 +1,23 @@
-//! Cluster mode: the commit (PutObject, CompleteMultipartUpload) and the delete sent as
-//! presigned requests, whose expiry the store itself enforces. An instance paused after its
-//! intent (GC, SIGSTOP, a buffering proxy) can then not land the request after the deadline
-//! its intent announced, so other instances may decide once it has passed (docs/design.md,
-//! "Bounded intents"). The SDK presigns neither CompleteMultipartUpload nor anything it
-//! sends itself, so the requests are signed here with aws-sigv4 (query-string signing, as the
-//! SDK's presigned URLs are) and sent through a plain HTTP client.
+//! Requests to the store signed here with aws-sigv4 and sent through one pooled HTTP client
+//! (reqwest on hyper), without the SDK's per-call pipeline:
+//! - the hot calls (PutObject with its condition, HeadObject, the conditional DeleteObject),
+//!   signed in headers (`direct.rs` sends them and reads their answers);
+//! - cluster mode's commit (PutObject, CompleteMultipartUpload) and delete, presigned so that
+//!   the store itself refuses them after a deadline. An instance paused after its intent (GC,
+//!   SIGSTOP, a buffering proxy) can then not land the request after the deadline its intent
+//!   announced, so other instances may decide once it has passed (docs/design.md, "Bounded
+//!   intents"). The SDK presigns neither CompleteMultipartUpload nor anything it sends itself.
+//!
+//! The payload is `UNSIGNED-PAYLOAD` either way; every body fencegate commits carries its
+//! `Content-MD5`, which is signed, so the store refuses bytes that differ from those sent.
 
 use super::errors::S3Failure;
 use crate::backend::BackendError;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use aws_credential_types::Credentials;
 use aws_sigv4::http_request::{
-    sign, PercentEncodingMode, SignableBody, SignableRequest, SignatureLocation, SigningSettings,
-    UriPathNormalizationMode,
+    sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest,
+    SignatureLocation, SigningSettings, UriPathNormalizationMode,
 };
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -27,13 +33,34 @@ const KEY: &AsciiSet = &NON_ALPHANUMERIC
 const QUERY: &AsciiSet = &KEY.add(b'/');
 
 /// Signs and sends the requests of one store (one `[backends.NAME]`).
-pub struct Presigner {
+pub struct Signer {
     pub http: reqwest::Client,
     pub credentials: Option<SharedCredentialsProvider>,
+    /// The credentials last provided, until shortly before they expire (the SDK's own
+    /// identity cache does this for its calls; a provider such as IMDS or a profile file
+    /// must not be asked on every request).
+    pub cached: tokio::sync::Mutex<Option<(Credentials, SystemTime)>>,
     pub region: String,
     /// `scheme://host[:port]` of the store, and whether the bucket goes in the path.
     pub endpoint: String,
     pub path_style: bool,
+    /// A read's tries (`read_attempts`), all within `call_timeout_secs`.
+    pub read_attempts: u32,
+    pub call_timeout: Duration,
+}
+
+/// How long credentials without an expiry are used before they are asked for again, and how
+/// long before an expiry they are renewed: the SDK's identity cache defaults.
+const CREDENTIALS_REUSED: Duration = Duration::from_secs(15 * 60);
+const CREDENTIALS_RENEWED_BEFORE: Duration = Duration::from_secs(10);
+
+/// Where the signature goes: the query string, valid for a window (presigned), or the headers.
+pub enum Signature {
+    Presigned {
+        start: SystemTime,
+        expires: Duration,
+    },
+    Headers,
 }
 
 /// One request to sign: method, store bucket and key, an optional upload id, headers.
@@ -63,7 +90,7 @@ pub fn window(not_after: SystemTime) -> Result<(SystemTime, Duration), S3Failure
     ))
 }
 
-impl Presigner {
+impl Signer {
     fn url(&self, bucket: &str, key: &str, upload_id: Option<&str>) -> String {
         let key = utf8_percent_encode(key, KEY);
         let mut url = if self.path_style {
@@ -102,28 +129,68 @@ impl Presigner {
         (start, expires): (SystemTime, Duration),
         wait_until: SystemTime,
     ) -> Result<Option<String>, S3Failure> {
-        let fail = |e: &dyn std::fmt::Display| {
-            S3Failure::Fault(BackendError::Failing(format!("{op}: signing: {e}")))
-        };
+        let builder = self
+            .sign(op, req, Signature::Presigned { start, expires })
+            .await?;
+        send(op, builder, wait_until).await
+    }
+
+    /// The credentials to sign with, from the cache while they are fresh.
+    async fn credentials(&self) -> Result<Credentials, String> {
         let provider = self
             .credentials
             .as_ref()
-            .ok_or_else(|| fail(&"no credentials are configured for this store"))?;
-        let identity = provider
+            .ok_or("no credentials are configured for this store")?;
+        let mut cached = self.cached.lock().await;
+        if let Some((credentials, until)) = &*cached {
+            if SystemTime::now() + CREDENTIALS_RENEWED_BEFORE < *until {
+                return Ok(credentials.clone());
+            }
+        }
+        let fresh = provider
             .provide_credentials()
             .await
-            .map_err(|e| fail(&e))?
-            .into();
+            .map_err(|e| e.to_string())?;
+        let until = fresh
+            .expiry()
+            .unwrap_or_else(|| SystemTime::now() + CREDENTIALS_REUSED);
+        *cached = Some((fresh.clone(), until));
+        Ok(fresh)
+    }
+
+    /// `req` signed, as a request ready to send. A failure to sign is a fault of this
+    /// instance's configuration, never the store's answer.
+    pub async fn sign(
+        &self,
+        op: &str,
+        req: Request<'_>,
+        how: Signature,
+    ) -> Result<reqwest::RequestBuilder, S3Failure> {
+        let fail = |e: &dyn std::fmt::Display| {
+            S3Failure::Fault(BackendError::Failing(format!("{op}: signing: {e}")))
+        };
+        let identity = self.credentials().await.map_err(|e| fail(&e))?.into();
         let mut settings = SigningSettings::default();
         settings.percent_encoding_mode = PercentEncodingMode::Single;
         settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
-        settings.signature_location = SignatureLocation::QueryParams;
-        settings.expires_in = Some(expires);
+        let time = match how {
+            Signature::Presigned { start, expires } => {
+                settings.signature_location = SignatureLocation::QueryParams;
+                settings.expires_in = Some(expires);
+                start
+            }
+            Signature::Headers => {
+                // S3 wants x-amz-content-sha256 on every header-signed request.
+                settings.signature_location = SignatureLocation::Headers;
+                settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+                SystemTime::now()
+            }
+        };
         let params = aws_sigv4::sign::v4::SigningParams::builder()
             .identity(&identity)
             .region(&self.region)
             .name("s3")
-            .time(start)
+            .time(time)
             .settings(settings)
             .build()
             .map_err(|e| fail(&e))?
@@ -146,16 +213,18 @@ impl Presigner {
         for (name, value) in &req.headers {
             builder = builder.header(name, value);
         }
+        for (name, value) in instructions.headers() {
+            builder = builder.header(name, value);
+        }
         let body = match req.body.bytes() {
             Some(bytes) => reqwest::Body::from(bytes.clone()),
             None => reqwest::Body::wrap_stream(req.body.stream()),
         };
-        let builder = builder.header("content-length", req.body.len());
-        send(op, builder.body(body), wait_until).await
+        Ok(builder.header("content-length", req.body.len()).body(body))
     }
 }
 
-impl Presigner {
+impl Signer {
     /// How far this instance's clock runs ahead of the store's (ms; negative: behind), as a
     /// range: the store's `Date` header has whole seconds, and the answer takes a round trip.
     pub async fn clock_offset(&self) -> Result<(i64, i64), String> {
@@ -243,7 +312,7 @@ async fn send(
 }
 
 /// The text of the first `<name>` element of an S3 XML answer, unescaped.
-fn element(xml: &str, name: &str) -> Option<String> {
+pub(super) fn element(xml: &str, name: &str) -> Option<String> {
     let open = format!("<{name}>");
     let start = xml.find(&open)? + open.len();
     let end = start + xml[start..].find(&format!("</{name}>"))?;
@@ -294,9 +363,12 @@ mod tests {
 
     #[test]
     fn keys_and_upload_ids_are_encoded_as_s3_signs_them() {
-        let p = Presigner {
+        let p = Signer {
             http: reqwest::Client::new(),
             credentials: None,
+            cached: Default::default(),
+            read_attempts: 3,
+            call_timeout: Duration::from_secs(30),
             region: "us-east-1".into(),
             endpoint: "http://127.0.0.1:9000/".into(),
             path_style: true,
@@ -305,7 +377,7 @@ mod tests {
             p.url("b", "a b/c+d~é", Some("x/y=")),
             "http://127.0.0.1:9000/b/a%20b/c%2Bd~%C3%A9?uploadId=x%2Fy%3D"
         );
-        let v = Presigner {
+        let v = Signer {
             path_style: false,
             endpoint: "https://s3.eu-west-1.amazonaws.com".into(),
             ..p
