@@ -282,13 +282,7 @@ def s10(work, rounds, size_mb=200):
         for r in range(rounds):
             log(f"S10 round {r + 1}/{rounds}")
             for name, endpoint, bucket, pid in targets:
-                before = cpu_secs(pid) if pid else 0
-                out = subprocess.run([VENV_PYTHON, os.path.join(ROOT, "scripts", "bench_s10.py"), endpoint, bucket,
-                                      str(size_mb), f"r{r}"], check=True, capture_output=True, text=True).stdout
-                res = json.loads(out.strip().splitlines()[-1])
-                # Both uploads' bytes: the parts and the single PUT.
-                res["cpu_ms_per_mb"] = (cpu_secs(pid) - before) * 1000 / (2 * res["mb"]) if pid else None
-                runs[name].append(res)
+                runs[name].append(s10_run(endpoint, bucket, pid, f"r{r}", size_mb))
     finally:
         for g in (fs, s3g):
             if g:
@@ -297,6 +291,17 @@ def s10(work, rounds, size_mb=200):
         store.wait()
     median = lambda rs, k: sorted(x[k] for x in rs)[len(rs) // 2]
     return {name: {k: (median(rs, k) if rs[0][k] is not None else None) for k in rs[0]} for name, rs in runs.items()}
+
+
+def s10_run(endpoint, bucket, pid, tag, size_mb=200):
+    """One S10 round on one target (bench_s10.py), with the CPU per MB of the process `pid`
+    (None: not measured) over both uploads' bytes, the parts' and the single PUT's."""
+    before = cpu_secs(pid) if pid else 0
+    out = subprocess.run([VENV_PYTHON, os.path.join(ROOT, "scripts", "bench_s10.py"), endpoint, bucket,
+                          str(size_mb), tag], check=True, capture_output=True, text=True).stdout
+    res = json.loads(out.strip().splitlines()[-1])
+    res["cpu_ms_per_mb"] = (cpu_secs(pid) - before) * 1000 / (2 * res["mb"]) if pid else None
+    return res
 
 
 def s10_table(s10_runs):

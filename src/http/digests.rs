@@ -197,16 +197,22 @@ impl Declared {
     }
 
     /// The first declared digest the body does not have, as the error to answer.
-    fn mismatch(&self, md5: Md5, hasher: ChecksumHasher) -> Option<BodyError> {
-        if self
-            .md5
-            .as_deref()
-            .is_some_and(|want| *want != *md5.finalize())
-        {
-            return Some(BodyError::BadDigest(
-                "the body's MD5 is not the Content-MD5 the request declared; nothing was written (send the body again, or check what alters it on the way)".into(),
-            ));
+    fn mismatch(&self, md5: Option<Md5>, hasher: ChecksumHasher) -> Option<BodyError> {
+        match (self.md5.as_deref(), md5.map(Md5::finalize)) {
+            (Some(want), Some(md5)) if *want == *md5 => {}
+            // Declared and not computed counts as differing: never passed unchecked.
+            (Some(_), _) => {
+                return Some(BodyError::BadDigest(
+                    "the body's MD5 is not the Content-MD5 the request declared; nothing was written (send the body again, or check what alters it on the way)".into(),
+                ))
+            }
+            (None, _) => {}
         }
+        self.checksum_mismatch(hasher)
+    }
+
+    /// The first declared checksum the body does not have.
+    fn checksum_mismatch(&self, hasher: ChecksumHasher) -> Option<BodyError> {
         let sums = hasher.finalize();
         let computed = |a: &str| match a {
             "crc32" => sums.checksum_crc32.clone(),
@@ -307,13 +313,15 @@ pub fn verify(body: ByteStream, declared: Declared) -> ByteStream {
     }
     struct State {
         body: ByteStream,
-        hashers: Option<(Md5, ChecksumHasher)>,
+        // The MD5 only where a Content-MD5 was declared: the backend hashes the body for its
+        // ETag anyway, and a large body's MD5 is most of its CPU.
+        hashers: Option<(Option<Md5>, ChecksumHasher)>,
         held: Option<bytes::Bytes>,
         declared: Declared,
     }
     let start = State {
         body,
-        hashers: Some((Md5::new(), declared.hasher())),
+        hashers: Some((declared.md5.is_some().then(Md5::new), declared.hasher())),
         held: None,
         declared,
     };
@@ -322,7 +330,9 @@ pub fn verify(body: ByteStream, declared: Declared) -> ByteStream {
             let (md5, sums) = st.hashers.as_mut()?;
             match st.body.next().await {
                 Some(Ok(chunk)) => {
-                    md5.update(&chunk);
+                    if let Some(md5) = md5 {
+                        md5.update(&chunk);
+                    }
                     sums.update(&chunk);
                     if let Some(prev) = st.held.replace(chunk) {
                         return Some((Ok(prev), st));

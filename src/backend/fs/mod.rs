@@ -12,6 +12,7 @@ mod objfile;
 mod staging;
 mod syscalls;
 mod uploads;
+mod writes;
 
 use listing::*;
 use staging::*;
@@ -27,7 +28,7 @@ use md5::{Digest, Md5};
 use objfile::{read_info, staged_version_of, version_of, Trailer};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 
 pub struct FsBackend {
     root: PathBuf,

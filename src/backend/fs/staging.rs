@@ -123,23 +123,25 @@ impl FsBackend {
         // Most bodies are small: read whole, then written, fsynced and measured in one trip
         // to a blocking thread (each trip is a thread hand-off, which dominated the CPU
         // profile). Larger ones stream through the file as they arrive.
+        // The chunks are kept as they came, never copied into one buffer.
         let mut md5 = Md5::new();
-        let mut head = bytes::BytesMut::new();
+        let mut head: Vec<bytes::Bytes> = Vec::new();
+        let mut size = 0u64;
         let ended = loop {
-            if head.len() >= SMALL_BODY {
+            if size >= SMALL_BODY as u64 {
                 break false;
             }
             match body.next().await {
                 Some(chunk) => {
                     let chunk = chunk?;
                     md5.update(&chunk);
-                    head.extend_from_slice(&chunk);
+                    size += chunk.len() as u64;
+                    head.push(chunk);
                 }
                 None => break true,
             }
         };
         let (etag, size, version) = if ended {
-            let size = head.len() as u64;
             let (etag, trailer) = seal(key, &meta, assembly, md5, size);
             let at = path.clone();
             let (version, mut guard) = blocking(move || {
@@ -147,8 +149,8 @@ impl FsBackend {
                 // up), the task's answer is dropped with the guard still armed and the file goes.
                 let guard = StagingGuard(Some(at.clone()));
                 let mut file = std::fs::File::create(&at)?;
-                std::io::Write::write_all(&mut file, &head)?;
-                std::io::Write::write_all(&mut file, &trailer)?;
+                head.push(trailer.into());
+                writes::write_chunks(&mut file, &head)?;
                 file.sync_all()?;
                 Ok((staged_version_of(&file.metadata()?), guard))
             })
@@ -157,7 +159,7 @@ impl FsBackend {
             guard.0 = None;
             (etag, size, version)
         } else {
-            self.stream_to_staging(&path, key, &meta, head.freeze(), md5, body, assembly)
+            self.stream_to_staging(&path, key, &meta, head, md5, body, assembly)
                 .await?
         };
         Ok(staged_at(&path, bucket, key, (etag, size, version), meta))
@@ -223,33 +225,33 @@ impl FsBackend {
         path: &Path,
         key: &str,
         meta: &ObjectMeta,
-        head: bytes::Bytes,
-        mut md5: Md5,
+        head: Vec<bytes::Bytes>,
+        md5: Md5,
         mut body: ByteStream,
         assembly: Option<Assembly>,
     ) -> Result<(String, u64, String), BackendError> {
         // Armed before the file exists: a request dropped at any await below (the client hung
         // up mid-body) removes its staging file instead of leaving it until the next restart.
         let mut guard = StagingGuard(Some(path.to_path_buf()));
-        let mut file = tokio::fs::File::create(path).await?;
+        let at = path.to_path_buf();
+        let file = blocking(move || Ok(std::fs::File::create(at)?)).await?;
         let written: Result<(String, u64, String), BackendError> = async {
-            let mut size = head.len() as u64;
-            file.write_all(&head).await?;
-            while let Some(chunk) = body.next().await {
-                let chunk = chunk?;
-                md5.update(&chunk);
-                size += chunk.len() as u64;
-                file.write_all(&chunk).await?;
-            }
+            let writes::Written {
+                mut file,
+                md5,
+                size,
+            } = writes::write_body(file, head, md5, &mut body).await?;
             let (etag, trailer) = seal(key, meta, assembly, md5, size);
-            file.write_all(&trailer).await?;
-            file.flush().await?;
-            file.sync_all().await?;
-            let version = staged_version_of(&file.metadata().await?);
+            // The trailer, the fsync and the version in the last trip.
+            let version = blocking(move || {
+                std::io::Write::write_all(&mut file, &trailer)?;
+                file.sync_all()?;
+                Ok(staged_version_of(&file.metadata()?))
+            })
+            .await?;
             Ok((etag, size, version))
         }
         .await;
-        drop(file);
         if written.is_ok() {
             // Staged: from here the gate owns the file (commit or discard).
             guard.0 = None;

@@ -8,12 +8,10 @@
 
 use super::{blocking, fsync_dir};
 use crate::backend::{BackendError, ByteStream, PartInfo};
-use futures::StreamExt;
 use md5::{Digest, Md5};
 use std::io::ErrorKind;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use tokio::io::AsyncWriteExt;
 
 pub const UPLOADS: &str = ".uploads";
 /// In an upload directory: its parts have `<number>` links (uploads begun before had none, and
@@ -63,21 +61,12 @@ pub async fn put_part(
     let temp = dir.join(format!("{number}.{:016x}.tmp", rand::random::<u64>()));
     // A client that hangs up mid-part drops this future: the file goes with it.
     let mut unfinished = RemoveOnDrop(Some(temp.clone()));
-    let mut file = tokio::fs::File::create(&temp).await?;
-    let (md5, size) = {
-        let mut md5 = Md5::new();
-        let mut size = 0u64;
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk?;
-            md5.update(&chunk);
-            size += chunk.len() as u64;
-            file.write_all(&chunk).await?;
-        }
-        file.flush().await?;
-        file.sync_all().await?;
-        (hex::encode(md5.finalize()), size)
-    };
-    drop(file);
+    let at = temp.clone();
+    let file = blocking(move || Ok(std::fs::File::create(at)?)).await?;
+    let written = super::writes::write_body(file, Vec::new(), Md5::new(), &mut body).await?;
+    let (md5, size) = (hex::encode(written.md5.finalize()), written.size);
+    let file = written.file;
+    blocking(move || Ok(file.sync_all()?)).await?;
     let name = format!("{number}-{md5}");
     // Two sends of one number at once take turns here, so that each finds the other's file
     // through the link and none is left behind.
