@@ -85,8 +85,14 @@ pub struct Staged {
 /// Backend-private: where a staged body waits for its commit.
 #[derive(Debug)]
 pub enum StagedBody {
-    /// A temporary file (fs) or an id (the memory double).
+    /// An id (the memory double).
     Handle(String),
+    /// A temporary file (fs), with the handle it was written through: the commit reads the
+    /// file's identity from it, without opening the path again.
+    File {
+        path: String,
+        file: std::sync::Arc<std::fs::File>,
+    },
     /// A body up to the multipart threshold, spooled (s3), sent in one conditional PutObject.
     #[cfg(feature = "s3")]
     Spooled(s3::spool::Spooled),
@@ -102,7 +108,7 @@ impl StagedBody {
     /// The handle of a body that a backend staged as a handle itself.
     pub fn handle(&self) -> Result<&str, BackendError> {
         match self {
-            StagedBody::Handle(h) => Ok(h),
+            StagedBody::Handle(h) | StagedBody::File { path: h, .. } => Ok(h),
             _ => Err(BackendError::Failing(
                 "a body staged by another backend cannot be committed here".into(),
             )),

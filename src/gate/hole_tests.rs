@@ -67,6 +67,10 @@ fn handle_copy(s: &Staged) -> Staged {
     Staged {
         body: match &s.body {
             crate::backend::StagedBody::Handle(h) => crate::backend::StagedBody::Handle(h.clone()),
+            crate::backend::StagedBody::File { path, file } => crate::backend::StagedBody::File {
+                path: path.clone(),
+                file: file.clone(),
+            },
             other => panic!("the memory backend stages handles, not {other:?}"),
         },
         bucket: s.bucket.clone(),

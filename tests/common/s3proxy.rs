@@ -48,6 +48,10 @@ pub enum Mode {
     FailUploadParts = 13,
     /// Forward every request after 150 ms: a slow store, for interrupting what runs on it.
     Slow = 14,
+    /// Answer every PUT, HEAD and DELETE of an object with 307 to the same key with
+    /// `-elsewhere` appended, on the store itself: a redirect that a client following it
+    /// would obey by writing (or reading) another key.
+    RedirectObjects = 15,
 }
 
 pub struct S3Proxy {
@@ -154,6 +158,17 @@ async fn forward(State(state): State<ProxyState>, req: Request) -> Response {
         tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
     }
     let upload = req.uri().query().unwrap_or("").contains("uploadId");
+    let object_call = ["PUT", "HEAD", "DELETE"].contains(&req.method().as_str());
+    if mode == Mode::RedirectObjects as u8 && object_call && !upload {
+        return Response::builder()
+            .status(307)
+            .header(
+                "location",
+                format!("{upstream}{}-elsewhere", req.uri().path()),
+            )
+            .body(Body::empty())
+            .unwrap();
+    }
     if mode == Mode::Slow as u8 {
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
     }

@@ -119,6 +119,10 @@ impl Backend for FsBackend {
         let target = self.object_file(&staged.bucket, &staged.key);
         let bucket_dir = self.root.join(&staged.bucket);
         let temp = PathBuf::from(staged.body.handle()?);
+        let carried = match &staged.body {
+            StagedBody::File { file, .. } => Some(file.clone()),
+            _ => None,
+        };
         let key = staged.key.clone();
         let expected = expected.map(str::to_string);
         let dirsyncs = self.dirsyncs.clone();
@@ -131,8 +135,15 @@ impl Backend for FsBackend {
             create_dirs_durable(&bucket_dir, parent, &dirsyncs)?;
             // What is recorded is the identity of the file we wrote (read from its own handle,
             // which the rename keeps), never whatever sits at the path after the rename.
-            let (file, mut info) = open_info(&temp, &key)?
-                .ok_or_else(|| BackendError::Failing("the staged file vanished".into()))?;
+            let (file, mut info) = match carried {
+                Some(file) => {
+                    let info = read_info(&file, Some(&key))?;
+                    (file, info)
+                }
+                None => open_info(&temp, &key)?
+                    .map(|(file, info)| (std::sync::Arc::new(file), info))
+                    .ok_or_else(|| BackendError::Failing("the staged file vanished".into()))?,
+            };
             // Refused before the rename in a directory whose fsync failed: what a 503 says
             // did not happen does not happen.
             dirsyncs.check(parent)?;

@@ -66,8 +66,9 @@ fn corrupt(what: &str) -> BackendError {
 }
 
 /// Reads the trailer of an open object file, checking it belongs to `key`.
-pub fn read_info(file: &mut File, key: Option<&str>) -> Result<ObjectInfo, BackendError> {
+pub fn read_info(file: &File, key: Option<&str>) -> Result<ObjectInfo, BackendError> {
     let md = file.metadata()?;
+    let mut file = file;
     let total = md.size();
     if total < TAIL {
         return Err(corrupt("is too short to hold a trailer"));

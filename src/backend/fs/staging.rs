@@ -64,16 +64,28 @@ pub(super) fn seal(
     (etag, trailer.encode())
 }
 
-/// The gate's handle on a staged file: its path, and what it holds.
+/// A new staging file, open for reading too: the commit reads its trailer through this handle.
+fn create_staging(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
+}
+
+/// The gate's handle on a staged file: its path and open handle, and what it holds.
 fn staged_at(
-    path: &Path,
+    (path, file): (&Path, std::fs::File),
     bucket: &str,
     key: &str,
     (etag, size, version): (String, u64, String),
     meta: ObjectMeta,
 ) -> Staged {
     Staged {
-        body: StagedBody::Handle(path.to_string_lossy().into_owned()),
+        body: StagedBody::File {
+            path: path.to_string_lossy().into_owned(),
+            file: std::sync::Arc::new(file),
+        },
         bucket: bucket.to_string(),
         key: key.to_string(),
         etag,
@@ -141,28 +153,34 @@ impl FsBackend {
                 None => break true,
             }
         };
-        let (etag, size, version) = if ended {
+        let (etag, size, version, file) = if ended {
             let (etag, trailer) = seal(key, &meta, assembly, md5, size);
             let at = path.clone();
-            let (version, mut guard) = blocking(move || {
+            let (version, file, mut guard) = blocking(move || {
                 // Armed inside the task: if the request is dropped meanwhile (the client hung
                 // up), the task's answer is dropped with the guard still armed and the file goes.
                 let guard = StagingGuard(Some(at.clone()));
-                let mut file = std::fs::File::create(&at)?;
+                let mut file = create_staging(&at)?;
                 head.push(trailer.into());
                 writes::write_chunks(&mut file, &head)?;
                 file.sync_all()?;
-                Ok((staged_version_of(&file.metadata()?), guard))
+                Ok((staged_version_of(&file.metadata()?), file, guard))
             })
             .await?;
             // Staged: from here the gate owns the file (commit or discard).
             guard.0 = None;
-            (etag, size, version)
+            (etag, size, version, file)
         } else {
             self.stream_to_staging(&path, key, &meta, head, md5, body, assembly)
                 .await?
         };
-        Ok(staged_at(&path, bucket, key, (etag, size, version), meta))
+        Ok(staged_at(
+            (&path, file),
+            bucket,
+            key,
+            (etag, size, version),
+            meta,
+        ))
     }
 
     /// A multipart completion's object: the chosen part files, each with the size it was
@@ -180,10 +198,10 @@ impl FsBackend {
     ) -> Result<Staged, BackendError> {
         let path = self.new_staging_file();
         let (at, name, kept) = (path.clone(), key.to_string(), meta.clone());
-        let (etag, size, version, mut guard) = blocking(move || {
+        let (etag, size, version, file, mut guard) = blocking(move || {
             // Armed inside the task, as for a small body: an error below removes the file.
             let guard = StagingGuard(Some(at.clone()));
-            let mut file = std::fs::File::create(&at)?;
+            let mut file = create_staging(&at)?;
             let mut size = 0u64;
             // A part gone (aborted, or sent again, while this completion copies) or changed
             // since its upload: the client's list no longer names these bytes, as S3 says of a
@@ -209,16 +227,28 @@ impl FsBackend {
             let (etag, trailer) = seal(&name, &kept, Some(assembly), Md5::new(), size);
             std::io::Write::write_all(&mut file, &trailer)?;
             file.sync_all()?;
-            Ok((etag, size, staged_version_of(&file.metadata()?), guard))
+            Ok((
+                etag,
+                size,
+                staged_version_of(&file.metadata()?),
+                file,
+                guard,
+            ))
         })
         .await?;
         // Staged: from here the gate owns the file (commit or discard).
         guard.0 = None;
-        Ok(staged_at(&path, bucket, key, (etag, size, version), meta))
+        Ok(staged_at(
+            (&path, file),
+            bucket,
+            key,
+            (etag, size, version),
+            meta,
+        ))
     }
 
     /// A large body: `head` (read already) and the rest of `body`, streamed into the staging
-    /// file at `path`. Returns its ETag, size and staged version.
+    /// file at `path`. Returns its ETag, size, staged version and handle.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn stream_to_staging(
         &self,
@@ -229,13 +259,13 @@ impl FsBackend {
         md5: Md5,
         mut body: ByteStream,
         assembly: Option<Assembly>,
-    ) -> Result<(String, u64, String), BackendError> {
+    ) -> Result<(String, u64, String, std::fs::File), BackendError> {
         // Armed before the file exists: a request dropped at any await below (the client hung
         // up mid-body) removes its staging file instead of leaving it until the next restart.
         let mut guard = StagingGuard(Some(path.to_path_buf()));
         let at = path.to_path_buf();
-        let file = blocking(move || Ok(std::fs::File::create(at)?)).await?;
-        let written: Result<(String, u64, String), BackendError> = async {
+        let file = blocking(move || Ok(create_staging(&at)?)).await?;
+        let written: Result<(String, u64, String, std::fs::File), BackendError> = async {
             let writes::Written {
                 mut file,
                 md5,
@@ -243,13 +273,13 @@ impl FsBackend {
             } = writes::write_body(file, head, md5, &mut body).await?;
             let (etag, trailer) = seal(key, meta, assembly, md5, size);
             // The trailer, the fsync and the version in the last trip.
-            let version = blocking(move || {
+            let (version, file) = blocking(move || {
                 std::io::Write::write_all(&mut file, &trailer)?;
                 file.sync_all()?;
-                Ok(staged_version_of(&file.metadata()?))
+                Ok((staged_version_of(&file.metadata()?), file))
             })
             .await?;
-            Ok((etag, size, version))
+            Ok((etag, size, version, file))
         }
         .await;
         if written.is_ok() {

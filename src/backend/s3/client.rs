@@ -67,10 +67,12 @@ pub async fn build(cfg: &S3BackendConfig) -> Result<S3Clients, String> {
         cached: Default::default(),
         read_attempts: cfg.read_attempts,
         call_timeout: Duration::from_secs(cfg.call_timeout_secs),
+        sdk_endpoint: sdk_endpoint(cfg, &shared),
+        use_fips: shared.use_fips().unwrap_or(false),
+        use_dual_stack: shared.use_dual_stack().unwrap_or(false),
+        bases: Default::default(),
         region: cfg.region.clone(),
-        endpoint: cfg
-            .endpoint
-            .clone()
+        endpoint: sdk_endpoint(cfg, &shared)
             .unwrap_or_else(|| format!("https://s3.{}.amazonaws.com", cfg.region)),
         path_style,
     };
@@ -83,6 +85,22 @@ pub async fn build(cfg: &S3BackendConfig) -> Result<S3Clients, String> {
         ),
         writes: client(RetryConfig::disabled()),
     })
+}
+
+/// The endpoint the SDK's S3 clients are given: the configured one, else the environment's or
+/// profile's for S3 (`AWS_ENDPOINT_URL_S3`, a profile's `services` section), else the global
+/// one (`AWS_ENDPOINT_URL`), as `aws_sdk_s3::config::Builder::from` reads them.
+fn sdk_endpoint(cfg: &S3BackendConfig, shared: &aws_config::SdkConfig) -> Option<String> {
+    let s3 = aws_types::service_config::ServiceConfigKey::builder()
+        .service_id("S3")
+        .env("AWS_ENDPOINT_URL")
+        .profile("endpoint_url")
+        .build()
+        .ok();
+    cfg.endpoint
+        .clone()
+        .or_else(|| shared.service_config()?.load_config(s3?))
+        .or_else(|| shared.endpoint_url().map(str::to_string))
 }
 
 /// The pooled HTTP client of the requests signed here (`signer.rs`): the same timeouts as the
@@ -112,6 +130,10 @@ fn signing_http(cfg: &S3BackendConfig) -> Result<reqwest::Client, String> {
     .with_no_client_auth();
     reqwest::Client::builder()
         .use_preconfigured_tls(tls)
+        // A redirect is the store's answer, never followed: a write re-sent elsewhere (without
+        // its signature) could land where nothing reads it, and a HEAD answered by another
+        // URL's 404 would take an object for absent. The SDK does not follow them either.
+        .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(cfg.connect_timeout_secs))
         .read_timeout(Duration::from_secs(cfg.read_timeout_secs))
         .timeout(Duration::from_secs(cfg.call_timeout_secs))

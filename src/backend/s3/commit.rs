@@ -113,9 +113,11 @@ impl S3Backend {
                     .map_err(|e| classify("CompleteMultipartUpload", e))
             }
             // Not staged by this backend: refuse rather than panic.
-            StagedBody::Handle(_) => Err(S3Failure::Fault(BackendError::Failing(
-                "a body staged by another backend cannot be committed to s3".into(),
-            ))),
+            StagedBody::Handle(_) | StagedBody::File { .. } => {
+                Err(S3Failure::Fault(BackendError::Failing(
+                    "a body staged by another backend cannot be committed to s3".into(),
+                )))
+            }
         }
     }
 
@@ -147,7 +149,7 @@ impl S3Backend {
                     spool::Spooled::from(Bytes::from(xml)),
                 )
             }
-            StagedBody::Handle(_) => {
+            StagedBody::Handle(_) | StagedBody::File { .. } => {
                 return Err(S3Failure::Fault(BackendError::Failing(
                     "a body staged by another backend cannot be committed to s3".into(),
                 )))

@@ -300,6 +300,18 @@ mod tests {
         assert_eq!(get("expires"), Some("Wed, 21 Oct 2026 07:28:00 GMT"));
         assert_eq!(get("x-amz-meta-fencing-token"), Some("7"));
         assert_eq!(get("x-amz-meta-owner"), Some("=?UTF-8?B?em/Dqw==?="));
+        // HTTP's other two date forms are taken too, and sent as IMF-fixdate.
+        for older in [
+            "Wednesday, 21-Oct-26 07:28:00 GMT",
+            "Wed Oct 21 07:28:00 2026",
+        ] {
+            meta.headers.insert("expires".into(), older.into());
+            let sent = put_headers(&meta, None);
+            assert!(
+                sent.contains(&("expires".into(), "Wed, 21 Oct 2026 07:28:00 GMT".into())),
+                "{older}: {sent:?}"
+            );
+        }
         // An Expires that is not an HTTP date is not sent, as the SDK drops it.
         meta.headers.insert("expires".into(), "soon".into());
         assert!(put_headers(&meta, None).iter().all(|(k, _)| k != "expires"));

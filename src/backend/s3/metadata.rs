@@ -32,10 +32,13 @@ pub(super) fn decode_word(value: &str) -> String {
         .unwrap_or_else(|| value.to_string())
 }
 
-/// The Expires header as the SDK takes it; one that is not an HTTP date is not sent.
+/// The Expires header as an HTTP date, in any of HTTP's three forms (IMF-fixdate, RFC 850,
+/// asctime; sent as IMF-fixdate); one that is not an HTTP date is not sent.
 pub(super) fn expires(meta: &ObjectMeta) -> Option<aws_smithy_types::DateTime> {
     let text = meta.headers.get("expires")?;
-    aws_smithy_types::DateTime::from_str(text, aws_smithy_types::date_time::Format::HttpDate).ok()
+    httpdate::parse_http_date(text)
+        .ok()
+        .map(aws_smithy_types::DateTime::from)
 }
 
 /// The Content-Type sent to the store: AWS's `binary/octet-stream` for an object written

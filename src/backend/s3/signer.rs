@@ -41,9 +41,17 @@ pub struct Signer {
     /// must not be asked on every request).
     pub cached: tokio::sync::Mutex<Option<(Credentials, SystemTime)>>,
     pub region: String,
-    /// `scheme://host[:port]` of the store, and whether the bucket goes in the path.
+    /// `scheme://host[:port]` of the store, whose clock is compared with this instance's.
     pub endpoint: String,
+    /// What the SDK's endpoint rules are given: the endpoint the SDK's clients use (the
+    /// configured one, or the environment's or profile's for S3), whether the bucket goes in
+    /// the path, FIPS and dual-stack.
+    pub sdk_endpoint: Option<String>,
     pub path_style: bool,
+    pub use_fips: bool,
+    pub use_dual_stack: bool,
+    /// Each store bucket's resolved base URL.
+    pub bases: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// A read's tries (`read_attempts`), all within `call_timeout_secs`.
     pub read_attempts: u32,
     pub call_timeout: Duration,
@@ -91,21 +99,57 @@ pub fn window(not_after: SystemTime) -> Result<(SystemTime, Duration), S3Failure
 }
 
 impl Signer {
-    fn url(&self, bucket: &str, key: &str, upload_id: Option<&str>) -> String {
-        let key = utf8_percent_encode(key, KEY);
-        let mut url = if self.path_style {
-            format!("{}/{bucket}/{key}", self.endpoint.trim_end_matches('/'))
-        } else {
-            let (scheme, host) = self
-                .endpoint
-                .split_once("://")
-                .unwrap_or(("https", &self.endpoint));
-            format!("{scheme}://{bucket}.{}/{key}", host.trim_end_matches('/'))
-        };
+    /// Where `bucket`'s objects are, as the SDK's endpoint rules resolve it (the same rules,
+    /// so that these requests reach the store the SDK's GetObject and ListObjects reach:
+    /// virtual-hosted or path style, dotted bucket names, partitions, FIPS and dual-stack),
+    /// resolved once per bucket.
+    async fn base(&self, bucket: &str) -> Result<String, String> {
+        if let Some(base) = self
+            .bases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(bucket)
+        {
+            return Ok(base.clone());
+        }
+        use aws_sdk_s3::config::endpoint::{DefaultResolver, Params, ResolveEndpoint};
+        let mut params = Params::builder()
+            .bucket(bucket)
+            .region(&self.region)
+            .use_fips(self.use_fips)
+            .use_dual_stack(self.use_dual_stack)
+            .force_path_style(self.path_style);
+        if let Some(endpoint) = &self.sdk_endpoint {
+            params = params.endpoint(endpoint);
+        }
+        let params = params.build().map_err(|e| e.to_string())?;
+        let endpoint = DefaultResolver::new()
+            .resolve_endpoint(&params)
+            .await
+            .map_err(|e| format!("the store's endpoint for bucket {bucket}: {e}"))?;
+        let base = endpoint.url().trim_end_matches('/').to_string();
+        self.bases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(bucket.to_string(), base.clone());
+        Ok(base)
+    }
+
+    async fn url(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: Option<&str>,
+    ) -> Result<String, String> {
+        let mut url = format!(
+            "{}/{}",
+            self.base(bucket).await?,
+            utf8_percent_encode(key, KEY)
+        );
         if let Some(id) = upload_id {
             url.push_str(&format!("?uploadId={}", utf8_percent_encode(id, QUERY)));
         }
-        url
+        Ok(url)
     }
 
     /// Signs `req` to be refused by the store after `not_after`, sends it, and reads the
@@ -169,7 +213,15 @@ impl Signer {
         let fail = |e: &dyn std::fmt::Display| {
             S3Failure::Fault(BackendError::Failing(format!("{op}: signing: {e}")))
         };
-        let identity = self.credentials().await.map_err(|e| fail(&e))?.into();
+        // Bounded as the SDK's calls are: a credential source that hangs fails the request
+        // (nothing was sent), rather than holding every write behind it.
+        let identity = tokio::time::timeout(self.call_timeout, self.credentials())
+            .await
+            .map_err(|_| {
+                fail(&"no credentials from the credential source within call_timeout_secs")
+            })?
+            .map_err(|e| fail(&e))?
+            .into();
         let mut settings = SigningSettings::default();
         settings.percent_encoding_mode = PercentEncodingMode::Single;
         settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
@@ -195,7 +247,10 @@ impl Signer {
             .build()
             .map_err(|e| fail(&e))?
             .into();
-        let url = self.url(req.bucket, req.key, req.upload_id);
+        let url = self
+            .url(req.bucket, req.key, req.upload_id)
+            .await
+            .map_err(|e| fail(&e))?;
         let signable = SignableRequest::new(
             req.method,
             url.as_str(),
@@ -361,31 +416,123 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn keys_and_upload_ids_are_encoded_as_s3_signs_them() {
-        let p = Signer {
+    fn signer(endpoint: Option<&str>, region: &str, path_style: bool) -> Signer {
+        Signer {
             http: reqwest::Client::new(),
             credentials: None,
             cached: Default::default(),
             read_attempts: 3,
             call_timeout: Duration::from_secs(30),
-            region: "us-east-1".into(),
-            endpoint: "http://127.0.0.1:9000/".into(),
-            path_style: true,
-        };
+            region: region.into(),
+            endpoint: String::new(),
+            sdk_endpoint: endpoint.map(str::to_string),
+            path_style,
+            use_fips: false,
+            use_dual_stack: false,
+            bases: Default::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn keys_and_upload_ids_are_encoded_as_s3_signs_them() {
+        let p = signer(Some("http://127.0.0.1:9000/"), "us-east-1", true);
         assert_eq!(
-            p.url("b", "a b/c+d~é", Some("x/y=")),
-            "http://127.0.0.1:9000/b/a%20b/c%2Bd~%C3%A9?uploadId=x%2Fy%3D"
+            p.url("bkt", "a b/c+d~é", Some("x/y=")).await.unwrap(),
+            "http://127.0.0.1:9000/bkt/a%20b/c%2Bd~%C3%A9?uploadId=x%2Fy%3D"
         );
-        let v = Signer {
-            path_style: false,
-            endpoint: "https://s3.eu-west-1.amazonaws.com".into(),
-            ..p
-        };
+    }
+
+    /// The SDK's endpoint rules decide where a request goes, as for the SDK's own calls.
+    #[tokio::test]
+    async fn requests_go_where_the_sdk_sends_its_own() {
+        let aws = signer(None, "eu-west-1", false);
         assert_eq!(
-            v.url("b", "k", None),
-            "https://b.s3.eu-west-1.amazonaws.com/k"
+            aws.url("bkt", "k", None).await.unwrap(),
+            "https://bkt.s3.eu-west-1.amazonaws.com/k"
         );
+        // A dotted name is not a valid host label over https: path style, as the SDK does.
+        let dotted = aws.url("my.bucket", "k", None).await.unwrap();
+        assert!(dotted.ends_with("amazonaws.com/my.bucket/k"), "{dotted}");
+        let china = signer(None, "cn-north-1", false);
+        assert_eq!(
+            china.url("bkt", "k", None).await.unwrap(),
+            "https://bkt.s3.cn-north-1.amazonaws.com.cn/k"
+        );
+        let custom = signer(Some("http://store.internal:9000"), "us-east-1", false);
+        assert_eq!(
+            custom.url("bkt", "k", None).await.unwrap(),
+            "http://bkt.store.internal:9000/k"
+        );
+    }
+
+    /// A credential source that answers after `delay`, counting the times it is asked.
+    #[derive(Debug)]
+    struct Source {
+        delay: Duration,
+        asked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl ProvideCredentials for Source {
+        fn provide_credentials<'a>(
+            &'a self,
+        ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            aws_credential_types::provider::future::ProvideCredentials::new(async move {
+                tokio::time::sleep(self.delay).await;
+                Ok(Credentials::new("AK", "SK", None, None, "test"))
+            })
+        }
+    }
+
+    fn put_of(key: &str) -> Request<'_> {
+        Request {
+            method: "PUT",
+            bucket: "bkt",
+            key,
+            upload_id: None,
+            headers: vec![("if-none-match".into(), "*".into())],
+            body: bytes::Bytes::from_static(b"x").into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn credentials_are_cached_and_a_hung_source_fails_within_the_call_deadline() {
+        let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut p = signer(Some("http://127.0.0.1:9000"), "us-east-1", true);
+        p.credentials = Some(SharedCredentialsProvider::new(Source {
+            delay: Duration::ZERO,
+            asked: asked.clone(),
+        }));
+        for key in ["a", "b", "c"] {
+            let req = p.sign("PutObject", put_of(key), Signature::Headers).await;
+            let req = req.unwrap().build().unwrap();
+            assert!(req.headers()["authorization"]
+                .to_str()
+                .unwrap()
+                .contains("SignedHeaders=host;if-none-match;x-amz-content-sha256;x-amz-date"));
+            assert_eq!(req.headers()["x-amz-content-sha256"], "UNSIGNED-PAYLOAD");
+        }
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+        let mut hung = signer(Some("http://127.0.0.1:9000"), "us-east-1", true);
+        hung.credentials = Some(SharedCredentialsProvider::new(Source {
+            delay: Duration::from_secs(3600),
+            asked: Default::default(),
+        }));
+        hung.call_timeout = Duration::from_millis(200);
+        let started = std::time::Instant::now();
+        let err = hung
+            .sign("PutObject", put_of("k"), Signature::Headers)
+            .await
+            .err()
+            .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // Nothing was sent: a fault, never an outcome unknown (which would be read back).
+        assert!(!err.outcome_unknown(), "{err:?}");
+        assert!(format!("{err:?}").contains("call_timeout_secs"), "{err:?}");
     }
 
     #[test]

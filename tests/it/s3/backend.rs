@@ -341,6 +341,61 @@ async fn a_store_refusal_is_definite_and_holds_nothing(kind: StoreKind) {
     assert_eq!(get_bytes(&c, &url).await.1, b"next holder");
 }
 
+/// A redirect is the store's answer, never followed: a PutObject re-sent to the place it
+/// names landed there and was acknowledged, and a HEAD answered by that place's 404 took the
+/// object for absent (so a delete whose answer was lost was acknowledged).
+async fn a_redirect_is_the_stores_answer_never_followed(kind: StoreKind) {
+    let Rig {
+        _store,
+        proxy,
+        _dir,
+        s,
+    } = behind_proxy(kind, kind.opt_in()).await;
+    let c = client();
+    let url = s.object_url("default", "redirected");
+    assert_eq!(put(&c, &url, Some("1"), b"first").await.0, 200);
+    proxy.set(Mode::RedirectObjects);
+    let (status, body) = put(&c, &url, Some("2"), b"second").await;
+    assert!(
+        status >= 500,
+        "a redirected commit is not acknowledged: {status} {body}"
+    );
+    let head = c.head(&url).send().await.unwrap().status().as_u16();
+    assert!(
+        head >= 500,
+        "a redirected HEAD is not taken for absent: {head}"
+    );
+    let deleted = c
+        .delete(&url)
+        .header("Fencing-Token", "3")
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    assert!(
+        deleted >= 500,
+        "a redirected delete is not acknowledged: {deleted}"
+    );
+    proxy.set(Mode::Pass);
+    assert_eq!(get_bytes(&c, &url).await.1, b"first");
+    let elsewhere = s.object_url("default", "redirected-elsewhere");
+    assert_eq!(
+        get_bytes(&c, &elsewhere).await.0,
+        404,
+        "nothing was written elsewhere"
+    );
+    // An answer that is neither a success nor a refusal leaves the outcome open, as a 5xx
+    // does: the object is held until the store shows it or the request can no longer land.
+    let (status, body) = put(&c, &url, Some("4"), b"next holder").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("CommitUnresolved")),
+        "{body}"
+    );
+    assert_eq!(get_bytes(&c, &url).await.1, b"first");
+}
+
 async fn a_commit_with_unknown_outcome_is_read_back_not_resent(kind: StoreKind) {
     let Rig {
         _store,
@@ -673,6 +728,7 @@ on_both_stores!(
     a_backend_that_goes_down_is_502_and_keeps_the_recorded_token,
     throttling_is_503_with_retry_after,
     a_store_refusal_is_definite_and_holds_nothing,
+    a_redirect_is_the_stores_answer_never_followed,
     a_commit_with_unknown_outcome_is_read_back_not_resent,
     a_timed_out_commit_that_did_not_land_is_504_and_keeps_the_token,
     a_stalled_store_answers_within_the_call_deadline,
