@@ -106,6 +106,6 @@ pub(super) fn open_info(
     if !file.metadata()?.is_file() {
         return Ok(None);
     }
-    let info = read_info(&mut file, Some(key))?;
+    let info = read_info(&file, Some(key))?;
     Ok(Some((file, info)))
 }
