@@ -15,7 +15,7 @@ pub(super) fn list_dir(
     if long.is_dir() {
         for entry in std::fs::read_dir(&long)? {
             let path = entry?.path();
-            let mut file = std::fs::File::open(&path)?;
+            let file = std::fs::File::open(&path)?;
             if let Ok(info) = read_info(&file, None) {
                 if info.key.starts_with(prefix) {
                     found.push((info.key, path));

@@ -96,7 +96,7 @@ pub(super) fn open_info(
     path: &Path,
     key: &str,
 ) -> Result<Option<(std::fs::File, ObjectInfo)>, BackendError> {
-    let mut file = match std::fs::File::open(path) {
+    let file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
             return Ok(None)
