@@ -32,6 +32,21 @@ struct Groups {
 
 type Failure = (std::io::ErrorKind, String);
 
+/// Why a directory was not fsynced: the fsync failed (it may have consumed a writeback error,
+/// so the directory fails for good), or the directory could not be opened to fsync it (too
+/// many open files, say: no fsync ran, so nothing was lost, and the next one may succeed).
+#[derive(Debug)]
+pub enum SyncFailure {
+    Fsync(std::io::Error),
+    NotOpened(std::io::Error),
+}
+
+impl From<std::io::Error> for SyncFailure {
+    fn from(e: std::io::Error) -> SyncFailure {
+        SyncFailure::Fsync(e)
+    }
+}
+
 #[derive(Default)]
 struct Group {
     state: Mutex<State>,
@@ -88,7 +103,7 @@ impl DirSyncs {
     pub fn sync(
         &self,
         dir: &Path,
-        fsync: impl Fn(&Path) -> std::io::Result<()>,
+        fsync: impl Fn(&Path) -> Result<(), SyncFailure>,
     ) -> std::io::Result<()> {
         let group = {
             let mut groups = lock(&self.groups);
@@ -118,7 +133,7 @@ impl Group {
     fn sync(
         &self,
         dir: &Path,
-        fsync: impl Fn(&Path) -> std::io::Result<()>,
+        fsync: impl Fn(&Path) -> Result<(), SyncFailure>,
     ) -> std::io::Result<()> {
         let mut state = lock(&self.state);
         state.taken += 1;
@@ -141,7 +156,13 @@ impl Group {
                 state.running = false;
                 match result {
                     Ok(()) => state.synced = state.synced.max(covers),
-                    Err(e) => {
+                    // Only this change fails, passing; a waiting one leads the next try.
+                    Err(SyncFailure::NotOpened(e)) => {
+                        tracing::warn!(dir = %dir.display(), error = %e, "a directory could not be opened to fsync it");
+                        self.done.notify_all();
+                        return Err(e);
+                    }
+                    Err(SyncFailure::Fsync(e)) => {
                         tracing::error!(dir = %dir.display(), error = %e, "a directory fsync failed; writes and deletes in this directory fail until fencegate restarts");
                         state.failed = Some((e.kind(), e.to_string()));
                     }
@@ -205,7 +226,7 @@ mod tests {
     fn a_failed_fsync_fails_the_directory_until_restart_and_no_other() {
         let syncs = DirSyncs::default();
         let err = syncs.sync(Path::new("/d"), |_| {
-            Err(std::io::Error::other("disk on fire"))
+            Err(std::io::Error::other("disk on fire").into())
         });
         assert!(err.is_err());
         // No later fsync can tell what the failed one lost: the directory stays failed, without
@@ -232,6 +253,20 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_that_cannot_be_opened_fails_that_change_only() {
+        let syncs = DirSyncs::default();
+        let err = syncs.sync(Path::new("/d"), |_| {
+            Err(SyncFailure::NotOpened(std::io::Error::from_raw_os_error(
+                24,
+            )))
+        });
+        assert!(err.is_err(), "the change is not acknowledged as durable");
+        syncs.check(Path::new("/d")).unwrap();
+        assert!(syncs.any_failure().is_none(), "readiness is not failed");
+        syncs.sync(Path::new("/d"), |_| Ok(())).unwrap();
+    }
+
+    #[test]
     fn a_failed_fsync_fails_every_change_it_covered_and_every_later_one() {
         // Otherwise the others would wake, fsync again (Linux has reported the error already,
         // so it succeeds) and acknowledge changes that were never durable.
@@ -246,7 +281,7 @@ mod tests {
                     Ok(())
                 }
                 // The fsync that covers the queued ones fails.
-                1 => Err(std::io::Error::other("EIO on the directory")),
+                1 => Err(std::io::Error::other("EIO on the directory").into()),
                 _ => Ok(()),
             }
         };

@@ -144,6 +144,14 @@ impl Backend for FsBackend {
                     .map(|(file, info)| (std::sync::Arc::new(file), info))
                     .ok_or_else(|| BackendError::Failing("the staged file vanished".into()))?,
             };
+            // The path must still hold the file written through the handle: whatever else was
+            // put there is not renamed into place under this body's ETag.
+            let ours = file.metadata()?;
+            same_file(
+                &temp,
+                &ours,
+                "the staged file was replaced or removed before its commit",
+            )?;
             // Refused before the rename in a directory whose fsync failed: what a 503 says
             // did not happen does not happen.
             dirsyncs.check(parent)?;
@@ -163,7 +171,12 @@ impl Backend for FsBackend {
                     std::fs::rename(&temp, &target)?;
                 }
             }
-            dirsyncs.sync(parent, fsync_dir)?;
+            same_file(
+                &target,
+                &ours,
+                "the file renamed into place is not the one staged",
+            )?;
+            dirsyncs.sync(parent, fsync_dir_shared)?;
             // The rename changed the file's ctime: record the version it has now, read from
             // our own handle, never from whatever sits at the path.
             info.version = version_of(&file.metadata()?);
@@ -427,7 +440,7 @@ impl Backend for FsBackend {
                 .expect("object files live in a bucket directory");
             dirsyncs.check(parent)?;
             std::fs::remove_file(&path)?;
-            dirsyncs.sync(parent, fsync_dir)?;
+            dirsyncs.sync(parent, fsync_dir_shared)?;
             Ok(())
         })
         .await

@@ -3,6 +3,28 @@
 
 use super::*;
 
+/// `dir` fsynced, for [`dirsync::DirSyncs::sync`], which tells a directory that could not be
+/// opened from a failed fsync.
+pub(super) fn fsync_dir_shared(dir: &Path) -> Result<(), dirsync::SyncFailure> {
+    #[cfg(test)]
+    tests::FSYNCED.with(|f| f.borrow_mut().push(dir.to_path_buf()));
+    let file = std::fs::File::open(dir).map_err(dirsync::SyncFailure::NotOpened)?;
+    Ok(file.sync_all()?)
+}
+
+/// Fails (`what`) unless `path` is the file described by `ours` (same device and inode).
+pub(super) fn same_file(
+    path: &Path,
+    ours: &std::fs::Metadata,
+    what: &str,
+) -> Result<(), BackendError> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(md) if (md.dev(), md.ino()) == (ours.dev(), ours.ino()) => Ok(()),
+        _ => Err(BackendError::Failing(what.to_string())),
+    }
+}
+
 pub(super) fn fsync_dir(dir: &Path) -> std::io::Result<()> {
     #[cfg(test)]
     tests::FSYNCED.with(|f| f.borrow_mut().push(dir.to_path_buf()));
@@ -78,7 +100,7 @@ pub(super) fn create_dirs_durable(
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }
-        dirsyncs.sync(&at, fsync_dir)?;
+        dirsyncs.sync(&at, fsync_dir_shared)?;
         at = next;
     }
     Ok(())

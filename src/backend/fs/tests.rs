@@ -383,3 +383,35 @@ async fn a_part_dropped_mid_body_leaves_no_file_and_parts_sent_at_once_leave_one
     assert_eq!(left[0], "2");
     assert!(left[1].starts_with("2-"), "{left:?}");
 }
+
+/// The commit reads the staged body's identity from the handle it was written through; a file
+/// put at the staging path meanwhile (another key's object, say) is not renamed into place
+/// under the staged ETag.
+#[tokio::test]
+async fn a_staging_file_replaced_at_its_path_is_not_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FsBackend::open(dir.path(), &["b"]).unwrap();
+    let other = fs
+        .stage("b", "other", ObjectMeta::default(), body(b"other"))
+        .await
+        .unwrap();
+    let staged = fs
+        .stage("b", "k", ObjectMeta::default(), body(b"mine"))
+        .await
+        .unwrap();
+    std::fs::rename(other.body.handle().unwrap(), staged.body.handle().unwrap()).unwrap();
+    let err = fs.commit(&staged, None).await.unwrap_err();
+    assert!(err.to_string().contains("replaced"), "{err}");
+    assert!(
+        fs.head("b", "k").await.unwrap().is_none(),
+        "nothing was moved to the key"
+    );
+    // Removed at its path: refused as well, and nothing appears.
+    let gone = fs
+        .stage("b", "k", ObjectMeta::default(), body(b"mine"))
+        .await
+        .unwrap();
+    std::fs::remove_file(gone.body.handle().unwrap()).unwrap();
+    assert!(fs.commit(&gone, None).await.is_err());
+    assert!(fs.head("b", "k").await.unwrap().is_none());
+}
