@@ -8,11 +8,24 @@ use super::*;
 pub(super) fn fsync_dir_shared(dir: &Path) -> Result<(), dirsync::SyncFailure> {
     #[cfg(test)]
     tests::FSYNCED.with(|f| f.borrow_mut().push(dir.to_path_buf()));
-    let file = std::fs::File::open(dir).map_err(dirsync::SyncFailure::NotOpened)?;
+    let file = std::fs::File::open(dir).map_err(|e| {
+        // Out of descriptors or memory passes; a directory that cannot be opened for any
+        // other reason (permissions, say) never will be, and fails as a failed fsync does.
+        if matches!(
+            e.raw_os_error(),
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)
+        ) {
+            dirsync::SyncFailure::NotOpened(e)
+        } else {
+            dirsync::SyncFailure::Fsync(e)
+        }
+    })?;
     Ok(file.sync_all()?)
 }
 
-/// Fails (`what`) unless `path` is the file described by `ours` (same device and inode).
+/// Fails (`what`) unless `path` is the file described by `ours`: the same inode. Not the
+/// device: on overlayfs (kernels 4.12 to 4.18) a path's `lstat` and a handle's `fstat` report
+/// different devices for one file, and a rename never leaves the file system anyway.
 pub(super) fn same_file(
     path: &Path,
     ours: &std::fs::Metadata,
@@ -20,7 +33,7 @@ pub(super) fn same_file(
 ) -> Result<(), BackendError> {
     use std::os::unix::fs::MetadataExt;
     match std::fs::symlink_metadata(path) {
-        Ok(md) if (md.dev(), md.ino()) == (ours.dev(), ours.ino()) => Ok(()),
+        Ok(md) if md.ino() == ours.ino() => Ok(()),
         _ => Err(BackendError::Failing(what.to_string())),
     }
 }
