@@ -66,12 +66,14 @@ pub async fn put_part(
     let written = super::writes::write_body(file, Vec::new(), Md5::new(), &mut body).await?;
     let (md5, size) = (hex::encode(written.md5.finalize()), written.size);
     let file = written.file;
-    blocking(move || Ok(file.sync_all()?)).await?;
     let name = format!("{number}-{md5}");
     // Two sends of one number at once take turns here, so that each finds the other's file
     // through the link and none is left behind.
     let stripe = stripe_of(handle, number);
     blocking(move || {
+        // Durable before it is named: in the same trip to a blocking thread as the rename.
+        file.sync_all()?;
+        drop(file);
         let _turn = stripe.lock().unwrap_or_else(|p| p.into_inner());
         let link = dir.join(number.to_string());
         let previous = std::fs::read_link(&link).ok();

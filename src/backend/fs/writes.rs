@@ -79,7 +79,6 @@ fn joined(
 pub(super) fn write_chunks(file: &mut std::fs::File, chunks: &[Bytes]) -> std::io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = chunks.iter().map(|c| IoSlice::new(c)).collect();
     let mut rest = &mut slices[..];
-    IoSlice::advance_slices(&mut rest, 0);
     while !rest.is_empty() {
         match file.write_vectored(rest) {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
