@@ -2,6 +2,8 @@
 //! slowed: bodies streamed both ways, and many connections held at once.
 
 mod common;
+#[path = "memory/aws_chunked.rs"]
+mod aws_chunked;
 #[path = "memory/many_connections.rs"]
 mod many_connections;
 #[path = "memory/streaming.rs"]

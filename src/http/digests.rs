@@ -35,7 +35,7 @@ pub struct Declared {
     named: Option<&'static str>,
     /// The aws-chunked trailer, when the body has one: every checksum in it is judged, named
     /// or not (otherwise one named among others would go unchecked).
-    trailers: Option<s3s::TrailingHeaders>,
+    trailers: Option<super::aws_chunked::Trailers>,
     /// The checksums the body was found to have, once its last byte passed (for UploadPart
     /// to record and answer).
     verified: std::sync::Arc<std::sync::OnceLock<Vec<(&'static str, String)>>>,
@@ -63,7 +63,7 @@ impl Declared {
     /// without an aws-chunked body to carry it is InvalidRequest.
     pub fn of(
         headers: &http::HeaderMap,
-        trailers: Option<s3s::TrailingHeaders>,
+        trailers: Option<super::aws_chunked::Trailers>,
         content_md5: Option<&str>,
     ) -> S3Result<Declared> {
         let md5 = match content_md5 {

@@ -97,6 +97,14 @@ pub async fn create_bucket(
     gw: &S3Gateway,
     req: S3Request<CreateBucketInput>,
 ) -> S3Result<S3Response<CreateBucketOutput>> {
+    // A PUT to a bucket is routed here by its path alone, after its aws-chunked body was set
+    // aside for PutObject (chunked.rs): s3s saw no configuration, so none is taken as absent.
+    if super::chunked::was_set_aside(&req.extensions) {
+        return Err(S3Error::with_message(
+            S3ErrorCode::InvalidRequest,
+            "an aws-chunked body (x-amz-content-sha256: STREAMING-*) is taken for PutObject and UploadPart only; send CreateBucket's body plain, with a Content-Length",
+        ));
+    }
     let bucket = req.input.bucket;
     let asked = req
         .input

@@ -148,19 +148,12 @@ pub fn millis(t: &Timestamp) -> u64 {
 /// A PUT body, bounded by size and idle time, and checked against every digest the request
 /// declared ([`crate::http::digests`]).
 pub fn body(
-    blob: Option<StreamingBlob>,
+    source: ByteStream,
     limit: u64,
     idle: Duration,
     declared: crate::http::digests::Declared,
 ) -> S3Result<ByteStream> {
-    let body = match blob {
-        None => futures::stream::empty().boxed(),
-        Some(blob) => headers::bound(
-            blob.map(|r| r.map_err(|e| BodyError::Broken(e.to_string()))),
-            limit,
-            idle,
-        ),
-    };
+    let body = headers::bound(source, limit, idle);
     Ok(crate::http::digests::verify(body, declared))
 }
 

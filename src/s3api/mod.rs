@@ -346,6 +346,12 @@ pub async fn serve(
         return answer::finish(refusal(status, code, &message), &id).await;
     }
     chunked::stand_in_length(&mut parts);
+    let body = match chunked::set_aside(&mut parts, body) {
+        Ok(body) => body,
+        Err((status, code, message)) => {
+            return answer::finish(refusal(status, code, &message), &id).await
+        }
+    };
     let req = axum::extract::Request::from_parts(parts, body);
     let (req, mismatch) = match post_body_checked(req) {
         Ok(checked) => checked,

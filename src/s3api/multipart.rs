@@ -76,22 +76,27 @@ pub async fn upload_part(
     let input = req.input;
     note(&input.bucket, &input.key);
     check_part_number(gw, input.part_number)?;
-    let Some(size) = input.content_length else {
+    let source = super::chunked::request_body(&req, input.body, gw.max_body_bytes)?;
+    // An aws-chunked part's length is the one it declared it decodes to.
+    let Some(size) = source
+        .length
+        .or(input.content_length.map(|n| n.max(0) as u64))
+    else {
         let mut err = S3Error::with_message(
             S3ErrorCode::MissingContentLength,
-            "UploadPart needs a Content-Length",
+            "UploadPart needs a Content-Length (or, for an aws-chunked body, x-amz-decoded-content-length)",
         );
         err.set_status_code(http::StatusCode::LENGTH_REQUIRED);
         return Err(err);
     };
     let declared = crate::http::digests::Declared::of(
         &req.headers,
-        req.trailing_headers.clone(),
+        source.trailers,
         input.content_md5.as_deref(),
     )?;
     let verified = declared.verified();
     let body = convert::body(
-        input.body,
+        source.stream,
         gw.max_body_bytes,
         gw.body_idle_timeout,
         declared,
@@ -109,7 +114,7 @@ pub async fn upload_part(
                 super::access::lease_token(&req.extensions),
             ),
             body,
-            Some(size.max(0) as u64),
+            Some(size),
             move || {
                 verified.checksum().map(|(algorithm, value)| PartChecksum {
                     algorithm: algorithm.to_string(),

@@ -63,13 +63,14 @@ pub async fn put_object(
         &req.headers,
     )?;
     let write = write_request(&req.headers, (&input.bucket, &input.key, &who), token, meta)?;
+    let source = super::chunked::request_body(&req, input.body, gw.max_body_bytes)?;
     let body = convert::body(
-        input.body,
+        source.stream,
         gw.max_body_bytes,
         gw.body_idle_timeout,
         crate::http::digests::Declared::of(
             &req.headers,
-            req.trailing_headers.clone(),
+            source.trailers,
             input.content_md5.as_deref(),
         )?,
     )?;

@@ -36,6 +36,12 @@ impl Fx {
     /// As [`Fx::start`], with more buckets: (name, policy lines), on the store under
     /// `name/` for the s3 kinds.
     pub async fn start_with(kind: Kind, more: &[(&str, &str)]) -> Fx {
+        Fx::start_configured(kind, more, false).await
+    }
+
+    /// As [`Fx::start_with`], served over https when `tls` (a certificate for localhost made
+    /// here: [`Fx::ca_file`]).
+    pub async fn start_configured(kind: Kind, more: &[(&str, &str)], tls: bool) -> Fx {
         let dir = tempfile::tempdir().unwrap();
         let (store, config) = match kind {
             Kind::Fs => (
@@ -59,6 +65,17 @@ impl Fx {
             }
         };
         let mut config = config;
+        if tls {
+            let ck = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])
+                .unwrap();
+            std::fs::write(dir.path().join("ca.pem"), ck.cert.pem()).unwrap();
+            std::fs::write(dir.path().join("tls.key"), ck.key_pair.serialize_pem()).unwrap();
+            config = format!(
+                "[server.tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n\n{config}",
+                dir.path().join("ca.pem").display(),
+                dir.path().join("tls.key").display()
+            );
+        }
         for (name, policy) in more {
             config.push_str(&format!("\n[buckets.{name}]\n{policy}\n"));
             if kind != Kind::Fs {
@@ -74,6 +91,11 @@ impl Fx {
             _dir: dir,
             server,
         }
+    }
+
+    /// The certificate an https fixture serves (and the CA to trust for it).
+    pub fn ca_file(&self) -> std::path::PathBuf {
+        self._dir.path().join("ca.pem")
     }
 
     pub fn client(&self) -> Client {

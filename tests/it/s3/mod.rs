@@ -1,5 +1,6 @@
 //! The S3 gateway driven by real S3 clients, and the s3 backend against real stores.
 
+mod aws_chunked;
 mod backend;
 mod clients;
 mod conformance;

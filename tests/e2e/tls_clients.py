@@ -1,0 +1,108 @@
+"""boto3 and the aws cli as deployed: over https, with their default settings (request
+checksums "when_supported", so over TLS every PutObject and UploadPart goes aws-chunked with a
+CRC trailer and no Content-Length), uploading 20 MB (a multipart upload) and small files, and
+reading them back. Run by tests/it/s3/aws_chunked.rs, which starts fencegate with TLS and passes
+FG_ENDPOINT and AWS_CA_BUNDLE (both clients trust the certificate through it).
+
+Exits non-zero, naming the step, at the first thing that fails."""
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+
+import boto3
+import botocore
+from botocore.exceptions import ClientError
+
+ENDPOINT = os.environ["FG_ENDPOINT"]
+AWS = os.path.join(os.path.dirname(sys.executable), "aws")
+BUCKET = os.environ.get("FG_BUCKET", "bkt")
+step_no = 0
+
+for setting in ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION"):
+    if setting in os.environ:
+        print(f"FAILED: {setting} is set; this test runs the clients' defaults", flush=True)
+        sys.exit(1)
+
+
+def step(text):
+    global step_no
+    step_no += 1
+    print(f"[{step_no:02}] {text}", flush=True)
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAILED: {what}", flush=True)
+        sys.exit(1)
+
+
+def aws(*args):
+    cmd = [AWS, "--endpoint-url", ENDPOINT, *args, "--only-show-errors"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    check(r.returncode == 0, f"aws {' '.join(args)}\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+work = tempfile.mkdtemp()
+big = os.path.join(work, "big.bin")
+with open(big, "wb") as f:
+    f.write(os.urandom(20 * 1024 * 1024))
+big_md5 = hashlib.md5(open(big, "rb").read()).hexdigest()
+
+s3 = boto3.client("s3", endpoint_url=ENDPOINT, region_name="us-east-1",
+                  config=botocore.config.Config(s3={"addressing_style": "path"}))
+check(s3.meta.config.request_checksum_calculation == "when_supported",
+      f"boto3's checksum default is {s3.meta.config.request_checksum_calculation}")
+
+# What goes on the wire, seen by a botocore event hook: aws-chunked parts, no Content-Length.
+seen = []
+
+
+def record(request, **_):
+    if request.method == "PUT":
+        seen.append((request.url, request.headers.get("x-amz-content-sha256"),
+                     request.headers.get("Content-Length")))
+
+
+s3.meta.events.register("before-send.s3.*", record)
+
+step("boto3 upload_file of 20 MB (multipart, aws-chunked parts with CRC32 trailers)")
+s3.upload_file(big, BUCKET, "boto3-big.bin")
+parts = [s for s in seen if "partNumber=" in s[0]]
+check(len(parts) >= 2, f"boto3 sent {len(parts)} parts: {seen}")
+check(all(s[1] == "STREAMING-UNSIGNED-PAYLOAD-TRAILER" for s in parts),
+      f"the parts were not aws-chunked: {parts}")
+out = os.path.join(work, "boto3-big.out")
+s3.download_file(BUCKET, "boto3-big.bin", out)
+check(hashlib.md5(open(out, "rb").read()).hexdigest() == big_md5, "boto3 read back other bytes")
+
+step("boto3 put_object (aws-chunked) with a fencing token, then a stale one refused")
+s3.put_object(Bucket=BUCKET, Key="small.txt", Body=b"hello over tls", Metadata={"fencing-token": "9"})
+got = s3.get_object(Bucket=BUCKET, Key="small.txt")["Body"].read()
+check(got == b"hello over tls", f"read back {got!r}")
+try:
+    s3.put_object(Bucket=BUCKET, Key="small.txt", Body=b"stale", Metadata={"fencing-token": "3"})
+    check(False, "a stale aws-chunked put was accepted")
+except ClientError as e:
+    check(e.response["ResponseMetadata"]["HTTPStatusCode"] == 409, f"stale put: {e.response}")
+got = s3.get_object(Bucket=BUCKET, Key="small.txt")["Body"].read()
+check(got == b"hello over tls", f"after the stale put: {got!r}")
+
+step("aws s3 cp of 20 MB up and down, defaults")
+aws("s3", "cp", big, f"s3://{BUCKET}/cli-big.bin")
+out = os.path.join(work, "cli-big.out")
+aws("s3", "cp", f"s3://{BUCKET}/cli-big.bin", out)
+check(hashlib.md5(open(out, "rb").read()).hexdigest() == big_md5, "the aws cli read back other bytes")
+
+step("aws s3api put-object of a small file")
+small = os.path.join(work, "small.txt")
+with open(small, "wb") as f:
+    f.write(b"small")
+aws("s3api", "put-object", "--bucket", BUCKET, "--key", "cli-small.txt", "--body", small)
+got = s3.get_object(Bucket=BUCKET, Key="cli-small.txt")["Body"].read()
+check(got == b"small", f"read back {got!r}")
+
+print("every tls client passed: boto3, aws", flush=True)
