@@ -159,10 +159,18 @@ pub struct RequestBody {
     pub length: Option<u64>,
 }
 
+/// What of a request [`request_body`] reads: what s3s checked the signature of.
+#[derive(Clone, Copy)]
+pub struct Signed<'a> {
+    pub extensions: &'a http::Extensions,
+    pub headers: &'a http::HeaderMap,
+    pub credentials: Option<&'a s3s::auth::Credentials>,
+}
+
 /// The body of a PutObject or UploadPart (see [`RequestBody`]). `limit`: the largest body
 /// taken; an aws-chunked one declared larger is refused before a byte is read.
-pub fn request_body<T>(
-    req: &s3s::S3Request<T>,
+pub fn request_body(
+    req: Signed<'_>,
     blob: Option<s3s::dto::StreamingBlob>,
     limit: u64,
 ) -> S3Result<RequestBody> {
@@ -214,14 +222,14 @@ pub fn request_body<T>(
 
 /// The chain of chunk signatures of a signed aws-chunked request: its seed is the signature
 /// of the request's one SigV4 `Authorization` header, which s3s has checked.
-fn signing<T>(req: &s3s::S3Request<T>) -> S3Result<Signing> {
+fn signing(req: Signed<'_>) -> S3Result<Signing> {
     let denied = |why: &str| {
         S3Error::with_message(
             S3ErrorCode::AccessDenied,
             format!("a signed aws-chunked body needs a SigV4 Authorization header: {why}"),
         )
     };
-    let Some(credentials) = &req.credentials else {
+    let Some(credentials) = req.credentials else {
         return Err(denied("the request is not signed"));
     };
     let mut auths = req.headers.get_all(http::header::AUTHORIZATION).iter();

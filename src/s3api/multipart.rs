@@ -76,7 +76,12 @@ pub async fn upload_part(
     let input = req.input;
     note(&input.bucket, &input.key);
     check_part_number(gw, input.part_number)?;
-    let source = super::chunked::request_body(&req, input.body, gw.max_body_bytes)?;
+    let signed = super::chunked::Signed {
+        extensions: &req.extensions,
+        headers: &req.headers,
+        credentials: req.credentials.as_ref(),
+    };
+    let source = super::chunked::request_body(signed, input.body, gw.max_body_bytes)?;
     // An aws-chunked part's length is the one it declared it decodes to.
     let Some(size) = source
         .length

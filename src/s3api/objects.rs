@@ -63,7 +63,12 @@ pub async fn put_object(
         &req.headers,
     )?;
     let write = write_request(&req.headers, (&input.bucket, &input.key, &who), token, meta)?;
-    let source = super::chunked::request_body(&req, input.body, gw.max_body_bytes)?;
+    let signed = super::chunked::Signed {
+        extensions: &req.extensions,
+        headers: &req.headers,
+        credentials: req.credentials.as_ref(),
+    };
+    let source = super::chunked::request_body(signed, input.body, gw.max_body_bytes)?;
     let body = convert::body(
         source.stream,
         gw.max_body_bytes,
