@@ -88,7 +88,8 @@ impl Signing {
         service: &str,
         seed: &str,
     ) -> Result<Signing, String> {
-        let format = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+        let format =
+            time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
         let when = time::PrimitiveDateTime::parse(amz_date, format)
             .map_err(|_| format!("x-amz-date {amz_date:?} is not of the form 20130524T000000Z"))?
             .assume_utc();
@@ -267,7 +268,11 @@ impl Decoder {
                 Some(sig) if sig.len() == 64 && sig.iter().all(u8::is_ascii_hexdigit) => {
                     Some(sig.to_ascii_lowercase())
                 }
-                _ => return Err(malformed("a chunk's extension is not chunk-signature=<64 hex>")),
+                _ => {
+                    return Err(malformed(
+                        "a chunk's extension is not chunk-signature=<64 hex>",
+                    ))
+                }
             },
             (true, None) => return Err(malformed("a chunk of a signed payload has no signature")),
             (false, None) => None,
@@ -369,7 +374,9 @@ impl Decoder {
                 return Err(bad_signature("trailer (missing)"));
             }
             (Payload::UnsignedTrailer, Some(_)) => {
-                return Err(malformed("an unsigned payload's trailer carries a signature"));
+                return Err(malformed(
+                    "an unsigned payload's trailer carries a signature",
+                ));
             }
             _ => {}
         }

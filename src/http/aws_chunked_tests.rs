@@ -58,7 +58,9 @@ fn signed(seed: &str, chunks: &[&[u8]]) -> Vec<u8> {
             hex::encode(Sha256::digest(chunk))
         );
         previous = aws_sigv4::sign::v4::calculate_signature(key.as_ref(), to_sign.as_bytes());
-        body.extend_from_slice(format!("{:x};chunk-signature={previous}\r\n", chunk.len()).as_bytes());
+        body.extend_from_slice(
+            format!("{:x};chunk-signature={previous}\r\n", chunk.len()).as_bytes(),
+        );
         body.extend_from_slice(chunk);
         body.extend_from_slice(b"\r\n");
     }
@@ -128,7 +130,9 @@ async fn aws_examples_decode_in_any_framing() {
         let (out, end) = run(body).await;
         assert!(end.is_ok(), "frame {frame}: {}", message(&end));
         assert_eq!(out.len(), 66_560);
-        let crc = trailers.read(|h| h["x-amz-checksum-crc32c"].clone()).unwrap();
+        let crc = trailers
+            .read(|h| h["x-amz-checksum-crc32c"].clone())
+            .unwrap();
         assert_eq!(crc, "sOO8/Q==");
     }
 }
@@ -150,7 +154,10 @@ async fn a_changed_signed_body_is_refused_before_its_last_byte() {
     second[at] ^= 1;
     cases.push(("the second chunk's signature changed", second));
     // The chunks of another (validly signed) body, under this seed.
-    cases.push(("another body's chunks", signed(SEED_TRAILER, &[&[b'a'; 0x10000], &[b'a'; 1024]])));
+    cases.push((
+        "another body's chunks",
+        signed(SEED_TRAILER, &[&[b'a'; 0x10000], &[b'a'; 1024]]),
+    ));
     for (what, body) in cases {
         for frame in [1, 4096, 1 << 20] {
             let (stream, _) = decode(frames(&body, frame), Payload::Signed, signing(SEED), 66_560);
@@ -168,11 +175,16 @@ async fn a_changed_signed_body_is_refused_before_its_last_byte() {
 async fn a_body_cut_short_anywhere_is_refused() {
     let good = aws_example();
     for cut in (0..good.len()).step_by(97).chain([
-        0x10000 + 90,          // after chunk 1's CRLF: a chunk boundary
-        good.len() - 86,       // just before the final chunk
-        good.len() - 2,        // the final chunk's line without the body's last CRLF
+        0x10000 + 90,    // after chunk 1's CRLF: a chunk boundary
+        good.len() - 86, // just before the final chunk
+        good.len() - 2,  // the final chunk's line without the body's last CRLF
     ]) {
-        let (stream, _) = decode(frames(&good[..cut], 4096), Payload::Signed, signing(SEED), 66_560);
+        let (stream, _) = decode(
+            frames(&good[..cut], 4096),
+            Payload::Signed,
+            signing(SEED),
+            66_560,
+        );
         let (out, end) = run(stream).await;
         if cut == good.len() - 2 {
             // The final chunk, signed, came whole: only the closing CRLF is missing.
@@ -182,7 +194,11 @@ async fn a_body_cut_short_anywhere_is_refused() {
         assert!(end.is_err(), "cut at {cut} accepted");
         assert!(out.len() < 66_560);
         if cut == 0x10000 + 90 {
-            assert!(message(&end).contains("ended before its final chunk"), "{}", message(&end));
+            assert!(
+                message(&end).contains("ended before its final chunk"),
+                "{}",
+                message(&end)
+            );
         }
     }
 }
@@ -235,35 +251,105 @@ async fn unsigned_trailer_bodies_as_botocore_sends_them() {
         let (out, end) = run(stream).await;
         assert!(end.is_ok(), "{}", message(&end));
         assert_eq!(out, b"hello world");
-        let crc = trailers.read(|h| h["x-amz-checksum-crc32"].clone()).unwrap();
+        let crc = trailers
+            .read(|h| h["x-amz-checksum-crc32"].clone())
+            .unwrap();
         assert_eq!(crc, "DUoRhQ==");
     }
     // Without the closing empty line, and without the last line's CRLF, as s3s takes them.
     for end_at in [body.len() - 2, body.len() - 4] {
-        let (stream, trailers) = decode(frames(&body[..end_at], 5), Payload::UnsignedTrailer, None, 11);
+        let (stream, trailers) = decode(
+            frames(&body[..end_at], 5),
+            Payload::UnsignedTrailer,
+            None,
+            11,
+        );
         let (_, end) = run(stream).await;
         assert!(end.is_ok(), "{}", message(&end));
-        assert!(trailers.read(|h| h.contains_key("x-amz-checksum-crc32")).unwrap());
+        assert!(trailers
+            .read(|h| h.contains_key("x-amz-checksum-crc32"))
+            .unwrap());
     }
 }
 
 #[tokio::test]
 async fn malformed_framing_is_refused() {
     let cases: Vec<(&str, Vec<u8>, Payload)> = vec![
-        ("not hex", b"zz\r\nab\r\n0\r\n\r\n".to_vec(), Payload::UnsignedTrailer),
+        (
+            "not hex",
+            b"zz\r\nab\r\n0\r\n\r\n".to_vec(),
+            Payload::UnsignedTrailer,
+        ),
         ("no size", b";x\r\n".to_vec(), Payload::UnsignedTrailer),
-        ("17 hex digits", b"00000000000000002\r\nab\r\n0\r\n\r\n".to_vec(), Payload::UnsignedTrailer),
-        ("LF only", b"2\nab\r\n0\r\n\r\n".to_vec(), Payload::UnsignedTrailer),
-        ("data longer than its size", b"2\r\nabc\r\n0\r\n\r\n".to_vec(), Payload::UnsignedTrailer),
-        ("an extension on an unsigned chunk", b"2;chunk-signature=00\r\nab\r\n0\r\n\r\n".to_vec(), Payload::UnsignedTrailer),
-        ("a signature in an unsigned trailer", b"2\r\nab\r\n0\r\nx-amz-trailer-signature:00\r\n\r\n".to_vec(), Payload::UnsignedTrailer),
-        ("bytes after the end", [unsigned(&[b"ab"], "x-amz-checksum-crc32:AAAAAA=="), b"2\r\nab".to_vec()].concat(), Payload::UnsignedTrailer),
-        ("a long line", [b"2".repeat(300), b"\r\n".to_vec()].concat(), Payload::UnsignedTrailer),
-        ("a signed chunk without its signature", b"2\r\nab\r\n".to_vec(), Payload::Signed),
-        ("a short signature", b"2;chunk-signature=abcd\r\nab\r\n".to_vec(), Payload::Signed),
-        ("another extension", b"2;foo=bar\r\nab\r\n".to_vec(), Payload::Signed),
-        ("a trailer that is not name:value", b"2\r\nab\r\n0\r\nnonsense\r\n\r\n".to_vec(), Payload::UnsignedTrailer),
-        ("too many trailers", [b"2\r\nab\r\n0\r\n".to_vec(), b"x-a:b\r\n".repeat(20), b"\r\n".to_vec()].concat(), Payload::UnsignedTrailer),
+        (
+            "17 hex digits",
+            b"00000000000000002\r\nab\r\n0\r\n\r\n".to_vec(),
+            Payload::UnsignedTrailer,
+        ),
+        (
+            "LF only",
+            b"2\nab\r\n0\r\n\r\n".to_vec(),
+            Payload::UnsignedTrailer,
+        ),
+        (
+            "data longer than its size",
+            b"2\r\nabc\r\n0\r\n\r\n".to_vec(),
+            Payload::UnsignedTrailer,
+        ),
+        (
+            "an extension on an unsigned chunk",
+            b"2;chunk-signature=00\r\nab\r\n0\r\n\r\n".to_vec(),
+            Payload::UnsignedTrailer,
+        ),
+        (
+            "a signature in an unsigned trailer",
+            b"2\r\nab\r\n0\r\nx-amz-trailer-signature:00\r\n\r\n".to_vec(),
+            Payload::UnsignedTrailer,
+        ),
+        (
+            "bytes after the end",
+            [
+                unsigned(&[b"ab"], "x-amz-checksum-crc32:AAAAAA=="),
+                b"2\r\nab".to_vec(),
+            ]
+            .concat(),
+            Payload::UnsignedTrailer,
+        ),
+        (
+            "a long line",
+            [b"2".repeat(300), b"\r\n".to_vec()].concat(),
+            Payload::UnsignedTrailer,
+        ),
+        (
+            "a signed chunk without its signature",
+            b"2\r\nab\r\n".to_vec(),
+            Payload::Signed,
+        ),
+        (
+            "a short signature",
+            b"2;chunk-signature=abcd\r\nab\r\n".to_vec(),
+            Payload::Signed,
+        ),
+        (
+            "another extension",
+            b"2;foo=bar\r\nab\r\n".to_vec(),
+            Payload::Signed,
+        ),
+        (
+            "a trailer that is not name:value",
+            b"2\r\nab\r\n0\r\nnonsense\r\n\r\n".to_vec(),
+            Payload::UnsignedTrailer,
+        ),
+        (
+            "too many trailers",
+            [
+                b"2\r\nab\r\n0\r\n".to_vec(),
+                b"x-a:b\r\n".repeat(20),
+                b"\r\n".to_vec(),
+            ]
+            .concat(),
+            Payload::UnsignedTrailer,
+        ),
     ];
     for (what, body, payload) in cases {
         for frame in [1, 1024] {
@@ -280,7 +366,12 @@ async fn a_signed_trailer_must_carry_its_signature() {
     let tail = b"x-amz-trailer-signature:d81f82fc3505edab99d459891051a732e8730629a2e4a59689829ca17fe2e435\r\n\r\n";
     body.truncate(body.len() - tail.len());
     body.extend_from_slice(b"\r\n");
-    let (stream, _) = decode(frames(&body, 4096), Payload::SignedTrailer, signing(SEED_TRAILER), 66_560);
+    let (stream, _) = decode(
+        frames(&body, 4096),
+        Payload::SignedTrailer,
+        signing(SEED_TRAILER),
+        66_560,
+    );
     let (out, end) = run(stream).await;
     assert!(end.is_err());
     assert!(out.len() < 66_560);
@@ -288,9 +379,18 @@ async fn a_signed_trailer_must_carry_its_signature() {
     let changed: Vec<u8> = String::from_utf8_lossy(&aws_trailer_example())
         .replace("sOO8/Q==", "AAAAAA==")
         .into_bytes();
-    let (stream, _) = decode(frames(&changed, 4096), Payload::SignedTrailer, signing(SEED_TRAILER), 66_560);
+    let (stream, _) = decode(
+        frames(&changed, 4096),
+        Payload::SignedTrailer,
+        signing(SEED_TRAILER),
+        66_560,
+    );
     let (_, end) = run(stream).await;
-    assert!(matches!(end, Err(BodyError::Unauthenticated { status: 403, .. })), "{}", message(&end));
+    assert!(
+        matches!(end, Err(BodyError::Unauthenticated { status: 403, .. })),
+        "{}",
+        message(&end)
+    );
 }
 
 #[tokio::test]

@@ -22,10 +22,10 @@
 use crate::backend::{BodyError, ByteStream};
 use crate::http::aws_chunked::{self, Payload, Signing, Trailers};
 use futures::StreamExt;
-use s3s::{S3Error, S3ErrorCode, S3Result};
-use std::sync::{Arc, Mutex};
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::HeaderValue;
+use s3s::{S3Error, S3ErrorCode, S3Result};
+use std::sync::{Arc, Mutex};
 
 /// Stands in for the absent Content-Length: larger than any body fencegate takes, so a reader
 /// that took it for a bound would never cut a body short.
@@ -58,7 +58,6 @@ pub fn stand_in_length(parts: &mut http::request::Parts) {
             .insert(CONTENT_LENGTH, HeaderValue::from(STAND_IN));
     }
 }
-
 
 /// An aws-chunked body taken out of its request before s3s ([`set_aside`]), for the handler.
 #[derive(Clone)]
@@ -136,11 +135,13 @@ pub fn set_aside(
             )
         }
     };
-    parts.extensions.insert(SetAside(Arc::new(Mutex::new(Some(Raw {
-        body,
-        payload,
-        declared,
-    })))));
+    parts
+        .extensions
+        .insert(SetAside(Arc::new(Mutex::new(Some(Raw {
+            body,
+            payload,
+            declared,
+        })))));
     Ok(axum::body::Body::empty())
 }
 
@@ -249,7 +250,9 @@ fn signing(req: Signed<'_>) -> S3Result<Signing> {
     let seed = field("Signature=").ok_or_else(|| denied("it has no Signature"))?;
     let scope: Vec<&str> = credential.split('/').collect();
     let [_, _, region, service, "aws4_request"] = scope.as_slice() else {
-        return Err(denied("its Credential is not KEY/DATE/REGION/SERVICE/aws4_request"));
+        return Err(denied(
+            "its Credential is not KEY/DATE/REGION/SERVICE/aws4_request",
+        ));
     };
     let amz_date = req
         .headers

@@ -241,7 +241,9 @@ pub fn signed_chunks(
             hex::encode(Sha256::digest(chunk))
         );
         previous = v4::calculate_signature(key.as_ref(), to_sign.as_bytes());
-        body.extend_from_slice(format!("{:x};chunk-signature={previous}\r\n", chunk.len()).as_bytes());
+        body.extend_from_slice(
+            format!("{:x};chunk-signature={previous}\r\n", chunk.len()).as_bytes(),
+        );
         body.extend_from_slice(chunk);
         if !chunk.is_empty() || trailer.is_none() {
             body.extend_from_slice(b"\r\n");

@@ -74,7 +74,7 @@ async fn a_4_gib_chunk_is_never_held() {
         ),
     ] {
         let tasks: Vec<_> = (0..CONNECTIONS)
-            .map(|i| tokio::spawn(one(s.object_url("default", &format!("big-{i}")), creds)))
+            .map(|i| tokio::spawn(one(s.url(&format!("/default/big-{i}")), creds)))
             .collect();
         for t in tasks {
             let (status, text) = t.await.unwrap();
@@ -102,7 +102,9 @@ async fn a_4_gib_chunk_is_never_held() {
             .key(format!("big-{i}"))
             .send()
             .await;
-        let status = r.err().and_then(|e| e.raw_response().map(|r| r.status().as_u16()));
+        let status = r
+            .err()
+            .and_then(|e| e.raw_response().map(|r| r.status().as_u16()));
         assert_eq!(status, Some(404), "big-{i}");
     }
 }

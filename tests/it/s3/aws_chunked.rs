@@ -21,7 +21,11 @@ fn crc32(data: &[u8]) -> String {
     for &b in data {
         crc ^= u32::from(b);
         for _ in 0..8 {
-            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
         }
     }
     base64::engine::general_purpose::STANDARD.encode((!crc).to_be_bytes())
@@ -88,7 +92,9 @@ async fn stored(fx: &Fx, key: &str) -> Option<Vec<u8>> {
 }
 
 fn data(n: usize, seed: u8) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 async fn put_object_forms(kind: Kind) {
@@ -106,15 +112,25 @@ async fn put_object_forms(kind: Kind) {
         assert_eq!(stored(&fx, key).await.as_deref(), Some(&d[..]), "{key}");
     }
     let line = format!("x-amz-checksum-crc32:{}", crc32(&d));
-    let r = send(&url("signed-trailer"), SIGNED_TRAILER, d.len(), Some("x-amz-checksum-crc32"), true, |req| {
-        signed_chunks(req, CREDS, &chunks, Some(&line))
-    })
+    let r = send(
+        &url("signed-trailer"),
+        SIGNED_TRAILER,
+        d.len(),
+        Some("x-amz-checksum-crc32"),
+        true,
+        |req| signed_chunks(req, CREDS, &chunks, Some(&line)),
+    )
     .await;
     assert_eq!(r.0, 200, "signed trailer: {}", r.1);
     assert_eq!(stored(&fx, "signed-trailer").await.as_deref(), Some(&d[..]));
-    let r = send(&url("unsigned"), UNSIGNED_TRAILER, d.len(), Some("x-amz-checksum-crc32"), true, |_| {
-        unsigned_body(&chunks, &d)
-    })
+    let r = send(
+        &url("unsigned"),
+        UNSIGNED_TRAILER,
+        d.len(),
+        Some("x-amz-checksum-crc32"),
+        true,
+        |_| unsigned_body(&chunks, &d),
+    )
     .await;
     assert_eq!(r.0, 200, "unsigned trailer: {}", r.1);
     assert_eq!(stored(&fx, "unsigned").await.as_deref(), Some(&d[..]));
@@ -130,12 +146,25 @@ async fn put_object_forms(kind: Kind) {
             cut(signed_chunks(req, CREDS, &chunks, None))
         })
         .await;
-        assert_eq!((r.0, r.1.as_str()), (400, "IncompleteBody"), "cut, streamed {streamed}");
-        let r = send(&url("cut"), UNSIGNED_TRAILER, d.len(), Some("x-amz-checksum-crc32"), streamed, |_| {
-            cut(unsigned_body(&chunks, &d))
-        })
+        assert_eq!(
+            (r.0, r.1.as_str()),
+            (400, "IncompleteBody"),
+            "cut, streamed {streamed}"
+        );
+        let r = send(
+            &url("cut"),
+            UNSIGNED_TRAILER,
+            d.len(),
+            Some("x-amz-checksum-crc32"),
+            streamed,
+            |_| cut(unsigned_body(&chunks, &d)),
+        )
         .await;
-        assert_eq!((r.0, r.1.as_str()), (400, "IncompleteBody"), "cut unsigned, streamed {streamed}");
+        assert_eq!(
+            (r.0, r.1.as_str()),
+            (400, "IncompleteBody"),
+            "cut unsigned, streamed {streamed}"
+        );
     }
     let r = send(&url("tampered"), SIGNED, d.len(), None, false, |req| {
         let mut b = signed_chunks(req, CREDS, &chunks, None);
@@ -160,9 +189,14 @@ async fn put_object_forms(kind: Kind) {
     })
     .await;
     assert_eq!((r.0, r.1.as_str()), (403, "SignatureDoesNotMatch"));
-    let r = send(&url("bad-crc"), UNSIGNED_TRAILER, d.len(), Some("x-amz-checksum-crc32"), false, |_| {
-        unsigned_body(&chunks, b"other bytes")
-    })
+    let r = send(
+        &url("bad-crc"),
+        UNSIGNED_TRAILER,
+        d.len(),
+        Some("x-amz-checksum-crc32"),
+        false,
+        |_| unsigned_body(&chunks, b"other bytes"),
+    )
     .await;
     assert_eq!((r.0, r.1.as_str()), (400, "BadDigest"));
     for key in ["cut", "tampered", "length", "forged", "bad-crc"] {
@@ -194,7 +228,10 @@ async fn upload_parts(kind: Kind) {
         .unwrap();
     let id = up.upload_id().unwrap().to_string();
     let whole = data(super::fixture::PART + 300_000, 7);
-    let parts: [&[u8]; 2] = [&whole[..super::fixture::PART], &whole[super::fixture::PART..]];
+    let parts: [&[u8]; 2] = [
+        &whole[..super::fixture::PART],
+        &whole[super::fixture::PART..],
+    ];
     let mut done = Vec::new();
     for (i, part) in parts.iter().enumerate() {
         let n = i + 1;
@@ -203,9 +240,14 @@ async fn upload_parts(kind: Kind) {
             .url(&format!("/bkt/mp?partNumber={n}&uploadId={id}"));
         let pieces: Vec<&[u8]> = part.chunks(65_536).collect();
         let (status, text) = if n == 1 {
-            send(&url, UNSIGNED_TRAILER, part.len(), Some("x-amz-checksum-crc32"), true, |_| {
-                unsigned_body(&pieces, part)
-            })
+            send(
+                &url,
+                UNSIGNED_TRAILER,
+                part.len(),
+                Some("x-amz-checksum-crc32"),
+                true,
+                |_| unsigned_body(&pieces, part),
+            )
             .await
         } else {
             send(&url, SIGNED, part.len(), None, true, |req| {
@@ -217,7 +259,9 @@ async fn upload_parts(kind: Kind) {
         done.push(n as i32);
     }
     // A part cut short at a chunk boundary is refused, and the upload's part 2 is the good one.
-    let url = fx.server.url(&format!("/bkt/mp?partNumber=2&uploadId={id}"));
+    let url = fx
+        .server
+        .url(&format!("/bkt/mp?partNumber=2&uploadId={id}"));
     let pieces: Vec<&[u8]> = parts[1].chunks(65_536).collect();
     let r = send(&url, SIGNED, parts[1].len(), None, true, |req| {
         let b = signed_chunks(req, CREDS, &pieces, None);

@@ -66,8 +66,9 @@ impl Fx {
         };
         let mut config = config;
         if tls {
-            let ck = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])
-                .unwrap();
+            let ck =
+                rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])
+                    .unwrap();
             std::fs::write(dir.path().join("ca.pem"), ck.cert.pem()).unwrap();
             std::fs::write(dir.path().join("tls.key"), ck.key_pair.serialize_pem()).unwrap();
             config = format!(
