@@ -207,7 +207,11 @@ impl Gate {
             BypassPolicy::Reject => {
                 tracing::error!(bucket = %req.bucket, key = %req.key, %expected, %found,
                     "write behind fencegate's back detected; refusing to overwrite it (on_bypass = reject)");
-                Err(GateError::BypassDetected { expected, found })
+                Err(GateError::BypassDetected {
+                    bucket: req.bucket.clone(),
+                    expected,
+                    found,
+                })
             }
             BypassPolicy::Adopt => {
                 tracing::warn!(target: "fencegate::audit", bucket = %req.bucket, key = %req.key, %expected, %found,

@@ -59,8 +59,12 @@ pub enum GateError {
     InvalidFencingScope(String),
     #[error("precondition failed: {0}")]
     PreconditionFailed(String),
-    #[error("the object was changed on the backend behind fencegate's back (expected version {expected}, found {found}); fencegate refuses to overwrite it. Inspect the object, then write with a new token after setting on_bypass = \"adopt\" for the bucket, or restore it")]
-    BypassDetected { expected: String, found: String },
+    #[error("{}", bypass_message(bucket, expected, found))]
+    BypassDetected {
+        bucket: String,
+        expected: String,
+        found: String,
+    },
     #[error("no bucket named {0:?} is configured")]
     NoSuchBucket(String),
     #[error("no object {key:?} in bucket {bucket}")]
@@ -88,6 +92,16 @@ impl From<BackendError> for GateError {
             BackendError::Body(b) => GateError::Body(b),
             other => GateError::Backend(other),
         }
+    }
+}
+
+/// What a BypassDetected says, and what to do: an object fencegate has no record of at all is
+/// most often one that was in the store before fencegate fronted the bucket.
+fn bypass_message(bucket: &str, expected: &str, found: &str) -> String {
+    if expected == "absent" {
+        format!("the object is in the store (version {found}) but fencegate never recorded writing it: it was written around fencegate, or it was there before fencegate fronted bucket {bucket}; fencegate refuses to overwrite it. For a bucket moved behind fencegate, stop fencegate and run `fencegate fences rebuild --bucket {bucket}` once, which records every object already there (docs/operations.md, \"Moving an existing bucket behind fencegate\"); otherwise inspect the object, then set on_bypass = \"adopt\" for the bucket, or remove it")
+    } else {
+        format!("the object was changed on the backend behind fencegate's back (expected version {expected}, found {found}); fencegate refuses to overwrite it. Inspect the object, then write with a new token after setting on_bypass = \"adopt\" for the bucket, or restore it")
     }
 }
 

@@ -3,7 +3,7 @@
 //! rclone's purge, backup tools, S3 browsers), deleting one is the no-op it is on AWS, and
 //! setting one is 501 with a message naming what fencegate does not keep. Objects' ACLs are
 //! answered the same way: read as the owner's FULL_CONTROL (s3cmd reads one on every copy and
-//! `info`), set refused.
+//! `info`), set refused; so are their tags: read as none, deleted as a no-op, set refused (400).
 
 use super::convert::s3_error;
 use super::listing::owner;
@@ -75,6 +75,26 @@ pub async fn object_acl(gw: &S3Gateway, bucket: &str, key: &str) -> S3Result<Get
         owner: acl.owner,
         request_charged: None,
     })
+}
+
+/// GetObjectTagging: an existing object's tags, which are none (a write that carries tags is
+/// refused, `unkept.rs`), as AWS answers an object without tags.
+pub async fn object_tags(gw: &S3Gateway, bucket: &str, key: &str) -> S3Result<GetObjectTaggingOutput> {
+    gw.gate.head(bucket, key).await.map_err(s3_error)?;
+    Ok(GetObjectTaggingOutput {
+        tag_set: Vec::new(),
+        version_id: None,
+    })
+}
+
+/// PutObjectTagging: refused, as tags would not be kept (400, not a 501 counted as a fault).
+pub fn tags_refused() -> S3Error {
+    let mut err = S3Error::with_message(
+        S3ErrorCode::InvalidRequest,
+        "PutObjectTagging: fencegate does not keep object tags; keep the labels in x-amz-meta-* metadata",
+    );
+    err.set_status_code(http::StatusCode::BAD_REQUEST);
+    err
 }
 
 /// Trait methods of `s3s::S3`, for the `impl` in mod.rs: getters that answer "not configured"

@@ -16,6 +16,7 @@ mod paging;
 mod part_checksums;
 mod refusals;
 mod sigv2;
+mod unkept;
 
 pub use crate::auth::KeyTable;
 use refusals::refusal;
@@ -214,6 +215,34 @@ impl s3s::S3 for S3Gateway {
         objects::unversioned(req.input.version_id.as_deref())?;
         let acl = bucket_config::object_acl(self, &req.input.bucket, &req.input.key).await?;
         Ok(s3s::S3Response::new(acl))
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: s3s::S3Request<s3s::dto::GetObjectTaggingInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::GetObjectTaggingOutput>> {
+        objects::unversioned(req.input.version_id.as_deref())?;
+        let tags = bucket_config::object_tags(self, &req.input.bucket, &req.input.key).await?;
+        Ok(s3s::S3Response::new(tags))
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: s3s::S3Request<s3s::dto::DeleteObjectTaggingInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::DeleteObjectTaggingOutput>> {
+        objects::unversioned(req.input.version_id.as_deref())?;
+        // No tags are kept, so there are none to delete: AWS's 204 for an existing object.
+        bucket_config::object_tags(self, &req.input.bucket, &req.input.key).await?;
+        Ok(s3s::S3Response::new(
+            s3s::dto::DeleteObjectTaggingOutput::default(),
+        ))
+    }
+
+    async fn put_object_tagging(
+        &self,
+        _req: s3s::S3Request<s3s::dto::PutObjectTaggingInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::PutObjectTaggingOutput>> {
+        Err(bucket_config::tags_refused())
     }
 
     async fn get_bucket_acl(

@@ -33,6 +33,7 @@ pub async fn create(
     gw: &S3Gateway,
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+    super::unkept::refuse_on_write(&req.headers)?;
     let owner = super::objects::principal(gw, &req)?.owner();
     let input = req.input;
     note(&input.bucket, &input.key);
@@ -73,6 +74,7 @@ pub async fn upload_part(
     gw: &S3Gateway,
     req: S3Request<UploadPartInput>,
 ) -> S3Result<S3Response<UploadPartOutput>> {
+    super::unkept::refuse_on_write(&req.headers)?;
     let input = req.input;
     note(&input.bucket, &input.key);
     check_part_number(gw, input.part_number)?;
@@ -172,6 +174,7 @@ pub async fn upload_part_copy(
     gw: &S3Gateway,
     req: S3Request<UploadPartCopyInput>,
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+    super::unkept::refuse_on_write(&req.headers)?;
     let input = req.input;
     note(&input.bucket, &input.key);
     check_part_number(gw, input.part_number)?;

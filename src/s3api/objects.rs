@@ -48,6 +48,7 @@ pub async fn put_object(
     gw: &S3Gateway,
     req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
+    super::unkept::refuse_on_write(&req.headers)?;
     let who = principal_name(gw, &req)?;
     let input = req.input;
     note(&input.bucket, &input.key);
@@ -122,6 +123,7 @@ pub async fn get_object(
     gw: &S3Gateway,
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
+    super::unkept::refuse_on_read(&req.headers)?;
     let input = req.input;
     note(&input.bucket, &input.key);
     unversioned(input.version_id.as_deref())?;
@@ -268,6 +270,7 @@ pub async fn head_object(
     gw: &S3Gateway,
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
+    super::unkept::refuse_on_read(&req.headers)?;
     let input = req.input;
     note(&input.bucket, &input.key);
     unversioned(input.version_id.as_deref())?;
@@ -352,6 +355,9 @@ pub async fn delete_objects(
     req: S3Request<DeleteObjectsInput>,
 ) -> S3Result<S3Response<DeleteObjectsOutput>> {
     let input = req.input;
+    // A bucket that does not exist is the request's 404, as on AWS (not a NoSuchBucket per key
+    // inside a 200, which object_store and others read as a generic failure).
+    super::bucket_config::existing(gw, &input.bucket)?;
     let quiet = input.delete.quiet.unwrap_or(false);
     if input.delete.objects.len() > 1000 {
         return Err(convert::invalid(
@@ -454,6 +460,7 @@ pub async fn copy_object(
     gw: &S3Gateway,
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
+    super::unkept::refuse_on_write(&req.headers)?;
     let who = principal_name(gw, &req)?;
     let input = req.input;
     note(&input.bucket, &input.key);

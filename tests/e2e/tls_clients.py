@@ -1,4 +1,4 @@
-"""boto3 and the aws cli as deployed: over https, with their default settings (request
+"""boto3, the aws cli and pyarrow as deployed: over https, with their default settings (request
 checksums "when_supported", so over TLS every PutObject and UploadPart goes aws-chunked with a
 CRC trailer and no Content-Length), uploading 20 MB (a multipart upload) and small files, and
 reading them back. Run by tests/it/s3/aws_chunked.rs, which starts fencegate with TLS and passes
@@ -107,4 +107,24 @@ aws("s3api", "put-object", "--bucket", BUCKET, "--key", "cli-small.txt", "--body
 got = s3.get_object(Bucket=BUCKET, Key="cli-small.txt")["Body"].read()
 check(got == b"small", f"read back {got!r}")
 
-print("every tls client passed: boto3, aws", flush=True)
+step("pyarrow S3FileSystem (the AWS SDK for C++: every file a multipart upload, CRC64NVME trailers)")
+import pyarrow as pa  # noqa: E402
+import pyarrow.fs as pafs  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+host = ENDPOINT.split("://", 1)[1]
+arrow = pafs.S3FileSystem(
+    access_key=os.environ["AWS_ACCESS_KEY_ID"], secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+    region="us-east-1", scheme="https", endpoint_override=host,
+    tls_ca_file_path=os.environ["AWS_CA_BUNDLE"],
+)
+table = pa.table({"n": list(range(1000)), "s": [f"row {i}" for i in range(1000)]})
+pq.write_table(table, f"{BUCKET}/arrow/small.parquet", filesystem=arrow)
+check(pq.read_table(f"{BUCKET}/arrow/small.parquet", filesystem=arrow).equals(table),
+      "pyarrow read back another table")
+with arrow.open_output_stream(f"{BUCKET}/arrow/big.bin") as out:
+    out.write(open(big, "rb").read())
+with arrow.open_input_stream(f"{BUCKET}/arrow/big.bin") as inp:
+    check(hashlib.md5(inp.read()).hexdigest() == big_md5, "pyarrow read back other bytes")
+
+print("every tls client passed: boto3, aws, pyarrow", flush=True)

@@ -319,6 +319,26 @@ async fn buckets(kind: Kind) {
         (now - 600..=now + 5).contains(&created),
         "created at {created}, now {now}"
     );
+    // DeleteObjects on a bucket that does not exist is the request's 404, as on AWS (it was a
+    // 200 with a NoSuchBucket per key, which object_store reports as a generic failure).
+    let r = c
+        .delete_objects()
+        .bucket("nobucket")
+        .delete(
+            aws_sdk_s3::types::Delete::builder()
+                .objects(
+                    aws_sdk_s3::types::ObjectIdentifier::builder()
+                        .key("k")
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await;
+    let (status, code, _, _) = refused(r);
+    assert_eq!((status, code.as_str()), (404, "NoSuchBucket"));
 }
 
 /// The answers S3 documents for conditions and bad requests, each error with the RequestId of
@@ -1309,11 +1329,61 @@ async fn metadata_values(kind: Kind) {
         .is_err());
 }
 
+/// Headers that change security, retention or what is kept are refused with AWS's codes, and
+/// nothing is written (they were accepted and dropped: an SSE-C object stored in the clear, a
+/// "COMPLIANCE"-locked one deletable at once). Tags read as none; setting them is a 400.
+async fn unkept_headers(kind: Kind) {
+    use aws_sdk_s3::types::{ObjectCannedAcl, ObjectLockLegalHoldStatus, ObjectLockMode};
+    let fx = Fx::start(kind).await;
+    let c = fx.client();
+    let key_b64 = "MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE="; // 32 bytes
+    let key_md5 = "ZzTWo0Zv4Gc/rBv1Q7k0bA==";
+    let body = || aws_sdk_s3::primitives::ByteStream::from_static(b"secret");
+    let p = || c.put_object().bucket("bkt").key("x").body(body());
+    let until = aws_sdk_s3::primitives::DateTime::from_secs(4_000_000_000);
+    let cases = vec![
+        ("sse-c", p().sse_customer_algorithm("AES256").sse_customer_key(key_b64).sse_customer_key_md5(key_md5).send().await.map(|_| ()), "InvalidRequest"),
+        ("lock", p().object_lock_mode(ObjectLockMode::Compliance).object_lock_retain_until_date(until).send().await.map(|_| ()), "InvalidRequest"),
+        ("hold", p().object_lock_legal_hold_status(ObjectLockLegalHoldStatus::On).send().await.map(|_| ()), "InvalidRequest"),
+        ("acl", p().acl(ObjectCannedAcl::PublicRead).send().await.map(|_| ()), "AccessControlListNotSupported"),
+        ("grant", p().grant_read("uri=http://acs.amazonaws.com/groups/global/AllUsers").send().await.map(|_| ()), "AccessControlListNotSupported"),
+        ("tags", p().tagging("team=a").send().await.map(|_| ()), "InvalidRequest"),
+        ("redirect", p().website_redirect_location("/elsewhere").send().await.map(|_| ()), "InvalidRequest"),
+        ("mpu tags", c.create_multipart_upload().bucket("bkt").key("x").tagging("a=b").send().await.map(|_| ()), "InvalidRequest"),
+        ("copy acl", c.copy_object().bucket("bkt").key("x").copy_source("bkt/src").acl(ObjectCannedAcl::PublicReadWrite).send().await.map(|_| ()), "AccessControlListNotSupported"),
+    ];
+    for (what, r, want) in cases {
+        let (status, code, _, _) = refused(r);
+        assert_eq!((status, code.as_str()), (400, want), "{what}");
+    }
+    assert!(c.head_object().bucket("bkt").key("x").send().await.is_err(), "something was written");
+    // What a bucket without ACLs takes: private, or the owner's full control.
+    p().acl(ObjectCannedAcl::Private).send().await.unwrap();
+    c.put_object().bucket("bkt").key("x").body(body()).acl(ObjectCannedAcl::BucketOwnerFullControl).send().await.unwrap();
+    let r = c.get_object().bucket("bkt").key("x").sse_customer_algorithm("AES256").sse_customer_key(key_b64).sse_customer_key_md5(key_md5).send().await;
+    assert_eq!(refused(r).0, 400);
+    let tags = c.get_object_tagging().bucket("bkt").key("x").send().await.unwrap();
+    assert!(tags.tag_set().is_empty());
+    c.delete_object_tagging().bucket("bkt").key("x").send().await.unwrap();
+    let t = aws_sdk_s3::types::Tag::builder().key("a").value("b").build().unwrap();
+    let r = c
+        .put_object_tagging()
+        .bucket("bkt")
+        .key("x")
+        .tagging(aws_sdk_s3::types::Tagging::builder().tag_set(t).build().unwrap())
+        .send()
+        .await;
+    assert_eq!(refused(r).0, 400);
+    let r = c.get_object_tagging().bucket("bkt").key("absent").send().await;
+    assert_eq!(refused(r).0, 404);
+}
+
 on_both_backends!(
     multipart_completion,
     metadata_values,
     multipart_checksums,
     checksum_trailers,
+    unkept_headers,
     parts_by_number,
     system_metadata,
     listing,
