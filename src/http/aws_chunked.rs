@@ -336,8 +336,15 @@ impl Decoder {
             let (name, value) = text
                 .split_once(':')
                 .ok_or_else(|| malformed("a trailer line is not name:value"))?;
-            self.trailer_text
-                .push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+            let name = name.trim().to_ascii_lowercase();
+            // Only a checksum (judged by the digest check) and the trailer's signature: any
+            // other trailer would be a header nothing reads, so it is refused, not dropped.
+            if !name.starts_with("x-amz-checksum-") && name != "x-amz-trailer-signature" {
+                return Err(malformed(format!(
+                    "the trailer carries {name:?}; an aws-chunked trailer carries the x-amz-checksum-* that x-amz-trailer names, and its signature"
+                )));
+            }
+            self.trailer_text.push((name, value.trim().to_string()));
             return Ok(());
         }
         let mut signature = None;

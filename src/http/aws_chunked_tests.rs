@@ -336,6 +336,16 @@ async fn malformed_framing_is_refused() {
             Payload::Signed,
         ),
         (
+            "a trailer no one named",
+            b"2\r\nab\r\n0\r\nx-amz-meta-evil:1\r\n\r\n".to_vec(),
+            Payload::UnsignedTrailer,
+        ),
+        (
+            "a content-type trailer",
+            b"2\r\nab\r\n0\r\ncontent-type:text/html\r\n\r\n".to_vec(),
+            Payload::UnsignedTrailer,
+        ),
+        (
             "a trailer that is not name:value",
             b"2\r\nab\r\n0\r\nnonsense\r\n\r\n".to_vec(),
             Payload::UnsignedTrailer,
@@ -344,7 +354,7 @@ async fn malformed_framing_is_refused() {
             "too many trailers",
             [
                 b"2\r\nab\r\n0\r\n".to_vec(),
-                b"x-a:b\r\n".repeat(20),
+                b"x-amz-checksum-crc32:AAAAAA==\r\n".repeat(20),
                 b"\r\n".to_vec(),
             ]
             .concat(),

@@ -79,7 +79,11 @@ pub async fn object_acl(gw: &S3Gateway, bucket: &str, key: &str) -> S3Result<Get
 
 /// GetObjectTagging: an existing object's tags, which are none (a write that carries tags is
 /// refused, `unkept.rs`), as AWS answers an object without tags.
-pub async fn object_tags(gw: &S3Gateway, bucket: &str, key: &str) -> S3Result<GetObjectTaggingOutput> {
+pub async fn object_tags(
+    gw: &S3Gateway,
+    bucket: &str,
+    key: &str,
+) -> S3Result<GetObjectTaggingOutput> {
     gw.gate.head(bucket, key).await.map_err(s3_error)?;
     Ok(GetObjectTaggingOutput {
         tag_set: Vec::new(),

@@ -79,18 +79,18 @@ pub fn set_aside(
     body: axum::body::Body,
 ) -> Result<axum::body::Body, (http::StatusCode, &'static str, String)> {
     let bad = |code, message: String| Err((http::StatusCode::BAD_REQUEST, code, message));
-    let mut values = parts.headers.get_all("x-amz-content-sha256").iter();
-    let payload = match values.next().map(|v| Payload::of(v.as_bytes())) {
+    if let Some(problem) = steering_header_problem(&parts.headers) {
+        return bad("InvalidRequest", problem);
+    }
+    let payload = match parts
+        .headers
+        .get("x-amz-content-sha256")
+        .map(|v| Payload::of(v.as_bytes()))
+    {
         None | Some(None) => return Ok(body),
         Some(Some(Err(message))) => return bad("InvalidRequest", message),
         Some(Some(Ok(p))) => p,
     };
-    if values.next().is_some() {
-        return bad(
-            "InvalidRequest",
-            "x-amz-content-sha256 is sent more than once; send it once".into(),
-        );
-    }
     let names: Vec<&str> = parts
         .uri
         .query()
@@ -112,7 +112,11 @@ pub fn set_aside(
     }
     let mut lengths = parts.headers.get_all("x-amz-decoded-content-length").iter();
     let declared = match (lengths.next(), lengths.next()) {
-        (Some(v), None) => match std::str::from_utf8(v.as_bytes()).ok().and_then(|t| t.parse::<u64>().ok()) {
+        (Some(v), None) => match std::str::from_utf8(v.as_bytes())
+            .ok()
+            .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|t| t.parse::<u64>().ok())
+        {
             Some(n) => n,
             None => {
                 return bad(
@@ -143,6 +147,33 @@ pub fn set_aside(
             declared,
         })))));
     Ok(axum::body::Body::empty())
+}
+
+/// The headers that decide how a request's body is read and what its signature covers. s3s
+/// reads each as text and drops a value that is not UTF-8, so a second line of one, with a
+/// first line s3s drops, would have s3s and fencegate read different requests (s3s decoding an
+/// aws-chunked body fencegate took for plain).
+const STEERING: [&str; 5] = [
+    "x-amz-content-sha256",
+    "x-amz-decoded-content-length",
+    "x-amz-trailer",
+    "x-amz-date",
+    "authorization",
+];
+
+/// Why the request's steering headers cannot be read one way only, if they cannot: one sent
+/// twice, or one that is not visible ASCII.
+pub fn steering_header_problem(headers: &http::HeaderMap) -> Option<String> {
+    STEERING.iter().find_map(|name| {
+        let values: Vec<&http::HeaderValue> = headers.get_all(*name).iter().collect();
+        if values.len() > 1 {
+            return Some(format!("{name} is sent more than once; send it once"));
+        }
+        values
+            .iter()
+            .any(|v| v.to_str().is_err())
+            .then(|| format!("{name} is not visible ASCII; send it as AWS documents it"))
+    })
 }
 
 /// Was this request's body set aside (so that s3s saw none)?
@@ -279,6 +310,49 @@ mod tests {
             b = b.header(*k, *v);
         }
         b.body(()).unwrap().into_parts().0
+    }
+
+    /// A steering header sent twice, or not visible ASCII, is refused before anything reads
+    /// it: s3s drops a non-UTF-8 line and would read the other one alone (found by review: a
+    /// junk first line of x-amz-content-sha256 sent an aws-chunked body to s3s's decoder).
+    #[test]
+    fn steering_headers_are_read_one_way_only() {
+        let mut twice = http::HeaderMap::new();
+        twice.append(
+            "x-amz-content-sha256",
+            HeaderValue::from_bytes(b"\xff").unwrap(),
+        );
+        twice.append(
+            "x-amz-content-sha256",
+            HeaderValue::from_static("STREAMING-AWS4-HMAC-SHA256-PAYLOAD"),
+        );
+        assert!(steering_header_problem(&twice).is_some());
+        for name in STEERING {
+            let mut one = http::HeaderMap::new();
+            one.insert(name, HeaderValue::from_bytes(b"a\xe9").unwrap());
+            assert!(steering_header_problem(&one).is_some(), "{name}");
+            let mut two = http::HeaderMap::new();
+            two.append(name, HeaderValue::from_static("a"));
+            two.append(name, HeaderValue::from_static("a"));
+            assert!(steering_header_problem(&two).is_some(), "{name}");
+        }
+        let mut fine = http::HeaderMap::new();
+        fine.insert(
+            "x-amz-content-sha256",
+            HeaderValue::from_static("UNSIGNED-PAYLOAD"),
+        );
+        fine.append("content-encoding", HeaderValue::from_static("gzip"));
+        assert!(steering_header_problem(&fine).is_none());
+        let mut p = parts(
+            "PUT",
+            "/b/k",
+            &[
+                ("x-amz-content-sha256", "STREAMING-UNSIGNED-PAYLOAD-TRAILER"),
+                ("x-amz-decoded-content-length", "+150"),
+            ],
+        );
+        let refused = set_aside(&mut p, axum::body::Body::empty()).unwrap_err();
+        assert_eq!(refused.1, "InvalidArgument");
     }
 
     #[test]

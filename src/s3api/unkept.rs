@@ -56,7 +56,9 @@ pub fn refuse_on_write(headers: &http::HeaderMap) -> S3Result<()> {
         ));
     }
     for value in headers.get_all("x-amz-acl") {
-        let acl = String::from_utf8_lossy(value.as_bytes()).trim().to_ascii_lowercase();
+        let acl = String::from_utf8_lossy(value.as_bytes())
+            .trim()
+            .to_ascii_lowercase();
         if !OWNER_ONLY_ACLS.contains(&acl.as_str()) {
             return Err(refuse(
                 S3ErrorCode::AccessControlListNotSupported,
@@ -107,8 +109,16 @@ mod tests {
     #[test]
     fn what_is_refused_and_what_passes() {
         for (name, value, code) in [
-            ("x-amz-server-side-encryption-customer-algorithm", "AES256", "InvalidRequest"),
-            ("x-amz-copy-source-server-side-encryption-customer-key", "a2V5", "InvalidRequest"),
+            (
+                "x-amz-server-side-encryption-customer-algorithm",
+                "AES256",
+                "InvalidRequest",
+            ),
+            (
+                "x-amz-copy-source-server-side-encryption-customer-key",
+                "a2V5",
+                "InvalidRequest",
+            ),
             ("x-amz-object-lock-mode", "COMPLIANCE", "InvalidRequest"),
             ("x-amz-object-lock-legal-hold", "ON", "InvalidRequest"),
             ("x-amz-acl", "public-read", "AccessControlListNotSupported"),

@@ -497,14 +497,22 @@ async fn moving_an_existing_bucket_behind_fencegate(kind: Kind) {
         cmd.arg("--config").arg(fx.data.with_extension("toml"));
     }
     let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     fx.boot();
     assert_eq!(put(&c, &fx.url("legacy"), Some("1"), b"new").await.0, 200);
     assert_eq!(get_bytes(&c, &fx.url("legacy")).await.1, b"new");
     // A write around fencegate after the move is still detected.
     fx.write_behind("older", b"around fencegate").await;
     let (status, body) = put(&c, &fx.url("older"), Some("2"), b"would clobber").await;
-    assert_eq!((status, body["error"].as_str()), (409, Some("BypassDetected")), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("BypassDetected")),
+        "{body}"
+    );
 }
 
 macro_rules! on_both_backends {

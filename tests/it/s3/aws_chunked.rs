@@ -404,3 +404,40 @@ async fn boto3_and_aws_cli_over_tls_on_fs() {
 async fn boto3_and_aws_cli_over_tls_on_s3() {
     tls_clients(Kind::S3Safe).await
 }
+
+/// Review finding: `x-amz-content-sha256` sent twice, a line s3s drops (not UTF-8) first, made
+/// fencegate take the body for plain while s3s decoded it as aws-chunked itself, whole chunks
+/// in memory and a cut-short body stored as complete (200, 100 of 150 bytes). Every header that
+/// steers the body or the signature is now read one way only: sent twice, or not ASCII, it is
+/// refused before anything reads the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steering_header_sent_twice_is_refused() {
+    let fx = Fx::start(Kind::Fs).await;
+    let http = reqwest::Client::new();
+    let d = data(150, 3);
+    let mut req = http
+        .put(fx.server.url("/bkt/dup"))
+        .header("x-amz-decoded-content-length", "150")
+        .header("x-amz-content-sha256", SIGNED)
+        .body(Vec::new())
+        .build()
+        .unwrap();
+    sign_payload(&mut req, CREDS, SIGNED);
+    // Only the first chunk, signed: cut short before the second and the final one.
+    let whole = signed_chunks(&req, CREDS, &[&d[..100], &d[100..]], None);
+    let first = whole.windows(2).position(|w| w == b"\r\n").unwrap() + 2 + 100 + 2;
+    *req.body_mut() = Some(whole[..first].to_vec().into());
+    let headers = req.headers_mut();
+    let valid = headers.remove("x-amz-content-sha256").unwrap();
+    headers.append(
+        "x-amz-content-sha256",
+        reqwest::header::HeaderValue::from_bytes(b"\xff").unwrap(),
+    );
+    headers.append("x-amz-content-sha256", valid);
+    let resp = http.execute(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("more than once"), "{text}");
+    assert_eq!(stored(&fx, "dup").await, None);
+}
