@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -30,8 +31,10 @@ ENDPOINT = os.environ["FG_ENDPOINT"].rstrip("/")
 KEY, SECRET = "fencegate", "fencegate-dev-secret"
 BIN = os.path.dirname(sys.executable)
 WORK = tempfile.mkdtemp()
-# AWS_CA_BUNDLE is for https; rclone refuses to start with one set on a plain-http endpoint.
-ENV = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
+# AWS_CA_BUNDLE is for https (every client here trusts fencegate's certificate through it, rclone
+# through RCLONE_CA_CERT); rclone refuses to start with one set on a plain-http endpoint.
+CA = os.environ.get("AWS_CA_BUNDLE") if ENDPOINT.startswith("https://") else None
+ENV = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE" or CA}
 ENV = dict(ENV, AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET,
            AWS_DEFAULT_REGION="us-east-1", AWS_REGION="us-east-1",
            AWS_CONFIG_FILE="/dev/null", AWS_SHARED_CREDENTIALS_FILE="/dev/null")
@@ -74,9 +77,15 @@ def digest(path_or_bytes):
         return hashlib.md5(f.read()).hexdigest()
 
 
+def urlopen(req, timeout):
+    """urllib's urlopen, trusting fencegate's certificate over https."""
+    context = ssl.create_default_context(cafile=CA) if CA else None
+    return urllib.request.urlopen(req, timeout=timeout, context=context)
+
+
 def fetch(url):
     try:
-        with urllib.request.urlopen(url, timeout=30) as r:
+        with urlopen(url, 30) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
@@ -84,7 +93,7 @@ def fetch(url):
 
 def refused_puts():
     """How many PutObject requests fencegate has refused (4xx), from its /metrics."""
-    with urllib.request.urlopen(f"{ENDPOINT}/metrics", timeout=10) as r:
+    with urlopen(f"{ENDPOINT}/metrics", 10) as r:
         text = r.read().decode()
     want = 'fencegate_request_duration_seconds_count{surface="s3",operation="PutObject",outcome="4xx"}'
     return sum(int(float(line.split()[-1])) for line in text.splitlines() if line.startswith(want))
@@ -96,7 +105,7 @@ def acquire(name, key):
                        "key": key, "s3_credentials": True}).encode()
     req = urllib.request.Request(f"{ENDPOINT}/v1/leases/{name}", data=body, method="POST",
                                  headers={"content-type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
+    with urlopen(req, 30) as r:
         grant = json.load(r)
     creds = grant["s3_credentials"]
     return grant["token"], creds["access_key_id"], creds["secret_access_key"]
@@ -224,10 +233,14 @@ def aws_cli():
 
 # ---- rclone -----------------------------------------------------------------------------
 def rclone_env(key, secret):
-    return dict(ENV, RCLONE_CONFIG_FG_TYPE="s3", RCLONE_CONFIG_FG_PROVIDER="Other",
+    # rclone's s3 backend cannot take AWS_CA_BUNDLE (it fails to start with it set): the CA
+    # goes in RCLONE_CA_CERT instead.
+    env = {k: v for k, v in ENV.items() if k != "AWS_CA_BUNDLE"}
+    return dict(env, RCLONE_CONFIG_FG_TYPE="s3", RCLONE_CONFIG_FG_PROVIDER="Other",
                 RCLONE_CONFIG_FG_ENDPOINT=ENDPOINT, RCLONE_CONFIG_FG_ACCESS_KEY_ID=key,
                 RCLONE_CONFIG_FG_SECRET_ACCESS_KEY=secret, RCLONE_CONFIG_FG_REGION="us-east-1",
-                RCLONE_CONFIG_FG_FORCE_PATH_STYLE="true", RCLONE_CONFIG="/dev/null")
+                RCLONE_CONFIG_FG_FORCE_PATH_STYLE="true", RCLONE_CONFIG="/dev/null",
+                **({"RCLONE_CA_CERT": CA} if CA else {}))
 
 
 def rclone():
@@ -324,6 +337,8 @@ def s3cmd_config(key, secret):
     path = os.path.join(WORK, f"s3cmd-{key}.cfg")
     lines = ["[default]", f"access_key = {key}", f"secret_key = {secret}", f"host_base = {host}",
              f"host_bucket = {host}", f"use_https = {ENDPOINT.startswith('https')}",
+             # Else signurl makes http:// URLs whatever use_https says.
+             f"signurl_use_https = {ENDPOINT.startswith('https')}",
              "bucket_location = us-east-1", "signature_v2 = False"]
     if os.environ.get("AWS_CA_BUNDLE"):
         lines.append(f"ca_certs_file = {os.environ['AWS_CA_BUNDLE']}")
@@ -334,7 +349,7 @@ def s3cmd_config(key, secret):
 
 def s5xx(operation):
     """How many `operation` requests fencegate answered with a 5xx, from its /metrics."""
-    with urllib.request.urlopen(f"{ENDPOINT}/metrics", timeout=10) as r:
+    with urlopen(f"{ENDPOINT}/metrics", 10) as r:
         text = r.read().decode()
     want = f'fencegate_request_duration_seconds_count{{surface="s3",operation="{operation}",outcome="5xx"}}'
     return sum(int(float(line.split()[-1])) for line in text.splitlines() if line.startswith(want))

@@ -71,8 +71,9 @@ fn python_lease_example_runs() {
 /// boto3, the aws cli, rclone, s5cmd and s3cmd through the same list (tests/e2e/clients.py): put and
 /// get, a multipart upload, a paged listing whose page ends on a prefix, a presigned GET made
 /// with the client's defaults, a stale write refused in one request, and a lease-bound delete
-/// on a `required` bucket; on the fs backend and on the s3 backend over ministack.
-async fn every_client_through_the_list(kind: super::fixture::Kind) {
+/// on a `required` bucket; on the fs backend and on the s3 backend over ministack, over http
+/// and over https (each client trusting the certificate, with its default settings).
+async fn every_client_through_the_list(kind: super::fixture::Kind, tls: bool) {
     let root = env!("CARGO_MANIFEST_DIR");
     let python = format!("{root}/.venv/bin/python");
     for tool in [".venv/bin/aws", ".venv/bin/s5cmd", ".venv/bin/s3cmd"] {
@@ -81,12 +82,27 @@ async fn every_client_through_the_list(kind: super::fixture::Kind) {
             "{tool} is missing: run scripts/test, which installs it"
         );
     }
-    let fx =
-        super::fixture::Fx::start_with(kind, &[("open", "fencing = \"optional\""), ("req", "")])
-            .await;
-    let out = tokio::process::Command::new(&python)
-        .arg(format!("{root}/tests/e2e/clients.py"))
-        .env("FG_ENDPOINT", fx.server.url(""))
+    let fx = super::fixture::Fx::start_configured(
+        kind,
+        &[("open", "fencing = \"optional\""), ("req", "")],
+        tls,
+    )
+    .await;
+    let mut cmd = tokio::process::Command::new(&python);
+    cmd.arg(format!("{root}/tests/e2e/clients.py"));
+    if tls {
+        // As deployed: https, each client trusting the certificate, with its default settings
+        // (over TLS the AWS SDKs send aws-chunked bodies).
+        cmd.env(
+            "FG_ENDPOINT",
+            format!("https://localhost:{}", fx.server.addr.port()),
+        )
+        .env("AWS_CA_BUNDLE", fx.ca_file());
+    } else {
+        cmd.env("FG_ENDPOINT", fx.server.url(""));
+    }
+    let out = cmd
+        .env_remove("AWS_REQUEST_CHECKSUM_CALCULATION")
         .output()
         .await
         .expect("python runs");
@@ -99,10 +115,20 @@ async fn every_client_through_the_list(kind: super::fixture::Kind) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_client_on_fs() {
-    every_client_through_the_list(super::fixture::Kind::Fs).await
+    every_client_through_the_list(super::fixture::Kind::Fs, false).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_client_on_s3_over_ministack() {
-    every_client_through_the_list(super::fixture::Kind::S3Safe).await
+    every_client_through_the_list(super::fixture::Kind::S3Safe, false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_client_over_tls_on_fs() {
+    every_client_through_the_list(super::fixture::Kind::Fs, true).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_client_over_tls_on_s3_over_ministack() {
+    every_client_through_the_list(super::fixture::Kind::S3Safe, true).await
 }
