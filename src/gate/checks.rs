@@ -207,10 +207,18 @@ impl Gate {
             BypassPolicy::Reject => {
                 tracing::error!(bucket = %req.bucket, key = %req.key, %expected, %found,
                     "write behind fencegate's back detected; refusing to overwrite it (on_bypass = reject)");
+                // A key deleted or written through fencegate is known, whatever it holds now:
+                // only one fencegate has no trace of gets the advice for a moved bucket.
+                let never_recorded = object_row.version.is_none()
+                    && object_row.etag.is_none()
+                    && object_row.highest.is_none()
+                    && object_row.pending.is_none()
+                    && !object_row.tombstone;
                 Err(GateError::BypassDetected {
                     bucket: req.bucket.clone(),
                     expected,
                     found,
+                    never_recorded,
                 })
             }
             BypassPolicy::Adopt => {

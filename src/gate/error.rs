@@ -59,11 +59,14 @@ pub enum GateError {
     InvalidFencingScope(String),
     #[error("precondition failed: {0}")]
     PreconditionFailed(String),
-    #[error("{}", bypass_message(bucket, expected, found))]
+    /// `never_recorded`: fencegate holds no record of the key at all (no version, token or
+    /// deletion), as for an object that was in the store before fencegate fronted it.
+    #[error("{}", bypass_message(bucket, expected, found, *never_recorded))]
     BypassDetected {
         bucket: String,
         expected: String,
         found: String,
+        never_recorded: bool,
     },
     #[error("no bucket named {0:?} is configured")]
     NoSuchBucket(String),
@@ -97,11 +100,11 @@ impl From<BackendError> for GateError {
 
 /// What a BypassDetected says, and what to do: an object fencegate has no record of at all is
 /// most often one that was in the store before fencegate fronted the bucket.
-fn bypass_message(bucket: &str, expected: &str, found: &str) -> String {
-    if expected == "absent" {
-        format!("the object is in the store (version {found}) but fencegate never recorded writing it: it was written around fencegate, or it was there before fencegate fronted bucket {bucket}; fencegate refuses to overwrite it. For a bucket moved behind fencegate, stop fencegate and run `fencegate fences rebuild --bucket {bucket}` once, which records every object already there (docs/operations.md, \"Moving an existing bucket behind fencegate\"); otherwise inspect the object, then set on_bypass = \"adopt\" for the bucket, or remove it")
+fn bypass_message(bucket: &str, expected: &str, found: &str, never_recorded: bool) -> String {
+    if never_recorded {
+        format!("the object is in the store (version {found}) but fencegate holds no record of the key: it was written around fencegate, or it was there before fencegate fronted bucket {bucket}; fencegate refuses to change it. For a bucket moved behind fencegate, stop fencegate and run `fencegate fences rebuild --bucket {bucket}` once, which records every object already there (docs/operations.md, \"Moving an existing bucket behind fencegate\"); otherwise inspect the object, then set on_bypass = \"adopt\" for the bucket, or remove it")
     } else {
-        format!("the object was changed on the backend behind fencegate's back (expected version {expected}, found {found}); fencegate refuses to overwrite it. Inspect the object, then write with a new token after setting on_bypass = \"adopt\" for the bucket, or restore it")
+        format!("the object was changed on the backend behind fencegate's back (expected version {expected}, found {found}); fencegate refuses to change it. Inspect the object, then write with a new token after setting on_bypass = \"adopt\" for the bucket, or restore it")
     }
 }
 

@@ -78,6 +78,11 @@ fn object_permission(op: &str) -> Option<Permission> {
     if op == "DeleteObject" || op == "AbortMultipartUpload" {
         return Some(Permission::Delete);
     }
+    // Changing an object's tags is a write on AWS, even where (as here) there are none to
+    // delete.
+    if op == "DeleteObjectTagging" {
+        return Some(Permission::Write);
+    }
     let writes = [
         "Put", "Copy", "Upload", "Create", "Complete", "Restore", "Post",
     ];
@@ -151,10 +156,18 @@ fn refused_signature(
         None if authenticated => Vec::new(),
         None => return None,
     };
-    let covered = |name: &str| signed.iter().any(|h| h.eq_ignore_ascii_case(name));
+    // A SigV4 presigned URL signs its whole query: the x-amz-* parameters it carries, lifted
+    // into headers before s3s (sigv2::lift_signed_headers), are signed with it.
+    let in_query = |name: &str| {
+        super::sigv2::presigned_v4(&params)
+            && params.iter().any(|(k, _)| {
+                k.eq_ignore_ascii_case(name) && super::sigv2::carried(&k.to_ascii_lowercase(), true)
+            })
+    };
+    let covered = |name: &str| signed.iter().any(|h| h.eq_ignore_ascii_case(name)) || in_query(name);
     if let Some(name) = crate::http::headers::unsigned_fencing_header(headers, covered) {
         return Some(format!(
-            "the {name} header must be signed: add it to the signed headers (a presigned URL cannot carry it; write with a signed request or lease-bound credentials)"
+            "the {name} header must be signed: add it to the signed headers (a presigned URL carries a token only as x-amz-meta-fencing-token in the URL it signs; or write with lease-bound credentials)"
         ));
     }
     // Nor any other x-amz-* header, as AWS refuses them (HeadersNotSigned): whoever holds a

@@ -9,7 +9,9 @@
 //! them there, `x-amz-meta-fencing-token` among them). They are lifted into headers before s3s
 //! reads the request, which is where SigV2's string to sign takes them from, so a token in the
 //! URL is signed and honoured, and a token added to the URL or as a header by its bearer fails
-//! the signature.
+//! the signature. A SigV4 presigned URL's are lifted the same way (its signature covers its
+//! whole query; the JavaScript SDK's presigner puts metadata and checksums there), so that S3
+//! applies none of them as a header fencegate would drop.
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 
@@ -120,21 +122,48 @@ pub fn refused(
     too_long.then(|| format!("a presigned URL may be valid for at most {MAX_PRESIGNED_SECS} seconds (7 days), as on AWS"))
 }
 
-/// Lifts a SigV2 presigned URL's `x-amz-*` query parameters into headers (see the module
-/// header). A parameter that is also sent as a header, or twice, or that is no valid header, is
-/// refused: the signature can cover only one value.
+/// A SigV4 presigned URL's own parameters, which are the signature, not headers it carries.
+const SIGV4_OWN: [&str; 8] = [
+    "x-amz-algorithm",
+    "x-amz-credential",
+    "x-amz-date",
+    "x-amz-expires",
+    "x-amz-signedheaders",
+    "x-amz-signature",
+    "x-amz-security-token",
+    "x-amz-content-sha256",
+];
+
+/// Is this `x-amz-*` query parameter of a presigned URL a header the URL carries (which S3
+/// applies as that header), rather than a part of the signature itself?
+pub fn carried(name: &str, sigv4: bool) -> bool {
+    covers(name) && !(sigv4 && SIGV4_OWN.iter().any(|own| own.eq_ignore_ascii_case(name)))
+}
+
+/// Is this a SigV4 presigned URL (as s3s decides: a parameter named exactly `X-Amz-Signature`)?
+pub fn presigned_v4(params: &[(String, String)]) -> bool {
+    params.iter().any(|(k, _)| k == "X-Amz-Signature")
+}
+
+/// Lifts a presigned URL's `x-amz-*` query parameters into headers, as S3 applies them (see the
+/// module header): SigV2 signs them as headers; a SigV4 URL signs them in its query (the AWS
+/// SDK for JavaScript's presigner puts metadata, the fencing token among it, and checksums
+/// there). Lifted, each is honoured or refused as the header would be, never dropped. A
+/// parameter that is also sent as a header, or twice, or that is no valid header, is refused:
+/// the signature can cover only one value.
 pub fn lift_signed_headers(
     uri: &http::Uri,
     headers: &mut HeaderMap,
 ) -> Result<(), (StatusCode, &'static str, String)> {
     let params = query_params(uri);
-    if !params.iter().any(|(k, _)| k == "Signature") {
+    let sigv4 = !presigned(&params) && presigned_v4(&params);
+    if !presigned(&params) && !sigv4 {
         return Ok(());
     }
     let mut lifted = HeaderMap::new();
     for (k, v) in &params {
         let name = k.to_ascii_lowercase();
-        if !covers(&name) {
+        if !carried(&name, sigv4) {
             continue;
         }
         let bad = || {

@@ -93,6 +93,10 @@ enum Route {
     S3List,
     S3CreateBucket,
     S3DeleteBucket,
+    /// GetObjectTagging: a read.
+    S3GetTagging,
+    /// DeleteObjectTagging: a write on AWS, a no-op here, never open to a reader.
+    S3DeleteTagging,
     AdminMetrics,
     AdminLeases,
     AdminLeaseGet,
@@ -129,6 +133,8 @@ fn native(route: Route) -> bool {
             | Route::S3List
             | Route::S3CreateBucket
             | Route::S3DeleteBucket
+            | Route::S3GetTagging
+            | Route::S3DeleteTagging
     )
 }
 
@@ -141,6 +147,7 @@ fn reads(route: Route) -> bool {
             | Route::FenceShow
             | Route::S3Get
             | Route::S3List
+            | Route::S3GetTagging
     )
 }
 
@@ -311,6 +318,8 @@ impl Fixture {
             Route::S3List => c.get(s.url("/data?list-type=2")),
             Route::S3CreateBucket => c.put(s.url("/new-b")),
             Route::S3DeleteBucket => c.delete(s.url("/new-b")),
+            Route::S3GetTagging => c.get(s.url("/data/k?tagging")),
+            Route::S3DeleteTagging => c.delete(s.url("/data/k?tagging")),
             Route::AdminMetrics => c.get(s.url("/metrics")),
             Route::AdminLeases => c.get(s.url("/admin/leases")),
             Route::AdminLeaseGet => c.get(s.url("/admin/leases/jobs-victim")),
@@ -383,6 +392,8 @@ async fn every_route_times_every_caller() {
         Route::S3List,
         Route::S3CreateBucket,
         Route::S3DeleteBucket,
+        Route::S3GetTagging,
+        Route::S3DeleteTagging,
         Route::AdminMetrics,
         Route::AdminLeases,
         Route::AdminLeaseGet,

@@ -335,6 +335,24 @@ async fn bypass_is_detected(kind: Kind) {
     // A key fencegate never wrote, created around it, is caught as well.
     fx.write_behind("planted", b"planted").await;
     assert_eq!(put(&c, &fx.url("planted"), Some("1"), b"x").await.0, 409);
+    // A key fencegate wrote and deleted, then written around it: known to fencegate, so the
+    // refusal does not call it unrecorded, nor advise the rebuild that would adopt it (review).
+    assert_eq!(put(&c, &fx.url("gone"), Some("3"), b"v").await.0, 200);
+    let deleted = c
+        .delete(fx.url("gone"))
+        .header("Fencing-Token", "3")
+        .send()
+        .await
+        .unwrap();
+    assert!(deleted.status().is_success());
+    fx.write_behind("gone", b"around fencegate").await;
+    let (status, body) = put(&c, &fx.url("gone"), Some("4"), b"x").await;
+    assert_eq!(status, 409, "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("behind fencegate's back") && !message.contains("fences rebuild"),
+        "{body}"
+    );
     assert_eq!(fx.staged_leftovers().await, 0);
 }
 
