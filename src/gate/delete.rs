@@ -13,6 +13,18 @@ use crate::token::Token;
 use std::sync::Arc;
 
 impl Gate {
+    /// A batch of deletes (S3's DeleteObjects) judged once, before any key: where the bucket
+    /// needs a token on deletes and the request carries none, every key would be refused, so
+    /// the request is (a 428 per key inside a 200 is read as success by clients that do not
+    /// look at per-key errors: s3cmd, fsspec).
+    pub fn admit_batch_delete(&self, bucket: &str, token: &super::TokenInput) -> Result<(), GateError> {
+        let entry = self.bucket(bucket)?;
+        match token {
+            Ok(None) => Self::admit(bucket, &entry.policy, Ok(None), true).map(|_| ()),
+            _ => Ok(()),
+        }
+    }
+
     /// DELETE: fenced like a write; leaves a tombstone that keeps the highest token.
     pub async fn delete(self: &Arc<Self>, req: WriteRequest) -> Result<Written, GateError> {
         let bucket = req.bucket.clone();

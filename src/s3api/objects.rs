@@ -370,6 +370,9 @@ pub async fn delete_objects(
         None,
         super::access::lease_token(&req.extensions),
     );
+    gw.gate
+        .admit_batch_delete(&input.bucket, &token)
+        .map_err(s3_error)?;
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
     let who = match req.extensions.get::<crate::auth::Principal>() {

@@ -1,4 +1,4 @@
-"""boto3, the aws cli and pyarrow as deployed: over https, with their default settings (request
+"""boto3, the aws cli, pyarrow, minio-py, obstore and the AWS SDK for JavaScript v3 as deployed: over https, with their default settings (request
 checksums "when_supported", so over TLS every PutObject and UploadPart goes aws-chunked with a
 CRC trailer and no Content-Length), uploading 20 MB (a multipart upload) and small files, and
 reading them back. Run by tests/it/s3/aws_chunked.rs, which starts fencegate with TLS and passes
@@ -127,4 +127,44 @@ with arrow.open_output_stream(f"{BUCKET}/arrow/big.bin") as out:
 with arrow.open_input_stream(f"{BUCKET}/arrow/big.bin") as inp:
     check(hashlib.md5(inp.read()).hexdigest() == big_md5, "pyarrow read back other bytes")
 
-print("every tls client passed: boto3, aws, pyarrow", flush=True)
+step("minio-py fput_object of 20 MB and back")
+import minio  # noqa: E402
+import urllib3  # noqa: E402
+
+CA = os.environ["AWS_CA_BUNDLE"]
+mc = minio.Minio(host, access_key=os.environ["AWS_ACCESS_KEY_ID"],
+                 secret_key=os.environ["AWS_SECRET_ACCESS_KEY"], secure=True, region="us-east-1",
+                 http_client=urllib3.PoolManager(cert_reqs="CERT_REQUIRED", ca_certs=CA))
+mc.fput_object(BUCKET, "minio-big.bin", big)
+out = os.path.join(work, "minio-big.out")
+mc.fget_object(BUCKET, "minio-big.bin", out)
+check(hashlib.md5(open(out, "rb").read()).hexdigest() == big_md5, "minio-py read back other bytes")
+
+step("obstore (Rust object_store): 20 MB in 5 MiB parts, and a create that must not overwrite")
+os.environ["SSL_CERT_FILE"] = CA  # object_store trusts the CA through it
+import obstore  # noqa: E402
+from obstore.store import S3Store  # noqa: E402
+
+store = S3Store(BUCKET, endpoint=ENDPOINT, access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
+                secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"], region="us-east-1",
+                virtual_hosted_style_request=False)
+obstore.put(store, "obstore-big.bin", open(big, "rb").read(), chunk_size=5 * 1024 * 1024)
+got = bytes(obstore.get(store, "obstore-big.bin").bytes())
+check(hashlib.md5(got).hexdigest() == big_md5, "obstore read back other bytes")
+obstore.put(store, "obstore-once.txt", b"first", mode="create")
+try:
+    obstore.put(store, "obstore-once.txt", b"second", mode="create")
+    check(False, "obstore's second create was accepted")
+except Exception as e:  # obstore.exceptions.AlreadyExistsError
+    check(type(e).__name__ == "AlreadyExistsError", f"obstore's second create: {e!r}")
+check(bytes(obstore.get(store, "obstore-once.txt").bytes()) == b"first", "the create overwrote")
+
+step("the AWS SDK for JavaScript v3: UploadPart with stream bodies (tests/e2e/js/upload.mjs)")
+js = os.path.join(os.path.dirname(os.path.abspath(__file__)), "js")
+check(os.path.isdir(os.path.join(js, "node_modules", "@aws-sdk")),
+      "tests/e2e/js/node_modules is missing: scripts/test installs it (npm)")
+r = subprocess.run(["node", os.path.join(js, "upload.mjs")], capture_output=True, text=True,
+                   env=dict(os.environ, FG_CA=CA, FG_BIG=big, FG_BUCKET=BUCKET), timeout=300)
+check(r.returncode == 0 and "read back" in r.stdout, f"node: {r.stdout}\n{r.stderr}")
+
+print("every tls client passed: boto3, aws, pyarrow, minio-py, obstore, js", flush=True)

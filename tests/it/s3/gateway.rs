@@ -911,6 +911,19 @@ async fn copy_and_batch_delete(kind: Kind) {
     assert_eq!(body_of(&c, "default", "dst").await, b"payload");
     let (status, _, _) = failure(c.head_object().bucket("default").key("src").send().await);
     assert_eq!(status, 404);
+
+    // A batch with no token at all, on a bucket that needs one on deletes, is refused whole
+    // (428), not key by key inside a 200 that s3cmd and fsspec report as success.
+    let ids = vec![ObjectIdentifier::builder().key("dst").build().unwrap()];
+    let (status, code, _) = failure(
+        c.delete_objects()
+            .bucket("default")
+            .delete(Delete::builder().set_objects(Some(ids)).build().unwrap())
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (428, "FencingTokenRequired"));
+    assert_eq!(body_of(&c, "default", "dst").await, b"payload");
 }
 
 /// `/metrics`, read with the other key (an admin key).
