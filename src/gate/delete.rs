@@ -17,7 +17,11 @@ impl Gate {
     /// needs a token on deletes and the request carries none, every key would be refused, so
     /// the request is (a 428 per key inside a 200 is read as success by clients that do not
     /// look at per-key errors: s3cmd, fsspec).
-    pub fn admit_batch_delete(&self, bucket: &str, token: &super::TokenInput) -> Result<(), GateError> {
+    pub fn admit_batch_delete(
+        &self,
+        bucket: &str,
+        token: &super::TokenInput,
+    ) -> Result<(), GateError> {
         let entry = self.bucket(bucket)?;
         match token {
             Ok(None) => Self::admit(bucket, &entry.policy, Ok(None), true).map(|_| ()),

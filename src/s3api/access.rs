@@ -164,7 +164,8 @@ fn refused_signature(
                 k.eq_ignore_ascii_case(name) && super::sigv2::carried(&k.to_ascii_lowercase(), true)
             })
     };
-    let covered = |name: &str| signed.iter().any(|h| h.eq_ignore_ascii_case(name)) || in_query(name);
+    let covered =
+        |name: &str| signed.iter().any(|h| h.eq_ignore_ascii_case(name)) || in_query(name);
     if let Some(name) = crate::http::headers::unsigned_fencing_header(headers, covered) {
         return Some(format!(
             "the {name} header must be signed: add it to the signed headers (a presigned URL carries a token only as x-amz-meta-fencing-token in the URL it signs; or write with lease-bound credentials)"

@@ -1528,13 +1528,20 @@ async fn a_presigned_urls_amz_parameters_are_applied() {
         ("x-amz-tagging=a%3Db", "InvalidRequest"),
         ("x-amz-object-lock-mode=COMPLIANCE", "InvalidRequest"),
         // The CRC32 of an empty body, which the JS presigner signs by default.
-        ("x-amz-checksum-crc32=AAAAAA%3D%3D&x-amz-meta-fencing-token=12", "BadDigest"),
+        (
+            "x-amz-checksum-crc32=AAAAAA%3D%3D&x-amz-meta-fencing-token=12",
+            "BadDigest",
+        ),
     ] {
         let (status, text) = put(query, b"other").await;
         assert_eq!(status, 400, "{query}: {text}");
         assert!(text.contains(code), "{query}: {text}");
     }
-    let (status, text) = put("x-amz-meta-owner=job-7&x-amz-meta-fencing-token=11", b"eleven").await;
+    let (status, text) = put(
+        "x-amz-meta-owner=job-7&x-amz-meta-fencing-token=11",
+        b"eleven",
+    )
+    .await;
     assert_eq!(status, 200, "{text}");
     let head = fx
         .client()
@@ -1544,7 +1551,12 @@ async fn a_presigned_urls_amz_parameters_are_applied() {
         .send()
         .await
         .unwrap();
-    assert_eq!(head.metadata().and_then(|m| m.get("owner")).map(String::as_str), Some("job-7"));
+    assert_eq!(
+        head.metadata()
+            .and_then(|m| m.get("owner"))
+            .map(String::as_str),
+        Some("job-7")
+    );
     assert_eq!(head.content_length(), Some(6));
 }
 
