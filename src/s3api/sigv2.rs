@@ -224,9 +224,19 @@ mod tests {
             &mut HeaderMap::new(),
         );
         assert!(twice.is_err());
-        // Not a SigV2 URL: nothing is lifted.
+        // A SigV4 URL: what it carries is lifted, its own parameters are not.
+        let mut v4 = HeaderMap::new();
+        lift_signed_headers(
+            &uri("X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=c&X-Amz-Date=d&X-Amz-Expires=60&X-Amz-SignedHeaders=host&X-Amz-Content-Sha256=UNSIGNED-PAYLOAD&X-Amz-Signature=00&x-amz-meta-a=1&x-amz-acl=public-read"),
+            &mut v4,
+        )
+        .unwrap();
+        let mut names: Vec<&str> = v4.keys().map(|k| k.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["x-amz-acl", "x-amz-meta-a"]);
+        // Not presigned: nothing is lifted.
         let mut none = HeaderMap::new();
-        lift_signed_headers(&uri("X-Amz-Signature=00&x-amz-meta-a=1"), &mut none).unwrap();
+        lift_signed_headers(&uri("x-amz-meta-a=1"), &mut none).unwrap();
         assert!(none.is_empty());
     }
 
