@@ -1,15 +1,16 @@
 //! The HTTP kit every surface shares (native API, S3 gateway, admin), as garage's `api/common`
 //! serves its APIs: fencegate's request headers read into the gate's types (`headers.rs`),
 //! declared digests checked as a body streams (`digests.rs`), aws-chunked bodies decoded as
-//! they stream with their chunk signatures checked (`aws_chunked.rs`), the listener's
-//! stalled-body cut-off (`stall.rs`), what becomes of a body a handler did not read
-//! (`unread.rs`), body-stream errors told apart (`body.rs`), JSON error answers (`error.rs`)
-//! and request ids. It names no surface: the surfaces import it.
+//! they stream with their chunk signatures checked (`aws_chunked.rs`, `chunk_signatures.rs`),
+//! the listener's stalled-body cut-off (`stall.rs`), what becomes of a body a handler did not
+//! read (`unread.rs`), body-stream errors told apart (`body.rs`), JSON error answers
+//! (`error.rs`) and request ids. It names no surface: the surfaces import it.
 
 pub mod aws_chunked;
 #[cfg(test)]
 mod aws_chunked_tests;
 pub mod body;
+mod chunk_signatures;
 pub mod digests;
 pub mod error;
 pub mod headers;
