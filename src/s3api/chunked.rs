@@ -313,8 +313,8 @@ mod tests {
     }
 
     /// A steering header sent twice, or not visible ASCII, is refused before anything reads
-    /// it: s3s drops a non-UTF-8 line and would read the other one alone (found by review: a
-    /// junk first line of x-amz-content-sha256 sent an aws-chunked body to s3s's decoder).
+    /// it: s3s drops a non-UTF-8 line and would read the other one alone (a junk first line
+    /// of x-amz-content-sha256 would send an aws-chunked body to s3s's own decoder).
     #[test]
     fn steering_headers_are_read_one_way_only() {
         let mut twice = http::HeaderMap::new();

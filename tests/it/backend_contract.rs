@@ -336,7 +336,7 @@ async fn bypass_is_detected(kind: Kind) {
     fx.write_behind("planted", b"planted").await;
     assert_eq!(put(&c, &fx.url("planted"), Some("1"), b"x").await.0, 409);
     // A key fencegate wrote and deleted, then written around it: known to fencegate, so the
-    // refusal does not call it unrecorded, nor advise the rebuild that would adopt it (review).
+    // refusal does not call it unrecorded, nor advise the rebuild that would adopt it.
     assert_eq!(put(&c, &fx.url("gone"), Some("3"), b"v").await.0, 200);
     let deleted = c
         .delete(fx.url("gone"))

@@ -405,11 +405,11 @@ async fn boto3_and_aws_cli_over_tls_on_s3() {
     tls_clients(Kind::S3Safe).await
 }
 
-/// Review finding: `x-amz-content-sha256` sent twice, a line s3s drops (not UTF-8) first, made
-/// fencegate take the body for plain while s3s decoded it as aws-chunked itself, whole chunks
-/// in memory and a cut-short body stored as complete (200, 100 of 150 bytes). Every header that
-/// steers the body or the signature is now read one way only: sent twice, or not ASCII, it is
-/// refused before anything reads the body.
+/// `x-amz-content-sha256` sent twice, a line s3s drops (not UTF-8) first, would make
+/// fencegate take the body for plain while s3s decoded it as aws-chunked itself (whole chunks in
+/// memory, a cut-short body stored as complete). Every header that steers the body or the
+/// signature is read one way only: sent twice, or not ASCII, it is refused before anything
+/// reads the body.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steering_header_sent_twice_is_refused() {
     let fx = Fx::start(Kind::Fs).await;

@@ -1493,10 +1493,9 @@ async fn unkept_headers(kind: Kind) {
     assert_eq!(refused(r).0, 404);
 }
 
-/// Review finding: a SigV4 presigned URL's `x-amz-*` parameters, which S3 applies as headers
-/// (the AWS SDK for JavaScript's presigner puts metadata and checksums there), were accepted
-/// and dropped, a fencing token among them. They are lifted into headers, each honoured or
-/// refused as the header is.
+/// A SigV4 presigned URL's `x-amz-*` parameters, which S3 applies as headers (the AWS SDK for
+/// JavaScript's presigner puts metadata and checksums there), are lifted into headers, each
+/// honoured or refused as the header is: never dropped, a fencing token least of all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_presigned_urls_amz_parameters_are_applied() {
     let fx = Fx::start(Kind::Fs).await;
