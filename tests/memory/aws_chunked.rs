@@ -25,10 +25,16 @@ const CONNECTIONS: usize = 8;
 /// What each connection sends of its chunk before it stops.
 const SENT: usize = 48 << 20;
 
-async fn one(url: String, creds: Creds) -> (u16, String) {
+/// One connection sending a chunk declared at 4 GiB: a PutObject, or (`delete`) the body of a
+/// DeleteObjects, which a key that may only read can send.
+async fn one(url: String, creds: Creds, delete: bool) -> (u16, String) {
     let http = reqwest::Client::new();
-    let mut req = http
-        .put(&url)
+    let builder = if delete {
+        http.post(format!("{url}?delete"))
+    } else {
+        http.put(&url)
+    };
+    let mut req = builder
         .header("content-encoding", "aws-chunked")
         .header("x-amz-decoded-content-length", (4u64 << 30).to_string())
         .header("x-amz-content-sha256", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD")
@@ -57,24 +63,31 @@ async fn a_4_gib_chunk_is_never_held() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(&dir.path().join("data"), Some(CONFIG));
     let idle = s.peak_rss_kib();
-    for (creds, want) in [
-        (
-            Creds {
-                key: "reader",
-                secret: "reader-secret-0123",
-            },
-            403,
-        ),
-        (
-            Creds {
-                key: "writer",
-                secret: "writer-secret-0123",
-            },
-            400,
-        ),
+    let reader = Creds {
+        key: "reader",
+        secret: "reader-secret-0123",
+    };
+    let writer = Creds {
+        key: "writer",
+        secret: "writer-secret-0123",
+    };
+    // The reader's PutObject is refused by the access check, its DeleteObjects for the body
+    // (aws-chunked is taken for PutObject and UploadPart only), both before the body is read;
+    // the writer's streams until its body ends short.
+    for (creds, delete, want) in [
+        (reader, false, 403),
+        (reader, true, 400),
+        (writer, false, 400),
     ] {
         let tasks: Vec<_> = (0..CONNECTIONS)
-            .map(|i| tokio::spawn(one(s.url(&format!("/default/big-{i}")), creds)))
+            .map(|i| {
+                let url = if delete {
+                    s.url("/default")
+                } else {
+                    s.url(&format!("/default/big-{i}"))
+                };
+                tokio::spawn(one(url, creds, delete))
+            })
             .collect();
         for t in tasks {
             let (status, text) = t.await.unwrap();
