@@ -10,13 +10,12 @@
 //! hex SHA-256 that the body must then match), else the SHA-256 of the body, as curl signs it:
 //! then the signature can only be checked at the end of the body, before anything commits.
 
+use crate::http::parse_amz_date;
 use sha2::{Digest, Sha256};
 use std::time::{Duration, SystemTime};
 
 /// How far a request's `X-Amz-Date` may be from the server's clock (AWS's own limit).
 pub const MAX_SKEW: Duration = Duration::from_secs(15 * 60);
-
-pub const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SigError {
@@ -90,13 +89,6 @@ fn canonical_query(query: &str) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join("&")
-}
-
-fn parse_amz_date(s: &str) -> Option<SystemTime> {
-    let format = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
-    let t = time::PrimitiveDateTime::parse(s, format).ok()?.assume_utc();
-    let secs = u64::try_from(t.unix_timestamp()).ok()?;
-    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
 }
 
 impl SignedRequest {
@@ -278,6 +270,7 @@ impl SignedRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::EMPTY_SHA256;
 
     /// AWS's documented example (GET object, s3 service), from the SigV4 documentation's
     /// "Example: GET Object" with its published signature.

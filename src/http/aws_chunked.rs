@@ -16,7 +16,7 @@
 //! ```
 
 pub use super::chunk_signatures::Signing;
-use super::chunk_signatures::EMPTY_SHA256;
+use super::EMPTY_SHA256;
 use crate::backend::{BodyError, ByteStream};
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};

@@ -3,9 +3,7 @@
 //! signs its data's SHA-256 and the signature before it, starting at the request's own; the
 //! trailer's signs the trailer lines the same way.
 
-/// The SHA-256 of nothing, which every chunk's string to sign carries.
-pub(super) const EMPTY_SHA256: &str =
-    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+use super::{parse_amz_date, EMPTY_SHA256};
 
 /// What checks a signed body's chunks: the key the request was signed with and the chain of
 /// signatures, starting at the request's own (the seed, which s3s has checked).
@@ -27,13 +25,10 @@ impl Signing {
         service: &str,
         seed: &str,
     ) -> Result<Signing, String> {
-        let format =
-            time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
-        let when = time::PrimitiveDateTime::parse(amz_date, format)
-            .map_err(|_| format!("x-amz-date {amz_date:?} is not of the form 20130524T000000Z"))?
-            .assume_utc();
-        let system = std::time::SystemTime::from(when);
-        let key = aws_sigv4::sign::v4::generate_signing_key(secret, system, region, service);
+        let when = parse_amz_date(amz_date).ok_or_else(|| {
+            format!("x-amz-date {amz_date:?} is not of the form 20130524T000000Z")
+        })?;
+        let key = aws_sigv4::sign::v4::generate_signing_key(secret, when, region, service);
         Ok(Signing {
             key: key.as_ref().to_vec(),
             amz_date: amz_date.to_string(),

@@ -19,6 +19,19 @@ pub mod unread;
 
 pub use stall::{bound_bodies, StalledBody};
 
+/// The SHA-256 of an empty body, as SigV4 writes it (the payload hash of a bodiless request,
+/// and a line of every aws-chunked chunk's string to sign).
+pub const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+/// An `x-amz-date` (`20130524T000000Z`), as both SigV4 checks read it: the native API's
+/// (`auth::sigv4`) and the aws-chunked chain (`chunk_signatures.rs`).
+pub fn parse_amz_date(s: &str) -> Option<std::time::SystemTime> {
+    let format = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+    let t = time::PrimitiveDateTime::parse(s, format).ok()?.assume_utc();
+    let secs = u64::try_from(t.unix_timestamp()).ok()?;
+    Some(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+}
+
 /// A new request id: 16 upper-case hex digits, as S3's are.
 pub fn request_id() -> String {
     format!("{:016X}", rand::random::<u64>())
