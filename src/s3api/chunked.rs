@@ -41,10 +41,9 @@ pub fn stand_in_length(parts: &mut http::request::Parts) {
     let unsigned = h
         .get("x-amz-content-sha256")
         .is_some_and(|v| v.as_bytes() == b"UNSIGNED-PAYLOAD");
-    let query = parts.uri.query().unwrap_or("");
-    let part = query
-        .split('&')
-        .any(|p| matches!(p.split('=').next(), Some("uploadId" | "partNumber")));
+    let part = super::refusals::query_names(&parts.uri)
+        .iter()
+        .any(|n| matches!(*n, "uploadId" | "partNumber"));
     if parts.method == http::Method::PUT
         && chunked
         && unsigned
@@ -91,14 +90,7 @@ pub fn set_aside(
         Some(Some(Err(message))) => return bad("InvalidRequest", message),
         Some(Some(Ok(p))) => p,
     };
-    let names: Vec<&str> = parts
-        .uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| p.split_once('=').map_or(p, |(k, _)| k))
-        .collect();
+    let names = super::refusals::query_names(&parts.uri);
     let part = names.contains(&"uploadId");
     let object_put = parts.method == http::Method::PUT
         && !parts.headers.contains_key("x-amz-copy-source")
@@ -110,9 +102,9 @@ pub fn set_aside(
             "an aws-chunked body (x-amz-content-sha256: STREAMING-*) is taken for PutObject and UploadPart only; send this request's body plain, with a Content-Length".into(),
         );
     }
-    let mut lengths = parts.headers.get_all("x-amz-decoded-content-length").iter();
-    let declared = match (lengths.next(), lengths.next()) {
-        (Some(v), None) => match std::str::from_utf8(v.as_bytes())
+    // Sent once at most: steering_header_problem refused a second line above.
+    let declared = match parts.headers.get("x-amz-decoded-content-length") {
+        Some(v) => match std::str::from_utf8(v.as_bytes())
             .ok()
             .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|t| t.parse::<u64>().ok())
@@ -125,18 +117,12 @@ pub fn set_aside(
                 )
             }
         },
-        (None, _) => {
+        None => {
             return Err((
                 http::StatusCode::LENGTH_REQUIRED,
                 "MissingContentLength",
                 "an aws-chunked body needs x-amz-decoded-content-length, the number of bytes it decodes to".into(),
             ))
-        }
-        (Some(_), Some(_)) => {
-            return bad(
-                "InvalidRequest",
-                "x-amz-decoded-content-length is sent more than once; send it once".into(),
-            )
         }
     };
     parts
@@ -264,10 +250,11 @@ fn signing(req: Signed<'_>) -> S3Result<Signing> {
     let Some(credentials) = req.credentials else {
         return Err(denied("the request is not signed"));
     };
-    let mut auths = req.headers.get_all(http::header::AUTHORIZATION).iter();
-    let (Some(auth), None) = (auths.next(), auths.next()) else {
-        return Err(denied("there must be exactly one"));
-    };
+    // One line at most: set_aside refused a request that sent it twice.
+    let auth = req
+        .headers
+        .get(http::header::AUTHORIZATION)
+        .ok_or_else(|| denied("there is none"))?;
     let auth = auth.to_str().map_err(|_| denied("it is not ASCII"))?;
     let rest = auth
         .strip_prefix("AWS4-HMAC-SHA256")

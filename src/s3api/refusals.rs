@@ -47,14 +47,7 @@ pub fn refused_before_s3s(req: &axum::extract::Request) -> Option<axum::response
             let trimmed = v.as_bytes().trim_ascii_start();
             trimmed.len() >= 19 && trimmed[..19].eq_ignore_ascii_case(b"multipart/form-data")
         });
-    let names: Vec<&str> = req
-        .uri()
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| p.split_once('=').map_or(p, |(k, _)| k))
-        .collect();
+    let names = query_names(req.uri());
     let served = names.iter().any(|k| SERVED_POSTS.contains(k))
         && names
             .iter()
@@ -71,6 +64,17 @@ pub fn refused_before_s3s(req: &axum::extract::Request) -> Option<axum::response
         "NotImplemented",
         "this POST is not supported: fencegate serves DeleteObjects (?delete), CreateMultipartUpload (?uploads) and CompleteMultipartUpload (?uploadId=); POST object (browser form uploads) is not supported, so upload with PutObject or a multipart upload",
     ))
+}
+
+/// The names of a request's query parameters as sent (not percent-decoded), by which fencegate
+/// tells operations apart before s3s routes them.
+pub(super) fn query_names(uri: &http::Uri) -> Vec<&str> {
+    uri.query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| p.split_once('=').map_or(p, |(k, _)| k))
+        .collect()
 }
 
 /// What AWS answers, in its words, for a URI s3s would refuse less clearly: a path that is not
@@ -129,12 +133,8 @@ pub fn post_body_checked(
     req: axum::extract::Request,
 ) -> Result<(axum::extract::Request, Option<DigestMismatch>), Box<axum::response::Response>> {
     use futures::StreamExt;
-    let query = req.uri().query().unwrap_or("");
-    let op = |name: &str| {
-        query
-            .split('&')
-            .any(|p| p.split_once('=').map_or(p, |(k, _)| k) == name)
-    };
+    let names = query_names(req.uri());
+    let op = |name: &str| names.contains(&name);
     // s3s routes a POST naming `delete` to DeleteObjects whatever else it names.
     let (delete, complete) = (op("delete"), !op("delete") && op("uploadId"));
     if req.method() != http::Method::POST || !(delete || complete) {
