@@ -89,6 +89,18 @@ impl Fx {
         self.s().object_url("default", key)
     }
 
+    /// `fencegate fences rebuild --bucket default`, offline, on this fixture's data and
+    /// configuration.
+    fn rebuild(&self) -> std::process::Output {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_fencegate"));
+        cmd.args(["fences", "rebuild", "--bucket", "default", "--data-dir"])
+            .arg(&self.data);
+        if !self.config.is_empty() {
+            cmd.arg("--config").arg(self.data.with_extension("toml"));
+        }
+        cmd.output().unwrap()
+    }
+
     fn kill9_and_restart(&mut self) {
         self.server.take().unwrap().kill9();
         self.boot();
@@ -465,13 +477,7 @@ async fn rebuild_after_losing_the_table(kind: Kind) {
     }
     fx.server.take().unwrap().kill9();
     std::fs::remove_dir_all(fx.data.join("fences")).unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_fencegate"));
-    cmd.args(["fences", "rebuild", "--bucket", "default", "--data-dir"])
-        .arg(&fx.data);
-    if !fx.config.is_empty() {
-        cmd.arg("--config").arg(fx.data.with_extension("toml"));
-    }
-    let out = cmd.output().unwrap();
+    let out = fx.rebuild();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -522,13 +528,7 @@ async fn moving_an_existing_bucket_behind_fencegate(kind: Kind) {
         "the refusal says what to do: {body}"
     );
     fx.server.take().unwrap().kill9();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_fencegate"));
-    cmd.args(["fences", "rebuild", "--bucket", "default", "--data-dir"])
-        .arg(&fx.data);
-    if !fx.config.is_empty() {
-        cmd.arg("--config").arg(fx.data.with_extension("toml"));
-    }
-    let out = cmd.output().unwrap();
+    let out = fx.rebuild();
     assert!(
         out.status.success(),
         "{}",

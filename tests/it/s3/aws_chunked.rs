@@ -76,10 +76,7 @@ async fn send(
     let resp = http.execute(req).await.unwrap();
     let status = resp.status().as_u16();
     let text = resp.text().await.unwrap();
-    let code = text
-        .split_once("<Code>")
-        .and_then(|(_, r)| r.split_once("</Code>"))
-        .map_or(String::new(), |(c, _)| c.to_string());
+    let code = super::fixture::error_code(&text);
     (status, if code.is_empty() { text } else { code })
 }
 
@@ -374,8 +371,8 @@ async fn tls_clients(kind: Kind) {
     );
     let fx = Fx::start_configured(kind, &[], true).await;
     let endpoint = format!("https://localhost:{}", fx.server.addr.port());
-    let out = tokio::process::Command::new(&python)
-        .arg(format!("{root}/tests/e2e/tls_clients.py"))
+    let mut cmd = tokio::process::Command::new(&python);
+    cmd.arg(format!("{root}/tests/e2e/tls_clients.py"))
         .env("FG_ENDPOINT", &endpoint)
         .env("AWS_CA_BUNDLE", fx.ca_file())
         .env("AWS_ACCESS_KEY_ID", CREDS.key)
@@ -384,15 +381,8 @@ async fn tls_clients(kind: Kind) {
         .env("AWS_CONFIG_FILE", "/dev/null")
         .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
         .env_remove("AWS_REQUEST_CHECKSUM_CALCULATION")
-        .env_remove("AWS_RESPONSE_CHECKSUM_VALIDATION")
-        .output()
-        .await
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{stdout}{stderr}");
-    assert!(out.status.success(), "a client failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("every tls client passed"));
+        .env_remove("AWS_RESPONSE_CHECKSUM_VALIDATION");
+    super::fixture::run_script(&mut cmd, "every tls client passed").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

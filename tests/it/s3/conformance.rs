@@ -890,11 +890,7 @@ async fn checksum_trailers(kind: Kind) {
             let resp = http.execute(req).await.unwrap();
             let status = resp.status().as_u16();
             let text = resp.text().await.unwrap();
-            let code = text
-                .split_once("<Code>")
-                .and_then(|(_, r)| r.split_once("</Code>"))
-                .map_or(String::new(), |(c, _)| c.to_string());
-            (status, code)
+            (status, super::fixture::error_code(&text))
         }
     };
     assert_eq!(put("good", "x-amz-checksum-crc32", vec![good]).await.0, 200);

@@ -155,3 +155,21 @@ macro_rules! on_both_backends {
     };
 }
 pub(crate) use on_both_backends;
+
+/// The `<Code>` of an S3 error document (empty when there is none).
+pub fn error_code(xml: &str) -> String {
+    xml.split_once("<Code>")
+        .and_then(|(_, r)| r.split_once("</Code>"))
+        .map_or(String::new(), |(c, _)| c.to_string())
+}
+
+/// Runs an end-to-end script (tests/e2e/*.py), prints what it said, and asserts that it
+/// succeeded and printed `done`.
+pub async fn run_script(cmd: &mut tokio::process::Command, done: &str) {
+    let out = cmd.output().await.expect("the script runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}{stderr}");
+    assert!(out.status.success(), "a client failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains(done), "{stdout}");
+}
