@@ -151,13 +151,14 @@ const STEERING: [&str; 5] = [
 /// twice, or one that is not visible ASCII.
 pub fn steering_header_problem(headers: &http::HeaderMap) -> Option<String> {
     STEERING.iter().find_map(|name| {
-        let values: Vec<&http::HeaderValue> = headers.get_all(*name).iter().collect();
-        if values.len() > 1 {
+        let mut values = headers.get_all(*name).iter();
+        let first = values.next()?;
+        if values.next().is_some() {
             return Some(format!("{name} is sent more than once; send it once"));
         }
-        values
-            .iter()
-            .any(|v| v.to_str().is_err())
+        first
+            .to_str()
+            .is_err()
             .then(|| format!("{name} is not visible ASCII; send it as AWS documents it"))
     })
 }
