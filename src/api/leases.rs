@@ -95,6 +95,27 @@ fn authorize(
         .map_err(LeaseApiError::Auth)
 }
 
+/// Lease credentials do no more than the key that acquired the lease (checked at each of
+/// their requests, `auth`), and they exist to write the bound key: a key that may not write
+/// there is told so at the acquire, not handed credentials every write of which is refused.
+fn credentials_worth_minting(
+    state: &AppState,
+    who: &Principal,
+    bind: &Binding,
+) -> Result<(), LeaseApiError> {
+    let write = Action::Object {
+        perm: crate::config::Permission::Write,
+        bucket: &bind.bucket,
+        key: &bind.key,
+        scope_header: None,
+    };
+    state.keys.authorize(who, write).map_err(|e| {
+        LeaseApiError::Auth(crate::auth::AuthError::Denied(format!(
+            "{e}: \"s3_credentials\": true mints credentials that do no more than the key acquiring the lease, and this key may not write there; grant it \"write\" on the bucket, or acquire without s3_credentials"
+        )))
+    })
+}
+
 /// The most a lease request's JSON body may hold: a few hundred bytes in practice, so a larger
 /// one is refused before it is buffered whole (413 `EntityTooLarge`, as every body limit).
 pub const MAX_LEASE_BODY: usize = 64 * 1024;
@@ -148,6 +169,9 @@ pub async fn acquire(
             .into())
         }
     };
+    if let (true, Some(bind)) = (b.s3_credentials, &bind) {
+        credentials_worth_minting(&state, &who, bind)?;
+    }
     let grant = state
         .leases
         .acquire(AcquireRequest {

@@ -301,31 +301,44 @@ impl KeyTable {
 
     /// May `who` do `action`? The refusal says what is missing.
     pub fn authorize(&self, who: &Principal, action: Action<'_>) -> Result<(), AuthError> {
-        let allowed = match who {
-            Principal::Dev => true,
-            Principal::Key(k) => match action {
-                Action::Read { bucket } => k.allows(Permission::Read, bucket),
-                Action::Object { perm, bucket, .. } | Action::Bucket { perm, bucket } => {
-                    k.allows(perm, bucket)
-                }
-                Action::Lease { name, bucket } => {
-                    k.may_lease(name) && bucket.is_none_or(|b| k.allows(Permission::Lease, b))
-                }
-                Action::CreateBucket { bucket } => k.allows(Permission::Write, bucket),
-                Action::DeleteBucket { bucket } => k.allows(Permission::Delete, bucket),
-                Action::Admin => k.admin,
+        let (allowed, why) = match who {
+            Principal::Dev => (true, None),
+            Principal::Key(k) => (key_allows(k, action), None),
+            Principal::Lease(l) if !self.lease_allows(l, action) => (false, None),
+            // Within its lease's reach, the credentials still do no more than the key that
+            // acquired the lease holds now: its rights are read again at every request, so a
+            // reload that narrows the key narrows its live credentials too.
+            Principal::Lease(l) => match self.owner_allows(&l.owner, action) {
+                true => (true, None),
+                false => (false, Some(owner_denial(l, action))),
             },
-            Principal::Lease(l) => self.lease_allows(l, action),
-            Principal::AdminToken => matches!(action, Action::Admin),
+            Principal::AdminToken => (matches!(action, Action::Admin), None),
         };
         if allowed {
             return Ok(());
         }
-        let why = denial(who, action);
+        let why = why.unwrap_or_else(|| denial(who, action));
         // A string value: the text log quotes and escapes it, as a key may hold any character.
         let action = action.to_string();
         tracing::info!(target: "fencegate::audit", principal = %who.name(), action = action.as_str(), "access denied");
         Err(AuthError::Denied(why))
+    }
+
+    /// Whether the principal named `owner` (a lease's acquirer, [`Principal::name`]) may do
+    /// `action` under the keys served now. A key removed since the lease was acquired may do
+    /// nothing; the development principal, everything while the server runs without keys.
+    fn owner_allows(&self, owner: &str, action: Action<'_>) -> bool {
+        let keys = self.current.load();
+        if owner == Principal::Dev.name() {
+            return keys.dev;
+        }
+        let Some(name) = owner.strip_prefix("key:") else {
+            return false;
+        };
+        keys.by_id
+            .values()
+            .find(|k| k.name == name)
+            .is_some_and(|k| key_allows(k, action))
     }
 
     /// Lease credentials reach their lease's bucket, and change only objects in the lease's
@@ -351,6 +364,36 @@ impl KeyTable {
             _ => false,
         }
     }
+}
+
+/// May the configured key `k` do `action`?
+fn key_allows(k: &Key, action: Action<'_>) -> bool {
+    match action {
+        Action::Read { bucket } => k.allows(Permission::Read, bucket),
+        Action::Object { perm, bucket, .. } | Action::Bucket { perm, bucket } => {
+            k.allows(perm, bucket)
+        }
+        Action::Lease { name, bucket } => {
+            k.may_lease(name) && bucket.is_none_or(|b| k.allows(Permission::Lease, b))
+        }
+        Action::CreateBucket { bucket } => k.allows(Permission::Write, bucket),
+        Action::DeleteBucket { bucket } => k.allows(Permission::Delete, bucket),
+        Action::Admin => k.admin,
+    }
+}
+
+/// Why lease credentials within their lease's reach are refused: the key behind them lacks it.
+fn owner_denial(l: &LeaseIdentity, action: Action<'_>) -> String {
+    let needs = match action {
+        Action::Read { bucket } => format!("\"read\" on {bucket}"),
+        Action::Object { perm, bucket, .. } => format!("\"{}\" on {bucket}", perm.as_str()),
+        Action::CreateBucket { bucket } => format!("\"write\" on {bucket}"),
+        other => other.to_string(),
+    };
+    format!(
+        "lease credentials of lease {:?} do no more than {}, which acquired the lease, and it does not hold {needs} (or is no longer configured); grant it there, or use a key that holds it",
+        l.lease, l.owner
+    )
 }
 
 /// What a lease's credentials may change, in words: `BUCKET/KEY` for a lease on one object.

@@ -1,6 +1,7 @@
 //! The authorization matrix (docs/security.md): every route of the native, lease, S3 and
 //! admin surfaces, times every kind of caller, each cell asserted. The table is printed, so a
 //! failing run shows the whole picture, not only the first wrong cell.
+//! Lease credentials minted by every combination of permissions are in `lease_reach.rs`.
 //!
 //! Allowed means authentication and authorization passed: the answer is then whatever the
 //! operation gives (200, or a domain answer such as 404 NoSuchKey or 409 NotLeaseHolder),

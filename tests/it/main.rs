@@ -11,6 +11,7 @@ mod cli;
 mod clients;
 mod cluster;
 mod examples;
+mod lease_reach;
 mod native;
 mod ops;
 mod s3;

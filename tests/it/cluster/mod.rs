@@ -6,4 +6,4 @@ mod protocol;
 mod script;
 
 /// One cluster at a time: each is 3 etcd members, a store and the instances, on 2 cores.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
