@@ -1,6 +1,6 @@
 //! What a write stores beside the bytes ([`ObjectMeta`]), and the rules its values follow on
-//! every backend: printable header values, and which user metadata an S3 store gets as RFC
-//! 2047 encoded words.
+//! every backend: printable header values, which user metadata an S3 store gets as RFC 2047
+//! encoded words, and the checksum kept with an object.
 
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -17,7 +17,78 @@ pub struct ObjectMeta {
     /// answered back on every read.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// The checksum the client sent and the body proved to have, kept to be given back
+    /// (`x-amz-checksum-mode: ENABLED`, GetObjectAttributes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<KeptChecksum>,
+    /// Where the body's checksum lands once its last byte has passed: a checksum sent in an
+    /// aws-chunked trailer is known only then. [`ObjectMeta::settle`] moves it into `checksum`.
+    #[serde(skip)]
+    pub checksum_at_end: Option<BodyChecksums>,
 }
+
+/// A checksum S3 keeps with an object: the algorithm (`crc32`, `crc32c`, `crc64nvme`, `sha1`,
+/// `sha256`), its base64 value, and whether it is of the whole object or of its parts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct KeptChecksum {
+    pub algorithm: String,
+    pub value: String,
+    /// `FULL_OBJECT` or `COMPOSITE` (a checksum of the parts' checksums, `-N` suffixed).
+    pub kind: String,
+}
+
+impl KeptChecksum {
+    /// How it travels in an S3 store's user metadata: `crc32 FULL_OBJECT <base64>`.
+    pub fn encode(&self) -> String {
+        format!("{} {} {}", self.algorithm, self.kind, self.value)
+    }
+
+    pub fn decode(text: &str) -> Option<KeptChecksum> {
+        let mut words = text.split(' ');
+        let (algorithm, kind, value) = (words.next()?, words.next()?, words.next()?);
+        let known = ["crc32", "crc32c", "crc64nvme", "sha1", "sha256"].contains(&algorithm)
+            && ["FULL_OBJECT", "COMPOSITE"].contains(&kind);
+        (known && words.next().is_none()).then(|| KeptChecksum {
+            algorithm: algorithm.into(),
+            value: value.into(),
+            kind: kind.into(),
+        })
+    }
+}
+
+/// The checksums a body proved to have, by algorithm (base64), set once its last byte has
+/// passed the check, shared between the check and whoever keeps them.
+#[derive(Clone, Default)]
+pub struct BodyChecksums(std::sync::Arc<std::sync::OnceLock<Vec<(&'static str, String)>>>);
+
+impl BodyChecksums {
+    /// Records what the body proved to have (once; later calls change nothing).
+    pub fn set(&self, sums: Vec<(&'static str, String)>) {
+        let _ = self.0.set(sums);
+    }
+
+    /// The first checksum verified (S3 takes one per request), as (algorithm, base64).
+    pub fn checksum(&self) -> Option<(&'static str, String)> {
+        self.0.get()?.first().cloned()
+    }
+}
+
+impl std::fmt::Debug for BodyChecksums {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("BodyChecksums").field(&self.0.get()).finish()
+    }
+}
+
+/// Not part of what is stored: two metas are equal whatever their bodies will prove.
+impl PartialEq for BodyChecksums {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl Eq for BodyChecksums {}
+
+/// The metadata name that carries the kept checksum on an S3 store.
+pub const CHECKSUM_META: &str = "fencegate-checksum";
 
 /// The headers a write may set that every read answers with, as S3 keeps them.
 pub const SYSTEM_HEADERS: [&str; 5] = [
@@ -55,17 +126,34 @@ impl ObjectMeta {
             .token
             .map_or(0, |t| "fencing-token".len() + t.to_string().len());
         let split = "fencegate-split".len() + u64::MAX.to_string().len();
+        // A SHA-256, the longest, in its stored form (`KeptChecksum::encode`).
+        let checksum = CHECKSUM_META.len() + "sha256 FULL_OBJECT ".len() + 44 + "-10000".len();
         let stored = |v: &str| match encoded_word_needed(v) {
             true => "=?UTF-8?B??=".len() + v.len().div_ceil(3) * 4,
             false => v.len(),
         };
         token
             + split
+            + checksum
             + self
                 .user_meta
                 .iter()
                 .map(|(k, v)| k.len() + stored(v))
                 .sum::<usize>()
+    }
+
+    /// Takes the checksum the body proved to have, once it has streamed, as the one kept.
+    pub fn settle(&mut self) {
+        if self.checksum.is_some() {
+            return;
+        }
+        if let Some((algorithm, value)) = self.checksum_at_end.as_ref().and_then(|c| c.checksum()) {
+            self.checksum = Some(KeptChecksum {
+                algorithm: algorithm.into(),
+                value,
+                kind: "FULL_OBJECT".into(),
+            });
+        }
     }
 
     pub fn header(&self, name: &str) -> Option<String> {

@@ -11,7 +11,10 @@ mod parts;
 pub mod s3;
 pub mod scripted;
 
-pub use meta::{encoded_word_needed, printable, ObjectMeta, SYSTEM_HEADERS};
+pub use meta::{
+    encoded_word_needed, printable, BodyChecksums, KeptChecksum, ObjectMeta, CHECKSUM_META,
+    SYSTEM_HEADERS,
+};
 pub use parts::{
     match_parts, multipart_etag, part_of_whole, range_of_whole, slice_stream, ObjectPart,
     PartChecksum, PartInfo, PartSpan, MIN_PART_BYTES,

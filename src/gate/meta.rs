@@ -5,13 +5,14 @@ use super::checks::header_scope_name;
 use super::GateError;
 use crate::config::ScopeKind;
 
-/// `fencing-token`, `fencing-scope` and `fencegate-split` in an object's metadata are written
-/// by fencegate only: a client's own values would pass for the token or lock that wrote the
+/// `fencing-token`, `fencing-scope`, `fencegate-split` and `fencegate-checksum` in an object's
+/// metadata are written by fencegate only: a client's own values would pass for the token or lock that wrote the
 /// object, or for fencegate's own parts (dropped on every backend alike).
 pub(super) fn reserve_meta(meta: &mut crate::backend::ObjectMeta) {
     meta.user_meta.remove("fencing-token");
     meta.user_meta.remove("fencing-scope");
     meta.user_meta.remove("fencegate-split");
+    meta.user_meta.remove(crate::backend::CHECKSUM_META);
 }
 
 /// S3 keeps at most 2 KB of user metadata, names and values.

@@ -331,6 +331,11 @@ impl Gate {
         let uploaded: Vec<PartInfo> = upload.parts.values().cloned().collect();
         let chosen = match_parts(parts, &uploaded)?;
         let token = upload.token().map(crate::token::Token);
+        // The upload's metadata, with the checksum the completion proved for the whole.
+        let mut meta = upload.meta.clone();
+        if req.meta.checksum.is_some() {
+            meta.checksum = req.meta.checksum.clone();
+        }
         let req = WriteRequest {
             bucket: upload.bucket.clone(),
             key: upload.key.clone(),
@@ -338,7 +343,7 @@ impl Gate {
             scope_header: upload.scope_header.clone(),
             conditions: req.conditions,
             scope_takeover: req.scope_takeover,
-            meta: upload.meta.clone(),
+            meta,
             idempotency: Some(idem),
         };
         // From the assembly on, the completion runs to its end whatever the client does: the
@@ -352,7 +357,7 @@ impl Gate {
                     &upload.key,
                     &upload.handle,
                     &chosen,
-                    upload.meta.clone(),
+                    req.meta.clone(),
                 )
                 .await?;
             match gate

@@ -89,10 +89,12 @@ impl Gate {
                 }
                 None => (body, None),
             };
-            let staged = entry
+            let mut staged = entry
                 .backend
                 .stage(&req.bucket, &req.key, req.meta.clone(), body)
                 .await?;
+            // The body has ended: a checksum it proved to have is kept with the object.
+            staged.meta.settle();
             if let Some(digest) = digest {
                 self.fingerprint_put(&mut req, &scope, &digest.finish());
             }

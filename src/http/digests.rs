@@ -4,7 +4,7 @@
 //! bytes changed on the way is never committed (400 BadDigest) and a part streamed to the
 //! store is cut short before the store has all of it.
 
-use crate::backend::{BodyError, ByteStream};
+use crate::backend::{BodyChecksums, BodyError, ByteStream};
 use futures::StreamExt;
 use md5::{Digest, Md5};
 use s3s::checksum::ChecksumHasher;
@@ -38,7 +38,7 @@ pub struct Declared {
     trailers: Option<super::aws_chunked::Trailers>,
     /// The checksums the body was found to have, once its last byte passed (for UploadPart
     /// to record and answer).
-    verified: std::sync::Arc<std::sync::OnceLock<Vec<(&'static str, String)>>>,
+    verified: BodyChecksums,
 }
 
 fn invalid_request(message: String) -> S3Error {
@@ -173,8 +173,14 @@ impl Declared {
 
     /// The checksums the body proved to have, by algorithm (base64), once it has streamed to
     /// its end; empty before, or when none was declared.
-    pub fn verified(&self) -> Verified {
-        Verified(self.verified.clone())
+    pub fn verified(&self) -> BodyChecksums {
+        self.verified.clone()
+    }
+
+    /// The checksum declared in a header, known before the body (which must then prove it, or
+    /// nothing is written).
+    pub fn up_front(&self) -> Option<(&'static str, String)> {
+        self.checksums.first().cloned()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -267,24 +273,13 @@ impl Declared {
                 return Some(BadDigestFor::differs(a));
             }
         }
-        let _ = self.verified.set(
+        self.verified.set(
             declared
                 .into_iter()
                 .filter_map(|(a, v)| Some((a, v?)))
                 .collect(),
         );
         None
-    }
-}
-
-/// The checksums a body was found to have ([`Declared::verified`]).
-#[derive(Clone, Default)]
-pub struct Verified(std::sync::Arc<std::sync::OnceLock<Vec<(&'static str, String)>>>);
-
-impl Verified {
-    /// The first checksum verified (S3 takes one per request), as (algorithm, base64).
-    pub fn checksum(&self) -> Option<(&'static str, String)> {
-        self.0.get()?.first().cloned()
     }
 }
 

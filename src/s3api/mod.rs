@@ -7,8 +7,10 @@ pub mod answer;
 #[macro_use]
 mod bucket_config;
 mod buckets;
+mod checksums;
 mod chunked;
 mod convert;
+mod copy;
 mod listing;
 mod multipart;
 mod objects;
@@ -131,6 +133,13 @@ impl s3s::S3 for S3Gateway {
         objects::head_object(self, req).await
     }
 
+    async fn get_object_attributes(
+        &self,
+        req: s3s::S3Request<s3s::dto::GetObjectAttributesInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::GetObjectAttributesOutput>> {
+        checksums::attributes(self, req).await
+    }
+
     async fn delete_object(
         &self,
         req: s3s::S3Request<s3s::dto::DeleteObjectInput>,
@@ -149,7 +158,7 @@ impl s3s::S3 for S3Gateway {
         &self,
         req: s3s::S3Request<s3s::dto::CopyObjectInput>,
     ) -> s3s::S3Result<s3s::S3Response<s3s::dto::CopyObjectOutput>> {
-        objects::copy_object(self, req).await
+        copy::copy_object(self, req).await
     }
 
     async fn list_objects_v2(

@@ -2,7 +2,7 @@
 //! upload; the completion is the fenced commit. Part numbers and counts are bounded.
 
 use super::convert::{self, s3_error, ReadConditions};
-use super::objects::copy_source;
+use super::copy::copy_source;
 use super::{part_checksums, S3Gateway};
 use crate::backend::PartChecksum;
 use crate::gate::WriteRequest;
@@ -317,7 +317,17 @@ pub async fn complete(
         scope_header: None,
         scope_takeover: headers::scope_takeover(&req.headers).map_err(s3_error)?,
         conditions: headers::conditions(&req.headers).map_err(s3_error)?,
-        meta: Default::default(),
+        // The object's checksum, judged above, kept with it; the rest is the upload's.
+        meta: crate::backend::ObjectMeta {
+            checksum: checked
+                .as_ref()
+                .map(|(c, kind)| crate::backend::KeptChecksum {
+                    algorithm: c.algorithm.clone(),
+                    value: c.value.clone(),
+                    kind: kind.to_string(),
+                }),
+            ..Default::default()
+        },
         // Keyed by its upload id in the gate, whatever the client sends.
         idempotency: None,
     };

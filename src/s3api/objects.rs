@@ -1,6 +1,6 @@
-//! Object operations: PutObject, CopyObject, DeleteObject and DeleteObjects go through the
-//! gate's fenced write path; GetObject and HeadObject pass through with ranges and the
-//! conditional headers.
+//! Object operations: PutObject, DeleteObject and DeleteObjects go through the gate's fenced
+//! write path; GetObject and HeadObject pass through with ranges and the conditional headers.
+//! CopyObject is in `copy.rs`.
 
 use super::convert::{self, s3_error, ReadConditions};
 use super::S3Gateway;
@@ -9,7 +9,7 @@ use crate::http::headers;
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
-fn note(bucket: &str, key: &str) {
+pub(super) fn note(bucket: &str, key: &str) {
     let span = tracing::Span::current();
     span.record("bucket", bucket);
     span.record("key", key);
@@ -35,7 +35,7 @@ pub(super) fn replayed<T>(mut resp: S3Response<T>, replayed: bool) -> S3Response
     resp
 }
 
-fn write_request(
+pub(super) fn write_request(
     req_headers: &http::HeaderMap,
     (bucket, key, who): (&str, &str, &str),
     token: crate::gate::TokenInput,
@@ -58,27 +58,39 @@ pub async fn put_object(
         input.metadata.as_ref(),
         super::access::lease_token(&req.extensions),
     );
-    let meta = convert::object_meta(
+    let mut meta = convert::object_meta(
         input.content_type.clone(),
         input.metadata.as_ref(),
         &req.headers,
     )?;
-    let write = write_request(&req.headers, (&input.bucket, &input.key, &who), token, meta)?;
     let signed = super::chunked::Signed {
         extensions: &req.extensions,
         headers: &req.headers,
         credentials: req.credentials.as_ref(),
     };
     let source = super::chunked::request_body(signed, input.body, gw.max_body_bytes)?;
+    let declared = crate::http::digests::Declared::of(
+        &req.headers,
+        source.trailers,
+        input.content_md5.as_deref(),
+    )?;
+    // The checksum the body proves to have is kept with the object, as S3 keeps it: known now
+    // when a header declares it (a store upload made before the body ends carries it too),
+    // once the body has ended when a trailer does.
+    meta.checksum = declared
+        .up_front()
+        .map(|(algorithm, value)| crate::backend::KeptChecksum {
+            algorithm: algorithm.into(),
+            value,
+            kind: "FULL_OBJECT".into(),
+        });
+    meta.checksum_at_end = Some(declared.verified());
+    let write = write_request(&req.headers, (&input.bucket, &input.key, &who), token, meta)?;
     let body = convert::body(
         source.stream,
         gw.max_body_bytes,
         gw.body_idle_timeout,
-        crate::http::digests::Declared::of(
-            &req.headers,
-            source.trailers,
-            input.content_md5.as_deref(),
-        )?,
+        declared,
     )?;
     let written = gw.gate.put(write, body).await.map_err(s3_error)?;
     let resp = S3Response::new(PutObjectOutput {
@@ -195,12 +207,19 @@ pub async fn get_object(
     conditions.check(&info, false)?;
     let length = range.map_or(info.size, |(f, l)| (l - f).saturating_add(1));
     let content_range = range.map(|(f, l)| format!("bytes {f}-{l}/{}", info.size));
-    Ok(S3Response::new(object_output(
-        &info,
-        body,
-        length,
-        content_range,
-    )))
+    let kept = super::checksums::given(
+        info.meta.checksum.as_ref(),
+        range.is_none() && super::checksums::asked(input.checksum_mode.as_ref()),
+    );
+    Ok(S3Response::new(GetObjectOutput {
+        checksum_crc32: kept.crc32,
+        checksum_crc32c: kept.crc32c,
+        checksum_crc64nvme: kept.crc64nvme,
+        checksum_sha1: kept.sha1,
+        checksum_sha256: kept.sha256,
+        checksum_type: kept.kind,
+        ..object_output(&info, body, length, content_range)
+    }))
 }
 
 /// A `partNumber` as S3 takes it: 1 to 10,000, and never with a Range.
@@ -303,7 +322,17 @@ pub async fn head_object(
         if_unmodified_since: input.if_unmodified_since.as_ref(),
     }
     .check(&info, false)?;
+    let kept = super::checksums::given(
+        info.meta.checksum.as_ref(),
+        part.is_none() && super::checksums::asked(input.checksum_mode.as_ref()),
+    );
     Ok(S3Response::new(HeadObjectOutput {
+        checksum_crc32: kept.crc32,
+        checksum_crc32c: kept.crc32c,
+        checksum_crc64nvme: kept.crc64nvme,
+        checksum_sha1: kept.sha1,
+        checksum_sha256: kept.sha256,
+        checksum_type: kept.kind,
         content_length: Some(part.as_ref().map_or(info.size, |p| p.span.len) as i64),
         content_range: part.as_ref().and_then(part_range),
         parts_count: part.as_ref().and_then(|p| p.span.count).map(|c| c as i32),
@@ -434,90 +463,4 @@ pub async fn delete_objects(
         errors: (!errors.is_empty()).then_some(errors),
         ..Default::default()
     }))
-}
-
-/// The source of a copy: bucket and key, readable by the requester.
-pub fn copy_source<'a>(
-    gw: &S3Gateway,
-    source: &'a CopySource,
-    credentials: Option<&s3s::auth::Credentials>,
-) -> S3Result<(&'a str, &'a str)> {
-    match source {
-        CopySource::Bucket {
-            bucket,
-            key,
-            version_id: None,
-        } => {
-            gw.keys
-                .s3_authorize(credentials, crate::auth::Action::Read { bucket })?;
-            Ok((bucket, key))
-        }
-        _ => Err(S3Error::with_message(
-            S3ErrorCode::NotImplemented,
-            "copying from an access point or a version is not supported",
-        )),
-    }
-}
-
-pub async fn copy_object(
-    gw: &S3Gateway,
-    req: S3Request<CopyObjectInput>,
-) -> S3Result<S3Response<CopyObjectOutput>> {
-    super::unkept::refuse_on_write(&req.headers)?;
-    let who = principal_name(gw, &req)?;
-    let input = req.input;
-    note(&input.bucket, &input.key);
-    crate::http::digests::Declared::refuse_on(&req.headers, "CopyObject")?;
-    let (src_bucket, src_key) = copy_source(gw, &input.copy_source, req.credentials.as_ref())?;
-    let replace = input
-        .metadata_directive
-        .as_ref()
-        .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-    let changes = replace
-        || input.storage_class.is_some()
-        || input.server_side_encryption.is_some()
-        || input.website_redirect_location.is_some();
-    if (src_bucket, src_key) == (input.bucket.as_str(), input.key.as_str()) && !changes {
-        return Err(convert::invalid(
-            S3ErrorCode::InvalidRequest,
-            "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes; send x-amz-metadata-directive: REPLACE to rewrite it",
-        ));
-    }
-    let (info, body) = gw.gate.get(src_bucket, src_key).await.map_err(s3_error)?;
-    ReadConditions {
-        if_match: input.copy_source_if_match.as_ref(),
-        if_none_match: input.copy_source_if_none_match.as_ref(),
-        if_modified_since: input.copy_source_if_modified_since.as_ref(),
-        if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
-    }
-    .check(&info, true)?;
-    // The token is the request's own, never the source object's.
-    let token = convert::token(
-        &req.headers,
-        input.metadata.as_ref(),
-        super::access::lease_token(&req.extensions),
-    );
-    let meta = if replace {
-        convert::object_meta(
-            input.content_type.clone(),
-            input.metadata.as_ref(),
-            &req.headers,
-        )?
-    } else {
-        crate::backend::ObjectMeta {
-            token: None,
-            ..info.meta.clone()
-        }
-    };
-    let write = write_request(&req.headers, (&input.bucket, &input.key, &who), token, meta)?;
-    let written = gw.gate.put(write, body).await.map_err(s3_error)?;
-    let resp = S3Response::new(CopyObjectOutput {
-        copy_object_result: Some(CopyObjectResult {
-            e_tag: written.etag.as_deref().map(convert::etag),
-            last_modified: Some(convert::timestamp(crate::wall_clock::now_ms())),
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
-    Ok(replayed(resp, written.replayed))
 }

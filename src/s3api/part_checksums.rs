@@ -148,7 +148,7 @@ pub fn check(
         }
     };
     let Some(whole) = whole else {
-        return Ok(None);
+        return Ok(made_of_parts(listed, uploaded, kind));
     };
     let composite = kind.unwrap_or_else(|| whole.value.contains('-'));
     let mut sums = Vec::with_capacity(listed.len());
@@ -181,6 +181,31 @@ pub fn check(
         )));
     }
     Ok(Some((whole, kind)))
+}
+
+/// The object's checksum when the completion declares none but every part was uploaded with
+/// one of the same algorithm, as S3 makes it then: COMPOSITE, or FULL_OBJECT for CRC64NVME
+/// (which has no composite form) or when the completion asks for it.
+fn made_of_parts(
+    listed: &[(i32, Option<PartChecksum>)],
+    uploaded: &BTreeMap<i32, PartInfo>,
+    composite: Option<bool>,
+) -> Option<(PartChecksum, &'static str)> {
+    let mut sums = Vec::with_capacity(listed.len());
+    for (number, _) in listed {
+        let part = uploaded.get(number)?;
+        sums.push((part.checksum.as_ref()?, part.size));
+    }
+    let algorithm = sums.first()?.0.algorithm.clone();
+    if sums.iter().any(|(c, _)| c.algorithm != algorithm) {
+        return None;
+    }
+    let composite = composite.unwrap_or(algorithm != "crc64nvme");
+    let (value, kind) = match composite {
+        true => (composite_of(&algorithm, &sums).ok()?, "COMPOSITE"),
+        false => (full_object_of(&algorithm, &sums).ok()?, "FULL_OBJECT"),
+    };
+    Some((PartChecksum { algorithm, value }, kind))
 }
 
 fn decoded(value: &str) -> S3Result<Vec<u8>> {

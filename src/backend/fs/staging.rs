@@ -54,11 +54,14 @@ pub(super) fn seal(
         Some(a) => (a.etag, a.parts),
         None => (format!("\"{}\"", hex::encode(md5.finalize())), Vec::new()),
     };
+    // Sealed once the body has ended: a checksum it carried in its trailer is known now.
+    let mut meta = meta.clone();
+    meta.settle();
     let trailer = Trailer {
         key: key.to_string(),
         etag: etag.clone(),
         size,
-        meta: meta.clone(),
+        meta,
         parts,
     };
     (etag, trailer.encode())

@@ -139,6 +139,12 @@ async fn staged_bodies_are_invisible_until_committed() {
         user_meta: [("owner".to_string(), "a".to_string())].into(),
         token: Some(7),
         headers: [("cache-control".to_string(), "no-store".to_string())].into(),
+        checksum: Some(crate::backend::KeptChecksum {
+            algorithm: "crc32".into(),
+            value: "NhCmhg==".into(),
+            kind: "FULL_OBJECT".into(),
+        }),
+        checksum_at_end: None,
     };
     let staged = fs
         .stage("b", "x/y", meta.clone(), body(b"hello"))
@@ -414,4 +420,29 @@ async fn a_staging_file_replaced_at_its_path_is_not_committed() {
     std::fs::remove_file(gone.body.handle().unwrap()).unwrap();
     assert!(fs.commit(&gone, None).await.is_err());
     assert!(fs.head("b", "k").await.unwrap().is_none());
+}
+
+/// A checksum known only once the body has ended (an aws-chunked trailer's) is sealed into the
+/// object file with the rest of the metadata.
+#[tokio::test]
+async fn a_checksum_proved_at_the_bodys_end_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FsBackend::open(dir.path(), &["b"]).unwrap();
+    let at_end = crate::backend::BodyChecksums::default();
+    let meta = ObjectMeta {
+        checksum_at_end: Some(at_end.clone()),
+        ..Default::default()
+    };
+    // Proved as the body's last byte passes, before the backend sees its end.
+    let proved = futures::stream::once(async move {
+        at_end.set(vec![("crc32", "NhCmhg==".to_string())]);
+        Ok(bytes::Bytes::from_static(b"hello"))
+    });
+    let staged = fs.stage("b", "k", meta, Box::pin(proved)).await.unwrap();
+    fs.commit(&staged, None).await.unwrap();
+    let kept = fs.head("b", "k").await.unwrap().unwrap().meta.checksum;
+    assert_eq!(
+        kept.map(|c| (c.algorithm, c.value)),
+        Some(("crc32".into(), "NhCmhg==".into()))
+    );
 }

@@ -3,6 +3,7 @@
 //! and the object's description from the fields S3 answers with.
 
 use super::*;
+use crate::backend::{KeptChecksum, CHECKSUM_META};
 
 /// `value`, or its RFC 2047 encoded word ([`crate::backend::encoded_word_needed`]).
 pub(super) fn encode_word(value: &str) -> String {
@@ -65,11 +66,14 @@ impl S3Backend {
         let mut m: HashMap<String, String> = meta
             .user_meta
             .iter()
-            .filter(|(k, _)| k.as_str() != TOKEN_META && k.as_str() != parts::SPLIT_META)
+            .filter(|(k, _)| ![TOKEN_META, parts::SPLIT_META, CHECKSUM_META].contains(&k.as_str()))
             .map(|(k, v)| (k.clone(), encode_word(v)))
             .collect();
         if let Some(t) = meta.token {
             m.insert(TOKEN_META.into(), t.to_string());
+        }
+        if let Some(c) = &meta.checksum {
+            m.insert(CHECKSUM_META.into(), c.encode());
         }
         m
     }
@@ -88,11 +92,16 @@ impl S3Backend {
             .unwrap_or_default();
         let token = user_meta.remove(TOKEN_META).and_then(|t| t.parse().ok());
         user_meta.remove(parts::SPLIT_META);
+        let checksum = user_meta
+            .remove(CHECKSUM_META)
+            .and_then(|c| KeptChecksum::decode(&c));
         ObjectMeta {
             content_type: content_type.map(str::to_string),
             user_meta,
             token,
             headers,
+            checksum,
+            checksum_at_end: None,
         }
     }
 

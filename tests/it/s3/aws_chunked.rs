@@ -131,6 +131,19 @@ async fn put_object_forms(kind: Kind) {
     .await;
     assert_eq!(r.0, 200, "unsigned trailer: {}", r.1);
     assert_eq!(stored(&fx, "unsigned").await.as_deref(), Some(&d[..]));
+    // The checksum a trailer carried is kept, as one sent in a header is (checksums.rs).
+    for key in ["signed-trailer", "unsigned"] {
+        let head = fx
+            .client()
+            .head_object()
+            .bucket("bkt")
+            .key(key)
+            .checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(head.checksum_crc32(), Some(crc32(&d).as_str()), "{key}");
+    }
 
     // Lies, each refused with nothing stored. The key was never written, so it stays absent.
     let cut = |b: Vec<u8>| {

@@ -2,6 +2,7 @@
 
 mod aws_chunked;
 mod backend;
+mod checksums;
 mod clients;
 mod conformance;
 mod everyday;

@@ -1,0 +1,105 @@
+//! The checksums kept with an object, given back as S3 gives them: on HEAD and GET when the
+//! client asks (`x-amz-checksum-mode: ENABLED`, which the SDKs send to validate what they
+//! read), and in GetObjectAttributes. A checksum is kept when the write declared one and the
+//! body was proved to have it (a header, an aws-chunked trailer, or a multipart completion's
+//! full-object or composite checksum).
+
+use super::convert::{self, s3_error};
+use super::S3Gateway;
+use crate::backend::{KeptChecksum, ObjectInfo};
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result};
+
+/// The five `x-amz-checksum-*` values (one set at most) and the checksum's type.
+pub struct Given {
+    pub crc32: Option<String>,
+    pub crc32c: Option<String>,
+    pub crc64nvme: Option<String>,
+    pub sha1: Option<String>,
+    pub sha256: Option<String>,
+    pub kind: Option<ChecksumType>,
+}
+
+/// What an answer carries of `kept`: nothing unless the client asked for it.
+pub fn given(kept: Option<&KeptChecksum>, asked: bool) -> Given {
+    let kept = kept.filter(|_| asked);
+    let value = |name: &str| {
+        kept.filter(|k| k.algorithm == name)
+            .map(|k| k.value.clone())
+    };
+    Given {
+        crc32: value("crc32"),
+        crc32c: value("crc32c"),
+        crc64nvme: value("crc64nvme"),
+        sha1: value("sha1"),
+        sha256: value("sha256"),
+        kind: kept.map(|k| ChecksumType::from(k.kind.clone())),
+    }
+}
+
+/// Whether a HEAD or GET asked for the checksum.
+pub fn asked(mode: Option<&ChecksumMode>) -> bool {
+    mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
+}
+
+/// GetObjectAttributes: the object's ETag, size, checksum, storage class and part count, as
+/// many of them as were asked for.
+pub async fn attributes(
+    gw: &S3Gateway,
+    req: S3Request<GetObjectAttributesInput>,
+) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+    super::unkept::refuse_on_read(&req.headers)?;
+    let input = req.input;
+    super::objects::unversioned(input.version_id.as_deref())?;
+    let info = gw
+        .gate
+        .head(&input.bucket, &input.key)
+        .await
+        .map_err(s3_error)?;
+    let wants = |name: &str| {
+        input
+            .object_attributes
+            .iter()
+            .any(|a| a.as_str().eq_ignore_ascii_case(name))
+    };
+    Ok(S3Response::new(GetObjectAttributesOutput {
+        e_tag: wants(ObjectAttributes::ETAG).then(|| convert::etag(&info.etag)),
+        object_size: wants(ObjectAttributes::OBJECT_SIZE).then_some(info.size as i64),
+        storage_class: wants(ObjectAttributes::STORAGE_CLASS)
+            .then(|| StorageClass::from_static(StorageClass::STANDARD)),
+        checksum: wants(ObjectAttributes::CHECKSUM)
+            .then(|| checksum_of(&info))
+            .flatten(),
+        object_parts: wants(ObjectAttributes::OBJECT_PARTS)
+            .then(|| parts_of(&info))
+            .flatten(),
+        last_modified: Some(convert::timestamp(info.last_modified_ms)),
+        ..Default::default()
+    }))
+}
+
+fn checksum_of(info: &ObjectInfo) -> Option<Checksum> {
+    let g = given(info.meta.checksum.as_ref(), true);
+    g.kind.as_ref()?;
+    Some(Checksum {
+        checksum_crc32: g.crc32,
+        checksum_crc32c: g.crc32c,
+        checksum_crc64nvme: g.crc64nvme,
+        checksum_sha1: g.sha1,
+        checksum_sha256: g.sha256,
+        checksum_type: g.kind,
+    })
+}
+
+/// The part count of an object completed from parts (its ETag says how many: `"…-N"`).
+fn parts_of(info: &ObjectInfo) -> Option<GetObjectAttributesParts> {
+    let count = info
+        .etag
+        .trim_matches('"')
+        .rsplit_once('-')
+        .and_then(|(_, n)| n.parse::<i32>().ok())?;
+    Some(GetObjectAttributesParts {
+        total_parts_count: Some(count),
+        ..Default::default()
+    })
+}
