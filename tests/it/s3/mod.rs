@@ -4,6 +4,7 @@ mod aws_chunked;
 mod backend;
 mod clients;
 mod conformance;
+mod cors;
 mod everyday;
 mod fixture;
 mod fs_completion;
