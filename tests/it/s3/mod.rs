@@ -2,6 +2,7 @@
 
 mod aws_chunked;
 mod backend;
+mod browser;
 mod clients;
 mod conformance;
 mod cors;
