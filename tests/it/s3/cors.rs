@@ -409,3 +409,45 @@ fn check_config_names_the_bucket_and_the_fix() {
         ok.describe()
     );
 }
+
+/// The rules are the file's: a reload applies a change to them, to preflights and answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_applies_changed_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(&data, Some(CONFIG));
+    let http = reqwest::Client::new();
+    let asked = [
+        ("Origin", "https://new.test"),
+        ("Access-Control-Request-Method", "PUT"),
+    ];
+    let (status, _, _) = options(&http, &server.url("/plain/a"), &asked).await;
+    assert_eq!(status, 403);
+    let changed = CONFIG.replace(
+        "[buckets.plain]\nfencing = \"optional\"\n",
+        "[buckets.plain]\nfencing = \"optional\"\n\n[[buckets.plain.cors]]\nallowed_origins = [\"https://new.test\"]\nallowed_methods = [\"PUT\"]\n",
+    );
+    assert_ne!(changed, CONFIG);
+    std::fs::write(data.with_extension("toml"), changed).unwrap();
+    let reload = http.post(server.url("/admin/reload")).send().await.unwrap();
+    assert_eq!(reload.status(), 200, "{}", reload.text().await.unwrap());
+    let (status, h, body) = options(&http, &server.url("/plain/a"), &asked).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        header(&h, "access-control-allow-origin"),
+        "https://new.test"
+    );
+    let written = put(
+        &http,
+        &server.url("/plain/a"),
+        1,
+        Some("https://new.test"),
+        DEV,
+    )
+    .await;
+    assert_eq!(written.status(), 200);
+    assert_eq!(
+        header(written.headers(), "access-control-allow-origin"),
+        "https://new.test"
+    );
+}
