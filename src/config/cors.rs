@@ -159,7 +159,7 @@ mod tests {
     }
 
     #[test]
-    fn s3s_rules_pass_and_each_mistake_is_named() {
+    fn rules_s3_takes_pass_and_each_mistake_is_named() {
         assert_eq!(problem(&[rule()]), None);
         let field = |edit: fn(&mut CorsRule)| {
             let mut r = rule();
