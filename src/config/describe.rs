@@ -77,6 +77,18 @@ impl Config {
                 p.max_token_jump
                     .map_or_else(|| "any".to_string(), |j| j.to_string())
             );
+            if !p.cors.is_empty() {
+                let origins: Vec<&str> = p
+                    .cors
+                    .iter()
+                    .flat_map(|r| r.allowed_origins.iter().map(String::as_str))
+                    .collect();
+                out += &format!(
+                    "bucket {name}: cors: {} rule(s) for origins {}\n",
+                    p.cors.len(),
+                    origins.join(", ")
+                );
+            }
         }
         match &self.bucket_defaults {
             Some(p) => {

@@ -1,6 +1,7 @@
 //! Configuration: reads the TOML file (or the embedded default), validates it, and hands the
 //! rest of fencegate a typed, checked [`Config`]. Errors name the file, the line and the fix.
 
+pub mod cors;
 mod describe;
 mod fence_store;
 pub mod keys;
@@ -10,6 +11,7 @@ mod namespace;
 mod units;
 mod validate;
 
+pub use cors::CorsRule;
 pub use fence_store::EtcdConfig;
 
 pub use keys::{Key, Permission};

@@ -443,6 +443,10 @@ pub struct BucketPolicy {
     /// scope at the top of the token space by mistake or on purpose.
     #[serde(deserialize_with = "super::units::opt_int")]
     pub max_token_jump: Option<u64>,
+    /// CORS rules for browsers calling the S3 endpoint from other origins
+    /// (`[[buckets.NAME.cors]]`); none, no cross-origin request is allowed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cors: Vec<super::cors::CorsRule>,
 }
 
 impl Default for BucketPolicy {
@@ -458,6 +462,7 @@ impl Default for BucketPolicy {
             backend_bucket: None,
             backend_prefix: String::new(),
             max_token_jump: None,
+            cors: Vec::new(),
         }
     }
 }

@@ -355,6 +355,13 @@ fn buckets(
                 "set prefix_segments to 1 or more (1 fences `tenant/` in `tenant/file`)".into(),
             ));
         }
+        if let Some((field, what, fix)) = super::cors::problem(&policy.cors) {
+            return Err(places.err(
+                &["buckets", name.as_str(), "cors"],
+                format!("bucket {name:?} {what} ({field})"),
+                fix,
+            ));
+        }
         buckets.insert(name, policy);
     }
     if buckets.is_empty() {
@@ -381,21 +388,23 @@ fn bucket_defaults(
     Ok(match raw {
         None => None,
         Some(policy) => {
+            let backend_fix = "name a backend from [backends], and for s3 the store bucket that will hold created buckets";
             let problem = match backends.get(&policy.backend) {
-                None => Some(("backend", format!("uses backend {:?}, which is not defined", policy.backend))),
+                None => Some(("backend", format!("uses backend {:?}, which is not defined", policy.backend), backend_fix.into())),
                 Some(BackendConfig::S3(_)) if policy.backend_bucket.is_none() => Some(("backend", 
-                    "uses an s3 backend but sets no backend_bucket: created buckets live in that store bucket, under backend_prefix + the bucket's name + \"/\"".into()),
+                    "uses an s3 backend but sets no backend_bucket: created buckets live in that store bucket, under backend_prefix + the bucket's name + \"/\"".into(), backend_fix.into()),
                 ),
                 Some(BackendConfig::Fs { .. }) if policy.backend_bucket.is_some() || !policy.backend_prefix.is_empty() => {
-                    Some((if policy.backend_bucket.is_some() { "backend_bucket" } else { "backend_prefix" }, "sets backend_bucket or backend_prefix, but its backend is not s3".into()))
+                    Some((if policy.backend_bucket.is_some() { "backend_bucket" } else { "backend_prefix" }, "sets backend_bucket or backend_prefix, but its backend is not s3".into(), backend_fix.into()))
                 }
-                _ => None,
+                _ => super::cors::problem(&policy.cors)
+                    .map(|(field, what, fix)| ("cors", format!("{what} ({field})"), fix)),
             };
-            if let Some((field, problem)) = problem {
+            if let Some((field, problem, fix)) = problem {
                 return Err(places.err(
                     &["bucket_defaults", field],
                     format!("[bucket_defaults] {problem}"),
-                    "name a backend from [backends], and for s3 the store bucket that will hold created buckets".into(),
+                    fix,
                 ));
             }
             Some(policy)

@@ -4,6 +4,7 @@
 //! setting one is 501 with a message naming what fencegate does not keep. Objects' ACLs are
 //! answered the same way: read as the owner's FULL_CONTROL (s3cmd reads one on every copy and
 //! `info`), set refused; so are their tags: read as none, deleted as a no-op, set refused (400).
+//! CORS is the one bucket configuration fencegate keeps, from its configuration file (`cors.rs`).
 
 use super::convert::s3_error;
 use super::listing::owner;

@@ -11,6 +11,7 @@ mod checksums;
 mod chunked;
 mod convert;
 mod copy;
+mod cors;
 mod listing;
 mod multipart;
 mod objects;
@@ -43,11 +44,23 @@ pub struct S3Gateway {
     pub region: String,
 }
 
-/// Builds the `s3s` service: SigV4 against the configured keys, access
-/// rules per key, and virtual-host-style addressing when a domain is configured.
-pub fn service(gateway: S3Gateway, cfg: &S3GatewayConfig) -> Result<S3Service, String> {
+/// The S3 endpoint: the `s3s` service, and the buckets' CORS rules answered around it.
+#[derive(Clone)]
+pub struct Endpoint {
+    service: S3Service,
+    cors: cors::Cors,
+}
+
+/// Builds the S3 endpoint: SigV4 against the configured keys, access rules per key, and
+/// virtual-host-style addressing when a domain is configured.
+pub fn service(gateway: S3Gateway, cfg: &S3GatewayConfig) -> Result<Endpoint, String> {
     let keys = gateway.keys.clone();
     let gateway_catalog = gateway.catalog.clone();
+    let cors = cors::Cors::new(
+        gateway.gate.clone(),
+        gateway.catalog.clone(),
+        cfg.domain.clone(),
+    );
     let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(access::Auth(keys.clone()));
     builder.set_access(access::Access(keys, gateway_catalog));
@@ -66,7 +79,10 @@ pub fn service(gateway: S3Gateway, cfg: &S3GatewayConfig) -> Result<S3Service, S
             domain: domain.to_ascii_lowercase(),
         });
     }
-    Ok(builder.build())
+    Ok(Endpoint {
+        service: builder.build(),
+        cors,
+    })
 }
 
 /// What s3s may buffer before fencegate's access check runs. Its defaults allow a 5 GiB
@@ -91,23 +107,27 @@ struct VirtualHosts {
 
 impl s3s::host::S3Host for VirtualHosts {
     fn parse_host_header<'a>(&'a self, host: &'a str) -> s3s::S3Result<s3s::host::VirtualHost<'a>> {
-        let name = host.rsplit_once(':').map_or(host, |(h, port)| {
-            if port.bytes().all(|b| b.is_ascii_digit()) {
-                h
-            } else {
-                host
-            }
-        });
-        let bucket = name
-            .strip_suffix(self.domain.as_str())
-            .and_then(|rest| rest.strip_suffix('.'))
-            .filter(|b| !b.is_empty());
         let vh = s3s::host::VirtualHost::new(self.domain.as_str());
-        Ok(match bucket {
+        Ok(match host_bucket(&self.domain, host) {
             Some(b) => vh.with_bucket(b),
             None => vh,
         })
     }
+}
+
+/// The bucket a `Host` names in virtual-host style, `bucket.domain[:port]` (`domain`
+/// lowercase); `None` for any other host.
+fn host_bucket<'a>(domain: &str, host: &'a str) -> Option<&'a str> {
+    let name = host.rsplit_once(':').map_or(host, |(h, port)| {
+        if port.bytes().all(|b| b.is_ascii_digit()) {
+            h
+        } else {
+            host
+        }
+    });
+    name.strip_suffix(domain)
+        .and_then(|rest| rest.strip_suffix('.'))
+        .filter(|b| !b.is_empty())
 }
 
 #[async_trait::async_trait]
@@ -262,8 +282,35 @@ impl s3s::S3 for S3Gateway {
         Ok(s3s::S3Response::new(bucket_config::owner_acl()))
     }
 
+    async fn get_bucket_cors(
+        &self,
+        req: s3s::S3Request<s3s::dto::GetBucketCorsInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::GetBucketCorsOutput>> {
+        Ok(s3s::S3Response::new(cors::configured(
+            self,
+            &req.input.bucket,
+        )?))
+    }
+
+    async fn put_bucket_cors(
+        &self,
+        req: s3s::S3Request<s3s::dto::PutBucketCorsInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::PutBucketCorsOutput>> {
+        bucket_config::existing(self, &req.input.bucket)?;
+        Err(cors::set_in_file("PutBucketCors", &req.input.bucket))
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: s3s::S3Request<s3s::dto::DeleteBucketCorsInput>,
+    ) -> s3s::S3Result<s3s::S3Response<s3s::dto::DeleteBucketCorsOutput>> {
+        cors::delete(self, &req.input.bucket)?;
+        let mut resp = s3s::S3Response::new(s3s::dto::DeleteBucketCorsOutput::default());
+        resp.status = Some(http::StatusCode::NO_CONTENT);
+        Ok(resp)
+    }
+
     bucket_config_methods!(missing:
-        get_bucket_cors(GetBucketCorsInput, GetBucketCorsOutput) => "NoSuchCORSConfiguration", "CORS configuration";
         get_bucket_lifecycle_configuration(GetBucketLifecycleConfigurationInput, GetBucketLifecycleConfigurationOutput) => "NoSuchLifecycleConfiguration", "lifecycle configuration";
         get_bucket_policy(GetBucketPolicyInput, GetBucketPolicyOutput) => "NoSuchBucketPolicy", "bucket policy";
         get_bucket_policy_status(GetBucketPolicyStatusInput, GetBucketPolicyStatusOutput) => "NoSuchBucketPolicy", "bucket policy";
@@ -287,7 +334,6 @@ impl s3s::S3 for S3Gateway {
     );
 
     bucket_config_methods!(delete:
-        delete_bucket_cors(DeleteBucketCorsInput, DeleteBucketCorsOutput);
         delete_bucket_lifecycle(DeleteBucketLifecycleInput, DeleteBucketLifecycleOutput);
         delete_bucket_policy(DeleteBucketPolicyInput, DeleteBucketPolicyOutput);
         delete_bucket_tagging(DeleteBucketTaggingInput, DeleteBucketTaggingOutput);
@@ -302,7 +348,6 @@ impl s3s::S3 for S3Gateway {
         put_bucket_versioning(PutBucketVersioningInput, PutBucketVersioningOutput) => "PutBucketVersioning", "versioning (every bucket is unversioned)";
         put_bucket_acl(PutBucketAclInput, PutBucketAclOutput) => "PutBucketAcl", "ACLs (access is the key table's, config/keys)";
         put_object_acl(PutObjectAclInput, PutObjectAclOutput) => "PutObjectAcl", "ACLs (access is the key table's, config/keys)";
-        put_bucket_cors(PutBucketCorsInput, PutBucketCorsOutput) => "PutBucketCors", "CORS configuration";
         put_bucket_lifecycle_configuration(PutBucketLifecycleConfigurationInput, PutBucketLifecycleConfigurationOutput) => "PutBucketLifecycleConfiguration", "lifecycle configuration";
         put_bucket_policy(PutBucketPolicyInput, PutBucketPolicyOutput) => "PutBucketPolicy", "bucket policy (access is the key table's)";
         put_bucket_tagging(PutBucketTaggingInput, PutBucketTaggingOutput) => "PutBucketTagging", "tag set";
@@ -367,33 +412,48 @@ impl s3s::S3 for S3Gateway {
         multipart::list_parts(self, req).await
     }
 }
-/// Answers one request with the S3 gateway: fencegate's own refusals first (those it must
-/// make before s3s reads a body), then s3s, then the request id on whatever answers.
-pub async fn serve(
-    s3: &s3s::service::S3Service,
-    req: axum::extract::Request,
-) -> axum::response::Response {
+/// Answers one request with the S3 gateway: a CORS preflight by the bucket's rules, else
+/// fencegate's own refusals first (those it must make before s3s reads a body), then s3s; the
+/// request id on whatever answers, and the CORS headers of a request a rule allows.
+pub async fn serve(s3: &Endpoint, req: axum::extract::Request) -> axum::response::Response {
     crate::metrics::http::S3Op::handed(req.extensions());
     let id = crate::http::RequestId::of(req.extensions());
+    if req.method() == http::Method::OPTIONS {
+        crate::metrics::http::S3Op::resolved(req.extensions(), "PreflightRequest");
+        let preflight = s3.cors.preflight(req.uri(), req.headers()).await;
+        return answer::finish(preflight, &id).await;
+    }
+    let allowed = s3
+        .cors
+        .allowed(req.method(), req.uri(), req.headers())
+        .await;
+    cors::apply(answered(&s3.service, req, &id).await, allowed)
+}
+
+async fn answered(
+    s3: &s3s::service::S3Service,
+    req: axum::extract::Request,
+    id: &str,
+) -> axum::response::Response {
     if let Some(refusal) = refused_before_s3s(&req) {
-        return answer::finish(refusal, &id).await;
+        return answer::finish(refusal, id).await;
     }
     let (mut parts, body) = req.into_parts();
     if let Err((status, code, message)) = sigv2::lift_signed_headers(&parts.uri, &mut parts.headers)
     {
-        return answer::finish(refusal(status, code, &message), &id).await;
+        return answer::finish(refusal(status, code, &message), id).await;
     }
     chunked::stand_in_length(&mut parts);
     let body = match chunked::set_aside(&mut parts, body) {
         Ok(body) => body,
         Err((status, code, message)) => {
-            return answer::finish(refusal(status, code, &message), &id).await
+            return answer::finish(refusal(status, code, &message), id).await
         }
     };
     let req = axum::extract::Request::from_parts(parts, body);
     let (req, mismatch) = match post_body_checked(req) {
         Ok(checked) => checked,
-        Err(refusal) => return answer::finish(*refusal, &id).await,
+        Err(refusal) => return answer::finish(*refusal, id).await,
     };
     let req = req.map(s3s::Body::http_body_unsync);
     let resp = match s3.call(req).await {
@@ -413,7 +473,7 @@ pub async fn serve(
         Some(refusal) => refusal,
         None => resp,
     };
-    let resp = answer::finish(resp, &id).await;
+    let resp = answer::finish(resp, id).await;
     audit_signature_refusal(&resp);
     resp
 }

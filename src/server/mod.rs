@@ -408,7 +408,7 @@ fn s3_service(
     gate: Arc<Gate>,
     catalog: Arc<Catalog>,
     keys: Arc<KeyTable>,
-) -> Result<s3s::service::S3Service, StartError> {
+) -> Result<s3api::Endpoint, StartError> {
     let gateway = S3Gateway {
         gate,
         catalog,

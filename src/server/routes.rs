@@ -14,7 +14,7 @@ use tower_http::trace::TraceLayer;
 use tracing::field::Empty;
 
 /// The S3 gateway, when it shares a listener: it answers every path not routed there.
-pub type S3 = Option<s3s::service::S3Service>;
+pub type S3 = Option<crate::s3api::Endpoint>;
 
 /// Where the admin surface is served.
 pub enum AdminPlace {

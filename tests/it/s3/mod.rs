@@ -2,9 +2,11 @@
 
 mod aws_chunked;
 mod backend;
+mod browser;
 mod checksums;
 mod clients;
 mod conformance;
+mod cors;
 mod everyday;
 mod fixture;
 mod fs_completion;
