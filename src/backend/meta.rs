@@ -17,6 +17,9 @@ pub struct ObjectMeta {
     /// answered back on every read.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// Object tags (`x-amz-tagging`, PutObjectTagging), by key.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
     /// The checksum the client sent and the body proved to have, kept to be given back
     /// (`x-amz-checksum-mode: ENABLED`, GetObjectAttributes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -87,6 +90,23 @@ impl PartialEq for BodyChecksums {
 }
 impl Eq for BodyChecksums {}
 
+/// The metadata name that carries the object's tags on an S3 store.
+pub const TAGS_META: &str = "fencegate-tags";
+
+/// Tags as S3 writes them in `x-amz-tagging`: `k=v&k2=v2`, URL-encoded.
+pub fn encode_tags(tags: &BTreeMap<String, String>) -> String {
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    out.extend_pairs(tags);
+    out.finish()
+}
+
+/// The tags of an `x-amz-tagging` value (its pairs as written; checked by the surface).
+pub fn decode_tags(text: &str) -> Vec<(String, String)> {
+    form_urlencoded::parse(text.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
 /// The metadata name that carries the kept checksum on an S3 store.
 pub const CHECKSUM_META: &str = "fencegate-checksum";
 
@@ -132,9 +152,15 @@ impl ObjectMeta {
             true => "=?UTF-8?B??=".len() + v.len().div_ceil(3) * 4,
             false => v.len(),
         };
+        // Tags travel beside the metadata on an S3 store, so they share its 2 KB.
+        let tags = match self.tags.is_empty() {
+            true => 0,
+            false => TAGS_META.len() + encode_tags(&self.tags).len(),
+        };
         token
             + split
             + checksum
+            + tags
             + self
                 .user_meta
                 .iter()

@@ -12,8 +12,8 @@ pub mod s3;
 pub mod scripted;
 
 pub use meta::{
-    encoded_word_needed, printable, BodyChecksums, KeptChecksum, ObjectMeta, CHECKSUM_META,
-    SYSTEM_HEADERS,
+    decode_tags, encode_tags, encoded_word_needed, printable, BodyChecksums, KeptChecksum,
+    ObjectMeta, CHECKSUM_META, SYSTEM_HEADERS, TAGS_META,
 };
 pub use parts::{
     match_parts, multipart_etag, part_of_whole, range_of_whole, slice_stream, ObjectPart,

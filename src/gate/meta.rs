@@ -5,14 +5,15 @@ use super::checks::header_scope_name;
 use super::GateError;
 use crate::config::ScopeKind;
 
-/// `fencing-token`, `fencing-scope`, `fencegate-split` and `fencegate-checksum` in an object's
-/// metadata are written by fencegate only: a client's own values would pass for the token or lock that wrote the
+/// `fencing-token`, `fencing-scope`, `fencegate-split`, `fencegate-checksum` and
+/// `fencegate-tags` in an object's metadata are written by fencegate only: a client's own values would pass for the token or lock that wrote the
 /// object, or for fencegate's own parts (dropped on every backend alike).
 pub(super) fn reserve_meta(meta: &mut crate::backend::ObjectMeta) {
     meta.user_meta.remove("fencing-token");
     meta.user_meta.remove("fencing-scope");
     meta.user_meta.remove("fencegate-split");
     meta.user_meta.remove(crate::backend::CHECKSUM_META);
+    meta.user_meta.remove(crate::backend::TAGS_META);
 }
 
 /// S3 keeps at most 2 KB of user metadata, names and values.
@@ -37,7 +38,7 @@ pub(super) fn own_meta(
     let bytes = meta.user_meta_bytes();
     if bytes > MAX_STORED_META {
         return Err(GateError::InvalidArgument(format!(
-            "the object's user metadata would be {bytes} bytes as a store counts it, with the room fencegate keeps for its own fencing-token{} and fencegate-split entries (and non-ASCII values encoded); S3 keeps at most {MAX_STORED_META}: send less",
+            "the object's user metadata and tags would be {bytes} bytes as a store counts them, with the room fencegate keeps for its own fencing-token{} and fencegate-split entries (and non-ASCII values encoded); S3 keeps at most {MAX_STORED_META}: send less",
             if entry.policy.scope == ScopeKind::Header { ", fencing-scope" } else { "" }
         )));
     }

@@ -78,30 +78,6 @@ pub async fn object_acl(gw: &S3Gateway, bucket: &str, key: &str) -> S3Result<Get
     })
 }
 
-/// GetObjectTagging: an existing object's tags, which are none (a write that carries tags is
-/// refused, `unkept.rs`), as AWS answers an object without tags.
-pub async fn object_tags(
-    gw: &S3Gateway,
-    bucket: &str,
-    key: &str,
-) -> S3Result<GetObjectTaggingOutput> {
-    gw.gate.head(bucket, key).await.map_err(s3_error)?;
-    Ok(GetObjectTaggingOutput {
-        tag_set: Vec::new(),
-        version_id: None,
-    })
-}
-
-/// PutObjectTagging: refused, as tags would not be kept (400, not a 501 counted as a fault).
-pub fn tags_refused() -> S3Error {
-    let mut err = S3Error::with_message(
-        S3ErrorCode::InvalidRequest,
-        "PutObjectTagging: fencegate does not keep object tags; keep the labels in x-amz-meta-* metadata",
-    );
-    err.set_status_code(http::StatusCode::BAD_REQUEST);
-    err
-}
-
 /// Trait methods of `s3s::S3`, for the `impl` in mod.rs: getters that answer "not configured"
 /// (`missing`), getters with an empty answer (`empty`, the output given), deletes that have
 /// nothing to delete (`delete`), and setters refused (`refuse`). Written out as

@@ -110,6 +110,7 @@ pub fn object_meta(
         token: None,
         headers: headers::system_headers(headers)
             .map_err(|m| invalid(S3ErrorCode::InvalidArgument, m))?,
+        tags: super::tags::from_headers(headers)?,
         ..Default::default()
     })
 }

@@ -80,6 +80,21 @@ pub async fn copy_object(
             ..info.meta.clone()
         }
     };
+    // Tags: the source's, unless the request replaces them (x-amz-tagging-directive).
+    let replace_tags = input
+        .tagging_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
+    meta.tags = match replace_tags {
+        true => super::tags::from_headers(&req.headers)?,
+        false if req.headers.contains_key("x-amz-tagging") => {
+            return Err(convert::invalid(
+                S3ErrorCode::InvalidRequest,
+                "x-amz-tagging on a copy takes effect only with x-amz-tagging-directive: REPLACE; send both, or neither to keep the source's tags",
+            ))
+        }
+        false => info.meta.tags.clone(),
+    };
     // The copy has the source's bytes, so a checksum of the whole object still holds; one
     // made of the source's parts does not (the copy is written whole).
     meta.checksum = info

@@ -19,6 +19,7 @@ mod paging;
 mod part_checksums;
 mod refusals;
 mod sigv2;
+mod tags;
 mod unkept;
 
 pub use crate::auth::KeyTable;
@@ -250,28 +251,21 @@ impl s3s::S3 for S3Gateway {
         &self,
         req: s3s::S3Request<s3s::dto::GetObjectTaggingInput>,
     ) -> s3s::S3Result<s3s::S3Response<s3s::dto::GetObjectTaggingOutput>> {
-        objects::unversioned(req.input.version_id.as_deref())?;
-        let tags = bucket_config::object_tags(self, &req.input.bucket, &req.input.key).await?;
-        Ok(s3s::S3Response::new(tags))
+        tags::get(self, req).await
     }
 
     async fn delete_object_tagging(
         &self,
         req: s3s::S3Request<s3s::dto::DeleteObjectTaggingInput>,
     ) -> s3s::S3Result<s3s::S3Response<s3s::dto::DeleteObjectTaggingOutput>> {
-        objects::unversioned(req.input.version_id.as_deref())?;
-        // No tags are kept, so there are none to delete: AWS's 204 for an existing object.
-        bucket_config::object_tags(self, &req.input.bucket, &req.input.key).await?;
-        Ok(s3s::S3Response::new(
-            s3s::dto::DeleteObjectTaggingOutput::default(),
-        ))
+        tags::delete(self, req).await
     }
 
     async fn put_object_tagging(
         &self,
-        _req: s3s::S3Request<s3s::dto::PutObjectTaggingInput>,
+        req: s3s::S3Request<s3s::dto::PutObjectTaggingInput>,
     ) -> s3s::S3Result<s3s::S3Response<s3s::dto::PutObjectTaggingOutput>> {
-        Err(bucket_config::tags_refused())
+        tags::put(self, req).await
     }
 
     async fn get_bucket_acl(

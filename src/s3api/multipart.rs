@@ -74,7 +74,7 @@ pub async fn upload_part(
     gw: &S3Gateway,
     req: S3Request<UploadPartInput>,
 ) -> S3Result<S3Response<UploadPartOutput>> {
-    super::unkept::refuse_on_write(&req.headers)?;
+    super::unkept::refuse_on_part(&req.headers)?;
     let input = req.input;
     note(&input.bucket, &input.key);
     check_part_number(gw, input.part_number)?;
@@ -174,7 +174,7 @@ pub async fn upload_part_copy(
     gw: &S3Gateway,
     req: S3Request<UploadPartCopyInput>,
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
-    super::unkept::refuse_on_write(&req.headers)?;
+    super::unkept::refuse_on_part(&req.headers)?;
     let input = req.input;
     note(&input.bucket, &input.key);
     check_part_number(gw, input.part_number)?;

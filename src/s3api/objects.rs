@@ -281,6 +281,7 @@ fn object_output(
         content_language: info.meta.header("content-language"),
         expires: convert::expires(&info.meta),
         accept_ranges: Some("bytes".into()),
+        tag_count: (!info.meta.tags.is_empty()).then_some(info.meta.tags.len() as i32),
         ..Default::default()
     }
 }

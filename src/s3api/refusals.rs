@@ -1,6 +1,7 @@
 //! What fencegate refuses or checks before s3s reads a request: a URI s3s would refuse less
-//! clearly, a credential scoped to another service, POSTs it does not serve (s3s would read
-//! their bodies before any signature check), and the declared digest of a POST's XML body.
+//! clearly, a credential scoped to another service, an expected bucket owner that is not
+//! fencegate's account, POSTs it does not serve (s3s would read their bodies before any
+//! signature check), and the declared digest of a POST's XML body.
 
 use super::answer;
 use crate::backend::BodyError;
@@ -10,6 +11,22 @@ use std::sync::Arc;
 /// The POSTs fencegate serves, by the query parameter that names them: DeleteObjects
 /// (`?delete`), CreateMultipartUpload (`?uploads`), CompleteMultipartUpload (`?uploadId=`).
 const SERVED_POSTS: [&str; 3] = ["delete", "uploads", "uploadId"];
+
+/// An expected bucket owner other than fencegate's one account: AWS's 403, as the bucket is
+/// not that account's (never ignored: the client asked to be stopped).
+fn foreign_owner(headers: &http::HeaderMap) -> Option<String> {
+    let owner = super::listing::owner().id.unwrap_or_default();
+    ["x-amz-expected-bucket-owner", "x-amz-source-expected-bucket-owner"]
+        .iter()
+        .flat_map(|name| headers.get_all(*name).iter().map(move |v| (name, v)))
+        .find(|(_, v)| v.as_bytes() != owner.as_bytes())
+        .map(|(name, v)| {
+            format!(
+                "{name}: {:?} does not own this bucket: every bucket here belongs to fencegate's one account, id {owner:?}; send that id, or leave the header out",
+                String::from_utf8_lossy(v.as_bytes())
+            )
+        })
+}
 
 /// Requests refused before s3s sees them, because s3s would read their bodies before any
 /// signature or access check:
@@ -30,6 +47,13 @@ pub fn refused_before_s3s(req: &axum::extract::Request) -> Option<axum::response
         } else {
             format!("the credential is scoped to service {service:?}; fencegate is an S3 endpoint: sign for service \"s3\"")
         };
+        return Some(refusal(
+            http::StatusCode::FORBIDDEN,
+            "AccessDenied",
+            &message,
+        ));
+    }
+    if let Some(message) = foreign_owner(req.headers()) {
         return Some(refusal(
             http::StatusCode::FORBIDDEN,
             "AccessDenied",

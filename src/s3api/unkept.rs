@@ -1,7 +1,7 @@
 //! Request headers S3 defines that fencegate does not do, refused with the status and code AWS
 //! answers where a bucket lacks the feature, never accepted and forgotten: a write that asked
-//! for encryption with the client's key, a retention or legal hold, a public ACL, tags or a
-//! website redirect would otherwise be acknowledged and stored without them.
+//! for encryption with the client's key, a retention or legal hold, a public ACL, a part's tags
+//! or a website redirect would otherwise be acknowledged and stored without them.
 
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
@@ -76,16 +76,52 @@ pub fn refuse_on_write(headers: &http::HeaderMap) -> S3Result<()> {
             format!("The bucket does not allow ACLs ({name}): access is the key table's; leave the grant out"),
         ));
     }
-    if headers.contains_key("x-amz-tagging") {
+    // SSE-S3 (AES256) is what S3 applies to every object anyway; a KMS key would be dropped.
+    for value in headers.get_all("x-amz-server-side-encryption") {
+        let sse = String::from_utf8_lossy(value.as_bytes()).trim().to_string();
+        if sse != "AES256" {
+            return Err(refuse(
+                S3ErrorCode::InvalidArgument,
+                format!("x-amz-server-side-encryption: {sse}: fencegate passes no KMS key to the store, so the object would not be encrypted with it; send AES256 (the store's own encryption), or leave the header out"),
+            ));
+        }
+    }
+    if let Some(name) = headers
+        .keys()
+        .map(http::HeaderName::as_str)
+        .find(|n| n.starts_with("x-amz-server-side-encryption-") && !n.contains("-customer-"))
+    {
         return Err(refuse(
-            S3ErrorCode::InvalidRequest,
-            "x-amz-tagging: fencegate does not keep object tags, so they would be lost; leave the header out (or keep the labels in x-amz-meta-* metadata)".into(),
+            S3ErrorCode::InvalidArgument,
+            format!("{name}: fencegate passes no KMS settings to the store, so they would be lost; leave the header out"),
         ));
+    }
+    for value in headers.get_all("x-amz-storage-class") {
+        let class = String::from_utf8_lossy(value.as_bytes()).trim().to_string();
+        if class != "STANDARD" {
+            return Err(refuse(
+                S3ErrorCode::InvalidStorageClass,
+                format!("The storage class you specified is not valid here (x-amz-storage-class: {class}): fencegate writes every object in the store's STANDARD class; send STANDARD, or leave the header out"),
+            ));
+        }
     }
     if headers.contains_key("x-amz-website-redirect-location") {
         return Err(refuse(
             S3ErrorCode::InvalidRequest,
             "x-amz-website-redirect-location: fencegate serves no website and would not keep the redirect; leave the header out".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// For a part (UploadPart, UploadPartCopy): what [`refuse_on_write`] refuses, and tags, which
+/// belong to the upload (CreateMultipartUpload) and would be lost on a part.
+pub fn refuse_on_part(headers: &http::HeaderMap) -> S3Result<()> {
+    refuse_on_write(headers)?;
+    if headers.contains_key("x-amz-tagging") {
+        return Err(refuse(
+            S3ErrorCode::InvalidRequest,
+            "x-amz-tagging on a part: an object's tags are set when its upload is created (CreateMultipartUpload); leave the header out here".into(),
         ));
     }
     Ok(())
@@ -123,8 +159,14 @@ mod tests {
             ("x-amz-object-lock-legal-hold", "ON", "InvalidRequest"),
             ("x-amz-acl", "public-read", "AccessControlListNotSupported"),
             ("x-amz-grant-read", "uri=x", "AccessControlListNotSupported"),
-            ("x-amz-tagging", "a=b", "InvalidRequest"),
             ("x-amz-website-redirect-location", "/x", "InvalidRequest"),
+            ("x-amz-server-side-encryption", "aws:kms", "InvalidArgument"),
+            (
+                "x-amz-server-side-encryption-aws-kms-key-id",
+                "arn:x",
+                "InvalidArgument",
+            ),
+            ("x-amz-storage-class", "GLACIER", "InvalidStorageClass"),
         ] {
             let e = refuse_on_write(&headers(&[(name, value)])).unwrap_err();
             assert_eq!(e.code().as_str(), code, "{name}");
@@ -138,6 +180,11 @@ mod tests {
         ] {
             assert!(refuse_on_write(&ok).is_ok(), "{ok:?}");
         }
+        // Tags are kept for an object, not for a part.
+        let tagged = headers(&[("x-amz-tagging", "a=b")]);
+        assert!(refuse_on_write(&tagged).is_ok());
+        let e = refuse_on_part(&tagged).unwrap_err();
+        assert_eq!(e.code().as_str(), "InvalidRequest");
         assert!(refuse_on_read(&headers(&[(
             "x-amz-server-side-encryption-customer-key",
             "a2V5"

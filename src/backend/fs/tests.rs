@@ -145,6 +145,7 @@ async fn staged_bodies_are_invisible_until_committed() {
             kind: "FULL_OBJECT".into(),
         }),
         checksum_at_end: None,
+        tags: [("team".to_string(), "a b".to_string())].into(),
     };
     let staged = fs
         .stage("b", "x/y", meta.clone(), body(b"hello"))

@@ -3,7 +3,7 @@
 //! and the object's description from the fields S3 answers with.
 
 use super::*;
-use crate::backend::{KeptChecksum, CHECKSUM_META};
+use crate::backend::{decode_tags, encode_tags, KeptChecksum, CHECKSUM_META, TAGS_META};
 
 /// `value`, or its RFC 2047 encoded word ([`crate::backend::encoded_word_needed`]).
 pub(super) fn encode_word(value: &str) -> String {
@@ -66,7 +66,9 @@ impl S3Backend {
         let mut m: HashMap<String, String> = meta
             .user_meta
             .iter()
-            .filter(|(k, _)| ![TOKEN_META, parts::SPLIT_META, CHECKSUM_META].contains(&k.as_str()))
+            .filter(|(k, _)| {
+                ![TOKEN_META, parts::SPLIT_META, CHECKSUM_META, TAGS_META].contains(&k.as_str())
+            })
             .map(|(k, v)| (k.clone(), encode_word(v)))
             .collect();
         if let Some(t) = meta.token {
@@ -74,6 +76,9 @@ impl S3Backend {
         }
         if let Some(c) = &meta.checksum {
             m.insert(CHECKSUM_META.into(), c.encode());
+        }
+        if !meta.tags.is_empty() {
+            m.insert(TAGS_META.into(), encode_tags(&meta.tags));
         }
         m
     }
@@ -95,6 +100,10 @@ impl S3Backend {
         let checksum = user_meta
             .remove(CHECKSUM_META)
             .and_then(|c| KeptChecksum::decode(&c));
+        let tags = user_meta
+            .remove(TAGS_META)
+            .map(|t| decode_tags(&t).into_iter().collect())
+            .unwrap_or_default();
         ObjectMeta {
             content_type: content_type.map(str::to_string),
             user_meta,
@@ -102,6 +111,7 @@ impl S3Backend {
             headers,
             checksum,
             checksum_at_end: None,
+            tags,
         }
     }
 

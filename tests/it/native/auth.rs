@@ -253,7 +253,7 @@ fn protected_mode_refuses_a_public_address_without_keys() {
 async fn round_4_holes_stay_closed() {
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
-        "{CONFIG}\n[keys.holder]\naccess_key_id = \"holder-key\"\nsecret_access_key = \"holder-secret-0123456\"\nbuckets = {{ \"default\" = [\"read\", \"lease\"] }}\nlease_names = [\"job\"]\n"
+        "{CONFIG}\n[keys.holder]\naccess_key_id = \"holder-key\"\nsecret_access_key = \"holder-secret-0123456\"\nbuckets = {{ \"default\" = [\"read\", \"write\", \"lease\"] }}\nlease_names = [\"job\"]\n"
     );
     let s = Server::start(&dir.path().join("data"), Some(&config));
     let c = common::client();

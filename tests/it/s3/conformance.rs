@@ -1327,7 +1327,7 @@ async fn metadata_values(kind: Kind) {
 
 /// Headers that change security, retention or what is kept are refused with AWS's codes, and
 /// nothing is written (they were accepted and dropped: an SSE-C object stored in the clear, a
-/// "COMPLIANCE"-locked one deletable at once). Tags read as none; setting them is a 400.
+/// "COMPLIANCE"-locked one deletable at once). Tags past S3's rules are `InvalidTag`.
 async fn unkept_headers(kind: Kind) {
     use aws_sdk_s3::types::{ObjectCannedAcl, ObjectLockLegalHoldStatus, ObjectLockMode};
     let fx = Fx::start(kind).await;
@@ -1384,9 +1384,9 @@ async fn unkept_headers(kind: Kind) {
             "AccessControlListNotSupported",
         ),
         (
-            "tags",
-            code(refused(p().tagging("team=a").send().await)),
-            "InvalidRequest",
+            "tags past S3's rules",
+            code(refused(p().tagging("aws:team=a").send().await)),
+            "InvalidTag",
         ),
         (
             "redirect",
@@ -1396,16 +1396,34 @@ async fn unkept_headers(kind: Kind) {
             "InvalidRequest",
         ),
         (
-            "mpu tags",
+            "kms",
+            code(refused(
+                p().server_side_encryption(aws_sdk_s3::types::ServerSideEncryption::AwsKms)
+                    .send()
+                    .await,
+            )),
+            "InvalidArgument",
+        ),
+        (
+            "storage class",
+            code(refused(
+                p().storage_class(aws_sdk_s3::types::StorageClass::Glacier)
+                    .send()
+                    .await,
+            )),
+            "InvalidStorageClass",
+        ),
+        (
+            "mpu tags past S3's rules",
             code(refused(
                 c.create_multipart_upload()
                     .bucket("bkt")
                     .key("x")
-                    .tagging("a=b")
+                    .tagging("a=b&a=c")
                     .send()
                     .await,
             )),
-            "InvalidRequest",
+            "InvalidTag",
         ),
         (
             "copy acl",
@@ -1467,8 +1485,8 @@ async fn unkept_headers(kind: Kind) {
         .value("b")
         .build()
         .unwrap();
-    let r = c
-        .put_object_tagging()
+    // Tags are kept (tags.rs has the rest).
+    c.put_object_tagging()
         .bucket("bkt")
         .key("x")
         .tagging(
@@ -1478,8 +1496,16 @@ async fn unkept_headers(kind: Kind) {
                 .unwrap(),
         )
         .send()
-        .await;
-    assert_eq!(refused(r).0, 400);
+        .await
+        .unwrap();
+    let tags = c
+        .get_object_tagging()
+        .bucket("bkt")
+        .key("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tags.tag_set().len(), 1);
     let r = c
         .get_object_tagging()
         .bucket("bkt")
@@ -1487,6 +1513,28 @@ async fn unkept_headers(kind: Kind) {
         .send()
         .await;
     assert_eq!(refused(r).0, 404);
+    // What S3's default encryption and class are is accepted.
+    p().server_side_encryption(aws_sdk_s3::types::ServerSideEncryption::Aes256)
+        .storage_class(aws_sdk_s3::types::StorageClass::Standard)
+        .send()
+        .await
+        .unwrap();
+    // The one account owns every bucket: another expected owner is refused.
+    let r = c
+        .get_object()
+        .bucket("bkt")
+        .key("x")
+        .expected_bucket_owner("123456789012")
+        .send()
+        .await;
+    assert_eq!(code(refused(r)), (403, "AccessDenied".to_string()));
+    c.get_object()
+        .bucket("bkt")
+        .key("x")
+        .expected_bucket_owner("fencegate")
+        .send()
+        .await
+        .unwrap();
 }
 
 /// A SigV4 presigned URL's `x-amz-*` parameters, which S3 applies as headers (the AWS SDK for
@@ -1520,7 +1568,7 @@ async fn a_presigned_urls_amz_parameters_are_applied() {
     assert!(text.contains("StaleFencingToken"), "{text}");
     for (query, code) in [
         ("x-amz-acl=public-read", "AccessControlListNotSupported"),
-        ("x-amz-tagging=a%3Db", "InvalidRequest"),
+        ("x-amz-tagging=aws%3Aa%3Db", "InvalidTag"),
         ("x-amz-object-lock-mode=COMPLIANCE", "InvalidRequest"),
         // The CRC32 of an empty body, which the JS presigner signs by default.
         (

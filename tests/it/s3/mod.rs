@@ -15,3 +15,4 @@ mod integrity;
 mod probe_store;
 mod staging;
 mod store_etags;
+mod tags;
