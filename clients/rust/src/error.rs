@@ -91,7 +91,12 @@ pub(crate) fn redirected(resp: &reqwest::Response) -> Error {
     let location = resp
         .headers()
         .get(reqwest::header::LOCATION)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).chars().take(LOCATION_SHOWN).collect())
+        .map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .chars()
+                .take(LOCATION_SHOWN)
+                .collect()
+        })
         .unwrap_or_default();
     Error::Redirected {
         status: resp.status().as_u16(),

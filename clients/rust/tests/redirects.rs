@@ -104,7 +104,10 @@ fn assert_redirected(result: Result<impl std::fmt::Debug, Error>, location: &str
     };
     assert_eq!((*status, got.as_str()), (307, location));
     let text = format!("{e} {e:?}");
-    assert!(text.contains(location), "the error names the Location: {text}");
+    assert!(
+        text.contains(location),
+        "the error names the Location: {text}"
+    );
     for secret in [LEASE_SECRET, S3_SECRET, KEY_SECRET] {
         assert!(!text.contains(secret), "{text}");
     }
@@ -136,7 +139,9 @@ async fn a_redirect_is_an_error_and_nothing_follows_it() {
             "job",
             "w1",
             Duration::from_secs(60),
-            AcquireOptions::default().bind("default", "k").s3_credentials(),
+            AcquireOptions::default()
+                .bind("default", "k")
+                .s3_credentials(),
         )
         .await
         .expect("the stand-in grants the acquire");
@@ -170,7 +175,9 @@ async fn debug_output_holds_no_secret() {
             "shown",
             "w1",
             Duration::from_secs(60),
-            AcquireOptions::default().bind("default", "k").s3_credentials(),
+            AcquireOptions::default()
+                .bind("default", "k")
+                .s3_credentials(),
         )
         .await
         .unwrap();
