@@ -2,7 +2,7 @@
 //! grants a lease (with its secret and S3 credentials) and answers everything else with a 307
 //! to a second listener, which records whether anything reached it.
 
-use fencegate_client::{AcquireOptions, Client, Error};
+use fencegate_client::{AcquireOptions, Client, Error, Lease};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -93,6 +93,16 @@ fn redirecting(target: &str) -> String {
     url
 }
 
+/// The lease `name`, bound to default/k with S3 credentials, as the stand-in grants it.
+async fn granted(fg: &Client, name: &str) -> Lease {
+    let options = AcquireOptions::default()
+        .bind("default", "k")
+        .s3_credentials();
+    fg.acquire(name, "w1", Duration::from_secs(60), options)
+        .await
+        .expect("the stand-in grants the acquire")
+}
+
 fn assert_redirected(result: Result<impl std::fmt::Debug, Error>, location: &str) {
     let e = result.expect_err("a 307 is an error");
     let Error::Redirected {
@@ -134,17 +144,7 @@ async fn a_redirect_is_an_error_and_nothing_follows_it() {
         &format!("{target}/v1/fences/default/k"),
     );
 
-    let lease = fg
-        .acquire(
-            "job",
-            "w1",
-            Duration::from_secs(60),
-            AcquireOptions::default()
-                .bind("default", "k")
-                .s3_credentials(),
-        )
-        .await
-        .expect("the stand-in grants the acquire");
+    let lease = granted(&fg, "job").await;
     assert_eq!(lease.secret(), LEASE_SECRET);
     assert_redirected(
         lease.put("default", "k", "object bytes").await,
@@ -170,17 +170,7 @@ async fn debug_output_holds_no_secret() {
     let (target, _) = elsewhere();
     let base = redirecting(&target);
     let fg = Client::new(&base).with_key("AKIDDEBUG", KEY_SECRET);
-    let lease = fg
-        .acquire(
-            "shown",
-            "w1",
-            Duration::from_secs(60),
-            AcquireOptions::default()
-                .bind("default", "k")
-                .s3_credentials(),
-        )
-        .await
-        .unwrap();
+    let lease = granted(&fg, "shown").await;
     let creds = lease.s3_credentials().expect("asked for").clone();
     assert_eq!(creds.secret_access_key, S3_SECRET);
     let shown = [

@@ -1059,18 +1059,8 @@ async fn over_https_the_cli_accepts_the_openssl_one_liners_certificate_it_is_giv
     let elsewhere = openssl_certificate(dir.path(), "elsewhere", "DNS:elsewhere.example");
     let s = tls_server(dir.path(), "elsewhere");
     let url = format!("https://127.0.0.1:{}", s.addr.port());
-    let run = cli(
-        &url,
-        &[
-            "fences",
-            "get",
-            "default",
-            "k",
-            "--ca-file",
-            elsewhere.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let pinned = [("FENCEGATE_CA_FILE", elsewhere.to_str().unwrap())];
+    let run = cli(&url, &["fences", "get", "default", "k"], &pinned);
     assert!(
         !run.ok,
         "a certificate for another name was trusted: {}",
