@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Write one object through fencegate while holding an etcd lock, fenced by the lock's token.
 #
-#   KEY=report.csv examples/etcd/fenced_write.sh ./report.csv     # or `-` to read stdin
+#   KEY=etcd-report.csv examples/etcd/fenced_write.sh ./report.csv     # or `-` to read stdin
 #
 # The fencing token is the **create_revision** of the lock key that `etcdctl lock` created
 # (`<lock>/<lease-id-hex>`): etcd revisions only grow, and the holder of an etcd lock is the key

@@ -73,6 +73,14 @@ pub enum AdminError {
     NotReady(String),
     #[error("fencegate answered {status} with something that is not its JSON: {body}")]
     BadAnswer { status: u16, body: String },
+    /// Never followed: fencegate answers no redirect, so something else answered, and
+    /// following it would carry the admin's credentials there.
+    #[error("{url} answered {status}, a redirect to {location:?}, which is not followed: fencegate never redirects; point --url (or FENCEGATE_URL) at the instance itself")]
+    Redirected {
+        url: String,
+        status: u16,
+        location: String,
+    },
 }
 
 /// The credentials a request is sent with.
@@ -177,6 +185,8 @@ pub struct AdminClient {
     base: String,
     credentials: Credentials,
     https: bool,
+    /// The CA file trusted besides the system's roots, for the hint when trust fails.
+    ca_file: Option<PathBuf>,
 }
 
 const SET_CREDENTIALS: &str = "set FENCEGATE_ADMIN_TOKEN (or --token-file FILE) to [admin]'s bearer token, or FENCEGATE_ACCESS_KEY_ID and FENCEGATE_SECRET_ACCESS_KEY to a key with admin = true";
@@ -192,12 +202,14 @@ impl AdminClient {
         }
         // Named in the instance's access lines, so an operator's commands stand out.
         let agent = concat!("fencegate-cli/", env!("CARGO_PKG_VERSION"));
-        let http = http_client(conn.ca_file.as_deref(), agent, Duration::from_secs(60))?;
+        let http =
+            super::trust::http_client(conn.ca_file.as_deref(), agent, Duration::from_secs(60))?;
         Ok(AdminClient {
             http,
             base,
             credentials: credentials(conn)?,
             https,
+            ca_file: conn.ca_file.clone(),
         })
     }
 
@@ -237,6 +249,21 @@ impl AdminClient {
             .await
             .map_err(|e| self.unreachable(&e))?;
         let status = resp.status().as_u16();
+        if resp.status().is_redirection() {
+            let location = resp.headers().get(reqwest::header::LOCATION);
+            return Err(AdminError::Redirected {
+                url,
+                status,
+                location: location
+                    .map(|v| {
+                        String::from_utf8_lossy(v.as_bytes())
+                            .chars()
+                            .take(300)
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            });
+        }
         let text = resp.text().await.map_err(|e| self.unreachable(&e))?;
         let body: Value = serde_json::from_str(&text).map_err(|_| AdminError::BadAnswer {
             status,
@@ -264,7 +291,7 @@ impl AdminClient {
         let detail = error_chain(e);
         let lower = detail.to_ascii_lowercase();
         let hint = if self.https && (lower.contains("certificate") || lower.contains("tls")) {
-            "the server's certificate is not trusted: pass --ca-file with the PEM of its CA (or set FENCEGATE_CA_FILE)".to_string()
+            super::trust::untrusted_hint(self.ca_file.as_deref(), &detail)
         } else if e.is_timeout() {
             "the instance did not answer in time; is it overloaded or paused?".to_string()
         } else {
@@ -456,52 +483,4 @@ pub(super) fn error_chain(e: &reqwest::Error) -> String {
         source = s.source();
     }
     detail
-}
-
-/// An HTTP client trusting the system's roots and the PEM certificates of `ca_file`.
-pub(super) fn http_client(
-    ca_file: Option<&std::path::Path>,
-    agent: &str,
-    timeout: Duration,
-) -> Result<reqwest::Client, AdminError> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        let _ = roots.add(cert);
-    }
-    if let Some(path) = ca_file {
-        use rustls::pki_types::{pem::PemObject, CertificateDer};
-        let unusable = |e: &dyn std::fmt::Display| {
-            AdminError::Usage(format!(
-                "--ca-file {}: {e}; it must hold PEM certificates",
-                path.display()
-            ))
-        };
-        let mut added = 0;
-        for cert in CertificateDer::pem_file_iter(path).map_err(|e| unusable(&e))? {
-            roots
-                .add(cert.map_err(|e| unusable(&e))?)
-                .map_err(|e| unusable(&e))?;
-            added += 1;
-        }
-        if added == 0 {
-            return Err(unusable(&"no certificate found"));
-        }
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| AdminError::Usage(format!("TLS set-up: {e}")))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    reqwest::Client::builder()
-        .user_agent(agent)
-        .use_preconfigured_tls(tls)
-        .connect_timeout(timeout.min(Duration::from_secs(10)))
-        .timeout(timeout)
-        // fencegate never redirects: a redirect is something else answering (a login page),
-        // and following it would carry the admin's credentials there.
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| AdminError::Usage(format!("the HTTP client: {e}")))
 }

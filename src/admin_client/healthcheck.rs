@@ -3,7 +3,8 @@
 //! the instance answers 200 with `/readyz`'s own body, and 1 with each failing check (or why
 //! it could not be reached, or what answered instead).
 
-use super::connection::{error_chain, http_client};
+use super::connection::error_chain;
+use super::trust::http_client;
 use super::AdminError;
 use crate::health::Check;
 use std::path::Path;

@@ -18,6 +18,7 @@ mod connection;
 mod healthcheck;
 mod leases;
 mod status;
+mod trust;
 
 pub use connection::{AdminClient, AdminError, Answer, Connection};
 pub use healthcheck::healthcheck;

@@ -18,6 +18,7 @@ from .errors import (
     InvalidLeaseName,
     LeaseHeld,
     make_error,
+    redirected,
 )
 from ._names import _check_metadata, _check_object_names, _key_path, _segment
 from .lease import Lease
@@ -105,8 +106,10 @@ class Client:
         session: the `requests.Session` to send with (connection pooling, proxies, TLS
             settings); a new one by default.
 
-    Every method raises a `fencegate.FencegateError` subclass for a refusal, and `requests`'
-    own exceptions when fencegate cannot be reached.
+    Every method raises a `fencegate.FencegateError` subclass for a refusal, `fencegate.Redirected`
+    for a 3xx answer (never followed: fencegate does not redirect, and following would carry
+    the request's body and secrets elsewhere), and `requests`' own exceptions when fencegate
+    cannot be reached.
     """
 
     def __init__(
@@ -470,7 +473,13 @@ class Client:
             data=data,
             timeout=timeout if timeout is not None else self.timeout,
             stream=stream,
+            # Never followed, whatever the session says: requests re-sends the body and every
+            # header but Authorization (a lease's secret, an object) to wherever a 307 points.
+            allow_redirects=False,
         )
+        if 300 <= resp.status_code < 400:
+            resp.close()
+            raise redirected(resp.status_code, resp.headers, what=f"{method} {path}")
         if check and not resp.ok:
             raise _refusal(resp, f"{method} {path}", token)
         return resp

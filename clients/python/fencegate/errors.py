@@ -14,13 +14,14 @@ import re
 from typing import Any, Dict, Mapping, Optional, Type
 
 __all__ = [
-    # The base, the groups and the one local error
+    # The base, the groups and the local errors
     "FencegateError",
     "FencingError",
     "AuthError",
     "LeaseError",
     "TemporaryError",
     "LeaseLost",
+    "Redirected",
     # One class per code fencegate answers with (tests check the list against ERRORS_BY_CODE)
     "AccessDenied",
     "AuthorizationHeaderMalformed",
@@ -82,6 +83,7 @@ __all__ = [
     "ERRORS_BY_CODE",
     "error_for",
     "make_error",
+    "redirected",
 ]
 
 
@@ -364,6 +366,41 @@ class LeaseLost(LeaseError):
     code = "LeaseLost"
 
 
+class Redirected(FencegateError):
+    """The answer was a redirect (3xx), which this package never follows.
+
+    fencegate answers none, so something else answered: a proxy, a login page, a host that
+    moved. Following it would send the request (an object's bytes, a lease's secret in a renew
+    or release) to wherever it points, and take that host's answer as fencegate's. Point
+    `fencegate.Client` at fencegate's own URL.
+
+    Attributes:
+        location: where the redirect pointed (its ``Location`` header; empty without one).
+    """
+
+    code = "Redirected"
+
+    def __init__(self, message: str, *, location: str = "", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.location = location
+
+
+#: The longest `Location` a `Redirected` repeats: enough to recognise the host and path.
+_LOCATION_SHOWN = 300
+
+
+def redirected(status: int, headers: Mapping[str, str], *, what: str) -> Redirected:
+    """The exception for a 3xx answer to `what`."""
+    lower = {k.lower(): v for k, v in headers.items()}
+    location = str(lower.get("location", ""))[:_LOCATION_SHOWN]
+    message = (
+        f"{what} answered HTTP {status}, a redirect to {location!r}, which is never followed: "
+        "fencegate does not redirect, so something else answered; point the client at "
+        "fencegate's own URL"
+    )
+    return Redirected(message, location=location, status=status, headers=lower)
+
+
 # ---- Temporary: retry ------------------------------------------------------------------------
 
 
@@ -602,8 +639,8 @@ def _codes() -> Dict[str, Type[FencegateError]]:
     while pending:
         cls = pending.pop()
         pending.extend(cls.__subclasses__())
-        # LeaseLost is this package's own refusal: fencegate never answers with it.
-        if cls.code and cls is not LeaseLost:
+        # This package's own refusals: fencegate never answers with them.
+        if cls.code and cls not in (LeaseLost, Redirected):
             found[cls.code] = cls
     return found
 

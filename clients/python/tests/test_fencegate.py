@@ -873,6 +873,70 @@ class MisbehavingNetwork(unittest.TestCase):
         self.assertLess(written[0], size // 4, "the GET's body was downloaded")
 
 
+class Redirects(unittest.TestCase):
+    """A 3xx is an error naming its Location, and nothing follows it: a `Proxy` passes the
+    acquire to the real fencegate and answers every other request with a 307 to a second
+    listener, which accepts whatever comes (a 200, as the host in the audit did) and records
+    it. No secret shows in the errors or in any repr."""
+
+    def test_a_redirect_is_an_error_and_nothing_follows_it(self) -> None:
+        def take_anything(request: ProxyRequest) -> bool:
+            request.reply_json(200, {"token": "999", "etag": "elsewhere"})
+            return True
+
+        def redirect(request: ProxyRequest) -> bool:
+            if request.command == "POST" and request.path.startswith("/v1/leases/"):
+                return False
+            request.reply(307, {"Location": elsewhere.url + request.path}, b"")
+            return True
+
+        name, key = unique("py-redirect"), unique("redirect") + ".csv"
+        with Proxy(take_anything) as elsewhere, Proxy(redirect) as proxy:
+            fg = fencegate.Client(proxy.url, *ADMIN)
+            lease = fg.lease(name, ttl=30, bucket="default", key=key, s3_credentials=True)
+            try:
+                object_path = f"/v1/objects/default/{key}"
+                calls: List[Tuple[str, Callable[[], Any]]] = [
+                    (object_path, lambda: lease.put("default", key, b"object bytes")),
+                    (object_path, lambda: fg.put("default", key, b"bytes", lease.token)),
+                    (object_path, lambda: fg.get("default", key)),
+                    (object_path, lambda: fg.head("default", key)),
+                    (object_path, lambda: lease.delete("default", key)),
+                    (f"/v1/fences/default/{key}", lambda: fg.fence("default", key)),
+                    (f"/v1/leases/{name}", lambda: fg.lease_info(name)),
+                    # The release carries the lease's secret in its body: the call the audit saw
+                    # re-sent to the other host.
+                    (f"/v1/leases/{name}", lease.release),
+                ]
+                secrets = [lease.secret, ADMIN[1], lease.s3_credentials.secret_access_key]
+                for path, call in calls:
+                    with self.subTest(path=path, call=call):
+                        with self.assertRaises(fencegate.Redirected) as caught:
+                            call()
+                        err = caught.exception
+                        self.assertEqual((err.status, err.location), (307, elsewhere.url + path))
+                        text = f"{err} {err!r}"
+                        self.assertIn(elsewhere.url + path, text)
+                        for secret in secrets:
+                            self.assertNotIn(secret, text)
+                self.assertEqual(elsewhere.seen, [], "a request followed the redirect")
+                for shown in (repr(lease), repr(lease.s3_credentials), repr(fg), repr(fg._signer)):
+                    for secret in secrets:
+                        self.assertNotIn(secret, shown)
+            finally:
+                admin()._release_lease(name, lease.holder, lease.token, lease.secret)
+
+    def test_a_session_of_the_callers_does_not_follow_either(self) -> None:
+        # The redirect points at fencegate itself: followed, the request would be answered.
+        session = requests.Session()
+        with Proxy(lambda r: (r.reply(307, {"Location": URL + r.path}, b""), True)[1]) as proxy:
+            fg = fencegate.Client(proxy.url, *ADMIN, session=session)
+            with self.assertRaises(fencegate.Redirected) as caught:
+                fg.advance_fence("default", unique("redirect"), 5)
+            self.assertTrue(caught.exception.location.startswith(URL + "/v1/fences/default/"))
+            self.assertNotIn("Redirected", fencegate.ERRORS_BY_CODE)
+
+
 class Boto3(unittest.TestCase):
     def setUp(self) -> None:
         self.fg = admin()

@@ -51,6 +51,12 @@ pub enum Error {
         code: String,
         message: String,
     },
+    /// The answer was a redirect (3xx), which this client never follows: fencegate answers
+    /// none, so something else answered (a proxy, a login page, a moved host), and following
+    /// it would send the request's body and secrets there. `location` is where it pointed
+    /// (empty without a `Location` header); point the client at fencegate's own URL.
+    #[error("{status} redirect to {location:?} not followed: fencegate never redirects, so something else answered; point the client at fencegate's own URL")]
+    Redirected { status: u16, location: String },
     #[error("cannot reach fencegate: {0}")]
     Http(#[from] reqwest::Error),
     #[error("cannot sign the request: {0}")]
@@ -69,8 +75,32 @@ impl Error {
             Error::Denied { code, .. } | Error::Api { code, .. } | Error::NotFound { code, .. } => {
                 Some(code.as_str()).filter(|c| !c.is_empty())
             }
-            Error::LeaseLost { .. } | Error::Http(_) | Error::Signing(_) => None,
+            Error::LeaseLost { .. }
+            | Error::Redirected { .. }
+            | Error::Http(_)
+            | Error::Signing(_) => None,
         }
+    }
+}
+
+/// The longest `Location` an error repeats: enough to recognise the host and path.
+const LOCATION_SHOWN: usize = 300;
+
+/// The error a 3xx answer is: its status and where it pointed.
+pub(crate) fn redirected(resp: &reqwest::Response) -> Error {
+    let location = resp
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .chars()
+                .take(LOCATION_SHOWN)
+                .collect()
+        })
+        .unwrap_or_default();
+    Error::Redirected {
+        status: resp.status().as_u16(),
+        location,
     }
 }
 

@@ -7,13 +7,25 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Lease-bound S3 credentials: every write signed with them carries the lease's token.
-#[derive(Debug, Clone, serde::Deserialize)]
+/// `Debug` shows all but the secret.
+#[derive(Clone, serde::Deserialize)]
 pub struct S3Credentials {
     pub access_key_id: String,
     pub secret_access_key: String,
     /// The lease's bucket; the credentials change only objects in the lease's scope.
     pub bucket: String,
     pub scope: String,
+}
+
+impl std::fmt::Debug for S3Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The secret stays out of every log line and panic message.
+        f.debug_struct("S3Credentials")
+            .field("access_key_id", &self.access_key_id)
+            .field("bucket", &self.bucket)
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Whether a lease is still held, as far as this client can tell. Cloned freely, so a task

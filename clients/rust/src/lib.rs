@@ -42,7 +42,8 @@ impl AcquireOptions {
     }
 }
 
-#[derive(Debug, Clone, serde::Deserialize)]
+/// An acquire's answer. No `Debug`: it holds the lease's secret and the S3 credentials.
+#[derive(Clone, serde::Deserialize)]
 pub(crate) struct Grant {
     token: u64,
     ttl_ms: u64,
@@ -117,9 +118,20 @@ const MAX_WAIT: Duration = Duration::from_secs(60);
 
 impl Client {
     /// `base` is like `http://127.0.0.1:8080`.
+    ///
+    /// Redirects are never followed: fencegate answers none, so a 3xx comes from something
+    /// else, and following it would carry the request (an object's bytes, a lease's secret in a
+    /// renew or release, every header but `Authorization`) to another host and take that host's
+    /// answer as fencegate's. A 3xx is [`Error::Redirected`], naming where it pointed.
+    ///
+    /// Panics, as `reqwest::Client::new` does, if the TLS backend cannot be initialised.
     pub fn new(base: &str) -> Client {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("the HTTP client builds (reqwest::Client::new makes the same assumption)");
         Client {
-            http: reqwest::Client::new(),
+            http,
             base: base.trim_end_matches('/').to_string(),
             key: None,
             timeout: None,
@@ -175,7 +187,11 @@ impl Client {
         if let Some(key) = &self.key {
             signing::sign(&mut req, key)?;
         }
-        Ok(self.http.execute(req).await?)
+        let resp = self.http.execute(req).await?;
+        if resp.status().is_redirection() {
+            return Err(error::redirected(&resp));
+        }
+        Ok(resp)
     }
 
     fn lease_url(&self, name: &str) -> String {

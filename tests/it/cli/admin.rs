@@ -918,6 +918,161 @@ async fn over_https_the_cli_trusts_the_ca_file_it_is_given() {
     assert!(run.err.contains("/nonexistent.pem"), "{}", run.err);
 }
 
+/// Something other than fencegate answering with a redirect: the command names where it
+/// pointed and sends nothing there (it would carry the admin's credentials).
+#[test]
+fn the_cli_names_a_redirect_and_does_not_follow_it() {
+    use std::io::{Read, Write};
+    let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = format!(
+        "http://{}/admin/fences/default/k",
+        elsewhere.local_addr().unwrap()
+    );
+    elsewhere.set_nonblocking(true).unwrap();
+    let redirecting = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", redirecting.local_addr().unwrap());
+    let answer = format!(
+        "HTTP/1.1 307 Temporary Redirect\r\nLocation: {target}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    std::thread::spawn(move || {
+        for conn in redirecting.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut head = [0u8; 4096];
+            let _ = conn.read(&mut head);
+            let _ = conn.write_all(answer.as_bytes());
+        }
+    });
+    let run = cli(
+        &url,
+        &["fences", "get", "default", "k"],
+        &[("FENCEGATE_ADMIN_TOKEN", "a-token-that-must-stay-here-0123")],
+    );
+    assert!(!run.ok, "{}", run.out);
+    assert!(
+        run.err.contains("307") && run.err.contains(&target) && run.err.contains("not followed"),
+        "{}",
+        run.err
+    );
+    assert!(
+        elsewhere.accept().is_err(),
+        "the redirect was followed to {target}"
+    );
+}
+
+/// Makes `name`.pem and `name`.key with OpenSSL's usual one-liner (docs/security.md, "A test
+/// certificate"), for `san`; OpenSSL 3 marks such a certificate as a CA (CA:TRUE).
+fn openssl_certificate(dir: &std::path::Path, name: &str, san: &str) -> std::path::PathBuf {
+    let (pem, key) = (
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}.key")),
+    );
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args([
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .args(["-addext", &format!("subjectAltName={san}"), "-days", "1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&pem)
+        .output()
+        .expect("openssl runs (the test makes its certificate as docs/security.md does)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = Command::new("openssl")
+        .args(["x509", "-noout", "-text", "-in"])
+        .arg(&pem)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("CA:TRUE"),
+        "the one-liner no longer makes a CA certificate: this test checks nothing"
+    );
+    pem
+}
+
+fn tls_server(dir: &std::path::Path, name: &str) -> Server {
+    let config = format!(
+        "[server.tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n\n[buckets.default]\n",
+        dir.join(format!("{name}.pem")).display(),
+        dir.join(format!("{name}.key")).display()
+    );
+    Server::start(&dir.join(format!("data-{name}")), Some(&config))
+}
+
+/// The certificate OpenSSL 3's one-liner makes is marked as a CA, which WebPKI refuses as a
+/// server's own: the command line takes it when it is the very certificate FENCEGATE_CA_FILE
+/// holds, as curl does, and still checks the name. A CA file that does not vouch for the
+/// server is refused with a hint that says why, not one that asks for the file again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_https_the_cli_accepts_the_openssl_one_liners_certificate_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let pem = openssl_certificate(dir.path(), "live", "DNS:localhost,IP:127.0.0.1");
+    let pem = pem.to_str().unwrap();
+    let s = tls_server(dir.path(), "live");
+    for host in ["127.0.0.1", "localhost"] {
+        let url = format!("https://{host}:{}", s.addr.port());
+        let run = cli(
+            &url,
+            &["fences", "advance", "default", "k", "3"],
+            &[("FENCEGATE_CA_FILE", pem)],
+        );
+        assert!(run.ok, "{host}: {}", run.err);
+        let run = cli(
+            &url,
+            &["fences", "get", "default", "k", "--ca-file", pem, "--json"],
+            &[],
+        );
+        assert_eq!(run.json()["highest"], 3, "{host}");
+    }
+    let url = format!("https://127.0.0.1:{}", s.addr.port());
+
+    // Another one-liner certificate in the file: not the server's, so not trusted.
+    let other = openssl_certificate(dir.path(), "other", "DNS:localhost,IP:127.0.0.1");
+    let other = other.to_str().unwrap();
+    let run = cli(
+        &url,
+        &["fences", "get", "default", "k"],
+        &[("FENCEGATE_CA_FILE", other)],
+    );
+    assert!(
+        !run.ok,
+        "a certificate the file does not hold was trusted: {}",
+        run.out
+    );
+    assert!(
+        run.err.contains(other)
+            && run.err.contains("CA:TRUE")
+            && !run.err.contains("pass --ca-file"),
+        "{}",
+        run.err
+    );
+
+    // The pinned certificate for another name: refused for the name, as WebPKI would.
+    let elsewhere = openssl_certificate(dir.path(), "elsewhere", "DNS:elsewhere.example");
+    let s = tls_server(dir.path(), "elsewhere");
+    let url = format!("https://127.0.0.1:{}", s.addr.port());
+    let pinned = [("FENCEGATE_CA_FILE", elsewhere.to_str().unwrap())];
+    let run = cli(&url, &["fences", "get", "default", "k"], &pinned);
+    assert!(
+        !run.ok,
+        "a certificate for another name was trusted: {}",
+        run.out
+    );
+    assert!(
+        run.err.contains("does not name the host of --url"),
+        "{}",
+        run.err
+    );
+}
+
 /// The list on a fence table shared on etcd: rows advanced through one instance are listed,
 /// page after page, through the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,5 @@
 //! Operating fencegate: the admin surface, metrics, readiness, logs, reload, TLS, start-up
-//! checks, configuration, and the README and docs run as written.
+//! checks, configuration, the README and docs run as written, and the scripts a newcomer runs.
 
 pub(crate) mod admin;
 mod config_env;
@@ -7,5 +7,6 @@ mod metrics;
 mod readiness_and_logs;
 mod readme;
 mod reload;
+mod scripts;
 mod startup_checks;
 mod tls;
