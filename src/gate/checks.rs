@@ -128,6 +128,11 @@ impl Gate {
         };
         req.conditions
             .judge(current_etag.as_deref(), &req.bucket, &req.key)?;
+        if req.conditions.if_unchanged.is_some() {
+            // Only a rewrite asks: one more read of the object, under the lock.
+            let now = entry.backend.head(&req.bucket, &req.key).await?;
+            req.conditions.unchanged(now.as_ref())?;
+        }
         Ok(Locked {
             scope_row,
             object_row,

@@ -420,8 +420,8 @@ async fn two_exclusive_creates_through_two_gates_acknowledge_one() {
     let ([a, b], store, _) = cluster();
     let once = |key: &str| WriteRequest {
         conditions: Conditions {
-            if_match: None,
             if_none_match: Some(EtagMatch::Any),
+            ..Default::default()
         },
         ..req(key, 5)
     };

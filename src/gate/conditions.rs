@@ -50,6 +50,26 @@ fn normalize(tag: &str) -> &str {
 pub struct Conditions {
     pub if_match: Option<EtagMatch>,
     pub if_none_match: Option<EtagMatch>,
+    /// A rewrite of an object read whole (a change of its tags): the object must still be that
+    /// version with that metadata under the scope's lock. An ETag alone would pass a newer
+    /// write of the same bytes, whose metadata the rewrite would then undo.
+    pub if_unchanged: Option<Box<crate::backend::ObjectInfo>>,
+}
+
+impl Conditions {
+    /// Whether the object as it is now (`current`, read under the scope's lock) is still the
+    /// one [`Self::if_unchanged`] names; always when that condition is not set.
+    pub fn unchanged(&self, current: Option<&crate::backend::ObjectInfo>) -> Result<(), GateError> {
+        let Some(seen) = &self.if_unchanged else {
+            return Ok(());
+        };
+        match current {
+            Some(now) if now.version == seen.version && now.etag == seen.etag && now.meta == seen.meta => Ok(()),
+            _ => Err(GateError::PreconditionFailed(
+                "the object changed since it was read for this rewrite (another write landed in between); read it again and retry".into(),
+            )),
+        }
+    }
 }
 
 impl Conditions {

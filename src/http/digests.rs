@@ -91,7 +91,7 @@ impl Declared {
             }
         }
         Self::refuse_unknown(headers)?;
-        let checksums = ALGORITHMS
+        let checksums: Vec<(&'static str, String)> = ALGORITHMS
             .iter()
             .filter_map(|a| {
                 let value = headers.get(format!("x-amz-checksum-{a}"))?;
@@ -125,6 +125,20 @@ impl Declared {
             return Err(invalid_request(format!(
                 "x-amz-trailer names x-amz-checksum-{a}, but the body is not aws-chunked with a trailer"
             )));
+        }
+        // The SDKs name the algorithm they send: its checksum must come, or the body would be
+        // taken as checked with it when it was not (AWS refuses this as well).
+        if let Some(v) = headers.get("x-amz-sdk-checksum-algorithm") {
+            let text = String::from_utf8_lossy(v.as_bytes())
+                .trim()
+                .to_ascii_lowercase();
+            let sent = checksums.iter().any(|(a, _): &(&str, String)| *a == text)
+                || named.is_some_and(|a| a == text);
+            if !sent {
+                return Err(invalid_request(format!(
+                    "x-amz-sdk-checksum-algorithm names {text}, but no x-amz-checksum-{text} header or x-amz-trailer came with it; send that checksum, or leave the setting out"
+                )));
+            }
         }
         Ok(Declared {
             md5,

@@ -183,6 +183,7 @@ pub fn conditions(headers: &HeaderMap) -> Result<Conditions, GateError> {
     Ok(Conditions {
         if_match: etag_match(headers, "if-match")?,
         if_none_match: etag_match(headers, "if-none-match")?,
+        if_unchanged: None,
     })
 }
 

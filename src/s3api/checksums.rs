@@ -8,7 +8,7 @@ use super::convert::{self, s3_error};
 use super::S3Gateway;
 use crate::backend::{KeptChecksum, ObjectInfo};
 use s3s::dto::*;
-use s3s::{S3Request, S3Response, S3Result};
+use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
 
 /// The five `x-amz-checksum-*` values (one set at most) and the checksum's type.
 pub struct Given {
@@ -56,12 +56,34 @@ pub async fn attributes(
         .head(&input.bucket, &input.key)
         .await
         .map_err(s3_error)?;
-    let wants = |name: &str| {
-        input
-            .object_attributes
-            .iter()
-            .any(|a| a.as_str().eq_ignore_ascii_case(name))
-    };
+    // One header, or several: each a comma-separated list of names.
+    let asked: Vec<&str> = input
+        .object_attributes
+        .iter()
+        .flat_map(|a| a.as_str().split(','))
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .collect();
+    const KNOWN: [&str; 5] = [
+        ObjectAttributes::ETAG,
+        ObjectAttributes::CHECKSUM,
+        ObjectAttributes::OBJECT_PARTS,
+        ObjectAttributes::STORAGE_CLASS,
+        ObjectAttributes::OBJECT_SIZE,
+    ];
+    if let Some(unknown) = asked.iter().find(|a| !KNOWN.contains(a)) {
+        return Err(convert::invalid(
+            S3ErrorCode::InvalidArgument,
+            format!("Invalid attribute name specified: {unknown:?}; ask for ETag, Checksum, ObjectParts, StorageClass or ObjectSize"),
+        ));
+    }
+    if asked.is_empty() {
+        return Err(convert::invalid(
+            S3ErrorCode::InvalidArgument,
+            "x-amz-object-attributes names no attribute; ask for ETag, Checksum, ObjectParts, StorageClass or ObjectSize",
+        ));
+    }
+    let wants = |name: &str| asked.contains(&name);
     Ok(S3Response::new(GetObjectAttributesOutput {
         e_tag: wants(ObjectAttributes::ETAG).then(|| convert::etag(&info.etag)),
         object_size: wants(ObjectAttributes::OBJECT_SIZE).then_some(info.size as i64),

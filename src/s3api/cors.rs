@@ -58,12 +58,16 @@ impl Cors {
         (!bucket.is_empty()).then(|| bucket.into_owned())
     }
 
-    /// The rules of the bucket a request names; `None` when it names none that is served
-    /// (a bucket another instance created is looked for first).
-    async fn rules(&self, uri: &Uri, headers: &HeaderMap) -> Option<Vec<CorsRule>> {
+    /// The rules of the bucket a request names; `None` when it names none that is served.
+    /// With `discover`, a bucket another instance created is looked for first: not for an
+    /// unsigned preflight, which would make every made-up name a read of the shared table
+    /// (such a bucket is found by the instance's own periodic look).
+    async fn rules(&self, uri: &Uri, headers: &HeaderMap, discover: bool) -> Option<Vec<CorsRule>> {
         let bucket = self.bucket_of(uri, headers)?;
-        if let Err(e) = self.catalog.discover(&bucket).await {
-            tracing::warn!(bucket = %bucket, error = %e, "could not look for a bucket created through another instance");
+        if discover {
+            if let Err(e) = self.catalog.discover(&bucket).await {
+                tracing::warn!(bucket = %bucket, error = %e, "could not look for a bucket created through another instance");
+            }
         }
         self.gate
             .bucket(&bucket)
@@ -99,9 +103,9 @@ impl Cors {
                 &format!("CORSResponse: {why}"),
             )
         };
-        let Some(rules) = self.rules(uri, headers).await else {
-            return forbidden("Bucket not found");
-        };
+        // A bucket that does not exist is answered as one without rules: an unsigned request
+        // learns nothing of which buckets exist.
+        let rules = self.rules(uri, headers, false).await.unwrap_or_default();
         if rules.is_empty() {
             return forbidden("CORS is not enabled for this bucket (fencegate: set [[buckets.NAME.cors]] rules in its configuration)");
         }
@@ -132,7 +136,7 @@ impl Cors {
         headers: &HeaderMap,
     ) -> Option<HeaderMap> {
         let origin = headers.get(header::ORIGIN)?;
-        let rules = self.rules(uri, headers).await?;
+        let rules = self.rules(uri, headers, true).await?;
         let (rule, any_origin) = matching(&rules, origin.to_str().ok()?, method.as_str(), &[])?;
         let mut out = HeaderMap::new();
         allow(&mut out, rule, origin, any_origin);

@@ -437,6 +437,11 @@ async fn answered(
     {
         return answer::finish(refusal(status, code, &message), id).await;
     }
+    // Again once a presigned URL's parameters are headers.
+    if let Some(message) = refusals::foreign_owner(&parts.headers) {
+        let denied = refusal(http::StatusCode::FORBIDDEN, "AccessDenied", &message);
+        return answer::finish(denied, id).await;
+    }
     chunked::stand_in_length(&mut parts);
     let body = match chunked::set_aside(&mut parts, body) {
         Ok(body) => body,

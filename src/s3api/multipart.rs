@@ -238,6 +238,8 @@ pub async fn complete(
     gw: &S3Gateway,
     req: S3Request<CompleteMultipartUploadInput>,
 ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+    // What the upload's object is (its tags, class, encryption) was fixed at its creation.
+    super::unkept::refuse_on_part(&req.headers)?;
     let input = req.input;
     note(&input.bucket, &input.key);
     let listed = input

@@ -14,7 +14,7 @@ const SERVED_POSTS: [&str; 3] = ["delete", "uploads", "uploadId"];
 
 /// An expected bucket owner other than fencegate's one account: AWS's 403, as the bucket is
 /// not that account's (never ignored: the client asked to be stopped).
-fn foreign_owner(headers: &http::HeaderMap) -> Option<String> {
+pub(super) fn foreign_owner(headers: &http::HeaderMap) -> Option<String> {
     let owner = super::listing::owner().id.unwrap_or_default();
     ["x-amz-expected-bucket-owner", "x-amz-source-expected-bucket-owner"]
         .iter()

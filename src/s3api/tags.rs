@@ -26,10 +26,11 @@ fn invalid_tag(message: String) -> S3Error {
     err
 }
 
-/// Letters, digits, spaces and `_ . : / = + - @`, as S3 takes in tags.
+/// Letters, digits, spaces and `_ . : / = + - @`, as S3 takes in tags. A space is U+0020 only:
+/// a tab, a line break or another control character would not survive every store's headers.
 fn allowed(text: &str) -> bool {
     text.chars()
-        .all(|c| c.is_alphanumeric() || c.is_whitespace() || "_.:/=+-@".contains(c))
+        .all(|c| c.is_alphanumeric() || c == ' ' || "_.:/=+-@".contains(c))
 }
 
 /// A tag set as S3 takes it, or 400 `InvalidTag` naming what is wrong.
@@ -48,7 +49,7 @@ pub fn checked(pairs: Vec<(String, String)>) -> S3Result<BTreeMap<String, String
                 "The TagKey you have provided is invalid ({key:?}): 1 to {MAX_KEY_CHARS} letters, digits, spaces or _ . : / = + - @"
             )));
         }
-        if key.starts_with("aws:") {
+        if key.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("aws:")) {
             return Err(invalid_tag(format!(
                 "Your TagKey cannot be prefixed with aws: ({key:?})"
             )));
@@ -182,6 +183,7 @@ async fn retag<T>(
         .etag
         .trim_matches('"')
         .to_string()]));
+    write.conditions.if_unchanged = Some(Box::new(info));
     let written = gw.gate.put(write, body).await.map_err(s3_error)?;
     Ok(written.replayed)
 }

@@ -114,14 +114,14 @@ pub fn refuse_on_write(headers: &http::HeaderMap) -> S3Result<()> {
     Ok(())
 }
 
-/// For a part (UploadPart, UploadPartCopy): what [`refuse_on_write`] refuses, and tags, which
-/// belong to the upload (CreateMultipartUpload) and would be lost on a part.
+/// For a part (UploadPart, UploadPartCopy) and the completion: what [`refuse_on_write`]
+/// refuses, and tags, which belong to the upload (CreateMultipartUpload) and would be lost.
 pub fn refuse_on_part(headers: &http::HeaderMap) -> S3Result<()> {
     refuse_on_write(headers)?;
     if headers.contains_key("x-amz-tagging") {
         return Err(refuse(
             S3ErrorCode::InvalidRequest,
-            "x-amz-tagging on a part: an object's tags are set when its upload is created (CreateMultipartUpload); leave the header out here".into(),
+            "x-amz-tagging on a part or a completion: an object's tags are set when its upload is created (CreateMultipartUpload); leave the header out here".into(),
         ));
     }
     Ok(())

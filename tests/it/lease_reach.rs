@@ -261,3 +261,48 @@ async fn lease_credentials_are_bounded_through_another_instance() {
         .status();
     assert_eq!(listed, 403);
 }
+
+/// DeleteObjects is `delete`'s as DeleteObject is: a key that may only delete batch-deletes; one
+/// that may only read is let in and refused key by key; one that may do neither is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_objects_needs_delete_or_read_and_deletes_only_with_delete() {
+    use md5::{Digest, Md5};
+    let dir = tempfile::tempdir().unwrap();
+    let keys: String = [
+        ("deleter", vec!["delete"]),
+        ("reader", vec!["read"]),
+        ("writer", vec!["write"]),
+    ]
+    .iter()
+    .map(|(name, perms)| key_section(name, perms))
+    .collect();
+    let config = format!("{OWNER_KEY}[buckets.loose]\nfencing = \"optional\"\n\n{keys}")
+        .replace("\"vault\" = [", "\"loose\" = [");
+    let s = Server::start(&dir.path().join("data"), Some(&config));
+    let c = common::client();
+    let batch = |key: &str| {
+        let xml = format!("<Delete><Object><Key>{key}</Key></Object></Delete>");
+        let md5 = base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            Md5::digest(xml.as_bytes()),
+        );
+        c.post(s.url("/loose?delete"))
+            .header("content-md5", md5)
+            .body(xml)
+    };
+    for key in ["d", "r", "w"] {
+        let put = c.put(s.url(&format!("/loose/{key}"))).body("x");
+        assert_eq!(s3(&c, put, OWNER).await, 200);
+    }
+    let resp = send(&c, batch("d"), Some(creds_of("deleter"))).await;
+    assert_eq!(resp.status(), 200);
+    assert!(resp.text().await.unwrap().contains("<Deleted>"));
+    let resp = send(&c, batch("r"), Some(creds_of("reader"))).await;
+    assert_eq!(resp.status(), 200);
+    assert!(resp.text().await.unwrap().contains("AccessDenied"));
+    assert_eq!(s3(&c, batch("w"), creds_of("writer")).await, 403);
+    let head = |key: &str| c.head(s.url(&format!("/loose/{key}")));
+    assert_eq!(s3(&c, head("d"), OWNER).await, 404);
+    assert_eq!(s3(&c, head("r"), OWNER).await, 200);
+    assert_eq!(s3(&c, head("w"), OWNER).await, 200);
+}

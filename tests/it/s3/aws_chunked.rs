@@ -372,9 +372,10 @@ async fn other_requests_with_aws_chunked_bodies_are_refused() {
     assert_eq!((r.0, r.1.as_str()), (400, "InvalidRequest"));
 }
 
-/// boto3 and the aws cli over https with their default settings (tests/e2e/tls_clients.py):
-/// 20 MB multipart uploads whose parts go aws-chunked without a Content-Length (411 before),
-/// small aws-chunked puts, a stale one refused; on fs and on s3 over ministack.
+/// boto3, the aws cli and the other clients of tests/e2e/tls_clients.py, and fsspec
+/// (tests/e2e/fsspec_client.py), over https with their default settings: 20 MB multipart
+/// uploads whose parts go aws-chunked without a Content-Length (411 before), small aws-chunked
+/// puts, a stale one refused; on fs and on s3 over ministack.
 async fn tls_clients(kind: Kind) {
     let root = env!("CARGO_MANIFEST_DIR");
     let python = format!("{root}/.venv/bin/python");
@@ -382,20 +383,35 @@ async fn tls_clients(kind: Kind) {
         std::path::Path::new(root).join(".venv/bin/aws").exists(),
         "the aws cli is missing: run scripts/test, which installs it"
     );
-    let fx = Fx::start_configured(kind, &[], true).await;
+    let fsspec = format!("{root}/.venv-fsspec/bin/python3");
+    assert!(
+        std::path::Path::new(&fsspec).exists(),
+        "s3fs (fsspec) is missing: run scripts/test, which installs it in .venv-fsspec"
+    );
+    let fx = Fx::start_configured(kind, &[("req", "")], true).await;
     let endpoint = format!("https://localhost:{}", fx.server.addr.port());
-    let mut cmd = tokio::process::Command::new(&python);
-    cmd.arg(format!("{root}/tests/e2e/tls_clients.py"))
-        .env("FG_ENDPOINT", &endpoint)
-        .env("AWS_CA_BUNDLE", fx.ca_file())
-        .env("AWS_ACCESS_KEY_ID", CREDS.key)
-        .env("AWS_SECRET_ACCESS_KEY", CREDS.secret)
-        .env("AWS_DEFAULT_REGION", "us-east-1")
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
-        .env_remove("AWS_REQUEST_CHECKSUM_CALCULATION")
-        .env_remove("AWS_RESPONSE_CHECKSUM_VALIDATION");
-    super::fixture::run_script(&mut cmd, "every tls client passed").await;
+    let client = |python: &str, script: &str| {
+        let mut cmd = tokio::process::Command::new(python);
+        cmd.arg(format!("{root}/tests/e2e/{script}"))
+            .env("FG_ENDPOINT", &endpoint)
+            .env("FG_FENCED_BUCKET", "req")
+            .env("AWS_CA_BUNDLE", fx.ca_file())
+            .env("AWS_ACCESS_KEY_ID", CREDS.key)
+            .env("AWS_SECRET_ACCESS_KEY", CREDS.secret)
+            .env("AWS_DEFAULT_REGION", "us-east-1")
+            .env("AWS_CONFIG_FILE", "/dev/null")
+            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+            .env_remove("AWS_REQUEST_CHECKSUM_CALCULATION")
+            .env_remove("AWS_RESPONSE_CHECKSUM_VALIDATION");
+        cmd
+    };
+    super::fixture::run_script(
+        &mut client(&python, "tls_clients.py"),
+        "every tls client passed",
+    )
+    .await;
+    // fsspec's s3fs pins its own botocore (through aiobotocore), so it runs from its own venv.
+    super::fixture::run_script(&mut client(&fsspec, "fsspec_client.py"), "fsspec passed").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

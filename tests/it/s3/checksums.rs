@@ -257,3 +257,39 @@ async fn checksums_are_kept_and_given_back_on_fs() {
 async fn checksums_are_kept_and_given_back_on_s3() {
     kept_on(Kind::S3Safe).await
 }
+
+/// What the aws cli sends: the attributes as one comma-separated header; a name S3 does not
+/// define is refused; and a checksum setting whose checksum never comes is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attribute_lists_and_checksum_settings_as_clients_send_them() {
+    use crate::common::sign::{send, Creds};
+    let fx = Fx::start(Kind::Fs).await;
+    let creds = Creds {
+        key: "fencegate",
+        secret: "fencegate-dev-secret",
+    };
+    let http = reqwest::Client::new();
+    let put = http.put(fx.server.url("/bkt/a")).body("abc");
+    assert_eq!(send(&http, put, Some(creds)).await.status(), 200);
+    let attrs = |list: &'static str| {
+        http.get(fx.server.url("/bkt/a?attributes"))
+            .header("x-amz-object-attributes", list)
+    };
+    let resp = send(&http, attrs("ETag, ObjectSize"), Some(creds)).await;
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    assert!(text.contains("<ObjectSize>3</ObjectSize>"), "{text}");
+    assert!(text.contains("<ETag>"), "{text}");
+    let resp = send(&http, attrs("ETag,Bogus"), Some(creds)).await;
+    assert_eq!(resp.status(), 400);
+    // x-amz-sdk-checksum-algorithm without the checksum it names: nothing written.
+    let named = http
+        .put(fx.server.url("/bkt/named"))
+        .header("x-amz-sdk-checksum-algorithm", "SHA256")
+        .header("x-amz-checksum-crc32", "NSRBwg==")
+        .body("abc");
+    let resp = send(&http, named, Some(creds)).await;
+    assert_eq!(resp.status(), 400);
+    let head = http.head(fx.server.url("/bkt/named"));
+    assert_eq!(send(&http, head, Some(creds)).await.status(), 404);
+}

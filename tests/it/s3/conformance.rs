@@ -1580,6 +1580,9 @@ async fn a_presigned_urls_amz_parameters_are_applied() {
         assert_eq!(status, 400, "{query}: {text}");
         assert!(text.contains(code), "{query}: {text}");
     }
+    // An expected owner in the query is checked as the header is.
+    let (status, text) = put("x-amz-expected-bucket-owner=123456789012", b"other").await;
+    assert_eq!(status, 403, "{text}");
     let (status, text) = put(
         "x-amz-meta-owner=job-7&x-amz-meta-fencing-token=11",
         b"eleven",
