@@ -41,14 +41,15 @@ pub(super) struct Issued {
 }
 
 impl Issued {
-    /// A new access key id, and the credential it names.
+    /// A new access key id (tagged with `key`), and the credential it names.
     fn new(
+        key: &[u8],
         lease: &str,
         token: u64,
         (bucket, scope): (String, String),
         (owner, holder): (&str, &str),
     ) -> (String, Issued) {
-        let (id, secret) = new_key_pair();
+        let (id, secret) = new_key_pair(key);
         let issued = Issued {
             secret,
             lease: lease.to_string(),
@@ -111,14 +112,65 @@ pub struct LeaseCredentials {
     /// On a shared table: the credentials loaded for the requests at hand ([`Self::refresh`]).
     by_key: RwLock<HashMap<String, Entry>>,
     shared: Option<Arc<dyn FenceStore>>,
+    /// The key ids are tagged with: on a shared table every instance's ([`shared::id_key`],
+    /// read once), on one instance its own.
+    id_key: tokio::sync::OnceCell<Vec<u8>>,
 }
 
-/// A new access key id and secret.
-fn new_key_pair() -> (String, String) {
-    let id = format!(
-        "FGL{}",
-        random_string(17, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
-    );
+const BASE32: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+/// An id is `FGL`, 16 random characters, and a tag of 8 made from them with the shared key.
+const RANDOM_CHARS: usize = 16;
+const TAG_CHARS: usize = 8;
+
+/// HMAC-SHA256 (RFC 2104), over sha2 0.10: the `hmac` crate in the lock is of the next
+/// digest generation, which this crate's sha2 is not.
+fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut block = [0u8; 64];
+    if key.len() > 64 {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let pad = |byte: u8| block.map(|b| b ^ byte);
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(message)
+        .finalize();
+    Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize()
+        .into()
+}
+
+/// The tag of an id's random part under `key`, in the id's alphabet (40 bits).
+fn tag(key: &[u8], random: &str) -> String {
+    let mac = hmac_sha256(key, random.as_bytes());
+    let bits = u64::from_be_bytes(mac[..8].try_into().expect("8 bytes"));
+    (0..TAG_CHARS)
+        .map(|i| BASE32[((bits >> (59 - 5 * i)) & 31) as usize] as char)
+        .collect()
+}
+
+/// Whether `id` is one an instance holding `key` could have issued: made-up ids are told apart
+/// without a read of the shared table.
+fn plausible(key: &[u8], id: &str) -> bool {
+    let Some(rest) = id.strip_prefix("FGL") else {
+        return false;
+    };
+    if rest.len() != RANDOM_CHARS + TAG_CHARS || !rest.is_ascii() {
+        return false;
+    }
+    let (random, tagged) = rest.split_at(RANDOM_CHARS);
+    // Not a secret compared: a made-up id learns nothing it could not by trying.
+    tag(key, random) == tagged
+}
+
+/// A new access key id (tagged with `key`) and secret.
+fn new_key_pair(key: &[u8]) -> (String, String) {
+    let random = random_string(RANDOM_CHARS, BASE32);
+    let id = format!("FGL{random}{}", tag(key, &random));
     let secret = random_string(
         40,
         b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
@@ -138,12 +190,40 @@ impl LeaseCredentials {
             grace,
             by_key: RwLock::new(HashMap::new()),
             shared: None,
+            // One instance tags with a key of its own (it never needs to check a tag).
+            id_key: tokio::sync::OnceCell::new_with(Some(rand::random::<[u8; 32]>().to_vec())),
         }
+    }
+
+    /// The key ids are tagged with: read (or made) on the shared table once.
+    async fn id_key(&self) -> Result<&[u8], StoreError> {
+        let key = self
+            .id_key
+            .get_or_try_init(|| async {
+                match self.shared.as_deref() {
+                    Some(store) => shared::id_key(store).await,
+                    None => Ok(rand::random::<[u8; 32]>().to_vec()),
+                }
+            })
+            .await?;
+        Ok(key)
+    }
+
+    /// The key of one instance, set when it was made.
+    fn local_id_key(&self) -> &[u8] {
+        self.id_key.get().map(Vec::as_slice).unwrap_or_default()
+    }
+
+    #[cfg(test)]
+    pub(super) async fn plausible_here(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(plausible(self.id_key().await?, id))
     }
 
     /// Credentials kept as the records of a shared fence table, for every instance.
     pub fn shared_on(mut self, store: Arc<dyn FenceStore>) -> LeaseCredentials {
         self.shared = Some(store);
+        // Every instance's key, read from the table when first needed.
+        self.id_key = tokio::sync::OnceCell::new();
         self
     }
 
@@ -168,7 +248,8 @@ impl LeaseCredentials {
             .shared
             .as_deref()
             .expect("issue_shared on a shared table");
-        let (id, issued) = Issued::new(lease, token, (bucket, scope), (owner, holder));
+        let key = self.id_key().await?;
+        let (id, issued) = Issued::new(key, lease, token, (bucket, scope), (owner, holder));
         shared::issue(store, &id, &issued).await?;
         Ok(issued.handed(id))
     }
@@ -180,6 +261,12 @@ impl LeaseCredentials {
             return Ok(());
         };
         if !access_key.starts_with("FGL") {
+            return Ok(());
+        }
+        // An id no instance issued is unknown without a read of the table: a flood of made-up
+        // ids costs etcd nothing.
+        if !plausible(self.id_key().await?, access_key) {
+            self.by_key.write().remove(access_key);
             return Ok(());
         }
         let loaded = shared::load(store, access_key).await?;
@@ -273,7 +360,8 @@ impl LeaseCredentials {
         scope: String,
         (until, owner, holder): (Instant, &str, &str),
     ) -> LeaseCredential {
-        let (id, issued) = Issued::new(lease, token, (bucket, scope), (owner, holder));
+        let key = self.local_id_key();
+        let (id, issued) = Issued::new(key, lease, token, (bucket, scope), (owner, holder));
         let handed = issued.handed(id.clone());
         self.prune();
         self.by_key.write().insert(

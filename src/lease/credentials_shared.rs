@@ -9,7 +9,8 @@
 //! - plus the grace, either way. A grant the row no longer knows has no working credential.
 //!
 //! An admin's revoke removes the records. A request signed with such a credential costs two
-//! etcd reads (the record and the lease's row). The records hold the secrets, as the signature
+//! etcd reads (the record and the lease's row); one with an id no instance issued costs none, as
+//! ids carry a tag made with a key the instances share (`cred-id-key`, [`id_key`]). The records hold the secrets, as the signature
 //! check needs them: guard etcd as the fence table it already holds.
 
 use super::credentials::Issued;
@@ -19,6 +20,24 @@ use std::collections::HashMap;
 
 /// Ended grants a lease row remembers at most (their credentials' grace is short).
 const ENDED_KEPT: usize = 16;
+
+/// The record holding the key every instance signs its credentials' ids with.
+const ID_KEY: &str = "cred-id-key";
+
+/// The key credential ids are signed with on this shared table: the one the first instance to
+/// need it wrote (of instances that race, one writes, and all read that one).
+pub(super) async fn id_key(store: &dyn FenceStore) -> Result<Vec<u8>, StoreError> {
+    let records = records(store)?;
+    if let Some(key) = records.get(ID_KEY).await? {
+        return Ok(key);
+    }
+    let fresh: [u8; 32] = rand::random();
+    records.put(ID_KEY, fresh.to_vec(), When::Absent).await?;
+    records
+        .get(ID_KEY)
+        .await?
+        .ok_or_else(|| StoreError::Io("the credential id key vanished as it was written".into()))
+}
 
 fn record_key(access_key: &str) -> String {
     format!("cred:{access_key}")

@@ -474,3 +474,35 @@ async fn one_principal_holds_at_most_max_live_per_key_leases() {
     l.release("a", &proof("h", &a)).await.unwrap();
     l.acquire(acquire("c2", "h", 60_000)).await.unwrap();
 }
+
+/// On a shared table, credential ids carry a tag made with a key every instance reads from the
+/// table: an id an instance issued is plausible to every other, and a made-up one (or one of
+/// the untagged form) is known unknown without reading its record.
+#[tokio::test]
+async fn made_up_credential_ids_are_told_apart_without_the_table() {
+    use super::credentials::LeaseCredentials;
+    let store: Arc<dyn crate::fence::FenceStore> = Arc::new(MemoryFenceStore::new_shared());
+    let one = LeaseCredentials::new(Duration::from_secs(1)).shared_on(Arc::clone(&store));
+    let two = LeaseCredentials::new(Duration::from_secs(1)).shared_on(Arc::clone(&store));
+    let issued = one
+        .issue_shared("l", 1, "b".into(), "object:b/k".into(), ("key:k", "h"))
+        .await
+        .unwrap();
+    let id = issued.access_key_id;
+    assert_eq!(id.len(), 3 + 16 + 8, "{id}");
+    assert!(
+        two.plausible_here(&id).await.unwrap(),
+        "another instance's id"
+    );
+    let mut forged = id.clone();
+    let last = if forged.ends_with('A') { "B" } else { "A" };
+    forged.replace_range(forged.len() - 1.., last);
+    for made_up in [
+        forged.as_str(),
+        "FGLNOSUCHKEY0000000",
+        "FGLAAAAAAAAAAAAAAAAAAAAAAAA",
+        "FGLAAAAAAAAAAAAAAAAé",
+    ] {
+        assert!(!two.plausible_here(made_up).await.unwrap(), "{made_up}");
+    }
+}

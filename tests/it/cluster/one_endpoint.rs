@@ -520,4 +520,17 @@ async fn lease_credentials_work_through_every_instance() {
         code(&put(never, b"x").await.unwrap_err()),
         "InvalidAccessKeyId"
     );
+    // A made-up id in the issued form is told unknown without etcd: with every member stopped,
+    // it is still refused at once (a read would wait for etcd, then answer 503).
+    for member in ["etcd1", "etcd2", "etcd3"] {
+        cluster.signal(member, "STOP");
+    }
+    let made_up =
+        common::moto::client_with(&cluster.url(1, ""), "FGLAAAAAAAAAAAAAAAABBBBBBBB", "x");
+    let refused = tokio::time::timeout(Duration::from_secs(5), put(made_up, b"x")).await;
+    for member in ["etcd1", "etcd2", "etcd3"] {
+        cluster.signal(member, "CONT");
+    }
+    let refused = refused.expect("a made-up id waited for etcd");
+    assert_eq!(code(&refused.unwrap_err()), "InvalidAccessKeyId");
 }
