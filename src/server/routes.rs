@@ -159,7 +159,8 @@ fn request_span(req: &Request) -> tracing::Span {
     span
 }
 
-/// Refuses a request whose header block is larger than configured, before any handler runs.
+/// Refuses a request whose header block is larger than configured, or whose body comes in a
+/// transfer coding other than chunked, before any handler runs.
 async fn limit_headers(
     State(max): State<usize>,
     req: Request,
@@ -176,6 +177,26 @@ async fn limit_headers(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             "RequestHeaderSectionTooLarge",
             format!("the request line and headers take {size} bytes; the limit is {max} ([server] max_header_bytes)"),
+        );
+    }
+    // hyper undoes only `chunked`: a body sent with another transfer coding (gzip, chunked)
+    // would reach the handlers, and be stored, still encoded.
+    let other_coding = req
+        .headers()
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .split(',')
+                .map(|c| c.trim().to_string())
+                .collect::<Vec<_>>()
+        })
+        .find(|c| !c.eq_ignore_ascii_case("chunked"));
+    if let Some(coding) = other_coding {
+        return crate::http::error::plain(
+            StatusCode::NOT_IMPLEMENTED,
+            "NotImplemented",
+            format!("Transfer-Encoding {coding:?}: fencegate decodes only chunked request bodies; send the body without another transfer coding (a Content-Encoding is kept as the object's metadata)"),
         );
     }
     next.run(req).await

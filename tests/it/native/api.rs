@@ -486,3 +486,27 @@ async fn declared_digests_are_checked() {
         assert_eq!(resp.status().as_u16(), 200, "{name}");
     }
 }
+
+/// A body in a transfer coding hyper does not undo (`gzip, chunked`) is refused before any
+/// handler, on both APIs, rather than stored still encoded.
+#[tokio::test]
+async fn a_transfer_coding_other_than_chunked_is_refused() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), None);
+    for path in ["/v1/objects/default/gz", "/default/gz"] {
+        let mut stream = std::net::TcpStream::connect(s.addr).unwrap();
+        let head = format!(
+            "PUT {path} HTTP/1.1\r\nHost: {}\r\nFencing-Token: 1\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            s.addr
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 501"), "{path}: {answer}");
+        assert!(answer.contains("NotImplemented"), "{path}: {answer}");
+    }
+    let c = common::client();
+    let (status, _) = common::get_bytes(&c, &s.object_url("default", "gz")).await;
+    assert_eq!(status, 404, "nothing was stored");
+}
