@@ -5,36 +5,28 @@
 //! full-object or composite checksum).
 
 use super::convert::{self, s3_error};
+use super::part_checksums;
 use super::S3Gateway;
-use crate::backend::{KeptChecksum, ObjectInfo};
+use crate::backend::{KeptChecksum, ObjectInfo, PartChecksum};
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
 
-/// The five `x-amz-checksum-*` values (one set at most) and the checksum's type.
-pub struct Given {
-    pub crc32: Option<String>,
-    pub crc32c: Option<String>,
-    pub crc64nvme: Option<String>,
-    pub sha1: Option<String>,
-    pub sha256: Option<String>,
-    pub kind: Option<ChecksumType>,
-}
-
-/// What an answer carries of `kept`: nothing unless the client asked for it.
-pub fn given(kept: Option<&KeptChecksum>, asked: bool) -> Given {
+/// What an answer carries of `kept`, nothing unless the client asked for it: the five
+/// `x-amz-checksum-*` fields in [`part_checksums::fields`]' order (one set at most), and the
+/// checksum's type.
+pub fn given(
+    kept: Option<&KeptChecksum>,
+    asked: bool,
+) -> ([Option<String>; 5], Option<ChecksumType>) {
     let kept = kept.filter(|_| asked);
-    let value = |name: &str| {
-        kept.filter(|k| k.algorithm == name)
-            .map(|k| k.value.clone())
-    };
-    Given {
-        crc32: value("crc32"),
-        crc32c: value("crc32c"),
-        crc64nvme: value("crc64nvme"),
-        sha1: value("sha1"),
-        sha256: value("sha256"),
-        kind: kept.map(|k| ChecksumType::from(k.kind.clone())),
-    }
+    let as_part = kept.map(|k| PartChecksum {
+        algorithm: k.algorithm.clone(),
+        value: k.value.clone(),
+    });
+    (
+        part_checksums::fields(as_part.as_ref()),
+        kept.map(|k| ChecksumType::from(k.kind.clone())),
+    )
 }
 
 /// Whether a HEAD or GET asked for the checksum.
@@ -101,15 +93,15 @@ pub async fn attributes(
 }
 
 fn checksum_of(info: &ObjectInfo) -> Option<Checksum> {
-    let g = given(info.meta.checksum.as_ref(), true);
-    g.kind.as_ref()?;
+    let ([crc32, crc32c, crc64nvme, sha1, sha256], kind) = given(info.meta.checksum.as_ref(), true);
+    kind.as_ref()?;
     Some(Checksum {
-        checksum_crc32: g.crc32,
-        checksum_crc32c: g.crc32c,
-        checksum_crc64nvme: g.crc64nvme,
-        checksum_sha1: g.sha1,
-        checksum_sha256: g.sha256,
-        checksum_type: g.kind,
+        checksum_crc32: crc32,
+        checksum_crc32c: crc32c,
+        checksum_crc64nvme: crc64nvme,
+        checksum_sha1: sha1,
+        checksum_sha256: sha256,
+        checksum_type: kind,
     })
 }
 

@@ -207,17 +207,17 @@ pub async fn get_object(
     conditions.check(&info, false)?;
     let length = range.map_or(info.size, |(f, l)| (l - f).saturating_add(1));
     let content_range = range.map(|(f, l)| format!("bytes {f}-{l}/{}", info.size));
-    let kept = super::checksums::given(
+    let ([crc32, crc32c, crc64nvme, sha1, sha256], kind) = super::checksums::given(
         info.meta.checksum.as_ref(),
         range.is_none() && super::checksums::asked(input.checksum_mode.as_ref()),
     );
     Ok(S3Response::new(GetObjectOutput {
-        checksum_crc32: kept.crc32,
-        checksum_crc32c: kept.crc32c,
-        checksum_crc64nvme: kept.crc64nvme,
-        checksum_sha1: kept.sha1,
-        checksum_sha256: kept.sha256,
-        checksum_type: kept.kind,
+        checksum_crc32: crc32,
+        checksum_crc32c: crc32c,
+        checksum_crc64nvme: crc64nvme,
+        checksum_sha1: sha1,
+        checksum_sha256: sha256,
+        checksum_type: kind,
         ..object_output(&info, body, length, content_range)
     }))
 }
@@ -323,17 +323,17 @@ pub async fn head_object(
         if_unmodified_since: input.if_unmodified_since.as_ref(),
     }
     .check(&info, false)?;
-    let kept = super::checksums::given(
+    let ([crc32, crc32c, crc64nvme, sha1, sha256], kind) = super::checksums::given(
         info.meta.checksum.as_ref(),
         part.is_none() && super::checksums::asked(input.checksum_mode.as_ref()),
     );
     Ok(S3Response::new(HeadObjectOutput {
-        checksum_crc32: kept.crc32,
-        checksum_crc32c: kept.crc32c,
-        checksum_crc64nvme: kept.crc64nvme,
-        checksum_sha1: kept.sha1,
-        checksum_sha256: kept.sha256,
-        checksum_type: kept.kind,
+        checksum_crc32: crc32,
+        checksum_crc32c: crc32c,
+        checksum_crc64nvme: crc64nvme,
+        checksum_sha1: sha1,
+        checksum_sha256: sha256,
+        checksum_type: kind,
         content_length: Some(part.as_ref().map_or(info.size, |p| p.span.len) as i64),
         content_range: part.as_ref().and_then(part_range),
         parts_count: part.as_ref().and_then(|p| p.span.count).map(|c| c as i32),
