@@ -94,7 +94,8 @@ pub async fn build(
             expiry: Duration::from_secs(config.server.upload_expiry_secs),
             per_key: config.server.max_uploads_per_key,
             per_bucket: config.server.max_uploads_per_bucket,
-        });
+        })
+        .with_tombstone_bound(config.server.max_tombstones_per_bucket);
     if let Some(etcd) = &config.etcd {
         gate = gate.with_intent_bound(crate::gate::IntentBound {
             ttl: Duration::from_secs(etcd.intent_ttl_secs),

@@ -89,6 +89,8 @@ pub const DEFAULT_UPLOAD_EXPIRY_SECS: u64 = 86_400;
 pub const DEFAULT_MAX_UPLOADS_PER_KEY: usize = 1_000;
 /// `[server] max_uploads_per_bucket` unless configured.
 pub const DEFAULT_MAX_UPLOADS_PER_BUCKET: usize = 10_000;
+/// `[server] max_tombstones_per_bucket` unless configured.
+pub const DEFAULT_MAX_TOMBSTONES_PER_BUCKET: u64 = 100_000;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -141,6 +143,11 @@ pub struct ServerConfig {
     /// Most multipart uploads open at once in one bucket (400 `TooManyUploads`).
     #[serde(deserialize_with = "super::units::int")]
     pub max_uploads_per_bucket: usize,
+    /// Most tombstones a bucket keeps (a delete that carries a token leaves one, also for a key
+    /// that never existed); past it they are folded into the bucket's floor, which keeps their
+    /// tokens (`gate::tombstones`). 0: kept for good.
+    #[serde(deserialize_with = "super::units::int")]
+    pub max_tombstones_per_bucket: u64,
     /// `text` or `json` (one object per line); `--log-format` overrides it.
     pub log_format: LogFormat,
 }
@@ -174,6 +181,7 @@ impl Default for ServerConfig {
             upload_expiry_secs: DEFAULT_UPLOAD_EXPIRY_SECS,
             max_uploads_per_key: DEFAULT_MAX_UPLOADS_PER_KEY,
             max_uploads_per_bucket: DEFAULT_MAX_UPLOADS_PER_BUCKET,
+            max_tombstones_per_bucket: DEFAULT_MAX_TOMBSTONES_PER_BUCKET,
             log_format: LogFormat::Text,
         }
     }

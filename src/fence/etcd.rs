@@ -18,7 +18,7 @@ use super::{Durability, FenceRow, FenceStore, StoreError};
 use async_trait::async_trait;
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, TlsOptions,
-    TxnOp,
+    Txn, TxnOp,
 };
 use std::future::Future;
 use std::path::PathBuf;
@@ -297,17 +297,53 @@ impl FenceStore for EtcdFenceStore {
         let mut bytes = 0;
         for (key, row) in &rows {
             let key = self.key(key);
-            compares.push(if row.rev == 0 {
-                Compare::version(key.clone(), CompareOp::Equal, 0)
-            } else {
-                Compare::mod_revision(key.clone(), CompareOp::Equal, row.rev)
-            });
+            compares.push(at_revision(&key, row.rev));
+            if let (0, Some((floor, rev))) = (row.rev, &row.floor_guard) {
+                compares.push(at_revision(&self.key(floor), *rev));
+            }
             let value = row.encode();
             bytes += key.len() + value.len();
             ops.push(TxnOp::put(key, value, None));
         }
         let keys = rows.into_iter().map(|(k, _)| k).collect();
         self.batch.put(keys, compares, ops, bytes).await
+    }
+
+    async fn fold(
+        &self,
+        floor: Option<(String, FenceRow)>,
+        gone: Vec<(String, i64)>,
+    ) -> Result<i64, StoreError> {
+        let mut keys = Vec::with_capacity(gone.len() + 1);
+        let mut compares = Vec::with_capacity(gone.len() + 1);
+        let mut ops = Vec::with_capacity(gone.len() + 1);
+        if let Some((key, row)) = floor {
+            let full = self.key(&key);
+            let value = row.encode();
+            compares.push(at_revision(&full, row.rev));
+            ops.push(TxnOp::put(full, value, None));
+            keys.push(key);
+        }
+        for (key, rev) in gone {
+            let full = self.key(&key);
+            compares.push(at_revision(&full, rev));
+            ops.push(TxnOp::delete(full, None));
+            keys.push(key);
+        }
+        // Sent alone, never in a batch: a batch may hold puts whose floor guard compares the
+        // floor this writes, and the order of a batch's inner Txns is not theirs to rely on.
+        let txn = Txn::new().when(compares).and_then(ops);
+        let resp = self
+            .members
+            .call("a fold", |c| {
+                let txn = txn.clone();
+                async move { c.kv_client().txn(txn).await }
+            })
+            .await?;
+        if !resp.succeeded() {
+            return Err(StoreError::Conflict(keys.join(", ")));
+        }
+        Ok(resp.header().map_or(0, |h| h.revision()))
     }
 
     fn shared(&self) -> bool {
@@ -371,6 +407,16 @@ fn down(endpoint: &str, error: String) -> super::Member {
         db_size_bytes: None,
         raft_index: None,
         error: Some(error),
+    }
+}
+
+/// The compare that holds while the row `key` (with the table's prefix) is still at `rev`
+/// (0: still absent).
+fn at_revision(key: &str, rev: i64) -> Compare {
+    if rev == 0 {
+        Compare::version(key, CompareOp::Equal, 0)
+    } else {
+        Compare::mod_revision(key, CompareOp::Equal, rev)
     }
 }
 

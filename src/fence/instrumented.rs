@@ -63,6 +63,16 @@ impl FenceStore for Instrumented {
         result
     }
 
+    async fn fold(
+        &self,
+        floor: Option<(String, FenceRow)>,
+        gone: Vec<(String, i64)>,
+    ) -> Result<i64, StoreError> {
+        let result = self.inner.fold(floor, gone).await;
+        count("fold", &result);
+        result
+    }
+
     fn shared(&self) -> bool {
         self.inner.shared()
     }

@@ -99,10 +99,11 @@ impl FenceStore for MemoryFenceStore {
     ) -> Result<i64, StoreError> {
         let mut inner = self.inner.lock();
         if inner.shared {
-            if let Some((k, _)) = rows
-                .iter()
-                .find(|(k, v)| inner.revs.get(k).copied().unwrap_or(0) != v.rev)
-            {
+            let rev = |k: &str| inner.revs.get(k).copied().unwrap_or(0);
+            if let Some((k, _)) = rows.iter().find(|(k, v)| {
+                rev(k) != v.rev
+                    || (v.rev == 0 && v.floor_guard.as_ref().is_some_and(|(f, r)| rev(f) != *r))
+            }) {
                 return Err(StoreError::Conflict(k.clone()));
             }
             inner.revision += 1;
@@ -112,11 +113,48 @@ impl FenceStore for MemoryFenceStore {
             if inner.shared {
                 inner.revs.insert(k.clone(), revision);
             }
-            inner.live.insert(k, FenceRow { rev: 0, ..v });
+            inner.live.insert(
+                k,
+                FenceRow {
+                    rev: 0,
+                    floor_guard: None,
+                    ..v
+                },
+            );
         }
         if durability == Durability::Synced {
             // A WAL sync makes every earlier write durable too, not just this one.
             inner.durable = inner.live.clone();
+        }
+        Ok(revision)
+    }
+
+    async fn fold(
+        &self,
+        floor: Option<(String, FenceRow)>,
+        gone: Vec<(String, i64)>,
+    ) -> Result<i64, StoreError> {
+        let mut inner = self.inner.lock();
+        if inner.shared {
+            let rev = |k: &str| inner.revs.get(k).copied().unwrap_or(0);
+            let checked = floor.iter().map(|(k, v)| (k, v.rev)).chain(gone.iter().map(|(k, r)| (k, *r)));
+            for (k, r) in checked {
+                if rev(k) != r {
+                    return Err(StoreError::Conflict(k.clone()));
+                }
+            }
+            inner.revision += 1;
+        }
+        let revision = inner.revision;
+        if let Some((k, v)) = floor {
+            if inner.shared {
+                inner.revs.insert(k.clone(), revision);
+            }
+            inner.live.insert(k, FenceRow { rev: 0, floor_guard: None, ..v });
+        }
+        for (k, _) in gone {
+            inner.revs.remove(&k);
+            inner.live.remove(&k);
         }
         Ok(revision)
     }

@@ -95,6 +95,13 @@ pub struct FenceRow {
     /// the row succeeds only if the row is still at that revision. Not stored.
     #[serde(skip)]
     pub rev: i64,
+    /// Shared tables, on an object row read absent: its bucket's floor row and the revision
+    /// it was read at. A put that creates the row holds only if the floor is still at that
+    /// revision: a tombstone folded into the floor in between leaves the row absent again, and
+    /// a token judged against the floor before the fold must not land (`gate::tombstones`).
+    /// Not stored.
+    #[serde(skip)]
+    pub floor_guard: Option<(String, i64)>,
 }
 
 /// A lease held, as every instance sharing the table sees it (`lease::shared`).
@@ -154,6 +161,23 @@ pub struct Answered {
 }
 
 impl FenceRow {
+    /// A tombstone that keeps nothing but its highest token: no version, nothing pending or
+    /// unresolved, no lock binding, no answer still kept. It may be folded into its bucket's
+    /// floor (`gate::tombstones`), which then keeps its token for it.
+    pub fn foldable(&self, now_ms: u64) -> bool {
+        self.tombstone
+            && self.version.is_none()
+            && self.etag.is_none()
+            && self.pending.is_none()
+            && self.unresolved_until_ms.is_none()
+            && self.unresolved.is_empty()
+            && self.scope.is_none()
+            && self.held.is_none()
+            && self.ended.is_empty()
+            && !self.fresh
+            && self.answered.values().all(|a| a.expires_at_ms <= now_ms)
+    }
+
     /// Is `found` (the backend's current version) one that fencegate itself committed?
     pub fn owns_version(&self, found: Option<&str>) -> bool {
         same_version(self.version.as_deref(), found)
@@ -233,6 +257,16 @@ pub trait FenceStore: Send + Sync + 'static {
         &self,
         rows: Vec<(String, FenceRow)>,
         durability: Durability,
+    ) -> Result<i64, StoreError>;
+    /// Writes `floor` (if any) and removes every row of `gone` in one atomic write, not
+    /// synced (a crash loses all of it or none). On a shared table only if the floor row and
+    /// every removed row are still at the revisions they carry (else
+    /// [`StoreError::Conflict`], nothing written); returns the revision written (0 on a local
+    /// table). The only way rows leave the table (`gate::tombstones`).
+    async fn fold(
+        &self,
+        floor: Option<(String, FenceRow)>,
+        gone: Vec<(String, i64)>,
     ) -> Result<i64, StoreError>;
     /// Whether other instances write this table too (etcd): rows then carry revisions and a
     /// put can meet [`StoreError::Conflict`]. Required: a wrapper that forgot it would take a

@@ -202,6 +202,26 @@ impl FenceStore for RocksFenceStore {
         }
     }
 
+    async fn fold(
+        &self,
+        floor: Option<(String, FenceRow)>,
+        gone: Vec<(String, i64)>,
+    ) -> Result<i64, StoreError> {
+        // One batch, so the floor is never lost while the rows it stands for are gone; not
+        // synced, as a crash that loses it leaves the tombstones where they were.
+        let mut batch = WriteBatch::default();
+        if let Some((key, row)) = &floor {
+            batch.put(key.as_bytes(), row.encode());
+        }
+        for (key, _) in &gone {
+            batch.delete(key.as_bytes());
+        }
+        self.db
+            .write(batch)
+            .map_err(|e| StoreError::Io(e.to_string()))?;
+        Ok(0)
+    }
+
     fn shared(&self) -> bool {
         false
     }

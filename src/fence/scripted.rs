@@ -89,6 +89,14 @@ impl<S: Script> FenceStore for Scripted<S> {
         self.script.put(&self.wrapped, rows, durability).await
     }
 
+    async fn fold(
+        &self,
+        floor: Option<(String, FenceRow)>,
+        gone: Vec<(String, i64)>,
+    ) -> Result<i64, StoreError> {
+        self.wrapped.fold(floor, gone).await
+    }
+
     fn shared(&self) -> bool {
         self.script.shared(&self.wrapped)
     }

@@ -34,6 +34,11 @@ impl Gate {
         let bucket = req.bucket.clone();
         let result = self.delete_inner(req).await;
         record_outcome("delete", &bucket, &result);
+        if let Ok(w) = &result {
+            if !w.replayed && (w.existed == Some(true) || w.token.is_some()) {
+                self.tombstone_written(&bucket);
+            }
+        }
         result
     }
 
@@ -111,6 +116,7 @@ impl Gate {
             scope: binding.clone(),
             answered: object_row.answered.clone(),
             rev: object_row.rev,
+            floor_guard: object_row.floor_guard.clone(),
             ..FenceRow::default()
         };
         let written = |existed| Written {

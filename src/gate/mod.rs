@@ -14,7 +14,7 @@
 //! `meta.rs` (the metadata a write stores), `delete.rs`, `multipart.rs`, `fences.rs` (advances,
 //! resets, fence info), `tokens.rs` (fencing mode, token rules), `buckets.rs` (the bucket
 //! registry), `read.rs`, `scope.rs`, `locks.rs`, `conditions.rs`, `uploads.rs`, `rebuild.rs`,
-//! `inflight.rs` (writes in flight per bucket), `idempotency.rs` (Idempotency-Key), `clock.rs`
+//! `inflight.rs` (writes in flight per bucket), `tombstones.rs` (folding them into a floor), `idempotency.rs` (Idempotency-Key), `clock.rs`
 //! (cluster mode's clock watch), `error.rs`.
 
 mod buckets;
@@ -36,6 +36,7 @@ mod rebuild;
 mod rows;
 pub mod scope;
 mod tokens;
+mod tombstones;
 mod uploads;
 mod uploads_shared;
 
@@ -47,6 +48,7 @@ pub use idempotency::Idempotency;
 pub use inflight::{Closing, WriteTicket};
 pub use locks::ScopeLocks;
 pub use rebuild::RebuildReport;
+pub use tombstones::{floor_row, TombstoneBound};
 pub(crate) use tokens::{check_token, TokenRules};
 pub use uploads::{Upload, UploadRegistry};
 
@@ -114,6 +116,8 @@ pub struct Gate {
     locks: ScopeLocks,
     uploads: UploadRegistry,
     upload_limits: UploadLimits,
+    /// How many tombstones a bucket keeps before they are folded into its floor.
+    tombstones: TombstoneBound,
     /// Shared fence tables: every intent's store request carries a deadline the store enforces.
     intents: Option<IntentBound>,
     /// How long an idempotent request's answer is kept.
@@ -183,6 +187,7 @@ impl Gate {
             locks: ScopeLocks::default(),
             uploads: UploadRegistry::default(),
             upload_limits: UploadLimits::default(),
+            tombstones: TombstoneBound::default(),
             intents: None,
             idempotency_ttl: idempotency::DEFAULT_TTL,
             idempotency_claims: Default::default(),
@@ -206,6 +211,13 @@ impl Gate {
     /// Bounds open multipart uploads and their age (`[server]`'s upload settings).
     pub fn with_upload_limits(mut self, limits: UploadLimits) -> Gate {
         self.upload_limits = limits;
+        self
+    }
+
+    /// Folds a bucket's tombstones into its floor past `max` (`[server]
+    /// max_tombstones_per_bucket`; 0: never).
+    pub fn with_tombstone_bound(mut self, max: u64) -> Gate {
+        self.tombstones = TombstoneBound::new(max);
         self
     }
 
@@ -332,3 +344,5 @@ mod idempotency_tests;
 mod test_kit;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tombstone_tests;

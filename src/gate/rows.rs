@@ -83,9 +83,13 @@ impl Gate {
         Ok(self.store.put(rows, durability).await?)
     }
 
-    /// A row as the table holds it, or the empty row of a key never written.
+    /// A row as the table holds it; for a key without one, the empty row, whose highest token
+    /// is its bucket's floor when it is an object's row (`tombstones.rs`).
     pub(super) async fn row(&self, key: &str) -> Result<FenceRow, GateError> {
-        Ok(self.store.get(key).await?.unwrap_or_default())
+        match self.store.get(key).await? {
+            Some(row) => Ok(row),
+            None => self.absent_row(key).await,
+        }
     }
 
     /// Shared tables, after the store refused a conditional commit or delete: if another

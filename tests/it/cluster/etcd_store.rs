@@ -255,3 +255,56 @@ async fn puts_made_at_once_share_txns_and_each_gets_its_own_answer() {
         assert_eq!(other.highest, Some(1), "a failed put wrote row {}", 50 + i);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fold_is_conditional_and_creates_guarded_by_the_floor_see_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(&dir.path().join("etcd"));
+    let store = EtcdFenceStore::connect(&settings(&etcd.endpoint, "fg/"))
+        .await
+        .unwrap();
+    let tombstone = FenceRow {
+        tombstone: true,
+        ..row(7)
+    };
+    let rev = store
+        .put(vec![("object:b/k".into(), tombstone)], Durability::Synced)
+        .await
+        .unwrap();
+    // Folded at a revision the row has left: refused, nothing written.
+    let e = store
+        .fold(Some(("floor:b".into(), row(7))), vec![("object:b/k".into(), rev - 1)])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Conflict(_)), "{e}");
+    assert_eq!(store.get("floor:b").await.unwrap(), None);
+    // At its revision: the floor written and the row gone, in one Txn.
+    let folded = store
+        .fold(Some(("floor:b".into(), row(7))), vec![("object:b/k".into(), rev)])
+        .await
+        .unwrap();
+    assert_eq!(store.get("object:b/k").await.unwrap(), None);
+    let floor = store.get("floor:b").await.unwrap().unwrap();
+    assert_eq!((floor.highest, floor.rev), (Some(7), folded));
+    // A create judged against the floor as it was before (absent) is refused; against the
+    // floor as it is, it goes through.
+    let judged_before = FenceRow {
+        floor_guard: Some(("floor:b".into(), 0)),
+        ..row(5)
+    };
+    let e = store
+        .put(vec![("object:b/k".into(), judged_before)], Durability::Synced)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Conflict(_)), "{e}");
+    assert_eq!(store.get("object:b/k").await.unwrap(), None);
+    let judged_now = FenceRow {
+        floor_guard: Some(("floor:b".into(), folded)),
+        ..row(7)
+    };
+    store
+        .put(vec![("object:b/k".into(), judged_now)], Durability::Synced)
+        .await
+        .unwrap();
+    assert_eq!(store.get("object:b/k").await.unwrap().unwrap().highest, Some(7));
+}

@@ -1,0 +1,220 @@
+//! Bounds what deletes leave behind. A delete that carries a token leaves a tombstone row
+//! keeping that token, also for a key that never existed, so anyone who may delete could grow
+//! the fence table without end (about 1 KB a delete, for nothing the store holds). Past
+//! `[server] max_tombstones_per_bucket` in a bucket, its tombstones that keep nothing but a
+//! token are *folded*: each row goes, and its token is kept by the bucket's floor row
+//! (`floor:<bucket>`), the highest token of every tombstone folded there. A key without a row
+//! is judged as if its row held the floor, so no write below a folded tombstone's token ever
+//! lands; what a fold costs is that a never-written key of the bucket needs a token at least
+//! the floor too (docs/design.md, "Tombstones and the floor").
+//!
+//! The fold of one row takes that row's scope lock and re-reads it, so it never races the
+//! row's writer on this instance; on a shared table every put that creates a row is also
+//! conditional on the floor it was judged against ([`FenceRow::floor_guard`]), which orders it
+//! against a fold on another instance.
+
+use super::{scope, Gate, GateError};
+use crate::fence::{FenceRow, StoreError};
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// The floor row of `bucket`.
+pub fn floor_row(bucket: &str) -> String {
+    format!("floor:{bucket}")
+}
+
+/// How many tombstones a bucket may keep before they are folded, and what this instance has
+/// counted since its last fold of each bucket.
+#[derive(Default)]
+pub struct TombstoneBound {
+    /// `0`: never folded.
+    max: u64,
+    written: Mutex<HashMap<String, u64>>,
+    folding: Mutex<HashSet<String>>,
+    /// A local table's floors, as this instance (their only writer) last wrote or read them.
+    floors: Mutex<HashMap<String, Option<u64>>>,
+}
+
+impl TombstoneBound {
+    pub fn new(max: u64) -> TombstoneBound {
+        TombstoneBound {
+            max,
+            ..TombstoneBound::default()
+        }
+    }
+}
+
+/// How often one row's fold is tried again when another instance changed it or the floor.
+const CONFLICT_ATTEMPTS: u32 = 8;
+
+impl Gate {
+    /// The row of an object key that has none: empty, with its bucket's floor as its highest
+    /// token (and, on a shared table, the floor's revision as its guard).
+    pub(super) async fn absent_row(&self, key: &str) -> Result<FenceRow, GateError> {
+        let Some(bucket) = key
+            .strip_prefix("object:")
+            .and_then(|rest| rest.split_once('/'))
+            .map(|(bucket, _)| bucket)
+        else {
+            return Ok(FenceRow::default());
+        };
+        if self.store.shared() {
+            let floor_key = floor_row(bucket);
+            let floor = self.store.get(&floor_key).await?;
+            return Ok(FenceRow {
+                highest: floor.as_ref().and_then(|f| f.highest),
+                floor_guard: Some((floor_key, floor.map_or(0, |f| f.rev))),
+                ..FenceRow::default()
+            });
+        }
+        let known = self.tombstones.floors.lock().get(bucket).copied();
+        let highest = match known {
+            Some(highest) => highest,
+            None => {
+                let highest = self
+                    .store
+                    .get(&floor_row(bucket))
+                    .await?
+                    .and_then(|f| f.highest);
+                self.tombstones
+                    .floors
+                    .lock()
+                    .insert(bucket.to_string(), highest);
+                highest
+            }
+        };
+        Ok(FenceRow {
+            highest,
+            ..FenceRow::default()
+        })
+    }
+
+    /// A delete left a tombstone in `bucket`: past the bound, the bucket's tombstones are
+    /// folded, in the background.
+    pub(super) fn tombstone_written(self: &Arc<Self>, bucket: &str) {
+        self.count_tombstones(bucket, 1);
+    }
+
+    /// Adds `n` to what this instance counted in `bucket` (a start-up count too), and starts a
+    /// fold of the bucket once the count reaches the bound.
+    pub fn count_tombstones(self: &Arc<Self>, bucket: &str, n: u64) {
+        let bound = &self.tombstones;
+        if bound.max == 0 {
+            return;
+        }
+        {
+            let mut written = bound.written.lock();
+            let count = written.entry(bucket.to_string()).or_default();
+            *count += n;
+            if *count < bound.max || !bound.folding.lock().insert(bucket.to_string()) {
+                return;
+            }
+            *count = 0;
+        }
+        let gate = Arc::clone(self);
+        let bucket = bucket.to_string();
+        tokio::spawn(async move {
+            match gate.fold_tombstones(&bucket).await {
+                Ok(folded) => tracing::info!(%bucket, folded, max_tombstones_per_bucket = gate.tombstones.max,
+                    "folded the bucket's tombstones into its floor: a key without a row now needs a token at least the floor"),
+                Err(e) => tracing::warn!(%bucket, error = %e, "cannot fold the bucket's tombstones; the next delete past the bound tries again"),
+            }
+            gate.tombstones.folding.lock().remove(&bucket);
+        });
+    }
+
+    /// Folds every tombstone of `bucket` that keeps nothing but its token into the bucket's
+    /// floor. Returns how many rows went.
+    pub async fn fold_tombstones(&self, bucket: &str) -> Result<u64, GateError> {
+        let prefix = scope::object_row(bucket, "");
+        let store = self.store.clone();
+        let now = crate::wall_clock::now_ms();
+        let candidates = tokio::task::spawn_blocking(move || {
+            let mut keys = Vec::new();
+            store.scan_prefix(&prefix, &mut |key, row| {
+                if row.foldable(now) {
+                    keys.push(key.to_string());
+                }
+                true
+            })?;
+            Ok::<_, StoreError>(keys)
+        })
+        .await
+        .map_err(|e| GateError::Store(StoreError::Io(e.to_string())))??;
+        let floor_key = floor_row(bucket);
+        let mut floor = self.store.get(&floor_key).await?.unwrap_or_default();
+        let mut folded = 0;
+        for key in candidates {
+            // The row's own lock: its writers on this instance wait, and find it gone (or
+            // find the fold skipped it, if they changed it first).
+            let _lock = self.locks.lock(&key).await;
+            let mut attempt = 0;
+            loop {
+                let Some(row) = self.store.get(&key).await? else {
+                    break;
+                };
+                if !row.foldable(now) {
+                    break;
+                }
+                let raised = row.highest.is_some_and(|h| floor.highest < Some(h));
+                let mut new_floor = floor.clone();
+                if raised {
+                    new_floor.highest = row.highest;
+                }
+                let write = raised.then(|| (floor_key.clone(), new_floor.clone()));
+                match self.store.fold(write, vec![(key.clone(), row.rev)]).await {
+                    Ok(rev) => {
+                        if raised {
+                            floor = FenceRow { rev, ..new_floor };
+                            self.tombstones
+                                .floors
+                                .lock()
+                                .insert(bucket.to_string(), floor.highest);
+                            crate::metrics::tombstone_floor(bucket, floor.highest);
+                        }
+                        folded += 1;
+                        break;
+                    }
+                    Err(StoreError::Conflict(_)) if attempt < CONFLICT_ATTEMPTS => {
+                        // Another instance changed the row or the floor: read both again.
+                        attempt += 1;
+                        floor = self.store.get(&floor_key).await?.unwrap_or_default();
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        crate::metrics::tombstones_folded(bucket, folded);
+        Ok(folded)
+    }
+
+    /// At start-up on a local table: counts each bucket's foldable tombstones, so that a bucket
+    /// already past the bound is folded now rather than after the next `max` deletes. Blocking
+    /// scan of the object rows, run in the background.
+    pub async fn count_tombstones_at_start(self: &Arc<Self>) -> Result<(), GateError> {
+        if self.tombstones.max == 0 || self.store.shared() {
+            return Ok(());
+        }
+        let store = self.store.clone();
+        let now = crate::wall_clock::now_ms();
+        let counts = tokio::task::spawn_blocking(move || {
+            let mut counts: HashMap<String, u64> = HashMap::new();
+            store.scan_prefix("object:", &mut |key, row| {
+                if row.foldable(now) {
+                    if let Some((bucket, _)) = key["object:".len()..].split_once('/') {
+                        *counts.entry(bucket.to_string()).or_default() += 1;
+                    }
+                }
+                true
+            })?;
+            Ok::<_, StoreError>(counts)
+        })
+        .await
+        .map_err(|e| GateError::Store(StoreError::Io(e.to_string())))??;
+        for (bucket, n) in counts {
+            self.count_tombstones(&bucket, n);
+        }
+        Ok(())
+    }
+}
