@@ -17,8 +17,8 @@
 use super::{Durability, FenceRow, FenceStore, StoreError};
 use async_trait::async_trait;
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, TlsOptions,
-    Txn, TxnOp,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, TlsOptions, Txn,
+    TxnOp,
 };
 use std::future::Future;
 use std::path::PathBuf;

@@ -137,7 +137,10 @@ impl FenceStore for MemoryFenceStore {
         let mut inner = self.inner.lock();
         if inner.shared {
             let rev = |k: &str| inner.revs.get(k).copied().unwrap_or(0);
-            let checked = floor.iter().map(|(k, v)| (k, v.rev)).chain(gone.iter().map(|(k, r)| (k, *r)));
+            let checked = floor
+                .iter()
+                .map(|(k, v)| (k, v.rev))
+                .chain(gone.iter().map(|(k, r)| (k, *r)));
             for (k, r) in checked {
                 if rev(k) != r {
                     return Err(StoreError::Conflict(k.clone()));
@@ -150,7 +153,14 @@ impl FenceStore for MemoryFenceStore {
             if inner.shared {
                 inner.revs.insert(k.clone(), revision);
             }
-            inner.live.insert(k, FenceRow { rev: 0, floor_guard: None, ..v });
+            inner.live.insert(
+                k,
+                FenceRow {
+                    rev: 0,
+                    floor_guard: None,
+                    ..v
+                },
+            );
         }
         for (k, _) in gone {
             inner.revs.remove(&k);

@@ -182,6 +182,7 @@ impl Gate {
                 token: t.0,
                 highest: h,
                 scope: bound.to_string(),
+                floor: false,
             }),
             _ => {
                 tracing::warn!(target: "fencegate::audit", bucket = %req.bucket, key = %req.key,

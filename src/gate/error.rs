@@ -8,11 +8,13 @@ use crate::token::TokenError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
-    #[error("token {token} is below the highest token {highest} recorded for scope {scope}; a newer lock holder exists, so this writer must stop")]
+    #[error("token {token} is below the highest token {highest} recorded for scope {scope}{}; a newer lock holder exists, so this writer must stop", floor_note(*floor))]
     StaleFencingToken {
         token: u64,
         highest: u64,
         scope: String,
+        /// The scope has no row of its own: `highest` is its bucket's floor (`tombstones.rs`).
+        floor: bool,
     },
     #[error("token {token} equals the highest token recorded for scope {scope}, and this bucket demands strictly increasing tokens: a token is spent once it is recorded, even by a write that then failed at the backend. Take a new token from your lock service and retry with it")]
     TokenNotIncreasing { token: u64, scope: String },
@@ -274,5 +276,14 @@ impl GateError {
             GateError::Backend(_) | GateError::Store(_) => "failed",
             _ => "rejected",
         }
+    }
+}
+
+/// What a stale token's message adds when it was judged by its bucket's floor.
+fn floor_note(floor: bool) -> &'static str {
+    if floor {
+        " (the key has no row of its own: that is its bucket's floor, the highest token of the tombstones folded past max_tombstones_per_bucket, which a key without a row needs at least; docs/design.md, \"Tombstones and the floor\")"
+    } else {
+        ""
     }
 }

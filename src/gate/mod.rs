@@ -48,8 +48,8 @@ pub use idempotency::Idempotency;
 pub use inflight::{Closing, WriteTicket};
 pub use locks::ScopeLocks;
 pub use rebuild::RebuildReport;
-pub use tombstones::{floor_row, TombstoneBound};
 pub(crate) use tokens::{check_token, TokenRules};
+pub use tombstones::{floor_row, TombstoneBound};
 pub use uploads::{Upload, UploadRegistry};
 
 use crate::backend::ObjectMeta;

@@ -470,6 +470,7 @@ impl Gate {
                         token: t.0,
                         highest: owner,
                         scope: format!("upload {id}"),
+                        floor: false,
                     })
                 }
                 Some(_) => {}

@@ -55,7 +55,10 @@ async fn folded_tombstones_go_and_their_tokens_stay_enforced() {
         ));
     }
     assert!(stale(g.delete(req("k2", Some(29))).await.unwrap_err()));
-    assert_eq!(g.fence_info("b", "k4", None).await.unwrap().highest, Some(30));
+    assert_eq!(
+        g.fence_info("b", "k4", None).await.unwrap().highest,
+        Some(30)
+    );
     // A key with a row of its own keeps judging by it.
     g.put(req("live", Some(3)), body(b"l")).await.unwrap();
     // At the floor, writes go through, and the key has a row again.
@@ -82,7 +85,9 @@ async fn a_fold_lost_to_power_loss_loses_its_rows_and_floor_together() {
     // The fold was not synced: the tombstone is back, and still refuses the stale write.
     let g = gate(store.clone(), Arc::new(MemoryBackend::new()), 0);
     assert!(store.get("object:b/k").await.unwrap().unwrap().tombstone);
-    assert!(stale(g.put(req("k", Some(8)), body(b"z")).await.unwrap_err()));
+    assert!(stale(
+        g.put(req("k", Some(8)), body(b"z")).await.unwrap_err()
+    ));
 }
 
 #[tokio::test]
@@ -90,7 +95,9 @@ async fn past_the_bound_deletes_fold_the_bucket_in_the_background() {
     let store = Arc::new(MemoryFenceStore::new());
     let g = gate(store.clone(), Arc::new(MemoryBackend::new()), 4);
     for i in 0..4u64 {
-        g.delete(req(&format!("k{i}"), Some(100 + i))).await.unwrap();
+        g.delete(req(&format!("k{i}"), Some(100 + i)))
+            .await
+            .unwrap();
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while store.get("floor:b").await.unwrap().is_none() {
@@ -129,12 +136,17 @@ async fn an_instance_cannot_create_a_row_judged_against_a_floor_raised_since() {
         ..read.clone()
     };
     let e = store
-        .put(vec![("object:b/k".into(), decided.clone())], Durability::Synced)
+        .put(
+            vec![("object:b/k".into(), decided.clone())],
+            Durability::Synced,
+        )
         .await
         .unwrap_err();
     assert!(matches!(e, StoreError::Conflict(_)), "{e}");
     // Decided again, A reads the floor and refuses the token.
-    assert!(stale(a.put(req("k", Some(5)), body(b"z")).await.unwrap_err()));
+    assert!(stale(
+        a.put(req("k", Some(5)), body(b"z")).await.unwrap_err()
+    ));
     // The negative control: without the guard the same put lands, below the folded token.
     let unguarded = FenceRow {
         floor_guard: None,
@@ -144,7 +156,10 @@ async fn an_instance_cannot_create_a_row_judged_against_a_floor_raised_since() {
         .put(vec![("object:b/k".into(), unguarded)], Durability::Synced)
         .await
         .unwrap();
-    assert_eq!(store.get("object:b/k").await.unwrap().unwrap().highest, Some(5));
+    assert_eq!(
+        store.get("object:b/k").await.unwrap().unwrap().highest,
+        Some(5)
+    );
 }
 
 #[tokio::test]

@@ -84,8 +84,10 @@ impl Gate {
                 highest
             }
         };
+        // A local table ignores the guard; it marks where the highest token came from.
         Ok(FenceRow {
             highest,
+            floor_guard: highest.map(|_| (floor_row(bucket), 0)),
             ..FenceRow::default()
         })
     }
@@ -116,9 +118,13 @@ impl Gate {
         let bucket = bucket.to_string();
         tokio::spawn(async move {
             match gate.fold_tombstones(&bucket).await {
-                Ok(folded) => tracing::info!(%bucket, folded, max_tombstones_per_bucket = gate.tombstones.max,
-                    "folded the bucket's tombstones into its floor: a key without a row now needs a token at least the floor"),
-                Err(e) => tracing::warn!(%bucket, error = %e, "cannot fold the bucket's tombstones; the next delete past the bound tries again"),
+                Ok(folded) => {
+                    tracing::info!(%bucket, folded, max_tombstones_per_bucket = gate.tombstones.max,
+                    "folded the bucket's tombstones into its floor: a key without a row now needs a token at least the floor")
+                }
+                Err(e) => {
+                    tracing::warn!(%bucket, error = %e, "cannot fold the bucket's tombstones; the next delete past the bound tries again")
+                }
             }
             gate.tombstones.folding.lock().remove(&bucket);
         });

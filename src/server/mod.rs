@@ -161,6 +161,14 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         &shutdown,
     );
     expire_uploads(gate.clone(), &shutdown);
+    // A bucket already past max_tombstones_per_bucket (a restart forgets what was counted)
+    // is folded now, not after as many deletes again.
+    let counting = gate.clone();
+    shutdown.spawn_background(async move {
+        if let Err(e) = counting.count_tombstones_at_start().await {
+            tracing::warn!(error = %e, "cannot count the fence table's tombstones at start-up; each bucket is folded after max_tombstones_per_bucket deletes from now");
+        }
+    });
     let catalog = Arc::new(Catalog::new(
         config.clone(),
         gate.clone(),

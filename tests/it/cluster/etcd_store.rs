@@ -273,14 +273,20 @@ async fn a_fold_is_conditional_and_creates_guarded_by_the_floor_see_it() {
         .unwrap();
     // Folded at a revision the row has left: refused, nothing written.
     let e = store
-        .fold(Some(("floor:b".into(), row(7))), vec![("object:b/k".into(), rev - 1)])
+        .fold(
+            Some(("floor:b".into(), row(7))),
+            vec![("object:b/k".into(), rev - 1)],
+        )
         .await
         .unwrap_err();
     assert!(matches!(e, StoreError::Conflict(_)), "{e}");
     assert_eq!(store.get("floor:b").await.unwrap(), None);
     // At its revision: the floor written and the row gone, in one Txn.
     let folded = store
-        .fold(Some(("floor:b".into(), row(7))), vec![("object:b/k".into(), rev)])
+        .fold(
+            Some(("floor:b".into(), row(7))),
+            vec![("object:b/k".into(), rev)],
+        )
         .await
         .unwrap();
     assert_eq!(store.get("object:b/k").await.unwrap(), None);
@@ -293,7 +299,10 @@ async fn a_fold_is_conditional_and_creates_guarded_by_the_floor_see_it() {
         ..row(5)
     };
     let e = store
-        .put(vec![("object:b/k".into(), judged_before)], Durability::Synced)
+        .put(
+            vec![("object:b/k".into(), judged_before)],
+            Durability::Synced,
+        )
         .await
         .unwrap_err();
     assert!(matches!(e, StoreError::Conflict(_)), "{e}");
@@ -306,5 +315,8 @@ async fn a_fold_is_conditional_and_creates_guarded_by_the_floor_see_it() {
         .put(vec![("object:b/k".into(), judged_now)], Durability::Synced)
         .await
         .unwrap();
-    assert_eq!(store.get("object:b/k").await.unwrap().unwrap().highest, Some(7));
+    assert_eq!(
+        store.get("object:b/k").await.unwrap().unwrap().highest,
+        Some(7)
+    );
 }

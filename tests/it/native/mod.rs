@@ -10,3 +10,4 @@ mod hostile_keys;
 mod leases;
 mod random_requests;
 mod reported_holes;
+mod tombstones;
