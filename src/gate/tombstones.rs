@@ -177,7 +177,6 @@ impl Gate {
                                 .floors
                                 .lock()
                                 .insert(bucket.to_string(), floor.highest);
-                            crate::metrics::tombstone_floor(bucket, floor.highest);
                         }
                         folded += 1;
                         break;

@@ -57,7 +57,6 @@ pub const READY: &str = "fencegate_ready";
 pub const FENCE_TABLE_ROWS: &str = "fencegate_fence_table_rows";
 pub const FENCE_TABLE_TOMBSTONES: &str = "fencegate_fence_table_tombstones";
 pub const TOMBSTONES_FOLDED: &str = "fencegate_tombstones_folded_total";
-pub const TOMBSTONE_FLOOR: &str = "fencegate_tombstone_floor";
 pub const FENCE_TABLE_BYTES: &str = "fencegate_fence_table_disk_bytes";
 pub const FENCE_TABLE_COMPACTION: &str = "fencegate_fence_table_pending_compaction_bytes";
 pub const DATA_DIR_FREE: &str = "fencegate_data_dir_free_bytes";
@@ -149,8 +148,6 @@ pub const FAMILIES: &[Family] = &[
         "Objects found changed on the backend behind fencegate's back at a commit (refused, or adopted under on_bypass = adopt)", Always),
     family(TOMBSTONES_FOLDED, Counter, &["bucket"],
         "Tombstones folded into their bucket's floor past [server] max_tombstones_per_bucket (each row gone, its token kept by the floor)", Always),
-    family(TOMBSTONE_FLOOR, Gauge, &["bucket"],
-        "The bucket's floor: the highest token of every tombstone folded, which a key without a row needs at least (set by this instance's folds)", Always),
     family(STALE_LANDINGS, Counter, &["bucket"],
         "Commits whose store request landed after a newer token's (the store applied an expired request): an integrity failure to investigate", Always),
     family(IDEMPOTENT_REPLAYS, Counter, &["bucket"],
@@ -404,6 +401,7 @@ pub fn register_bucket(bucket: &str) {
         BYPASS_DETECTED,
         STALE_LANDINGS,
         IDEMPOTENT_REPLAYS,
+        TOMBSTONES_FOLDED,
     ] {
         metrics::counter!(name, "bucket" => bucket.to_string()).increment(0);
     }
@@ -423,10 +421,6 @@ pub fn bypass_detected(bucket: &str) {
 
 pub fn tombstones_folded(bucket: &str, count: u64) {
     metrics::counter!(TOMBSTONES_FOLDED, "bucket" => bucket.to_string()).increment(count);
-}
-
-pub fn tombstone_floor(bucket: &str, floor: Option<u64>) {
-    metrics::gauge!(TOMBSTONE_FLOOR, "bucket" => bucket.to_string()).set(floor.unwrap_or(0) as f64);
 }
 
 pub fn stale_landing(bucket: &str) {
