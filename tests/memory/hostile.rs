@@ -235,9 +235,9 @@ async fn fence_rows(s: &Server) -> u64 {
 
 /// Asserts a refusal's status and error code (native JSON or S3 XML), and prints it.
 fn refused(bound: &str, what: &str, status: u16, text: &str, want: u16, code: &str) {
-    println!("hostile | {bound} | {what}: {status} {code}");
     assert_eq!(status, want, "{bound}, {what}: {text}");
     assert!(text.contains(code), "{bound}, {what}: no {code} in {text}");
+    println!("hostile | {bound} | {what}: {status} {code}");
 }
 
 /// Prints a duration against its budget, and asserts it.
@@ -534,6 +534,194 @@ async fn aws_chunked_lengths_past_the_limit_are_refused() {
             fds: 2 * CONNECTIONS as u64 + SLACK_FDS,
             // What was sent, at most max_body_bytes a body.
             disk_bytes: CONNECTIONS as u64 * MAX_BODY_BYTES + SLACK_DISK,
+            fence_rows: 0,
+        },
+    )
+    .await;
+}
+
+/// Browser-form uploads and POSTs of operations fencegate does not serve, from a stranger:
+/// 501 on their head alone, their bodies (declared at 64 MiB, never sent) unread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forms_and_unserved_posts_get_501_unread() {
+    const BOUND: &str = "forms and unserved POSTs";
+    const EACH: usize = 8;
+    let h = Hostile::start().await;
+    let addr = h.s.addr;
+    let heads = [
+        "POST /default HTTP/1.1\r\nContent-Type: multipart/form-data; boundary=x",
+        "POST /default/k?restore HTTP/1.1\r\nContent-Type: application/xml",
+    ];
+    let mut held = Vec::new();
+    for (i, head) in heads.iter().cycle().take(2 * EACH).enumerate() {
+        let mut conn = TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "{head}\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n",
+            64 << 20
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        let (status, text) = answer(&mut conn, Duration::from_secs(5))
+            .await
+            .expect("an answer before the body");
+        if i < heads.len() {
+            let what = if i == 0 { "a browser form" } else { "?restore" };
+            refused(BOUND, what, status, &text, 501, "NotImplemented");
+        }
+        assert_eq!(status, 501, "{text}");
+        held.push(conn);
+    }
+    let figures = h.held();
+    drop(held);
+    h.check(
+        BOUND,
+        figures,
+        Budget {
+            rss_kib: 2 * EACH as u64 * READ_BUFFER_KIB + SLACK_KIB,
+            fds: 2 * EACH as u64 + SLACK_FDS,
+            disk_bytes: SLACK_DISK,
+            fence_rows: 0,
+        },
+    )
+    .await;
+}
+
+/// Bodies past `max_body_bytes` from the narrow key: 413 on their declared length, before a
+/// byte is staged, and the connection closed after the answer rather than the body drained
+/// (an early refusal reads at most 64 KiB of it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_past_max_body_bytes_get_413() {
+    const BOUND: &str = "disk: bodies past max_body_bytes";
+    const EACH: usize = 8;
+    let h = Hostile::start().await;
+    let addr = h.s.addr;
+    let len = MAX_BODY_BYTES as usize + 1;
+    let tasks: Vec<_> = (0..EACH)
+        .map(|i| {
+            tokio::spawn(async move {
+                let mut conn = TcpStream::connect(addr).await.unwrap();
+                let path = format!("/v1/objects/default/big-{i}");
+                let head = sign::unsigned_payload_head(addr, &path, NARROW, len);
+                conn.write_all(head.as_bytes()).await.unwrap();
+                // The body follows, as a client that does not wait for 100-continue sends it;
+                // the server may close before it is all written.
+                let _ = conn.write_all(&vec![b'b'; len]).await;
+                answer(&mut conn, Duration::from_secs(10)).await
+            })
+        })
+        .collect();
+    let (answers, figures) = h.during(futures::future::join_all(tasks)).await;
+    for (i, a) in answers.into_iter().enumerate() {
+        let (status, text) = a.unwrap().expect("an answer");
+        if i == 0 {
+            refused(
+                BOUND,
+                "max_body_bytes + 1",
+                status,
+                &text,
+                413,
+                "EntityTooLarge",
+            );
+        }
+        assert_eq!(status, 413, "{text}");
+        assert!(
+            text.to_ascii_lowercase().contains("connection: close"),
+            "{text}"
+        );
+    }
+    h.check(
+        BOUND,
+        figures,
+        Budget {
+            rss_kib: EACH as u64 * READ_BUFFER_KIB + SLACK_KIB,
+            fds: 2 * EACH as u64 + SLACK_FDS,
+            disk_bytes: SLACK_DISK,
+            fence_rows: 0,
+        },
+    )
+    .await;
+}
+
+/// A POST's XML body from the narrow key: a CompleteMultipartUpload of 5 MiB, past the 4 MiB
+/// fencegate reads of one, is refused 400 MaxMessageLengthExceeded once 4 MiB are read (s3s
+/// alone answered it 500); sent chunked, without a length, 411 before a byte is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xml_bodies_past_4_mib_are_refused() {
+    const BOUND: &str = "a POST's XML body";
+    const EACH: usize = 4;
+    let h = Hostile::start().await;
+    let s3 = common::moto::client_with(&h.s.url(""), NARROW.key, NARROW.secret);
+    let upload = s3
+        .create_multipart_upload()
+        .bucket("default")
+        .key("xml")
+        .send()
+        .await
+        .unwrap()
+        .upload_id()
+        .unwrap()
+        .to_string();
+    let part = "<Part><PartNumber>1</PartNumber><ETag>\"0\"</ETag></Part>";
+    let xml = format!(
+        "<CompleteMultipartUpload>{}</CompleteMultipartUpload>",
+        part.repeat((5 << 20) / part.len())
+    );
+    let url = h.s.url(&format!("/default/xml?uploadId={upload}"));
+    let tasks: Vec<_> = (0..EACH)
+        .map(|i| {
+            let (url, xml) = (url.clone(), xml.clone());
+            tokio::spawn(async move {
+                let c = common::client();
+                // Half with a Content-Length, half chunked (a stream of unknown length).
+                let body = if i % 2 == 0 {
+                    reqwest::Body::from(xml)
+                } else {
+                    let piece = bytes::Bytes::from(xml);
+                    reqwest::Body::wrap_stream(futures::stream::once(async move {
+                        Ok::<_, std::io::Error>(piece)
+                    }))
+                };
+                let mut req = c
+                    .post(url)
+                    .header("x-amz-content-sha256", "UNSIGNED-PAYLOAD")
+                    .body(body)
+                    .build()
+                    .unwrap();
+                sign::sign_payload(&mut req, NARROW, "UNSIGNED-PAYLOAD");
+                match c.execute(req).await {
+                    Ok(resp) => (
+                        resp.status().as_u16(),
+                        resp.text().await.unwrap_or_default(),
+                    ),
+                    Err(e) => (0, e.to_string()),
+                }
+            })
+        })
+        .collect();
+    let (answers, figures) = h.during(futures::future::join_all(tasks)).await;
+    for (i, a) in answers.into_iter().enumerate() {
+        let (status, text) = a.unwrap();
+        let (what, want, code) = if i % 2 == 0 {
+            (
+                "5 MiB CompleteMultipartUpload",
+                400,
+                "MaxMessageLengthExceeded",
+            )
+        } else {
+            ("the same, chunked", 411, "MissingContentLength")
+        };
+        if i < 2 {
+            refused(BOUND, what, status, &text, want, code);
+        }
+        assert_eq!(status, want, "{what}: {text}");
+    }
+    h.check(
+        BOUND,
+        figures,
+        Budget {
+            // What s3s reads of each, at most.
+            rss_kib: EACH as u64 * 4 * 1024 + SLACK_KIB,
+            fds: EACH as u64 + SLACK_FDS,
+            disk_bytes: SLACK_DISK,
             fence_rows: 0,
         },
     )
