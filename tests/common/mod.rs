@@ -166,16 +166,6 @@ impl Server {
             .unwrap()
     }
 
-    /// Resident memory now (VmRSS), in KiB.
-    pub fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap()
-    }
-
     /// The file descriptors the process holds open now (sockets, files, RocksDB's).
     pub fn open_fds(&self) -> u64 {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid()))

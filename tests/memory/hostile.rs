@@ -221,7 +221,8 @@ async fn metric(s: &Server, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-/// The fence table's rows, as the census fencegate runs at start-up counted them.
+/// The fence table's rows, as the census fencegate runs at start-up counted them (the gauge
+/// is absent until the census has run, never a stand-in 0).
 async fn fence_rows(s: &Server) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -775,7 +776,8 @@ async fn a_body_that_sends_nothing_is_cut_off() {
         *slot = (*slot).max(took);
     }
     println!("hostile | {BOUND} | {EACH} uploads of the narrow key: 408 RequestTimeout; {EACH} bodies of a stranger: {} 408 RequestTimeout, {cut} cut off", EACH - cut);
-    // Scheduling slack: other tests of this binary run at the same time on two cores.
+    // The answer leaves up to 1 s after the cut, while the unread rest of the body is awaited
+    // (`http::unread`); and other tests of this binary run at the same time on two cores.
     let slack = Duration::from_secs(3);
     within_time(
         BOUND,
@@ -1026,5 +1028,6 @@ async fn leases_stop_at_max_live_per_key() {
     .await;
 }
 
-// Deletes of absent keys (tombstones), bounded by `[server] max_tombstones_per_bucket`: their
-// row of the table goes here once that bound exists.
+// ---- Tombstones: the row of `[server] max_tombstones_per_bucket` goes here. ----
+// Once that bound exists: a key with `delete` deleting absent keys past it, the documented
+// refusal, and the fence table's rows within the bound (`Hostile::check` counts them).
