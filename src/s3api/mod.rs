@@ -24,7 +24,7 @@ mod unkept;
 
 pub use crate::auth::KeyTable;
 use refusals::refusal;
-pub use refusals::{post_body_checked, refused_before_s3s, DigestMismatch};
+pub use refusals::{post_body_checked, refused_before_s3s, PostBodyVerdict};
 
 use crate::config::S3GatewayConfig;
 use crate::gate::Gate;
@@ -450,7 +450,7 @@ async fn answered(
         }
     };
     let req = axum::extract::Request::from_parts(parts, body);
-    let (req, mismatch) = match post_body_checked(req) {
+    let (req, verdict) = match post_body_checked(req) {
         Ok(checked) => checked,
         Err(refusal) => return answer::finish(*refusal, id).await,
     };
@@ -466,9 +466,9 @@ async fn answered(
             )
         }
     };
-    // A body that did not match its digest was cut short, so s3s refused it as incomplete:
-    // the client hears why.
-    let resp = match mismatch.and_then(|m| m.refusal()) {
+    // A body that did not match its digest, or ran past the limit, was cut short, so s3s
+    // refused it as incomplete: the client hears why.
+    let resp = match verdict.and_then(|v| v.refusal()) {
         Some(refusal) => refusal,
         None => resp,
     };

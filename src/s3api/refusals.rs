@@ -1,7 +1,7 @@
 //! What fencegate refuses or checks before s3s reads a request: a URI s3s would refuse less
 //! clearly, a credential scoped to another service, an expected bucket owner that is not
 //! fencegate's account, POSTs it does not serve (s3s would read their bodies before any
-//! signature check), and the declared digest of a POST's XML body.
+//! signature check), and the declared digest and the size of a POST's XML body.
 
 use super::answer;
 use crate::backend::BodyError;
@@ -129,18 +129,31 @@ fn malformed_uri(uri: &http::Uri) -> Option<(http::StatusCode, &'static str, &'s
 /// The largest XML body fencegate takes (as [`s3s_limits`]).
 pub(super) const MAX_XML_BODY: u64 = 4 * 1024 * 1024;
 
-/// Set when a POST's XML body did not have the digest it declared ([`post_body_checked`]).
+/// What a POST's XML body turned out to be as s3s read it ([`post_body_checked`]).
 #[derive(Clone, Default)]
-pub struct DigestMismatch(Arc<std::sync::atomic::AtomicBool>);
+pub struct PostBodyVerdict {
+    /// It did not have the digest it declared.
+    mismatch: Arc<std::sync::atomic::AtomicBool>,
+    /// It ran past [`MAX_XML_BODY`].
+    too_large: Arc<std::sync::atomic::AtomicBool>,
+}
 
-impl DigestMismatch {
-    /// The refusal to answer instead of s3s's, when the body did not match.
+impl PostBodyVerdict {
+    /// The refusal to answer instead of s3s's, when the body was cut short for either.
     pub fn refusal(&self) -> Option<axum::response::Response> {
-        self.0.load(std::sync::atomic::Ordering::SeqCst).then(|| {
-            refusal(
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.mismatch.load(SeqCst) {
+            return Some(refusal(
                 http::StatusCode::BAD_REQUEST,
                 "BadDigest",
                 "the request body's digest is not the Content-MD5 or x-amz-checksum-* it declared; nothing was done (send it again, or check what alters it on the way)",
+            ));
+        }
+        self.too_large.load(SeqCst).then(|| {
+            refusal(
+                http::StatusCode::BAD_REQUEST,
+                "MaxMessageLengthExceeded",
+                &format!("the XML body is over {MAX_XML_BODY} bytes, the most fencegate reads of one (a CompleteMultipartUpload of 10000 parts or a DeleteObjects of 1000 keys takes about 1 MiB); nothing was done"),
             )
         })
     }
@@ -148,14 +161,15 @@ impl DigestMismatch {
 
 /// A POST's XML body (DeleteObjects: Content-MD5 or `x-amz-checksum-*`; CompleteMultipartUpload:
 /// Content-MD5) judged against the digest it declares: s3s does not check them, so a wrong one
-/// would be answered 200 and its keys deleted. Judged as s3s reads the body, which it does only
-/// once the signature and the access check passed (a check that read the body first would let
-/// anyone make fencegate hold bodies). A body that does not match ends before its last chunk,
-/// so s3s refuses it as incomplete and nothing is done; the caller answers
-/// [`DigestMismatch::refusal`] instead.
+/// would be answered 200 and its keys deleted; and counted, so that one past [`MAX_XML_BODY`]
+/// is refused 400 (s3s, reading a streamed body past its limit, answers 500 InternalError).
+/// Judged as s3s reads the body, which it does only once the signature and the access check
+/// passed (a check that read the body first would let anyone make fencegate hold bodies). A
+/// body that does not match, or runs past the limit, ends there, so s3s refuses it as
+/// incomplete and nothing is done; the caller answers [`PostBodyVerdict::refusal`] instead.
 pub fn post_body_checked(
     req: axum::extract::Request,
-) -> Result<(axum::extract::Request, Option<DigestMismatch>), Box<axum::response::Response>> {
+) -> Result<(axum::extract::Request, Option<PostBodyVerdict>), Box<axum::response::Response>> {
     use futures::StreamExt;
     let names = query_names(req.uri());
     let op = |name: &str| names.contains(&name);
@@ -192,14 +206,11 @@ pub fn post_body_checked(
             )
         }
     };
-    if declared.is_empty() {
-        return Ok((req, None));
-    }
     let streaming = req
         .headers()
         .get("x-amz-content-sha256")
         .is_some_and(|v| v.as_bytes().starts_with(b"STREAMING-"));
-    if streaming {
+    if streaming && !declared.is_empty() {
         // Its digest would be of the aws-chunked framing, not of the XML.
         return refuse(
             http::StatusCode::BAD_REQUEST,
@@ -207,18 +218,27 @@ pub fn post_body_checked(
             "an aws-chunked XML body cannot have its Content-MD5 or checksum checked here; send the body plain",
         );
     }
-    let mismatch = DigestMismatch::default();
-    let seen = mismatch.clone();
+    let verdict = PostBodyVerdict::default();
+    let seen = verdict.clone();
     let (parts, body) = req.into_parts();
     let stream = body
         .into_data_stream()
         .map(|r| r.map_err(|e| BodyError::Broken(e.to_string())))
         .boxed();
-    let checked = digests::verify(stream, declared).scan((), move |_, chunk| {
+    let checked = digests::verify(stream, declared).scan(0u64, move |read, chunk| {
+        use std::sync::atomic::Ordering::SeqCst;
         futures::future::ready(match chunk {
-            Ok(bytes) => Some(Ok(bytes)),
+            Ok(bytes) => {
+                *read += bytes.len() as u64;
+                if *read > MAX_XML_BODY {
+                    seen.too_large.store(true, SeqCst);
+                    None
+                } else {
+                    Some(Ok(bytes))
+                }
+            }
             Err(BodyError::BadDigest(_)) => {
-                seen.0.store(true, std::sync::atomic::Ordering::SeqCst);
+                seen.mismatch.store(true, SeqCst);
                 None
             }
             Err(e) => Some(Err(std::io::Error::other(e.to_string()))),
@@ -226,7 +246,7 @@ pub fn post_body_checked(
     });
     Ok((
         axum::extract::Request::from_parts(parts, axum::body::Body::from_stream(checked)),
-        Some(mismatch),
+        Some(verdict),
     ))
 }
 

@@ -165,6 +165,13 @@ impl Server {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap()
     }
+
+    /// The file descriptors the process holds open now (sockets, files, RocksDB's).
+    pub fn open_fds(&self) -> u64 {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .unwrap()
+            .count() as u64
+    }
 }
 
 impl Drop for Server {
@@ -250,6 +257,15 @@ pub fn files_below(dir: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+/// The bytes of every file below `dir` (their lengths, as `du --apparent-size` counts).
+pub fn bytes_below(dir: &Path) -> u64 {
+    files_below(dir)
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum()
 }
 
 /// Sends one request byte for byte (no URL normalisation, unlike an HTTP client library) and

@@ -212,6 +212,30 @@ pub fn body_hash_signed_head(
     )
 }
 
+/// The head of a raw `PUT path` of `len` body bytes, signed for `creds` with
+/// `x-amz-content-sha256: UNSIGNED-PAYLOAD`: its signature is checked before the body, which
+/// then streams to a handler.
+pub fn unsigned_payload_head(
+    addr: std::net::SocketAddr,
+    path: &str,
+    creds: Creds,
+    len: usize,
+) -> String {
+    let mut req = reqwest::Client::new()
+        .put(format!("http://{addr}{path}"))
+        .header("x-amz-content-sha256", "UNSIGNED-PAYLOAD")
+        .body("")
+        .build()
+        .unwrap();
+    sign_payload(&mut req, creds, "UNSIGNED-PAYLOAD");
+    let header = |name: &str| req.headers()[name].to_str().unwrap().to_string();
+    format!(
+        "PUT {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {}\r\nx-amz-date: {}\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\nContent-Length: {len}\r\n\r\n",
+        header("authorization"),
+        header("x-amz-date"),
+    )
+}
+
 /// The aws-chunked body of a request signed by [`sign_payload`] with
 /// `STREAMING-AWS4-HMAC-SHA256-PAYLOAD` (or `-TRAILER`, when `trailer` is a `name:value` line):
 /// each chunk signed in a chain from the request's own signature, as the AWS SDKs for Java and

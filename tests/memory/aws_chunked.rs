@@ -28,6 +28,22 @@ const SENT: usize = 48 << 20;
 /// One connection sending a chunk declared at 4 GiB: a PutObject, or (`delete`) the body of a
 /// DeleteObjects, which a key that may only read can send.
 async fn one(url: String, creds: Creds, delete: bool) -> (u16, String) {
+    one_chunk(url, creds, delete, 4 << 30, 4 << 30, SENT).await
+}
+
+/// One connection sending an aws-chunked body that declares `decoded` bytes
+/// (`x-amz-decoded-content-length`) and starts one chunk of `chunk` bytes, of which it sends
+/// `sent` (whole MiB) before the body ends: a PutObject, or (`delete`) a DeleteObjects. The
+/// status (0: the server closed before answering) and the answer's text.
+pub(crate) async fn one_chunk(
+    url: String,
+    creds: Creds,
+    delete: bool,
+    decoded: u64,
+    chunk: u64,
+    sent: usize,
+) -> (u16, String) {
+    assert_eq!(sent % (1 << 20), 0, "whole MiB only");
     let http = reqwest::Client::new();
     let builder = if delete {
         http.post(format!("{url}?delete"))
@@ -36,16 +52,16 @@ async fn one(url: String, creds: Creds, delete: bool) -> (u16, String) {
     };
     let mut req = builder
         .header("content-encoding", "aws-chunked")
-        .header("x-amz-decoded-content-length", (4u64 << 30).to_string())
+        .header("x-amz-decoded-content-length", decoded.to_string())
         .header("x-amz-content-sha256", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD")
         .body(Vec::new())
         .build()
         .unwrap();
     sign_payload(&mut req, creds, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD");
-    let header = format!("100000000;chunk-signature={}\r\n", "0".repeat(64));
+    let header = format!("{chunk:x};chunk-signature={}\r\n", "0".repeat(64));
     let piece = bytes::Bytes::from(vec![b'x'; 1 << 20]);
     let body = futures::stream::iter(std::iter::once(bytes::Bytes::from(header)))
-        .chain(futures::stream::iter(0..SENT >> 20).map(move |_| piece.clone()))
+        .chain(futures::stream::iter(0..sent >> 20).map(move |_| piece.clone()))
         .map(Ok::<_, std::io::Error>);
     *req.body_mut() = Some(reqwest::Body::wrap_stream(body));
     match http.execute(req).await {
