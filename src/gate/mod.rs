@@ -15,7 +15,8 @@
 //! resets, fence info), `tokens.rs` (fencing mode, token rules), `buckets.rs` (the bucket
 //! registry), `read.rs`, `scope.rs`, `locks.rs`, `conditions.rs`, `uploads.rs`, `rebuild.rs`,
 //! `inflight.rs` (writes in flight per bucket), `idempotency.rs` (Idempotency-Key), `clock.rs`
-//! (cluster mode's clock watch), `error.rs`.
+//! (cluster mode's clock watch), `error.rs`. On a shared table `uploads_shared.rs` keeps the
+//! uploads, and the counts that bound them, as records every instance reads.
 
 mod buckets;
 mod checks;
@@ -332,3 +333,5 @@ mod idempotency_tests;
 mod test_kit;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod upload_limit_tests;
