@@ -113,7 +113,7 @@ mod tests {
             .unwrap();
         assert!(too_many(&a.acquire(acquire("more", "h", 60_000)).await));
         // Another principal has room of its own.
-        let mut other = acquire("more", "h", 60_000);
+        let mut other = acquire("theirs", "h", 60_000);
         other.owner = "someone-else".into();
         b.acquire(other).await.unwrap();
         // A release through one instance frees a place for the other.
