@@ -459,7 +459,7 @@ impl Gate {
             .backend
             .finish_upload(&upload.bucket, &upload.key, &upload.handle)
             .await?;
-        self.uploads.remove(&upload).await;
+        self.uploads.remove(upload).await;
         Ok(())
     }
 
