@@ -62,8 +62,8 @@ pub struct LeaseConfig {
     /// expired or replaced), so a write already in flight is judged by the fence.
     #[serde(deserialize_with = "super::units::secs")]
     pub credential_grace_secs: u64,
-    /// Live leases one access key may hold at once (429 `TooManyLeases` past it), on a local
-    /// fence table, where each is held in memory until it ends.
+    /// Live leases one access key may hold at once (429 `TooManyLeases` past it); on a shared
+    /// fence table, over every instance together.
     #[serde(deserialize_with = "super::units::int")]
     pub max_live_per_key: usize,
 }

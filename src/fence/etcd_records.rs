@@ -5,7 +5,7 @@
 //! another instance removed.
 
 use super::etcd::{prefix_end, EtcdFenceStore};
-use super::records::{Records, When};
+use super::records::{Expect, Records, Swap, When};
 use super::StoreError;
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp};
@@ -103,6 +103,45 @@ impl Records for EtcdFenceStore {
                 let txn = Txn::new()
                     .when([Compare::version(full.clone(), CompareOp::Greater, 0)])
                     .and_then(ops.clone());
+                async move { c.kv_client().txn(txn).await }
+            })
+            .await?;
+        Ok(resp.succeeded())
+    }
+
+    async fn swap(&self, swap: Swap) -> Result<bool, StoreError> {
+        let compares: Vec<Compare> = swap
+            .expect
+            .iter()
+            .map(|(key, expect)| {
+                let key = self.record_key(key);
+                match expect {
+                    Expect::Absent => Compare::version(key, CompareOp::Equal, 0),
+                    Expect::Present => Compare::version(key, CompareOp::Greater, 0),
+                    Expect::Bytes(b) => Compare::value(key, CompareOp::Equal, b.clone()),
+                }
+            })
+            .collect();
+        let mut ops = Vec::new();
+        if let Some(prefix) = &swap.remove_under {
+            let under = self.record_key(prefix);
+            let end = prefix_end(under.as_bytes());
+            ops.push(TxnOp::delete(
+                under,
+                Some(DeleteOptions::new().with_range(end)),
+            ));
+        }
+        for (key, value) in &swap.set {
+            let key = self.record_key(key);
+            ops.push(match value {
+                Some(v) => TxnOp::put(key, v.clone(), None),
+                None => TxnOp::delete(key, None),
+            });
+        }
+        let resp = self
+            .members
+            .call("a swap of records", |c| {
+                let txn = Txn::new().when(compares.clone()).and_then(ops.clone());
                 async move { c.kv_client().txn(txn).await }
             })
             .await?;

@@ -86,6 +86,11 @@ pub struct FenceRow {
     /// (Unix ms). Kept for the credentials' grace (`lease::credentials_shared`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty", rename = "E")]
     pub ended: BTreeMap<u64, u64>,
+    /// On a `leases-of:<principal>` row of a shared table: the leases the principal holds, by
+    /// name, with each one's expiry (Unix ms), written with the lease rows they follow, so that
+    /// `[leases] max_live_per_key` holds for every instance together (`lease::owned`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", rename = "N")]
+    pub owned_leases: BTreeMap<String, u64>,
     /// On an object's row: the answers of the idempotent requests (Idempotency-Key, and each
     /// completed multipart upload) that changed this object, by key digest, kept until they
     /// expire so that a retry is answered as the first request was (`gate::idempotency`).

@@ -320,6 +320,19 @@ impl Gate {
         floor: u64,
         also: Option<(String, crate::fence::FenceRow)>,
     ) -> Result<(Token, String), GateError> {
+        self.advance_past_with(bucket, key, floor, also, None).await
+    }
+
+    /// [`Gate::advance_past`], with `with` written as it is in the same put (a lease
+    /// principal's count of its leases, on a shared table).
+    pub async fn advance_past_with(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        floor: u64,
+        also: Option<(String, crate::fence::FenceRow)>,
+        with: Option<(String, crate::fence::FenceRow)>,
+    ) -> Result<(Token, String), GateError> {
         let entry = self.bucket(bucket)?;
         scope::validate_key(key)?;
         let scope = scope::resolve(&entry.policy, bucket, key, None)?;
@@ -359,6 +372,7 @@ impl Gate {
                 also_row.highest = Some(token);
                 rows.push((also, also_row));
             }
+            rows.extend(with);
             gate.store.put(rows, Durability::Synced).await?;
             tracing::info!(target: "fencegate::audit", scope = %scope, token, "fence advanced by a lease grant");
             Ok::<_, GateError>((Token(token), scope))

@@ -14,8 +14,10 @@
 //! `meta.rs` (the metadata a write stores), `delete.rs`, `multipart.rs`, `fences.rs` (advances,
 //! resets, fence info), `tokens.rs` (fencing mode, token rules), `buckets.rs` (the bucket
 //! registry), `read.rs`, `scope.rs`, `locks.rs`, `conditions.rs`, `uploads.rs`, `rebuild.rs`,
-//! `inflight.rs` (writes in flight per bucket), `tombstones.rs` (folding them into a floor), `idempotency.rs` (Idempotency-Key), `clock.rs`
-//! (cluster mode's clock watch), `error.rs`.
+//! `inflight.rs` (writes in flight per bucket), `tombstones.rs` (folding them into a floor),
+//! `idempotency.rs` (Idempotency-Key), `clock.rs` (cluster mode's clock watch), `error.rs`. On
+//! a shared table `uploads_shared.rs` keeps the uploads, and the counts that bound them, as
+//! records every instance reads.
 
 mod buckets;
 mod checks;
@@ -346,3 +348,5 @@ mod test_kit;
 mod tests;
 #[cfg(test)]
 mod tombstone_tests;
+#[cfg(test)]
+mod upload_limit_tests;

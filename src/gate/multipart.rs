@@ -43,7 +43,7 @@ impl Gate {
         if let Some(t) = token {
             check_token(&entry.policy, t.0, &self.row(&scope).await?, &scope)?;
         }
-        let _place = self.upload_room(&req.bucket, owner).await?;
+        let place = self.upload_room(&req.bucket, owner).await?;
         super::meta::own_meta(&mut req.meta, token.map(|t| t.0), &entry, &scope)?;
         let handle = entry
             .backend
@@ -59,8 +59,20 @@ impl Gate {
             initiated_ms: crate::wall_clock::now_ms(),
             owner: Some(owner.to_string()),
             parts: Default::default(),
+            counted: false,
         };
-        self.uploads.insert(upload.clone()).await?;
+        if let Err(bound) = self.uploads.insert(upload.clone(), place).await? {
+            // Creates through other instances took the last places while the store made
+            // this one: it is dropped, as it is counted nowhere.
+            if let Err(e) = entry
+                .backend
+                .finish_upload(&upload.bucket, &upload.key, &upload.handle)
+                .await
+            {
+                tracing::warn!(bucket = %upload.bucket, key = %upload.key, error = %e, "could not drop a store upload refused past the bounds on open uploads");
+            }
+            return Err(self.too_many_uploads(&upload.bucket, owner, bound));
+        }
         Ok(upload)
     }
 
@@ -80,14 +92,19 @@ impl Gate {
     /// refusal that names the bound.
     async fn upload_room(&self, bucket: &str, owner: &str) -> Result<Reservation, GateError> {
         let limits = &self.upload_limits;
-        let bound = match self
+        match self
             .uploads
             .reserve(bucket, owner, (limits.per_key, limits.per_bucket))
             .await?
         {
-            Ok(place) => return Ok(place),
-            Err(bound) => bound,
-        };
+            Ok(place) => Ok(place),
+            Err(bound) => Err(self.too_many_uploads(bucket, owner, bound)),
+        }
+    }
+
+    /// The refusal of a create past `bound` (`per_key` or `per_bucket`), counted.
+    fn too_many_uploads(&self, bucket: &str, owner: &str, bound: &'static str) -> GateError {
+        let limits = &self.upload_limits;
         let (what, limit, setting) = if bound == "per_key" {
             (
                 format!("key {owner}"),
@@ -103,9 +120,9 @@ impl Gate {
         };
         crate::metrics::upload_refused(bound);
         let expiry = limits.expiry.as_secs();
-        Err(GateError::TooManyUploads(format!(
+        GateError::TooManyUploads(format!(
             "{what} has {limit} multipart uploads open, the most [server] {setting} allows: complete or abort some (ListMultipartUploads shows them), or wait until they expire {expiry} s after they were created (upload_expiry_secs)"
-        )))
+        ))
     }
 
     /// Aborts every upload created more than [`UploadLimits::expiry`] ago, as S3's
@@ -126,7 +143,7 @@ impl Gate {
             let discarded = match self.discard_upload(&upload).await {
                 // Its bucket was deleted since: only the record is left to go.
                 Err(GateError::NoSuchBucket(_)) => {
-                    self.uploads.remove(&upload.id).await;
+                    self.uploads.remove(&upload).await;
                     Ok(())
                 }
                 other => other,
@@ -365,7 +382,7 @@ impl Gate {
                 .await
             {
                 Ok(w) => {
-                    gate.uploads.remove(&upload.id).await;
+                    gate.uploads.remove(&upload).await;
                     if let Err(e) = entry
                         .backend
                         .finish_upload(&upload.bucket, &upload.key, &upload.handle)
@@ -442,7 +459,7 @@ impl Gate {
             .backend
             .finish_upload(&upload.bucket, &upload.key, &upload.handle)
             .await?;
-        self.uploads.remove(&upload.id).await;
+        self.uploads.remove(upload).await;
         Ok(())
     }
 

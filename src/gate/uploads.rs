@@ -8,7 +8,8 @@
 //! restart. Each upload has its own lock, and every write runs on the blocking pool: uploads do
 //! not wait for each other, and no fsync runs on a runtime worker. Without a directory (unit
 //! tests) uploads live in memory only. On a shared fence table (etcd) they are its records
-//! instead, so that every instance serves every upload (`uploads_shared.rs`).
+//! instead, so that every instance serves every upload, and the bounds on open uploads are
+//! counted there, for every instance together (`uploads_shared.rs`).
 
 use super::uploads_shared as shared;
 use super::GateError;
@@ -39,6 +40,10 @@ pub struct Upload {
     /// Empty in an upload read with [`UploadRegistry::head`].
     #[serde(default)]
     pub parts: BTreeMap<i32, PartInfo>,
+    /// Shared tables: the upload is in its key's and its bucket's counts of open uploads, which
+    /// its removal lowers (`uploads_shared.rs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub counted: bool,
 }
 
 impl Upload {
@@ -68,6 +73,7 @@ impl Entry {
             initiated_ms: u.initiated_ms,
             owner: u.owner.clone(),
             parts: BTreeMap::new(),
+            counted: u.counted,
         }
     }
 }
@@ -94,15 +100,29 @@ pub struct UploadRegistry {
     reserved: Arc<Mutex<Vec<(String, String)>>>,
     /// A shared fence table whose records hold the uploads, for every instance.
     shared: Option<Arc<dyn FenceStore>>,
+    /// Shared tables: this instance's changes of one count (`open:key/..`, `open:bucket/..`)
+    /// wait for each other here instead of failing each other's swaps; only other instances'
+    /// changes make one read the counts again.
+    counting: super::ScopeLocks,
 }
 
 /// A place among the open uploads, held while an upload is created.
-pub struct Reservation {
+pub struct Reservation(Place);
+
+enum Place {
+    /// Counted with the uploads open here until dropped, after the upload's record is made.
+    Local { _place: LocalPlace },
+    /// The counts as read when there was room: the first swap that records the upload
+    /// compares them, and the bounds are checked again at that swap.
+    Shared(shared::Counts, (usize, usize)),
+}
+
+struct LocalPlace {
     reserved: Arc<Mutex<Vec<(String, String)>>>,
     entry: (String, String),
 }
 
-impl Drop for Reservation {
+impl Drop for LocalPlace {
     fn drop(&mut self) {
         let mut reserved = self.reserved.lock();
         if let Some(i) = reserved.iter().position(|e| *e == self.entry) {
@@ -219,6 +239,7 @@ impl UploadRegistry {
             bytes_held: Arc::new(bytes.into()),
             reserved: Default::default(),
             shared: None,
+            counting: Default::default(),
         };
         registry.census();
         Ok(registry)
@@ -240,14 +261,56 @@ impl UploadRegistry {
         self.shared.as_deref().and_then(|s| s.records())
     }
 
-    /// Records a new upload durably (its record, and an empty parts log).
-    pub async fn insert(&self, upload: Upload) -> Result<(), GateError> {
-        if let Some(records) = self.records() {
-            return Ok(shared::insert(records, &upload).await?);
+    /// Records a new upload durably (its record, and an empty parts log) in the place
+    /// [`UploadRegistry::reserve`] gave it. On a shared table the bounds are checked again
+    /// as the record is made, against every instance's uploads: `Ok(Err(bound))` when creates
+    /// through other instances took the last places meanwhile (nothing was recorded).
+    pub async fn insert(
+        &self,
+        upload: Upload,
+        place: Reservation,
+    ) -> Result<Result<(), &'static str>, GateError> {
+        match (self.records(), place.0) {
+            (Some(records), Place::Shared(counts, bounds)) => {
+                let owner = upload.owner.as_deref().unwrap_or_default();
+                let _counting = self.lock_counts(&upload.bucket, owner).await;
+                let mut counts = counts;
+                let mut attempt = 0;
+                loop {
+                    let made = shared::insert_counted(records, &upload, &counts, bounds)
+                        .await
+                        .map_err(GateError::from);
+                    match made {
+                        Err(e) if super::again(&e, &mut attempt).await => {
+                            counts = shared::Counts::read(records, &upload.bucket, owner).await?;
+                        }
+                        other => return other,
+                    }
+                }
+            }
+            (Some(records), Place::Local { .. }) => {
+                shared::insert(records, &upload).await?;
+                Ok(Ok(()))
+            }
+            // The place is released after the record is made, as `reserve` counts on.
+            (None, _place) => self
+                .insert_local(upload)
+                .await
+                .map(Ok)
+                .map_err(|e| failing("cannot record the upload", e)),
         }
-        self.insert_local(upload)
-            .await
-            .map_err(|e| failing("cannot record the upload", e))
+    }
+
+    /// This instance's lock on the counts an upload of `owner`'s in `bucket` is in, taken in
+    /// one order (the key's first) so that two creates never wait for each other's second.
+    async fn lock_counts(
+        &self,
+        bucket: &str,
+        owner: &str,
+    ) -> (super::locks::ScopeGuard<'_>, super::locks::ScopeGuard<'_>) {
+        let key = self.counting.lock(&format!("key/{owner}")).await;
+        let bucket = self.counting.lock(&format!("bucket/{bucket}")).await;
+        (key, bucket)
     }
 
     async fn insert_local(&self, mut upload: Upload) -> std::io::Result<()> {
@@ -375,11 +438,13 @@ impl UploadRegistry {
         self.uploads.lock().values().cloned().collect()
     }
 
-    /// Forgets an upload (completed or aborted) and removes its files.
-    pub async fn remove(&self, id: &str) {
+    /// Forgets an upload (completed or aborted) and removes its files; on a shared table it
+    /// leaves the counts of open uploads it was in.
+    pub async fn remove(&self, upload: &Upload) {
+        let id = upload.id.as_str();
         if let Some(records) = self.records() {
             // Left behind, it is expired by the sweep (upload_expiry_secs).
-            if let Err(e) = shared::remove(records, id).await {
+            if let Err(e) = self.remove_shared(records, upload).await {
                 tracing::warn!(id, error = %e, "could not remove an upload record");
             }
             return;
@@ -414,6 +479,26 @@ impl UploadRegistry {
         self.census();
     }
 
+    async fn remove_shared(&self, records: &dyn Records, upload: &Upload) -> Result<(), GateError> {
+        if !upload.counted {
+            shared::remove(records, &upload.id).await?;
+            return Ok(());
+        }
+        let owner = upload.owner.as_deref().unwrap_or_default();
+        let _counting = self.lock_counts(&upload.bucket, owner).await;
+        let mut attempt = 0;
+        loop {
+            let counts = shared::Counts::read(records, &upload.bucket, owner).await?;
+            let removed = shared::remove_counted(records, &upload.id, &counts)
+                .await
+                .map_err(GateError::from);
+            match removed {
+                Err(e) if super::again(&e, &mut attempt).await => continue,
+                other => return other.map(drop),
+            }
+        }
+    }
+
     /// Uploads in a bucket whose key starts with `prefix`, by key then id, without their parts.
     pub async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<Upload>, GateError> {
         let mut out: Vec<Upload> = self
@@ -437,34 +522,31 @@ impl UploadRegistry {
     /// A place for one more upload of `owner`'s in `bucket`, if `owner` has fewer than
     /// `per_key` open (in every bucket) and `bucket` fewer than `per_bucket`, uploads being
     /// created counted. The inner `Err` names the bound reached: `per_key` or `per_bucket`.
-    /// On a shared table, creates on several instances at once may each pass the check: the
-    /// bounds hold per instance, and across the cluster give or take the creates in flight.
+    /// On a shared table this reads the counts every instance keeps (two reads at once), so
+    /// that a create past a bound is refused before the store is asked for anything; the
+    /// bounds are enforced by [`UploadRegistry::insert`], where creates through several
+    /// instances at once are ordered.
     pub async fn reserve(
         &self,
         bucket: &str,
         owner: &str,
         (per_key, per_bucket): (usize, usize),
     ) -> Result<Result<Reservation, &'static str>, GateError> {
-        let shared_open = match self.records() {
-            Some(records) => Some(shared::all(records).await?),
-            None => None,
-        };
+        if let Some(records) = self.records() {
+            let counts = shared::Counts::read(records, bucket, owner).await?;
+            return Ok(counts
+                .room((per_key, per_bucket))
+                .map(|()| Reservation(Place::Shared(counts, (per_key, per_bucket)))));
+        }
         // Here uploads are counted under the reservations' lock: one being created is either
         // reserved or recorded (its place is released after its record), never neither.
         let mut reserved = self.reserved.lock();
         let mut in_bucket = reserved.iter().filter(|(b, _)| b == bucket).count();
         let mut owned = reserved.iter().filter(|(_, o)| o == owner).count();
-        let mut count = |u: &Upload| {
-            in_bucket += usize::from(u.bucket == bucket);
-            owned += usize::from(u.owner.as_deref() == Some(owner));
-        };
-        match &shared_open {
-            Some(open) => open.iter().for_each(&mut count),
-            None => {
-                for e in self.entries() {
-                    count(&e.state.lock().upload);
-                }
-            }
+        for e in self.entries() {
+            let state = e.state.lock();
+            in_bucket += usize::from(state.upload.bucket == bucket);
+            owned += usize::from(state.upload.owner.as_deref() == Some(owner));
         }
         if owned >= per_key {
             return Ok(Err("per_key"));
@@ -474,10 +556,12 @@ impl UploadRegistry {
         }
         let entry = (bucket.to_string(), owner.to_string());
         reserved.push(entry.clone());
-        Ok(Ok(Reservation {
-            reserved: Arc::clone(&self.reserved),
-            entry,
-        }))
+        Ok(Ok(Reservation(Place::Local {
+            _place: LocalPlace {
+                reserved: Arc::clone(&self.reserved),
+                entry,
+            },
+        })))
     }
 
     /// Uploads created before `before_ms` (Unix), without their parts.
@@ -519,130 +603,5 @@ fn compact(dir: &Path, id: &str, state: &mut State) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn upload(id: &str) -> Upload {
-        Upload {
-            id: id.into(),
-            bucket: "b".into(),
-            key: "k".into(),
-            scope_header: None,
-            meta: Default::default(),
-            handle: "h".into(),
-            initiated_ms: 1,
-            owner: Some("alice".into()),
-            parts: BTreeMap::new(),
-        }
-    }
-
-    fn part(number: i32, size: u64) -> PartInfo {
-        PartInfo {
-            number,
-            etag: format!("\"{number:032x}\""),
-            size,
-            last_modified_ms: 5,
-            checksum: None,
-        }
-    }
-
-    #[tokio::test]
-    async fn a_part_appends_one_line_and_never_rewrites_the_record() {
-        let dir = tempfile::tempdir().unwrap();
-        let reg = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
-        let id = UploadRegistry::new_id();
-        reg.insert(upload(&id)).await.unwrap();
-        let record = std::fs::read(dir.path().join(&id)).unwrap();
-        let log = log_path(dir.path(), &id);
-        let mut grown = Vec::new();
-        let mut last = 0;
-        for n in 1..=2000 {
-            assert!(reg.add_part(&id, part(n, 100)).await.unwrap());
-            let len = std::fs::metadata(&log).unwrap().len();
-            grown.push(len - last);
-            last = len;
-        }
-        // What part 2,000 writes is what part 1 wrote (give or take its number's digits),
-        // and the record is as it was created.
-        assert!(
-            grown[1999] <= grown[0] + 4,
-            "{} vs {}",
-            grown[1999],
-            grown[0]
-        );
-        assert_eq!(std::fs::read(dir.path().join(&id)).unwrap(), record);
-        let reopened = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
-        let u = reopened.get(&id).await.unwrap().unwrap();
-        assert_eq!(u.parts.len(), 2000);
-        assert_eq!(u.parts[&2000], part(2000, 100));
-        assert!(reopened.head(&id).await.unwrap().unwrap().parts.is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_part_sent_again_replaces_the_first_and_the_log_stays_bounded() {
-        let dir = tempfile::tempdir().unwrap();
-        let reg = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
-        let id = UploadRegistry::new_id();
-        reg.insert(upload(&id)).await.unwrap();
-        for size in 1..=500 {
-            reg.add_part(&id, part(1, size)).await.unwrap();
-        }
-        let lines = std::fs::read(log_path(dir.path(), &id))
-            .unwrap()
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .count();
-        assert!(lines <= 2 + 16, "{lines} lines for one part");
-        let reopened = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
-        assert_eq!(
-            reopened.get(&id).await.unwrap().unwrap().parts[&1].size,
-            500
-        );
-    }
-
-    #[tokio::test]
-    async fn a_torn_last_line_is_skipped_and_removal_clears_both_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let reg = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
-        let id = UploadRegistry::new_id();
-        reg.insert(upload(&id)).await.unwrap();
-        reg.add_part(&id, part(1, 10)).await.unwrap();
-        let log = log_path(dir.path(), &id);
-        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
-        f.write_all(b"{\"number\":2,\"et").unwrap();
-        let reopened = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
-        assert_eq!(
-            reopened
-                .get(&id)
-                .await
-                .unwrap()
-                .unwrap()
-                .parts
-                .keys()
-                .collect::<Vec<_>>(),
-            [&1]
-        );
-        reopened.remove(&id).await;
-        assert!(!dir.path().join(&id).exists());
-        assert!(!log.exists());
-        assert!(!reopened.add_part(&id, part(3, 1)).await.unwrap());
-    }
-
-    #[tokio::test]
-    async fn records_with_their_parts_inline_still_load() {
-        let dir = tempfile::tempdir().unwrap();
-        let id = UploadRegistry::new_id();
-        let mut old = upload(&id);
-        old.owner = None;
-        old.parts.insert(1, part(1, 7));
-        let mut json = serde_json::to_value(&old).unwrap();
-        json.as_object_mut().unwrap().remove("owner");
-        std::fs::write(dir.path().join(&id), serde_json::to_vec(&json).unwrap()).unwrap();
-        let reg = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
-        assert_eq!(reg.get(&id).await.unwrap().unwrap().parts[&1].size, 7);
-        // A part added now goes to the log, beside the inline ones.
-        reg.add_part(&id, part(2, 8)).await.unwrap();
-        let reopened = UploadRegistry::open(dir.path().to_path_buf()).unwrap();
-        assert_eq!(reopened.get(&id).await.unwrap().unwrap().parts.len(), 2);
-    }
-}
+#[path = "uploads_tests.rs"]
+mod tests;

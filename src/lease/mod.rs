@@ -7,11 +7,13 @@
 //! holder's token is recorded. A lease bound to a scope advances that fence at acquire, so the
 //! previous holder is fenced out before the new one writes at all. Holders and expiries live in
 //! memory: a restart ends every lease, and tokens still never go back. When the fence table is
-//! shared by several instances, they live on the lease's row instead (`shared.rs`).
+//! shared by several instances, they live on the lease's row instead (`shared.rs`), and each
+//! principal's live leases are counted on a row of its own (`owned.rs`).
 
 mod credentials;
 mod credentials_shared;
 mod error;
+mod owned;
 mod shared;
 mod wire;
 
@@ -86,8 +88,12 @@ pub struct Leases {
     granting: ScopeLocks,
     freed: Notify,
     pub credentials: LeaseCredentials,
-    /// Live leases one principal may hold at once (local table).
+    /// Live leases one principal may hold at once (on a shared table, on every instance
+    /// together: `owned.rs`).
     max_live_per_key: usize,
+    /// Shared tables: serialises this instance's changes of one principal's row (`owned.rs`),
+    /// by principal, so that only other instances' changes make one read it again.
+    counting: ScopeLocks,
 }
 
 /// Lease names: 1-200 characters of letters, digits, `.`, `_`, `-`, `:`, `/`; no `..`.
@@ -133,6 +139,7 @@ impl Leases {
             store,
             held: Mutex::new(HashMap::new()),
             granting: ScopeLocks::default(),
+            counting: ScopeLocks::default(),
             freed: Notify::new(),
             credentials,
             max_live_per_key: DEFAULT_MAX_LIVE_PER_KEY,
@@ -545,18 +552,19 @@ async fn mint_once(
 ) -> Result<(u64, Option<String>), GateError> {
     let key = row_key(name);
     let row = store.get(&key).await?.unwrap_or_default();
-    mint_on(gate, store, key, row, bind).await
+    mint_on(gate, store, (key, row), bind, None).await
 }
 
 /// Mints on the name's row as read (`row`, carrying whatever else the grant records on it, as
 /// the holder on a shared table): the floor is one above its last token, and the row is saved
-/// with the new token, in the bound scope's own put for a bound lease.
+/// with the new token, in the bound scope's own put for a bound lease. `with`, a row written
+/// as it is in the same put (the principal's count of leases on a shared table).
 async fn mint_on(
     gate: &Arc<Gate>,
     store: &dyn FenceStore,
-    key: String,
-    row: FenceRow,
+    (key, row): (String, FenceRow),
     bind: Option<&Binding>,
+    with: Option<(String, FenceRow)>,
 ) -> Result<(u64, Option<String>), GateError> {
     let floor = row
         .highest
@@ -566,7 +574,7 @@ async fn mint_on(
     if let Some(b) = bind {
         // The name's row goes in the scope's own synced put, under the scope's lock.
         let (token, scope) = gate
-            .advance_past(&b.bucket, &b.key, floor, Some((key, row)))
+            .advance_past_with(&b.bucket, &b.key, floor, Some((key, row)), with)
             .await?;
         return Ok((token.0, Some(scope)));
     }
@@ -574,9 +582,12 @@ async fn mint_on(
         highest: Some(floor),
         ..row
     };
-    store.put(vec![(key, row)], Durability::Synced).await?;
+    let rows = std::iter::once((key, row)).chain(with).collect();
+    store.put(rows, Durability::Synced).await?;
     Ok((floor, None))
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_kit;

@@ -3,12 +3,15 @@
 //! instance grants, renews, releases, shows and revokes any lease, and every grant is one
 //! compare-and-swap on that row (with the bound scope's row, for a bound lease). A grant that
 //! meets another instance's is taken again from a fresh read (`gate::again`), so one holder at
-//! a time gets the lease and the tokens stay one strictly increasing sequence.
+//! a time gets the lease and the tokens stay one strictly increasing sequence. The holder's
+//! principal's row (`owned.rs`) is in every one of those puts, so that its live leases are
+//! bounded across instances.
 //!
 //! Expiry is judged on the wall clock, since instances share no monotonic one: it decides only
 //! liveness (when the next holder may acquire), never the fence, which is the token's.
 
 use super::credentials_shared::end_grant;
+use super::owned;
 use super::{random_secret, row_key, AcquireRequest, Binding, Grant, LeaseError, Leases, Proof};
 use crate::fence::{Durability, FenceRow, HeldLease};
 use crate::gate::{again, run_to_end, GateError};
@@ -81,6 +84,9 @@ impl Leases {
                 tokio::time::sleep(remaining.min(left).min(POLL)).await;
                 continue;
             }
+            // From here to the put, this instance's other changes of the principal's row wait.
+            let counting = self.counting.lock(&req.owner).await;
+            let mut owned = owned::read(self.store.as_ref(), &req.owner, now).await?;
             let secret = random_secret();
             let held = HeldLease {
                 holder: req.holder.clone(),
@@ -91,14 +97,26 @@ impl Leases {
                 bound: req.bind.as_ref().map(|b| (b.bucket.clone(), b.key.clone())),
                 scope: scope.clone(),
             };
+            if !owned::take(
+                &mut owned,
+                &req.name,
+                held.expires_at_ms,
+                self.max_live_per_key,
+            ) {
+                return Err(LeaseError::TooManyLeases {
+                    owner: req.owner.clone(),
+                    limit: self.max_live_per_key,
+                });
+            }
             let minted = run_to_end(mint_held(
                 Arc::clone(&self.gate),
                 Arc::clone(&self.store),
-                req.name.clone(),
-                row,
+                (req.name.clone(), row),
                 (held.clone(), self.credentials.grace()),
+                (owned::row_key(&req.owner), owned),
             ))
             .await;
+            drop(counting);
             match minted {
                 Err(e) if again(&e, &mut attempt).await => continue,
                 Err(e) => return Err(e.into()),
@@ -128,8 +146,9 @@ impl Leases {
     }
 
     /// Reads the lease's row, checks `proof` against its live holder, and writes back what
-    /// `change` makes of it, in one compare-and-swap, taken again if another instance wrote
-    /// the row in between. Returns the row as written.
+    /// `change` makes of it, with the holder's principal's row following it, in one
+    /// compare-and-swap, taken again if another instance wrote either row in between. Returns
+    /// the lease's row as written.
     async fn change_held(
         &self,
         name: &str,
@@ -156,12 +175,23 @@ impl Leases {
                     name: name.to_string(),
                 });
             }
+            let owner = h.owner.clone();
             change(&mut row);
+            let counting = self.counting.lock(&owner).await;
+            let mut owned = owned::read(self.store.as_ref(), &owner, now).await?;
+            owned::follow(&mut owned, name, &owner, &row);
             let put = self
                 .store
-                .put(vec![(row_key(name), row.clone())], Durability::Synced)
+                .put(
+                    vec![
+                        (row_key(name), row.clone()),
+                        (owned::row_key(&owner), owned),
+                    ],
+                    Durability::Synced,
+                )
                 .await
                 .map_err(GateError::from);
+            drop(counting);
             match put {
                 Err(e) if again(&e, &mut attempt).await => continue,
                 Err(e) => return Err(e.into()),
@@ -242,18 +272,26 @@ impl Leases {
         let mut attempt = 0;
         loop {
             let mut row = self.lease_row(name).await?;
-            let Some(h) = live(&row, now_ms()).cloned() else {
+            let now = now_ms();
+            let Some(h) = live(&row, now).cloned() else {
                 return Ok(None);
             };
             let grant = grant_of(name, row.highest.unwrap_or(0), &h);
             // Revoked with its credentials, also those of earlier grants in their grace.
             row.held = None;
             row.ended.clear();
+            let counting = self.counting.lock(&h.owner).await;
+            let mut owned = owned::read(self.store.as_ref(), &h.owner, now).await?;
+            owned::follow(&mut owned, name, &h.owner, &row);
             let put = self
                 .store
-                .put(vec![(row_key(name), row)], Durability::Synced)
+                .put(
+                    vec![(row_key(name), row), (owned::row_key(&h.owner), owned)],
+                    Durability::Synced,
+                )
                 .await
                 .map_err(GateError::from);
+            drop(counting);
             match put {
                 Err(e) if again(&e, &mut attempt).await => continue,
                 Err(e) => return Err(e.into()),
@@ -263,15 +301,16 @@ impl Leases {
     }
 }
 
-/// The next token for the lease, with `held` recorded on its row in the same put
-/// ([`super::mint_on`]). `row` is the lease row as read; a `Conflict` means another instance
-/// wrote it (or the bound scope's row) since.
+/// The next token for the lease, with `held` recorded on its row and the principal's row
+/// (`owned`, counting it) in the same put ([`super::mint_on`]). `row` is the lease row as
+/// read; a `Conflict` means another instance wrote it (or the principal's row, or the bound
+/// scope's row) since.
 async fn mint_held(
     gate: Arc<crate::gate::Gate>,
     store: Arc<dyn crate::fence::FenceStore>,
-    name: String,
-    mut row: FenceRow,
+    (name, mut row): (String, FenceRow),
     (held, grace): (HeldLease, Duration),
+    owned: (String, FenceRow),
 ) -> Result<u64, GateError> {
     let bind = held
         .bound
@@ -284,7 +323,13 @@ async fn mint_held(
         held: Some(held),
         ..row
     };
-    let (token, _) =
-        super::mint_on(&gate, store.as_ref(), row_key(&name), row, bind.as_ref()).await?;
+    let (token, _) = super::mint_on(
+        &gate,
+        store.as_ref(),
+        (row_key(&name), row),
+        bind.as_ref(),
+        Some(owned),
+    )
+    .await?;
     Ok(token)
 }

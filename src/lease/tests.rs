@@ -2,6 +2,7 @@
 //! concurrent acquires and after power loss), holding, waiting, renewing, releasing, binding,
 //! credentials and bad input.
 
+use super::tests_kit::{acquire, proof};
 use super::*;
 use crate::backend::memory::MemoryBackend;
 use crate::config::BucketPolicy;
@@ -25,30 +26,6 @@ fn leases() -> (Arc<Leases>, Arc<Gate>, Arc<MemoryFenceStore>) {
         Duration::from_millis(300),
     ));
     (leases, gate, store)
-}
-
-fn acquire(name: &str, holder: &str, ttl_ms: u64) -> AcquireRequest {
-    AcquireRequest {
-        name: name.into(),
-        holder: holder.into(),
-        ttl: Duration::from_millis(ttl_ms),
-        wait: Duration::ZERO,
-        bind: None,
-        s3_credentials: false,
-        owner: "test".into(),
-    }
-}
-
-/// What renew and release show: `holder`, and the token and secret of grant `g`.
-fn proof<'a>(holder: &'a str, g: &'a Grant) -> Proof<'a> {
-    Proof {
-        holder,
-        token: g.token,
-        secret: g
-            .lease_secret
-            .as_deref()
-            .expect("an acquire shows the secret"),
-    }
 }
 
 #[tokio::test]

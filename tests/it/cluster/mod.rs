@@ -1,6 +1,7 @@
 //! Several instances over one store, the fence table on a real etcd.
 
 mod etcd_store;
+mod limits;
 mod one_endpoint;
 mod protocol;
 mod script;
