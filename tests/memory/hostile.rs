@@ -34,6 +34,7 @@ const MAX_CONNECTIONS: usize = 32;
 const MAX_UPLOADS_PER_KEY: usize = 20;
 const MAX_PARTS: i32 = 50;
 const MAX_LIVE_LEASES: usize = 5;
+const MAX_TOMBSTONES: u64 = 50;
 
 /// What any step may add to resident memory beyond what its bound accounts for: the
 /// allocator's arenas and caches, tokio's tasks, RocksDB's block cache warming. Small enough
@@ -56,6 +57,11 @@ const FORGER: Creds = Creds {
     key: "narrow-key",
     secret: "not-the-secret",
 };
+/// A key that may only delete, in the one bucket: enough to leave tombstones.
+const DELETER: Creds = Creds {
+    key: "deleter-key",
+    secret: "deleter-secret-0123456",
+};
 /// The admin key the test reads `/metrics` with.
 const OPS: Creds = Creds {
     key: "ops-key",
@@ -72,6 +78,7 @@ max_body_bytes = {MAX_BODY_BYTES}
 body_idle_timeout_secs = {BODY_IDLE_SECS}
 max_connections = {MAX_CONNECTIONS}
 max_uploads_per_key = {MAX_UPLOADS_PER_KEY}
+max_tombstones_per_bucket = {MAX_TOMBSTONES}
 
 [s3]
 max_parts = {MAX_PARTS}
@@ -85,6 +92,11 @@ secret_access_key = "{}"
 buckets = {{ "default" = ["write"] }}
 lease_names = ["job-*"]
 
+[keys.deleter]
+access_key_id = "{}"
+secret_access_key = "{}"
+buckets = {{ "default" = ["delete"] }}
+
 [keys.ops]
 access_key_id = "{}"
 secret_access_key = "{}"
@@ -93,7 +105,7 @@ admin = true
 [buckets.default]
 fencing = "optional"
 "#,
-        NARROW.key, NARROW.secret, OPS.key, OPS.secret
+        NARROW.key, NARROW.secret, DELETER.key, DELETER.secret, OPS.key, OPS.secret
     )
 }
 
@@ -1044,6 +1056,83 @@ async fn leases_stop_at_max_live_per_key() {
     .await;
 }
 
-// ---- Tombstones: the row of `[server] max_tombstones_per_bucket` goes here. ----
-// Once that bound exists: a key with `delete` deleting absent keys past it, the documented
-// refusal, and the fence table's rows within the bound (`Hostile::check` counts them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tombstones_past_the_bound_are_folded_and_their_tokens_hold() {
+    const BOUND: &str = "tombstones";
+    const DELETES: u64 = 400;
+    let h = Hostile::start().await;
+    let c = common::client();
+    // A key that may only delete names keys that never existed, each with its own token: each
+    // delete leaves a tombstone keeping the token.
+    let (_, held) = h
+        .during(async {
+            for i in 0..DELETES {
+                let req = c
+                    .delete(h.s.object_url("default", &format!("absent/{i}")))
+                    .header("Fencing-Token", (1000 + i).to_string());
+                let status = sign::send(&c, req, Some(DELETER)).await.status().as_u16();
+                assert_eq!(status, 200, "delete {i}");
+            }
+        })
+        .await;
+    // Folded in the background, each time the bound is reached.
+    let folded_metric = "fencegate_tombstones_folded_total{bucket=\"default\"}";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let folded = loop {
+        let folded = h.metric(folded_metric).await.unwrap_or(0.0) as u64;
+        if folded + MAX_TOMBSTONES >= DELETES {
+            break folded;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {folded} of {DELETES} folded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    println!("hostile | {BOUND} | folded: {folded} of {DELETES} deletes (bound {MAX_TOMBSTONES})");
+    // Every token the deletes recorded still refuses what is below it, on a folded key and on
+    // a key never named; the refusal says the bucket's floor judged it.
+    let top = 1000 + DELETES - 1;
+    for key in ["absent/0", "absent/200", "never-named"] {
+        let (status, body) = common::put_as(
+            &c,
+            &h.s.object_url("default", key),
+            Some(&(top - 1).to_string()),
+            b"zombie",
+            Some(NARROW),
+        )
+        .await;
+        refused(
+            BOUND,
+            &format!("a write below the floor ({key})"),
+            status,
+            &body.to_string(),
+            409,
+            "StaleFencingToken",
+        );
+        let message = body["message"].as_str().unwrap();
+        assert!(message.contains("max_tombstones_per_bucket"), "{message}");
+    }
+    let (status, body) = common::put_as(
+        &c,
+        &h.s.object_url("default", "absent/0"),
+        Some(&top.to_string()),
+        b"the holder",
+        Some(NARROW),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    h.check(
+        BOUND,
+        held,
+        Budget {
+            rss_kib: SLACK_KIB,
+            fds: SLACK_FDS,
+            // The write-ahead log's records of every tombstone written and folded.
+            disk_bytes: DELETES * 1024 + SLACK_DISK,
+            // The tombstones not yet folded, the floor row and the object written at the end.
+            fence_rows: MAX_TOMBSTONES + 2,
+        },
+    )
+    .await;
+}

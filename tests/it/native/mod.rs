@@ -10,4 +10,3 @@ mod hostile_keys;
 mod leases;
 mod random_requests;
 mod reported_holes;
-mod tombstones;
