@@ -255,3 +255,37 @@ async fn a_first_floor_read_racing_a_fold_does_not_forget_the_raised_floor() {
         "a write with token 29 landed on a key whose folded tombstone kept 30: {zombie:?}"
     );
 }
+
+// REVIEW FINDING (tombstones, strictly-increasing buckets; low): docs/design.md says that
+// after a fold "a never-written key of a bucket that folded needs a token at least the floor",
+// refused as 409 StaleFencingToken "whose message says the floor was used". Under
+// `tokens = "strictly-increasing"` a never-written key at exactly the floor is refused
+// (TokenNotIncreasing: the floor is read as the key's own highest, `fresh` unset), and the
+// message claims token 30 was "recorded for scope object:b/k4", with no word of the floor: the current holder of a lock service whose tokens are global (the
+// doc's own example) deleted k1 with its token T, then cannot create k2 with that same T.
+#[tokio::test]
+async fn strictly_increasing_never_written_key_at_the_floor_is_let_in_as_documented() {
+    use crate::config::TokenOrder;
+    let store = Arc::new(MemoryFenceStore::new());
+    let mut buckets = BTreeMap::new();
+    let policy = BucketPolicy {
+        tokens: TokenOrder::StrictlyIncreasing,
+        ..BucketPolicy::default()
+    };
+    buckets.insert(
+        "b".to_string(),
+        BucketEntry::new(policy, Arc::new(MemoryBackend::new())),
+    );
+    let g = Arc::new(Gate::new(store.clone(), buckets).with_tombstone_bound(0));
+    // Before any fold: the holder of token 30 deletes k1, and creates k2 with the same token.
+    g.delete(req("k1", Some(30))).await.unwrap();
+    g.put(req("k2", Some(30)), body(b"v")).await.unwrap();
+    // The same sequence on k3/k4 after k1's tombstone was folded into the floor.
+    assert_eq!(g.fold_tombstones("b").await.unwrap(), 1);
+    let after = g.put(req("k4", Some(30)), body(b"v")).await;
+    assert!(
+        after.is_ok(),
+        "a never-written key at exactly the floor (30) was refused: {:?}",
+        after.as_ref().err().map(|e| (e.code(), e.to_string()))
+    );
+}
