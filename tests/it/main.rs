@@ -12,6 +12,7 @@ mod clients;
 mod cluster;
 mod examples;
 mod lease_reach;
+mod review_attacks;
 mod native;
 mod ops;
 mod s3;

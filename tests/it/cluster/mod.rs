@@ -5,6 +5,7 @@ mod limits;
 mod one_endpoint;
 mod protocol;
 mod script;
+mod tombstones;
 
 /// One cluster at a time: each is 3 etcd members, a store and the instances, on 2 cores.
 pub(crate) static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
