@@ -16,8 +16,13 @@ pub enum GateError {
         /// The scope has no row of its own: `highest` is its bucket's floor (`tombstones.rs`).
         floor: bool,
     },
-    #[error("token {token} equals the highest token recorded for scope {scope}, and this bucket demands strictly increasing tokens: a token is spent once it is recorded, even by a write that then failed at the backend. Take a new token from your lock service and retry with it")]
-    TokenNotIncreasing { token: u64, scope: String },
+    #[error("token {token} equals the highest token recorded for scope {scope}{}, and this bucket demands strictly increasing tokens: a token is spent once it is recorded, even by a write that then failed at the backend. Take a new token from your lock service and retry with it", floor_note(*floor))]
+    TokenNotIncreasing {
+        token: u64,
+        scope: String,
+        /// The scope has no row of its own: its highest is its bucket's floor (`tombstones.rs`).
+        floor: bool,
+    },
     #[error("object {key:?} belongs to fencing scope {bound:?}, not {scope:?}: tokens of different locks cannot be compared. Write under Fencing-Scope {bound:?}, or take the object over with Fencing-Scope-Takeover: {bound} and a token above that scope's highest")]
     FencingScopeMismatch {
         key: String,
@@ -282,7 +287,7 @@ impl GateError {
 /// What a stale token's message adds when it was judged by its bucket's floor.
 fn floor_note(floor: bool) -> &'static str {
     if floor {
-        " (the key has no row of its own: that is its bucket's floor, the highest token of the tombstones folded past max_tombstones_per_bucket, which a key without a row needs at least; docs/design.md, \"Tombstones and the floor\")"
+        " (the key has no row of its own: that is its bucket's floor, the highest token of the tombstones folded past max_tombstones_per_bucket, which a key without a row needs at least, or above under strictly increasing tokens; docs/design.md, \"Tombstones and the floor\")"
     } else {
         ""
     }

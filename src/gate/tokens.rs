@@ -54,6 +54,7 @@ pub(crate) fn check_token(
             Err(GateError::TokenNotIncreasing {
                 token,
                 scope: scope.to_string(),
+                floor: row.floor_guard.is_some() && row.rev == 0,
             })
         }
         _ => Ok(()),

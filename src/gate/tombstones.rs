@@ -32,8 +32,6 @@ pub struct TombstoneBound {
     max: u64,
     written: Mutex<HashMap<String, u64>>,
     folding: Mutex<HashSet<String>>,
-    /// A local table's floors, as this instance (their only writer) last wrote or read them.
-    floors: Mutex<HashMap<String, Option<u64>>>,
 }
 
 impl TombstoneBound {
@@ -59,35 +57,23 @@ impl Gate {
         else {
             return Ok(FenceRow::default());
         };
+        // Read every time, never cached: a fold of another key may raise the floor between a
+        // read and a cache's update, and a cache written with the older value would forget the
+        // folded tokens (a point read of a row that is mostly absent costs a bloom filter).
+        let floor_key = floor_row(bucket);
+        let floor = self.store.get(&floor_key).await?;
+        let highest = floor.as_ref().and_then(|f| f.highest);
         if self.store.shared() {
-            let floor_key = floor_row(bucket);
-            let floor = self.store.get(&floor_key).await?;
             return Ok(FenceRow {
-                highest: floor.as_ref().and_then(|f| f.highest),
+                highest,
                 floor_guard: Some((floor_key, floor.map_or(0, |f| f.rev))),
                 ..FenceRow::default()
             });
         }
-        let known = self.tombstones.floors.lock().get(bucket).copied();
-        let highest = match known {
-            Some(highest) => highest,
-            None => {
-                let highest = self
-                    .store
-                    .get(&floor_row(bucket))
-                    .await?
-                    .and_then(|f| f.highest);
-                self.tombstones
-                    .floors
-                    .lock()
-                    .insert(bucket.to_string(), highest);
-                highest
-            }
-        };
         // A local table ignores the guard; it marks where the highest token came from.
         Ok(FenceRow {
             highest,
-            floor_guard: highest.map(|_| (floor_row(bucket), 0)),
+            floor_guard: highest.map(|_| (floor_key, 0)),
             ..FenceRow::default()
         })
     }
@@ -173,10 +159,6 @@ impl Gate {
                     Ok(rev) => {
                         if raised {
                             floor = FenceRow { rev, ..new_floor };
-                            self.tombstones
-                                .floors
-                                .lock()
-                                .insert(bucket.to_string(), floor.highest);
                         }
                         folded += 1;
                         break;
@@ -194,11 +176,13 @@ impl Gate {
         Ok(folded)
     }
 
-    /// At start-up on a local table: counts each bucket's foldable tombstones, so that a bucket
-    /// already past the bound is folded now rather than after the next `max` deletes. Blocking
-    /// scan of the object rows, run in the background.
+    /// At start-up: counts each bucket's foldable tombstones, so that a bucket already past the
+    /// bound is folded now rather than after the next `max` deletes (a restart forgets what
+    /// this instance counted, and on a shared table every restart would otherwise let one
+    /// instance add up to the bound again). A scan of the object rows, in the background; on
+    /// etcd, in pages, once per start of each instance.
     pub async fn count_tombstones_at_start(self: &Arc<Self>) -> Result<(), GateError> {
-        if self.tombstones.max == 0 || self.store.shared() {
+        if self.tombstones.max == 0 {
             return Ok(());
         }
         let store = self.store.clone();

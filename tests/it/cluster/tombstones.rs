@@ -1,6 +1,6 @@
-//! Adversarial review: tombstones folded into the bucket's floor on a shared (etcd) table, with
-//! the deletes and the fold on one instance and stale writes through the other, during the
-//! fold and after it.
+//! Tombstones folded into the bucket's floor on a shared (etcd) table: the deletes and the fold
+//! on one instance and stale writes through the other, during the fold and after it; and a
+//! restarted instance counts the tombstones already there.
 
 use super::SERIAL;
 use crate::common;
@@ -65,7 +65,10 @@ async fn stale_writes_through_another_instance_never_land_around_a_fold() {
         for w in writes {
             let (i, status) = w.await.unwrap();
             if status != 409 {
-                landed.push(format!("round {rounds}: k{i} with {} answered {status}", 99 + i));
+                landed.push(format!(
+                    "round {rounds}: k{i} with {} answered {status}",
+                    99 + i
+                ));
             }
         }
         let floor: serde_json::Value = c
@@ -80,7 +83,12 @@ async fn stale_writes_through_another_instance_never_land_around_a_fold() {
             break;
         }
     }
-    assert!(landed.is_empty(), "{}\n{}", landed.join("\n"), cluster.logs());
+    assert!(
+        landed.is_empty(),
+        "{}\n{}",
+        landed.join("\n"),
+        cluster.logs()
+    );
     // Folded: a key never written is judged by the floor, through either instance.
     let floor: serde_json::Value = c
         .get(cluster.url(2, "/v1/fences/default/never-written"))
@@ -98,13 +106,9 @@ async fn stale_writes_through_another_instance_never_land_around_a_fold() {
     assert_eq!(put(&c, cluster.object(2, "k0"), 107).await, 200);
 }
 
-// REVIEW FINDING (tombstones, cluster counting; low): docs/design.md says that "on a shared
-// table each instance counts its own deletes, so the table holds at most the bound per
-// instance between folds", but a shared table is not counted at start-up
-// (`count_tombstones_at_start` returns at once when `store.shared()`), so an instance that
-// restarts (a rolling deploy, a crash) forgets what it counted: with the bound at 8, 7 deletes,
-// a restart, 7 more deletes leave 14 tombstones through one instance and nothing folds; every
-// restart adds up to bound-1 more, without end.
+// Counts live in memory: a restart (a rolling deploy, a crash) would forget them, and every
+// restart let one instance add up to the bound again, without end. So each start counts the
+// shared table's tombstones too: 7 deletes, a restart, 7 more, with the bound at 8, fold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_instance_does_not_forget_the_tombstones_it_counted() {
     let _serial = SERIAL.lock().await;

@@ -1,5 +1,4 @@
-//! Adversarial review: single-permission keys tried at every surface they could overreach
-//! through (S3 object and bucket operations, copies whose source is elsewhere, multipart,
+//! Single-permission keys tried at every surface they could overreach through (S3 object and bucket operations, copies whose source is elsewhere, multipart,
 //! tagging, attributes, native objects/fences/leases, admin). A key holds exactly one of
 //! `read`, `write`, `delete`, `lease`, `fence` on bucket `vault`, nothing on `other`.
 
