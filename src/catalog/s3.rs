@@ -107,10 +107,16 @@ async fn prepare_s3(
         tracing::info!(bucket, backend = backend_name, location = %backend.location(), "s3 store honours conditional writes and deletes");
         return Ok(());
     }
-    // Each ignored condition needs its own opt-in: they lose different guarantees.
+    // Each ignored condition needs its own setting: they lose different guarantees. The
+    // unsafe ones are repeated at ERROR; conditional_writes = "fencegate" is a documented mode
+    // (docs/backends.md), said once.
     for accepted in &verdict.accepted {
-        for _ in 0..3 {
-            tracing::error!(bucket, backend = backend_name, "{accepted}");
+        if accepted.starts_with("UNSAFE") {
+            for _ in 0..3 {
+                tracing::error!(bucket, backend = backend_name, "{accepted}");
+            }
+        } else {
+            tracing::warn!(bucket, backend = backend_name, "{accepted}");
         }
     }
     if verdict.refusals.is_empty() {

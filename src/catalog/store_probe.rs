@@ -27,8 +27,9 @@ pub struct Verdict {
     pub prefix: String,
     /// Every condition fencegate relies on is honoured, alone and under concurrency.
     pub safe: bool,
-    /// `serve` starts on this store with the backend's settings (an `unsafe_*` opt-in can
-    /// start it on an unsafe store, loudly).
+    /// `serve` starts on this store with the backend's settings (`conditional_writes =
+    /// "fencegate"` or `unsafe_unconditional_deletes` can start it on a store that ignores
+    /// conditions).
     pub starts: bool,
     /// The store's ETags are MD5s of the bytes it kept, so each answer is checked.
     pub etags_are_md5: bool,
@@ -38,6 +39,8 @@ pub struct Verdict {
     pub refusals: Vec<String>,
     /// Unsafe conditions an opt-in accepts: `serve` logs each at ERROR.
     pub accepted: Vec<String>,
+    /// What fencegate promises on this store with the backend's settings, each a sentence.
+    pub guarantees: Vec<String>,
 }
 
 fn honoured(ok: bool) -> String {
@@ -54,7 +57,7 @@ pub fn verdict(
     let mut rows = Vec::new();
     let mut refusals = Vec::new();
     let mut accepted = Vec::new();
-    let writes_opt_in = cfg.unsafe_no_conditional_writes;
+    let writes_opt_in = cfg.conditional_writes() == crate::config::ConditionalWrites::Fencegate;
     for condition in s3::probe::CONDITIONS {
         let ok = !report.ignored.contains(&condition);
         // Honoured one request at a time, but not by writers racing (the race rows below).
@@ -62,9 +65,9 @@ pub fn verdict(
         let action = if ok {
             "commits conditionally: a write made around fencegate is never overwritten".to_string()
         } else if writes_opt_in {
-            "reads the version first, then commits (unsafe_no_conditional_writes = true): a write made around fencegate in between can be overwritten".to_string()
+            "decides the condition itself under the scope's lock, reading the version just before the commit (conditional_writes = \"fencegate\"): a write made around fencegate in between can be overwritten".to_string()
         } else {
-            "refuses to start (unsafe_no_conditional_writes = true would start it, unsafely)"
+            "refuses to start (conditional_writes = \"fencegate\" would start it: fencegate decides conditions alone)"
                 .to_string()
         };
         rows.push(Row {
@@ -81,10 +84,10 @@ pub fn verdict(
     if !report.safe() {
         let ignored = report.ignored.join(", ");
         if writes_opt_in {
-            accepted.push(format!("UNSAFE: the store ignores {ignored} and unsafe_no_conditional_writes = true; a write made around fencegate while fencegate commits can be silently overwritten"));
+            accepted.push(format!("the store ignores {ignored} and conditional_writes = \"fencegate\": fencegate decides every condition alone, under the scope's lock; a write made around fencegate while fencegate commits the same key can be silently overwritten"));
         } else {
             refusals.push(format!(
-                "the store ignores {ignored}, so fencegate cannot guarantee that writes around it are never overwritten; use a store that honours conditional writes (AWS S3, MinIO, Ceph RGW), or set unsafe_no_conditional_writes = true on backend {name} to start anyway"
+                "the store ignores {ignored}, so fencegate cannot guarantee that writes around it are never overwritten; use a store that honours conditional writes (AWS S3, MinIO, Ceph RGW), or set conditional_writes = \"fencegate\" on backend {name}: every conditional request through fencegate is still decided atomically, only writes made around it can go undetected (docs/backends.md, \"Stores without conditional writes\")"
             ));
         }
     }
@@ -140,7 +143,9 @@ pub fn verdict(
             },
         });
     }
+    let guarantees = guarantees(report, cfg);
     Verdict {
+        guarantees,
         backend: name.to_string(),
         store_bucket: backend.store_bucket().to_string(),
         prefix: backend.store_prefix().to_string(),
@@ -152,6 +157,36 @@ pub fn verdict(
         refusals,
         accepted,
     }
+}
+
+/// What a client of fencegate is promised on a store that proved `report`, with `cfg`.
+fn guarantees(report: &ProbeReport, cfg: &S3BackendConfig) -> Vec<String> {
+    let conditions = report.safe();
+    let deletes = report.conditional_delete;
+    let decides = cfg.conditional_writes() == crate::config::ConditionalWrites::Fencegate;
+    if !conditions && !decides {
+        return vec!["none: serve refuses to start on this store as configured".into()];
+    }
+    let mut g = vec![
+        "fencing: no write or delete with a token below one recorded for its scope ever lands".into(),
+        "conditional requests through fencegate (If-Match, If-None-Match on PutObject, CopyObject and CompleteMultipartUpload) are decided atomically: of writers racing with If-None-Match: *, exactly one wins".into(),
+    ];
+    g.push(if conditions {
+        "writes made around fencegate are never overwritten: the store checks every commit's condition, and fencegate reports them (BypassDetected)".into()
+    } else {
+        "writes made around fencegate are detected when they land before fencegate reads the version for a commit; one that lands between that read and the commit is overwritten undetected (the store ignores conditions)".into()
+    });
+    g.push(if deletes {
+        "deletes are conditional on the version fencegate committed".into()
+    } else {
+        "deletes check the version, then delete unconditionally: a DELETE that times out and lands late can remove a newer write".into()
+    });
+    g.push(if conditions && deletes && !decides {
+        "cluster mode (several instances on one etcd table) may serve this store".into()
+    } else {
+        "cluster mode is refused on this store: instances are ordered by the store's conditional writes".into()
+    });
+    g
 }
 
 /// Probes `backend` and applies what it proved to the backend's commits; the verdict says
@@ -293,7 +328,7 @@ pub fn table(verdicts: &[Verdict]) -> String {
         let summary = match (v.safe, v.starts) {
             (true, _) => "SAFE: fencegate serves this store in safe mode".to_string(),
             (false, true) => format!(
-                "NOT SAFE: serve starts only because of the backend's unsafe_* settings:\n    {}",
+                "NOT SAFE: serve starts only because of the backend's settings (conditional_writes = \"fencegate\", unsafe_unconditional_deletes):\n    {}",
                 v.accepted.join("\n    ")
             ),
             (false, false) => format!(
@@ -301,7 +336,12 @@ pub fn table(verdicts: &[Verdict]) -> String {
                 v.refusals.join("\n    ")
             ),
         };
-        let _ = writeln!(out, "  {summary}\n");
+        let _ = writeln!(out, "  {summary}");
+        let _ = writeln!(out, "  WHAT CLIENTS OF FENCEGATE GET:");
+        for g in &v.guarantees {
+            let _ = writeln!(out, "    - {g}");
+        }
+        let _ = writeln!(out);
     }
     out
 }

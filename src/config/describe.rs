@@ -46,8 +46,8 @@ impl Config {
                         s3.region,
                         [
                             (
-                                s3.unsafe_no_conditional_writes,
-                                ", UNSAFE: conditional writes not required"
+                                s3.conditional_writes() == crate::config::ConditionalWrites::Fencegate,
+                                ", conditional_writes = \"fencegate\": conditions decided by fencegate alone, writes made around it not always detected"
                             ),
                             (
                                 s3.unsafe_unconditional_deletes,

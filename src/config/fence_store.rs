@@ -251,10 +251,11 @@ pub fn check(
         }
         match backends.get(&policy.backend) {
             Some(BackendConfig::S3(s3))
-                if s3.unsafe_no_conditional_writes || s3.unsafe_unconditional_deletes =>
+                if s3.conditional_writes() == super::ConditionalWrites::Fencegate
+                    || s3.unsafe_unconditional_deletes =>
             {
                 return Err((bucket_at(&what, "backend"),
-                    format!("{what} uses backend {:?}, which sets unsafe_no_conditional_writes or unsafe_unconditional_deletes, and the fence table is shared (kind = \"etcd\")", policy.backend),
+                    format!("{what} uses backend {:?}, which sets conditional_writes = \"fencegate\" (or unsafe_no_conditional_writes) or unsafe_unconditional_deletes, and the fence table is shared (kind = \"etcd\")", policy.backend),
                     "several instances are ordered only by the store's conditional writes: use a store that honours If-Match and If-None-Match, or run one instance on rocksdb".into(),
                 ));
             }

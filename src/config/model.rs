@@ -303,8 +303,14 @@ pub struct S3BackendConfig {
     /// stream into a multipart upload in parts of this size. At least 5 MiB.
     #[serde(deserialize_with = "super::units::bytes")]
     pub multipart_threshold_bytes: u64,
-    /// Start even if the store ignores If-Match / If-None-Match (the start-up probe fails).
-    /// Writes behind fencegate's back racing a commit can then be overwritten silently.
+    /// Who decides a commit's condition: the store (`"store"`, the default: the start-up probe
+    /// refuses a store that ignores If-Match / If-None-Match) or fencegate alone, under the
+    /// scope's lock (`"fencegate"`, for such stores: every conditional request through
+    /// fencegate is still decided atomically; a write made around fencegate while it commits
+    /// the same key can be overwritten undetected). docs/backends.md, "Stores without
+    /// conditional writes".
+    pub conditional_writes: Option<ConditionalWrites>,
+    /// The older name of `conditional_writes = "fencegate"`, still read.
     #[serde(deserialize_with = "super::units::boolean")]
     pub unsafe_no_conditional_writes: bool,
     /// Start even if the store ignores If-Match on DeleteObject. Deletes are then a HEAD and an
@@ -340,6 +346,7 @@ impl Default for S3BackendConfig {
             call_timeout_secs: 30,
             read_attempts: 3,
             multipart_threshold_bytes: 8 * 1024 * 1024,
+            conditional_writes: None,
             unsafe_no_conditional_writes: false,
             unsafe_unconditional_deletes: false,
             ca_file: None,
@@ -362,10 +369,7 @@ impl std::fmt::Debug for S3BackendConfig {
             )
             .field("path_style", &self.path_style)
             .field("multipart_threshold_bytes", &self.multipart_threshold_bytes)
-            .field(
-                "unsafe_no_conditional_writes",
-                &self.unsafe_no_conditional_writes,
-            )
+            .field("conditional_writes", &self.conditional_writes())
             .field(
                 "unsafe_unconditional_deletes",
                 &self.unsafe_unconditional_deletes,
@@ -374,6 +378,30 @@ impl std::fmt::Debug for S3BackendConfig {
             .field("commit_deadline_secs", &self.commit_deadline_secs)
             .finish()
     }
+}
+
+impl S3BackendConfig {
+    /// Who decides commits' conditions, `unsafe_no_conditional_writes` read as its old name.
+    pub fn conditional_writes(&self) -> ConditionalWrites {
+        match (self.conditional_writes, self.unsafe_no_conditional_writes) {
+            (Some(c), _) => c,
+            (None, true) => ConditionalWrites::Fencegate,
+            (None, false) => ConditionalWrites::Store,
+        }
+    }
+}
+
+/// Who decides whether a commit's condition holds (`[backends.NAME] conditional_writes`).
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConditionalWrites {
+    /// The store, by If-Match / If-None-Match on each commit: nothing written around
+    /// fencegate is ever overwritten. A store that ignores them is refused at start-up.
+    #[default]
+    Store,
+    /// fencegate alone, under the scope's lock, reading the store's version just before the
+    /// commit: for stores that ignore conditions.
+    Fencegate,
 }
 
 /// Whether a bucket demands tokens.

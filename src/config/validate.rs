@@ -259,6 +259,14 @@ fn backends(
         if let BackendConfig::S3(s3) = &b {
             let problem = if s3.access_key_id.is_some() != s3.secret_access_key.is_some() {
                 Some((if s3.access_key_id.is_some() { "access_key_id" } else { "secret_access_key" }, "sets only one of access_key_id and secret_access_key", "set both, or neither to use the SDK's credential chain (AWS_ACCESS_KEY_ID, profiles, roles)"))
+            } else if s3.conditional_writes == Some(super::ConditionalWrites::Store)
+                && s3.unsafe_no_conditional_writes
+            {
+                Some((
+                    "unsafe_no_conditional_writes",
+                    "sets conditional_writes = \"store\" and unsafe_no_conditional_writes = true, its old name for \"fencegate\"",
+                    "keep conditional_writes alone: \"store\" (the default) or \"fencegate\" for a store that ignores conditions",
+                ))
             } else if s3.multipart_threshold_bytes < 5 * 1024 * 1024
                 || s3.multipart_threshold_bytes > 5 * 1024 * 1024 * 1024
             {

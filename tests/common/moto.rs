@@ -1,7 +1,7 @@
 //! moto's server (PyPI `moto[server]`, which `scripts/test` installs into `.venv`) as the store
 //! behind the s3 backend, and the aws-sdk-s3 clients every store test uses. moto ignores
 //! If-Match on CompleteMultipartUpload, so fencegate runs on it only with
-//! `unsafe_no_conditional_writes`: the unsafe path. The process itself is a [`Store`].
+//! `conditional_writes = "fencegate"`: fencegate decides conditions alone. The process itself is a [`Store`].
 
 use super::store::{Store, StoreKind};
 use std::process::Command;

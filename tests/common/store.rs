@@ -1,6 +1,6 @@
 //! The S3-compatible store behind fencegate's s3 backend in tests, of either kind the suite
 //! runs against: moto ([`super::moto`]), which ignores If-Match on CompleteMultipartUpload so
-//! fencegate only starts on it with `unsafe_no_conditional_writes`, and ministack
+//! fencegate only starts on it with `conditional_writes = "fencegate"`, and ministack
 //! ([`super::ministack`]), which honours every condition, so fencegate runs on it in its safe
 //! mode (conditional commits). Owns the store's process: a free loopback port, waiting until it
 //! listens, a scratch directory while it runs, and stopping it on drop.
@@ -20,7 +20,7 @@ impl StoreKind {
     /// start-up probe refuses moto otherwise), nothing on ministack (the safe mode).
     pub fn opt_in(self) -> &'static str {
         match self {
-            StoreKind::Moto => "unsafe_no_conditional_writes = true",
+            StoreKind::Moto => "conditional_writes = \"fencegate\"",
             StoreKind::Ministack => "",
         }
     }

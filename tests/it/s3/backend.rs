@@ -99,7 +99,7 @@ async fn the_probe_refuses_stores_that_ignore_conditions() {
     assert!(err.contains("If-Match on CompleteMultipartUpload"), "{err}");
     assert!(!err.contains("If-Match on PutObject"), "{err}");
     assert!(
-        err.contains("unsafe_no_conditional_writes"),
+        err.contains("set conditional_writes = \"fencegate\" on backend store"),
         "the message says how to proceed: {err}"
     );
 

@@ -86,6 +86,11 @@ async fn ministack_is_safe() {
         "{table}"
     );
     assert!(
+        table.contains("- writes made around fencegate are never overwritten")
+            && table.contains("- cluster mode (several instances on one etcd table) may serve"),
+        "{table}"
+    );
+    assert!(
         !table.contains(" !"),
         "nothing marked as not honoured: {table}"
     );
@@ -127,7 +132,8 @@ async fn ministack_is_safe() {
 }
 
 /// moto ignores If-Match on CompleteMultipartUpload: not safe, exit 1, and `serve` would
-/// refuse it; with the opt-in it would start, and the probe still says it is not safe.
+/// refuse it; with `conditional_writes = "fencegate"` (or its old name) it would start, the
+/// probe still says it is not safe, and says what clients of fencegate get on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moto_is_not_safe() {
     let store = store(StoreKind::Moto).await;
@@ -140,7 +146,11 @@ async fn moto_is_not_safe() {
         "{table}"
     );
     assert!(
-        table.contains("unsafe_no_conditional_writes = true"),
+        table.contains("set conditional_writes = \"fencegate\""),
+        "{table}"
+    );
+    assert!(
+        table.contains("WHAT CLIENTS OF FENCEGATE GET:\n    - none"),
         "{table}"
     );
 
@@ -169,9 +179,37 @@ async fn moto_is_not_safe() {
         "{v}"
     );
     assert!(
-        v["accepted"][0].as_str().unwrap().starts_with("UNSAFE"),
+        v["accepted"][0]
+            .as_str()
+            .unwrap()
+            .contains("fencegate decides every condition alone"),
         "{v}"
     );
+    let guarantees: Vec<&str> = v["guarantees"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_str().unwrap())
+        .collect();
+    assert!(guarantees[1].contains("decided atomically"), "{guarantees:?}");
+    assert!(
+        guarantees[2].contains("overwritten undetected"),
+        "{guarantees:?}"
+    );
+    assert!(guarantees[4].starts_with("cluster mode is refused"), "{guarantees:?}");
+    // The old name is read as the new one.
+    let file = config(dir.path(), &store.endpoint(), "unsafe_no_conditional_writes = true");
+    let (code, table, err) = probe(&["store", "--config", file.to_str().unwrap()]);
+    assert_eq!(code, 1, "{table}{err}");
+    assert!(table.contains("serve starts only because"), "{table}");
+    let file = config(
+        dir.path(),
+        &store.endpoint(),
+        "conditional_writes = \"store\"\nunsafe_no_conditional_writes = true",
+    );
+    let (code, _, err) = probe(&["store", "--config", file.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("keep conditional_writes alone"), "{err}");
     assert_clean(&store).await;
 }
 
