@@ -1,7 +1,7 @@
 //! Table formats and object_store through fencegate as a drop-in S3 gateway
 //! (tests/e2e/tables_client.py, from .venv-tables): obstore's PutMode.Create and PutMode.Update,
 //! delta-rs, Iceberg (SQL catalog on SQLite, PyArrowFileIO) and Lance, with writers racing on
-//! one table. Each runs through fencegate on the fs backend, through fencegate on the s3
+//! one table, and SlateDB, whose newer writer fences the older. Each runs through fencegate on the fs backend, through fencegate on the s3
 //! backend over moto (a store without every condition: fencegate starts there with its
 //! opt-in), and against moto alone, the negative control (what the script asserts there, and
 //! why, is in its docstring).
@@ -92,4 +92,5 @@ systems! {
     deltalake: "deltalake",
     iceberg: "iceberg",
     lance: "lance",
+    slatedb: "slatedb",
 }
