@@ -246,7 +246,9 @@ async fn a_first_floor_read_racing_a_fold_does_not_forget_the_raised_floor() {
     // the floor read again under its lock it is refused; either way the fold is not undone.
     let other = writer.await.unwrap();
     assert!(
-        other.as_ref().map_or_else(|e| e.code() == "StaleFencingToken", |_| true),
+        other
+            .as_ref()
+            .map_or_else(|e| e.code() == "StaleFencingToken", |_| true),
         "{other:?}"
     );
 

@@ -15,4 +15,5 @@ mod integrity;
 mod probe_store;
 mod staging;
 mod store_etags;
+mod tables;
 mod tags;
