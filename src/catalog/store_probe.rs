@@ -184,7 +184,7 @@ fn guarantees(report: &ProbeReport, cfg: &S3BackendConfig) -> Vec<String> {
     g.push(if conditions && deletes && !decides {
         "cluster mode (several instances on one etcd table) may serve this store".into()
     } else {
-        "cluster mode is refused on this store: instances are ordered by the store's conditional writes".into()
+        "cluster mode is refused on this store as configured (docs/design.md, \"Cluster mode on stores without conditions\")".into()
     });
     g
 }
