@@ -191,14 +191,24 @@ async fn moto_is_not_safe() {
         .iter()
         .map(|g| g.as_str().unwrap())
         .collect();
-    assert!(guarantees[1].contains("decided atomically"), "{guarantees:?}");
+    assert!(
+        guarantees[1].contains("decided atomically"),
+        "{guarantees:?}"
+    );
     assert!(
         guarantees[2].contains("overwritten undetected"),
         "{guarantees:?}"
     );
-    assert!(guarantees[4].starts_with("cluster mode is refused"), "{guarantees:?}");
+    assert!(
+        guarantees[4].starts_with("cluster mode is refused"),
+        "{guarantees:?}"
+    );
     // The old name is read as the new one.
-    let file = config(dir.path(), &store.endpoint(), "unsafe_no_conditional_writes = true");
+    let file = config(
+        dir.path(),
+        &store.endpoint(),
+        "unsafe_no_conditional_writes = true",
+    );
     let (code, table, err) = probe(&["store", "--config", file.to_str().unwrap()]);
     assert_eq!(code, 1, "{table}{err}");
     assert!(table.contains("serve starts only because"), "{table}");
