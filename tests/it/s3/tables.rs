@@ -1,19 +1,39 @@
 //! Table formats and object_store through fencegate as a drop-in S3 gateway
 //! (tests/e2e/tables_client.py, from .venv-tables): obstore's PutMode.Create and PutMode.Update,
 //! delta-rs, Iceberg (SQL catalog on SQLite, PyArrowFileIO) and Lance, with writers racing on
-//! one table, and SlateDB, whose newer writer fences the older. Each runs through fencegate on the fs backend, through fencegate on the s3
-//! backend over moto (a store without every condition: fencegate starts there with its
-//! opt-in), and against moto alone, the negative control (what the script asserts there, and
-//! why, is in its docstring).
+//! one table, and SlateDB, whose newer writer fences the older. Each runs through fencegate on
+//! the fs backend, through fencegate on the s3 backend over a store that ignores If-Match and
+//! If-None-Match (moto behind a proxy that drops them, with `conditional_writes = "fencegate"`),
+//! and against that store alone, the negative control (what the script asserts there, and why,
+//! is in its docstring).
 
 use super::fixture::{run_script, Fx, Kind};
+use crate::common::s3proxy::{Mode, S3Proxy};
 use crate::common::store::{Store, StoreKind};
+use crate::common::Server;
 
 #[derive(Clone, Copy)]
 enum Target {
     Fs,
-    S3OverMoto,
-    MotoAlone,
+    S3WithoutConditions,
+    StoreWithoutConditions,
+}
+
+/// What a run keeps alive until its script is done.
+#[allow(dead_code)] // held for their Drop
+enum Held {
+    Fx(Fx),
+    Gated(Store, S3Proxy, Server, tempfile::TempDir),
+    Alone(Store, S3Proxy),
+}
+
+/// moto behind a proxy that drops the conditional headers: a store without conditions.
+async fn store_without_conditions() -> (Store, S3Proxy) {
+    let store = Store::start(StoreKind::Moto);
+    store.create_bucket("tables").await;
+    let proxy = S3Proxy::start(store.endpoint()).await;
+    proxy.set(Mode::DropConditions);
+    (store, proxy)
 }
 
 async fn run(system: &str, target: Target) {
@@ -23,32 +43,38 @@ async fn run(system: &str, target: Target) {
         std::path::Path::new(&python).exists(),
         "the table formats are missing: run scripts/test, which installs them in .venv-tables"
     );
-    // Kept alive until the script is done: the fixture (fencegate, and moto behind it) or moto.
-    let (_fx, _store, endpoint, bucket, creds) = match target {
-        Target::Fs | Target::S3OverMoto => {
-            let kind = match target {
-                Target::Fs => Kind::Fs,
-                _ => Kind::S3Moto,
-            };
+    let dev = ("fencegate", "fencegate-dev-secret");
+    let (_held, endpoint, bucket, creds) = match target {
+        Target::Fs => {
             // Bucket `bkt` takes writes without tokens: these libraries cannot send one.
-            let fx = Fx::start(kind).await;
+            let fx = Fx::start(Kind::Fs).await;
             let endpoint = fx.server.url("");
+            (Held::Fx(fx), endpoint, "bkt", dev)
+        }
+        Target::S3WithoutConditions => {
+            let (store, proxy) = store_without_conditions().await;
+            let dir = tempfile::tempdir().unwrap();
+            // Deletes are unconditional there too, which fencegate accepts only when told.
+            let config = format!(
+                "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nconditional_writes = \"fencegate\"\nunsafe_unconditional_deletes = true\n\n[buckets.bkt]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"tables\"\n",
+                proxy.endpoint()
+            );
+            let server = Server::start(&dir.path().join("data"), Some(&config));
+            let endpoint = server.url("");
+            (Held::Gated(store, proxy, server, dir), endpoint, "bkt", dev)
+        }
+        Target::StoreWithoutConditions => {
+            let (store, proxy) = store_without_conditions().await;
+            let endpoint = proxy.endpoint();
             (
-                Some(fx),
-                None,
+                Held::Alone(store, proxy),
                 endpoint,
-                "bkt",
-                ("fencegate", "fencegate-dev-secret"),
+                "tables",
+                ("test", "test"),
             )
         }
-        Target::MotoAlone => {
-            let store = Store::start(StoreKind::Moto);
-            store.create_bucket("tables").await;
-            let endpoint = store.endpoint();
-            (None, Some(store), endpoint, "tables", ("test", "test"))
-        }
     };
-    let gated = if matches!(target, Target::MotoAlone) {
+    let gated = if matches!(target, Target::StoreWithoutConditions) {
         "store"
     } else {
         "fencegate"
@@ -80,9 +106,11 @@ macro_rules! systems {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn through_fencegate_on_fs() { run($system, Target::Fs).await }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn through_fencegate_on_s3_over_moto() { run($system, Target::S3OverMoto).await }
+            async fn through_fencegate_on_a_store_without_conditions() {
+                run($system, Target::S3WithoutConditions).await
+            }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn against_moto_alone() { run($system, Target::MotoAlone).await }
+            async fn against_that_store_alone() { run($system, Target::StoreWithoutConditions).await }
         })*
     };
 }
