@@ -13,7 +13,7 @@
 //! lock), `intents.rs` (requests whose outcome is unknown), `rows.rs` (saving fence rows),
 //! `meta.rs` (the metadata a write stores), `delete.rs`, `multipart.rs`, `fences.rs` (advances,
 //! resets, fence info), `tokens.rs` (fencing mode, token rules), `buckets.rs` (the bucket
-//! registry), `read.rs`, `scope.rs`, `locks.rs`, `conditions.rs`, `uploads.rs`, `rebuild.rs`,
+//! registry), `read.rs`, `scope.rs`, `locks.rs`, `conditions.rs`, `uploads.rs` (with `parts_log.rs`, an upload's files), `rebuild.rs`,
 //! `inflight.rs` (writes in flight per bucket), `tombstones.rs` (folding them into a floor),
 //! `idempotency.rs` (Idempotency-Key), `clock.rs` (cluster mode's clock watch), `error.rs`. On
 //! a shared table `uploads_shared.rs` keeps the uploads, and the counts that bound them, as
@@ -32,6 +32,7 @@ mod intents;
 mod locks;
 mod meta;
 mod multipart;
+mod parts_log;
 mod put;
 mod read;
 mod rebuild;

@@ -11,6 +11,7 @@
 //! instead, so that every instance serves every upload, and the bounds on open uploads are
 //! counted there, for every instance together (`uploads_shared.rs`).
 
+use super::parts_log::{self, blocking, log_path, part_line, read_log, sync_dir};
 use super::uploads_shared as shared;
 use super::GateError;
 use crate::backend::{BackendError, ObjectMeta, PartInfo};
@@ -134,46 +135,6 @@ impl Drop for LocalPlace {
 /// Ids are ours: 32 hex digits. Anything else cannot name an upload.
 pub(super) fn valid_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-fn log_path(dir: &Path, id: &str) -> PathBuf {
-    dir.join(format!("{id}.parts"))
-}
-
-/// The parts a log records, the last line for a number winning. A torn last line (a crash
-/// mid-append, before its part was acknowledged) is skipped.
-fn read_log(path: &Path) -> (BTreeMap<i32, PartInfo>, usize) {
-    let Ok(bytes) = std::fs::read(path) else {
-        return Default::default();
-    };
-    let mut parts = BTreeMap::new();
-    let mut lines = 0;
-    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        if let Ok(part) = serde_json::from_slice::<PartInfo>(line) {
-            parts.insert(part.number, part);
-            lines += 1;
-        }
-    }
-    (parts, lines)
-}
-
-fn part_line(part: &PartInfo) -> Vec<u8> {
-    let mut line = serde_json::to_vec(part).expect("a part serializes");
-    line.push(b'\n');
-    line
-}
-
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
-}
-
-/// Runs blocking file work off the runtime's workers.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
-) -> std::io::Result<T> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| std::io::Error::other(format!("the upload record's task failed: {e}")))?
 }
 
 impl UploadRegistry {
@@ -590,15 +551,7 @@ fn failing(what: &str, e: std::io::Error) -> GateError {
 /// Rewrites an upload's parts log with one line per part (a client that sends the same part
 /// again and again would otherwise grow it without end).
 fn compact(dir: &Path, id: &str, state: &mut State) -> std::io::Result<()> {
-    let temp = dir.join(format!("{id}.parts.tmp"));
-    let mut f = std::fs::File::create(&temp)?;
-    for part in state.upload.parts.values() {
-        f.write_all(&part_line(part))?;
-    }
-    f.sync_all()?;
-    std::fs::rename(&temp, log_path(dir, id))?;
-    sync_dir(dir)?;
-    state.log_lines = state.upload.parts.len();
+    state.log_lines = parts_log::rewrite(dir, id, &state.upload.parts)?;
     Ok(())
 }
 
