@@ -163,9 +163,6 @@ async fn retag<T>(
     note(bucket, key);
     let who = principal_name(gw, req)?;
     let (info, body) = gw.gate.get(bucket, key).await.map_err(s3_error)?;
-    if info.meta.tags == tags {
-        return Ok(false);
-    }
     let token = convert::token(
         &req.headers,
         None,
@@ -178,7 +175,12 @@ async fn retag<T>(
     };
     // The object is written whole again: a checksum of its parts no longer describes it.
     meta.checksum = meta.checksum.filter(|c| c.kind == "FULL_OBJECT");
+    let unchanged = info.meta.tags == meta.tags;
     let mut write = write_request(&req.headers, (bucket, key, &who), token, meta)?;
+    if unchanged {
+        gw.gate.judge_unchanging(&write).await.map_err(s3_error)?;
+        return Ok(false);
+    }
     write.conditions.if_match = Some(EtagMatch::Tags(vec![info
         .etag
         .trim_matches('"')

@@ -275,6 +275,30 @@ async fn fenced_on(kind: Kind) {
     );
     assert_eq!((status, code.as_str()), (409, "StaleFencingToken"));
     assert!(tags_of(&c, "req", "f").await.is_empty());
+    // A change that changes nothing (the object has no tags to delete, or has these) is
+    // judged all the same: a stale writer hears it is stale, not a success.
+    let (status, code, _, _) = refused(
+        with_token!(c.delete_object_tagging().bucket("req").key("f"), 4)
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (409, "StaleFencingToken"));
+    let (status, code, _, _) = refused(
+        with_token!(
+            c.put_object_tagging()
+                .bucket("req")
+                .key("f")
+                .tagging(tagging(&[])),
+            4
+        )
+        .send()
+        .await,
+    );
+    assert_eq!((status, code.as_str()), (409, "StaleFencingToken"));
+    with_token!(c.delete_object_tagging().bucket("req").key("f"), 5)
+        .send()
+        .await
+        .unwrap();
     with_token!(
         c.put_object_tagging()
             .bucket("req")
