@@ -29,6 +29,7 @@ import os
 import sys
 import time
 import urllib.request
+from urllib.parse import quote
 import uuid
 
 ENDPOINT = os.environ["FG_ENDPOINT"].rstrip("/")
@@ -82,13 +83,17 @@ class Writer:
 
 
 def objects():
-    """The table's objects as fencegate lists them: key -> (etag, token that wrote it)."""
+    """The table's objects: key -> (etag, the token that wrote it, from a HEAD: a listing of an
+    s3 backend does not carry the stored metadata)."""
     found, after = {}, None
     while True:
         query = f"prefix={TABLE}/" + (f"&start_after={after}" if after else "")
         page = call("GET", f"/v1/objects/{BUCKET}?{query}")
         for o in page["objects"]:
-            found[o["key"]] = (o["etag"], o.get("token"))
+            head = urllib.request.Request(f"{ENDPOINT}/v1/objects/{BUCKET}/{quote(o['key'])}",
+                                          method="HEAD")
+            with urllib.request.urlopen(head) as r:
+                found[o["key"]] = (r.headers["ETag"], int(r.headers["Fencing-Token"]))
         after = page["next_start_after"]
         if not after:
             return found

@@ -73,7 +73,7 @@ async fn run(system: &str, target: Target, scenario: Scenario) {
             let dir = tempfile::tempdir().unwrap();
             // Deletes are unconditional there too, which fencegate accepts only when told.
             let config = format!(
-                "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nconditional_writes = \"fencegate\"\nunsafe_unconditional_deletes = true\n\n[buckets.bkt]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"tables\"\n\n[buckets.fenced]\n{FENCED}backend = \"store\"\nbackend_bucket = \"tables\"\nbackend_prefix = \"fenced/\"\n",
+                "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nconditional_writes = \"fencegate\"\nunsafe_unconditional_deletes = true\n\n[buckets.bkt]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"tables\"\nbackend_prefix = \"races/\"\n\n[buckets.fenced]\n{FENCED}backend = \"store\"\nbackend_bucket = \"tables\"\nbackend_prefix = \"fenced/\"\n",
                 proxy.endpoint()
             );
             let server = Server::start(&dir.path().join("data"), Some(&config));
