@@ -239,6 +239,9 @@ impl S3Access for Access {
         // Handed to the operation, so that it never looks the credentials up again (they can
         // expire in between, and a lease's token would silently be lost).
         cx.extensions_mut().insert(who.clone());
+        if matches!(who, Principal::Lease(_)) {
+            super::lost_lease::SignedByLease::mark(cx.extensions_mut());
+        }
         if let S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } = cx.s3_path() {
             // A failure here leaves the request to be answered as this instance knows it.
             if let Err(e) = self.1.discover(bucket).await {

@@ -13,6 +13,7 @@ mod convert;
 mod copy;
 mod cors;
 mod listing;
+mod lost_lease;
 mod multipart;
 mod objects;
 mod paging;
@@ -449,6 +450,8 @@ async fn answered(
             return answer::finish(refusal(status, code, &message), id).await
         }
     };
+    let signed_by_lease = lost_lease::SignedByLease::default();
+    parts.extensions.insert(signed_by_lease.clone());
     let req = axum::extract::Request::from_parts(parts, body);
     let (req, verdict) = match post_body_checked(req) {
         Ok(checked) => checked,
@@ -472,7 +475,7 @@ async fn answered(
         Some(refusal) => refusal,
         None => resp,
     };
-    let resp = answer::finish(resp, id).await;
+    let resp = signed_by_lease.answer(answer::finish(resp, id).await);
     audit_signature_refusal(&resp);
     resp
 }

@@ -173,7 +173,8 @@ def _bind_lease(client: Any, lease: Lease, how: str) -> None:
         lease.check()
 
     def note_stale(http_response: Any, parsed: Dict[str, Any], model: Any, **_: Any) -> None:
-        if http_response.status_code == 409 and model.name in WRITE_OPERATIONS:
+        # 403 where the write was signed with the lease's credentials, 409 with a token.
+        if http_response.status_code in (403, 409) and model.name in WRITE_OPERATIONS:
             if parsed.get("Error", {}).get("Code") == StaleFencingToken.code:
                 highest = http_response.headers.get("fencing-token-highest", "a newer token")
                 lease._keeper.lose(

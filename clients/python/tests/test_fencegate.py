@@ -1044,6 +1044,8 @@ class Boto3(unittest.TestCase):
                 with self.assertRaises(fencegate.StaleFencingToken) as caught:
                     raw.put_object(Bucket="default", Key=self.key, Body=b"A, later")
                 self.assertEqual(caught.exception.highest, b.token)
+                # 403 to lease credentials: their libraries retry a 409 as a lost race.
+                self.assertEqual(caught.exception.status, 403)
                 self.assertEqual(self.fg.get("default", self.key).body, b"A via boto3")
         finally:
             a.release()

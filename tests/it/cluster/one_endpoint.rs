@@ -509,6 +509,7 @@ async fn lease_credentials_work_through_every_instance() {
     assert_eq!(next.status(), 200);
     let stale = put(with_lease(1), b"a, late").await.unwrap_err();
     assert_eq!(code(&stale), "StaleFencingToken");
+    assert_eq!(stale.raw_response().map(|r| r.status().as_u16()), Some(403));
     // After the grace, neither instance knows them.
     tokio::time::sleep(Duration::from_millis(2600)).await;
     for n in [1, 2] {

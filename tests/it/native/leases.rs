@@ -397,6 +397,9 @@ async fn lease_bound_s3_credentials_carry_the_token() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Some("StaleFencingToken"));
+    // 403, not the 409 of a header's token: object_store-based libraries read a 409 as a
+    // version conflict and retry it; the holder of a lost lease must stop instead.
+    assert_eq!(e.raw_response().map(|r| r.status().as_u16()), Some(403));
     // After the grace period (1 s here) they are rejected outright.
     tokio::time::sleep(std::time::Duration::from_millis(1300)).await;
     let e = a3
