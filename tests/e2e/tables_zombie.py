@@ -132,31 +132,51 @@ def zombie(a_writes, b_commits, a_commits, table_is_bs):
     check(raised is not None, "A's commit was accepted")
     want = EXPECTED[SYSTEM]
     check(isinstance(raised, want[0]()) and want[1] in str(raised),
-          f"A's library raised {raised!r}, not {want[0]().__name__} with {want[1]!r}")
-    check(1 <= refused <= MOST_REFUSALS, f"{refused} stale writes refused: A retried")
+          f"A's library raised {raised!r}, not {want[0]()} with {want[1]!r}")
+    if isinstance(raised, StillRetrying):
+        check(refused >= 1, f"{refused} stale writes refused while A's library was stuck")
+    else:
+        check(1 <= refused <= MOST_REFUSALS, f"{refused} stale writes refused: A retried")
     check(took < GIVES_UP_WITHIN_S, f"A took {took:.1f} s to give up: it retried")
     after = objects()
     kept = {k: v for k, v in after.items() if v[1] == a.token}
-    check(kept == before, f"objects written with A's token after the pause: "
-                          f"{sorted(set(kept.items()) - set(before.items()))}")
+    # B may have replaced some of A's objects; none may have been written by A since.
+    check(set(kept.items()) <= set(before.items()), f"objects written with A's token after "
+          f"the pause: {sorted(set(kept.items()) - set(before.items()))}")
     check(all(t in (a.token, b.token) for _, t in after.values()), f"tokens: {after}")
     highest = call("GET", f"/v1/fences/{BUCKET}/{TABLE}/")["highest"]
     check(highest == b.token, f"the scope's highest token is {highest}, not B's {b.token}")
     table_is_bs(b)
 
 
+class StillRetrying(Exception):
+    """A's library kept retrying its refused write without end; the application's own deadline
+    stopped it (see slatedb_zombie)."""
+
+
 def obstore_exc(name):
     return lambda: getattr(__import__("obstore.exceptions", fromlist=[name]), name)
+
+
+def slatedb_closed():
+    return __import__("slatedb.uniffi", fromlist=["Error"]).Error.Closed, StillRetrying
 
 
 # Per system: what A's library raises when fencegate refuses its write as stale (403
 # StaleFencingToken), as (a callable giving the exception type, a part of its message).
 EXPECTED = {
+    # object_store maps the 403 to PermissionDenied, which it does not retry.
     "obstore": (obstore_exc("PermissionDeniedError"), "StaleFencingToken"),
-    "deltalake": (lambda: OSError, "StaleFencingToken"),
+    # The same error, wrapped as "Failed to parse parquet: External: ..." by the data writer.
+    "deltalake": (lambda: __import__("deltalake.exceptions", fromlist=["x"]).DeltaError,
+                  "StaleFencingToken"),
     "lance": (lambda: OSError, "StaleFencingToken"),
-    "slatedb": (lambda: __import__("slatedb.uniffi", fromlist=["Error"]).Error, "StaleFencingToken"),
-    "iceberg": (lambda: OSError, "ACCESS_DENIED"),
+    # Arrow's S3 (the AWS SDK for C++) does not know the code: "AWS Error UNKNOWN (HTTP status
+    # 403)", not retried.
+    "iceberg": (lambda: OSError, "StaleFencingToken"),
+    # Either SlateDB has seen B's epoch first (closed, FENCED), or its WAL flush retries the
+    # 403 without end and only the application's deadline stops A: see slatedb_zombie.
+    "slatedb": (slatedb_closed, "FENCED"),
 }
 
 
@@ -270,8 +290,16 @@ def slatedb_zombie():
         dbs[w.holder] = db
 
     async def a_commits():
-        await dbs["writer-a"].put(b"k", b"A, late")
-        await dbs["writer-a"].flush()
+        # SlateDB retries a refused WAL write without end (its flush and its shutdown then never
+        # return), unless it has already read B's newer epoch, when it closes as FENCED: A
+        # bounds the wait itself, and finds itself fenced in the database's status.
+        db = dbs["writer-a"]
+        try:
+            await asyncio.wait_for(db.put(b"k", b"A, late"), 5)
+            await asyncio.wait_for(db.flush(), 5)
+        except TimeoutError:
+            reason = db.status().close_reason
+            raise StillRetrying(f"A's flush did not return within 5 s; its status: {reason}")
 
     async def table_is_bs():
         got = await dbs["writer-b"].get(b"k")
