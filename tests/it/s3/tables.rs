@@ -64,16 +64,26 @@ async fn run(system: &str, target: Target, scenario: Scenario) {
     let (_held, endpoint, bucket, creds) = match target {
         Target::Fs => {
             // Bucket `bkt` takes writes without tokens: these libraries cannot send one.
-            let fx = Fx::start_with(Kind::Fs, &[("fenced", FENCED)]).await;
+            let fenced: &[(&str, &str)] = match scenario {
+                Scenario::Races => &[],
+                Scenario::Zombie => &[("fenced", FENCED)],
+            };
+            let fx = Fx::start_with(Kind::Fs, fenced).await;
             let endpoint = fx.server.url("");
             (Held::Fx(fx), endpoint, "bkt", dev)
         }
         Target::S3WithoutConditions => {
             let (store, proxy) = store_without_conditions().await;
             let dir = tempfile::tempdir().unwrap();
+            // One bucket per run: each is probed at start-up, which moto, shared by the
+            // tests running at once, is better spared.
+            let bucket = match scenario {
+                Scenario::Races => "[buckets.bkt]\nfencing = \"optional\"\n".to_string(),
+                Scenario::Zombie => format!("[buckets.fenced]\n{FENCED}"),
+            };
             // Deletes are unconditional there too, which fencegate accepts only when told.
             let config = format!(
-                "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nconditional_writes = \"fencegate\"\nunsafe_unconditional_deletes = true\n\n[buckets.bkt]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"tables\"\nbackend_prefix = \"races/\"\n\n[buckets.fenced]\n{FENCED}backend = \"store\"\nbackend_bucket = \"tables\"\nbackend_prefix = \"fenced/\"\n",
+                "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nconditional_writes = \"fencegate\"\nunsafe_unconditional_deletes = true\n\n{bucket}backend = \"store\"\nbackend_bucket = \"tables\"\n",
                 proxy.endpoint()
             );
             let server = Server::start(&dir.path().join("data"), Some(&config));
