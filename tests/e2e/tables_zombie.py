@@ -15,9 +15,10 @@ writes land):
 
 Asserted: A's library raises (the error named per system in EXPECTED, an error that stops A
 rather than a conflict it retries: fencegate refused few of A's writes, and A gave up within
-seconds); nothing of A landed after the pause (the objects of the table that carry A's token, as
-fencegate lists them with each object's token, are exactly those of before the pause, and the
-scope's highest token is B's); the table is what B left (its versions and rows). Run by
+seconds; SlateDB, which may retry without end, within A's own deadline); nothing of A landed
+after the pause (every object of the table that carries A's token, read by HEAD, is one A wrote
+before the pause, unchanged, and the scope's highest token is B's); the table is what B left (its
+versions and rows). Run by
 tests/it/s3/tables.rs from .venv-tables, through fencegate only (there are no leases on a store
 alone). FG_ENDPOINT is fencegate's address (development mode: the native API unsigned).
 
