@@ -452,6 +452,12 @@ fn the_data_systems_doc_runs_as_written() {
 /// other user doc has a block that would run.
 #[test]
 fn every_example_runs_in_a_fresh_directory() {
+    for (doc, venv, _) in VENVS {
+        assert!(
+            RUN.contains(doc),
+            "{doc} runs with {venv}, but is not in RUN"
+        );
+    }
     for doc in RUN {
         assert!(
             run_doc_list_is_complete(doc),
