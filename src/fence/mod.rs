@@ -104,7 +104,8 @@ pub struct FenceRow {
     /// it was read at. A put that creates the row holds only if the floor is still at that
     /// revision: a tombstone folded into the floor in between leaves the row absent again, and
     /// a token judged against the floor before the fold must not land (`gate::tombstones`).
-    /// Not stored.
+    /// A local table ignores the guard; there it only marks a highest token that came from
+    /// the floor ([`Self::judged_by_floor`]). Not stored.
     #[serde(skip)]
     pub floor_guard: Option<(String, i64)>,
 }
@@ -181,6 +182,12 @@ impl FenceRow {
             && self.ended.is_empty()
             && !self.fresh
             && self.answered.values().all(|a| a.expires_at_ms <= now_ms)
+    }
+
+    /// A key without a row of its own, whose highest token is its bucket's floor (the row
+    /// `gate::tombstones` reads for it): a refusal then says the floor judged it.
+    pub fn judged_by_floor(&self) -> bool {
+        self.floor_guard.is_some() && self.rev == 0
     }
 
     /// Is `found` (the backend's current version) one that fencegate itself committed?

@@ -36,7 +36,7 @@ impl Gate {
         record_outcome("delete", &bucket, &result);
         if let Ok(w) = &result {
             if !w.replayed && (w.existed == Some(true) || w.token.is_some()) {
-                self.tombstone_written(&bucket);
+                self.count_tombstones(&bucket, 1);
             }
         }
         result

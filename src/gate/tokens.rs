@@ -47,14 +47,13 @@ pub(crate) fn check_token(
             token,
             highest: h,
             scope: scope.to_string(),
-            // A key without a row, judged by the floor its bucket's folded tombstones left.
-            floor: row.floor_guard.is_some() && row.rev == 0,
+            floor: row.judged_by_floor(),
         }),
         Some(h) if token == h && order == TokenOrder::StrictlyIncreasing && !row.fresh => {
             Err(GateError::TokenNotIncreasing {
                 token,
                 scope: scope.to_string(),
-                floor: row.floor_guard.is_some() && row.rev == 0,
+                floor: row.judged_by_floor(),
             })
         }
         _ => Ok(()),

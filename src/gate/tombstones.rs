@@ -78,14 +78,9 @@ impl Gate {
         })
     }
 
-    /// A delete left a tombstone in `bucket`: past the bound, the bucket's tombstones are
-    /// folded, in the background.
-    pub(super) fn tombstone_written(self: &Arc<Self>, bucket: &str) {
-        self.count_tombstones(bucket, 1);
-    }
-
-    /// Adds `n` to what this instance counted in `bucket` (a start-up count too), and starts a
-    /// fold of the bucket once the count reaches the bound.
+    /// Adds `n` to what this instance counted in `bucket` (one per tombstone a delete leaves,
+    /// or a start-up count), and starts a fold of the bucket in the background once the count
+    /// reaches the bound.
     pub fn count_tombstones(self: &Arc<Self>, bucket: &str, n: u64) {
         let bound = &self.tombstones;
         if bound.max == 0 {
@@ -119,21 +114,10 @@ impl Gate {
     /// Folds every tombstone of `bucket` that keeps nothing but its token into the bucket's
     /// floor. Returns how many rows went.
     pub async fn fold_tombstones(&self, bucket: &str) -> Result<u64, GateError> {
-        let prefix = scope::object_row(bucket, "");
-        let store = self.store.clone();
         let now = crate::wall_clock::now_ms();
-        let candidates = tokio::task::spawn_blocking(move || {
-            let mut keys = Vec::new();
-            store.scan_prefix(&prefix, &mut |key, row| {
-                if row.foldable(now) {
-                    keys.push(key.to_string());
-                }
-                true
-            })?;
-            Ok::<_, StoreError>(keys)
-        })
-        .await
-        .map_err(|e| GateError::Store(StoreError::Io(e.to_string())))??;
+        let candidates = self
+            .foldable_rows(scope::object_row(bucket, ""), now)
+            .await?;
         let floor_key = floor_row(bucket);
         let mut floor = self.store.get(&floor_key).await?.unwrap_or_default();
         let mut folded = 0;
@@ -185,25 +169,37 @@ impl Gate {
         if self.tombstones.max == 0 {
             return Ok(());
         }
+        let rows = self
+            .foldable_rows("object:".to_string(), crate::wall_clock::now_ms())
+            .await?;
+        let mut counts: HashMap<&str, u64> = HashMap::new();
+        for key in &rows {
+            if let Some((bucket, _)) = key["object:".len()..].split_once('/') {
+                *counts.entry(bucket).or_default() += 1;
+            }
+        }
+        for (bucket, n) in counts {
+            self.count_tombstones(bucket, n);
+        }
+        Ok(())
+    }
+
+    /// The keys under `prefix` whose rows keep nothing but a token at `now` (a scan, on the
+    /// blocking pool).
+    async fn foldable_rows(&self, prefix: String, now: u64) -> Result<Vec<String>, GateError> {
         let store = self.store.clone();
-        let now = crate::wall_clock::now_ms();
-        let counts = tokio::task::spawn_blocking(move || {
-            let mut counts: HashMap<String, u64> = HashMap::new();
-            store.scan_prefix("object:", &mut |key, row| {
+        tokio::task::spawn_blocking(move || {
+            let mut keys = Vec::new();
+            store.scan_prefix(&prefix, &mut |key, row| {
                 if row.foldable(now) {
-                    if let Some((bucket, _)) = key["object:".len()..].split_once('/') {
-                        *counts.entry(bucket.to_string()).or_default() += 1;
-                    }
+                    keys.push(key.to_string());
                 }
                 true
             })?;
-            Ok::<_, StoreError>(counts)
+            Ok::<_, StoreError>(keys)
         })
         .await
-        .map_err(|e| GateError::Store(StoreError::Io(e.to_string())))??;
-        for (bucket, n) in counts {
-            self.count_tombstones(&bucket, n);
-        }
-        Ok(())
+        .map_err(|e| GateError::Store(StoreError::Io(e.to_string())))?
+        .map_err(GateError::from)
     }
 }

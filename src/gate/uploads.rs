@@ -107,31 +107,6 @@ pub struct UploadRegistry {
     counting: super::ScopeLocks,
 }
 
-/// A place among the open uploads, held while an upload is created.
-pub struct Reservation(Place);
-
-enum Place {
-    /// Counted with the uploads open here until dropped, after the upload's record is made.
-    Local { _place: LocalPlace },
-    /// The counts as read when there was room: the first swap that records the upload
-    /// compares them, and the bounds are checked again at that swap.
-    Shared(shared::Counts, (usize, usize)),
-}
-
-struct LocalPlace {
-    reserved: Arc<Mutex<Vec<(String, String)>>>,
-    entry: (String, String),
-}
-
-impl Drop for LocalPlace {
-    fn drop(&mut self) {
-        let mut reserved = self.reserved.lock();
-        if let Some(i) = reserved.iter().position(|e| *e == self.entry) {
-            reserved.swap_remove(i);
-        }
-    }
-}
-
 /// Ids are ours: 32 hex digits. Anything else cannot name an upload.
 pub(super) fn valid_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
@@ -483,48 +458,6 @@ impl UploadRegistry {
     /// A place for one more upload of `owner`'s in `bucket`, if `owner` has fewer than
     /// `per_key` open (in every bucket) and `bucket` fewer than `per_bucket`, uploads being
     /// created counted. The inner `Err` names the bound reached: `per_key` or `per_bucket`.
-    /// On a shared table this reads the counts every instance keeps (two reads at once), so
-    /// that a create past a bound is refused before the store is asked for anything; the
-    /// bounds are enforced by [`UploadRegistry::insert`], where creates through several
-    /// instances at once are ordered.
-    pub async fn reserve(
-        &self,
-        bucket: &str,
-        owner: &str,
-        (per_key, per_bucket): (usize, usize),
-    ) -> Result<Result<Reservation, &'static str>, GateError> {
-        if let Some(records) = self.records() {
-            let counts = shared::Counts::read(records, bucket, owner).await?;
-            return Ok(counts
-                .room((per_key, per_bucket))
-                .map(|()| Reservation(Place::Shared(counts, (per_key, per_bucket)))));
-        }
-        // Here uploads are counted under the reservations' lock: one being created is either
-        // reserved or recorded (its place is released after its record), never neither.
-        let mut reserved = self.reserved.lock();
-        let mut in_bucket = reserved.iter().filter(|(b, _)| b == bucket).count();
-        let mut owned = reserved.iter().filter(|(_, o)| o == owner).count();
-        for e in self.entries() {
-            let state = e.state.lock();
-            in_bucket += usize::from(state.upload.bucket == bucket);
-            owned += usize::from(state.upload.owner.as_deref() == Some(owner));
-        }
-        if owned >= per_key {
-            return Ok(Err("per_key"));
-        }
-        if in_bucket >= per_bucket {
-            return Ok(Err("per_bucket"));
-        }
-        let entry = (bucket.to_string(), owner.to_string());
-        reserved.push(entry.clone());
-        Ok(Ok(Reservation(Place::Local {
-            _place: LocalPlace {
-                reserved: Arc::clone(&self.reserved),
-                entry,
-            },
-        })))
-    }
-
     /// Uploads created before `before_ms` (Unix), without their parts.
     pub async fn older_than(&self, before_ms: u64) -> Result<Vec<Upload>, GateError> {
         let mut old = self.heads().await?;
@@ -554,6 +487,11 @@ fn compact(dir: &Path, id: &str, state: &mut State) -> std::io::Result<()> {
     state.log_lines = parts_log::rewrite(dir, id, &state.upload.parts)?;
     Ok(())
 }
+
+#[path = "upload_places.rs"]
+mod places;
+use places::Place;
+pub use places::Reservation;
 
 #[cfg(test)]
 #[path = "uploads_tests.rs"]
