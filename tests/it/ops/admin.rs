@@ -468,10 +468,11 @@ async fn credentials_in_grace_are_listed_while_another_holder_has_the_lease() {
     assert_eq!(in_grace[0]["token"], grant_a["token"], "{list}");
     assert_eq!(in_grace[0]["access_key_id"], creds.key, "{list}");
     // They do still authenticate, as the list says; b's grant raised the scope's token, so
-    // the fence refuses a's late write (not 403 InvalidAccessKeyId: the key still works).
+    // the fence refuses a's late write: 403 StaleFencingToken, as every stale write signed with
+    // lease credentials (not InvalidAccessKeyId: the key still works).
     let put = c.put(s.url("/default/r.bin")).body("late write by a");
     let (status, body) = call(c, put, Some(creds)).await;
-    assert_eq!(status, 409, "{body}");
+    assert_eq!(status, 403, "{body}");
     assert!(body.to_string().contains("StaleFencingToken"), "{body}");
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

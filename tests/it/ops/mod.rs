@@ -3,6 +3,7 @@
 
 pub(crate) mod admin;
 mod config_env;
+mod docs_hygiene;
 mod metrics;
 mod readiness_and_logs;
 mod readme;

@@ -5,7 +5,11 @@
 //! the fs backend, through fencegate on the s3 backend over a store that ignores If-Match and
 //! If-None-Match (moto behind a proxy that drops them, with `conditional_writes = "fencegate"`),
 //! and against that store alone, the negative control (what the script asserts there, and why,
-//! is in its docstring).
+//! is in its docstring). And each system's zombie writer (tests/e2e/tables_zombie.py): writer A
+//! writes through lease-bound S3 credentials, pauses past its lease's TTL, writer B takes the
+//! lease and commits, A commits with its old credentials; fencegate refuses every write of A's
+//! after B's grant, and A's library raises an error that stops it. Through fencegate only, on
+//! both of its targets: a store alone has no leases.
 
 use super::fixture::{run_script, Fx, Kind};
 use crate::common::s3proxy::{Mode, S3Proxy};
@@ -18,6 +22,19 @@ enum Target {
     S3WithoutConditions,
     StoreWithoutConditions,
 }
+
+/// Which script, and on which bucket.
+#[derive(Clone, Copy, PartialEq)]
+enum Scenario {
+    /// tables_client.py, on `bkt`: writers racing, no tokens.
+    Races,
+    /// tables_zombie.py, on `fenced`: writers holding leases, every write fenced.
+    Zombie,
+}
+
+/// The bucket the zombie scenario runs in: one scope per table directory, and only writes that
+/// carry a token land, so that A's lease-bound credentials are the only way A writes.
+const FENCED: &str = "scope = \"prefix\"\nprefix_segments = 1\nfencing = \"required\"\n";
 
 /// What a run keeps alive until its script is done.
 #[allow(dead_code)] // held for their Drop
@@ -36,7 +53,7 @@ async fn store_without_conditions() -> (Store, S3Proxy) {
     (store, proxy)
 }
 
-async fn run(system: &str, target: Target) {
+async fn run(system: &str, target: Target, scenario: Scenario) {
     let root = env!("CARGO_MANIFEST_DIR");
     let python = format!("{root}/.venv-tables/bin/python3");
     assert!(
@@ -47,16 +64,26 @@ async fn run(system: &str, target: Target) {
     let (_held, endpoint, bucket, creds) = match target {
         Target::Fs => {
             // Bucket `bkt` takes writes without tokens: these libraries cannot send one.
-            let fx = Fx::start(Kind::Fs).await;
+            let fenced: &[(&str, &str)] = match scenario {
+                Scenario::Races => &[],
+                Scenario::Zombie => &[("fenced", FENCED)],
+            };
+            let fx = Fx::start_with(Kind::Fs, fenced).await;
             let endpoint = fx.server.url("");
             (Held::Fx(fx), endpoint, "bkt", dev)
         }
         Target::S3WithoutConditions => {
             let (store, proxy) = store_without_conditions().await;
             let dir = tempfile::tempdir().unwrap();
+            // One bucket per run: each is probed at start-up, which moto, shared by the
+            // tests running at once, is better spared.
+            let bucket = match scenario {
+                Scenario::Races => "[buckets.bkt]\nfencing = \"optional\"\n".to_string(),
+                Scenario::Zombie => format!("[buckets.fenced]\n{FENCED}"),
+            };
             // Deletes are unconditional there too, which fencegate accepts only when told.
             let config = format!(
-                "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nconditional_writes = \"fencegate\"\nunsafe_unconditional_deletes = true\n\n[buckets.bkt]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"tables\"\n",
+                "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\nconditional_writes = \"fencegate\"\nunsafe_unconditional_deletes = true\n\n{bucket}backend = \"store\"\nbackend_bucket = \"tables\"\n",
                 proxy.endpoint()
             );
             let server = Server::start(&dir.path().join("data"), Some(&config));
@@ -79,8 +106,19 @@ async fn run(system: &str, target: Target) {
     } else {
         "fencegate"
     };
+    let (script, bucket, done) = match scenario {
+        Scenario::Races => ("tables_client.py", bucket, format!("{system} passed")),
+        Scenario::Zombie => {
+            assert_eq!(gated, "fencegate", "a store alone has no leases");
+            (
+                "tables_zombie.py",
+                "fenced",
+                format!("{system} zombie passed"),
+            )
+        }
+    };
     let mut cmd = tokio::process::Command::new(&python);
-    cmd.arg(format!("{root}/tests/e2e/tables_client.py"))
+    cmd.arg(format!("{root}/tests/e2e/{script}"))
         .env("FG_SYSTEM", system)
         .env("FG_TARGET", gated)
         .env("FG_ENDPOINT", &endpoint)
@@ -95,22 +133,30 @@ async fn run(system: &str, target: Target) {
         .env_remove("AWS_ENDPOINT_URL")
         .env_remove("AWS_SESSION_TOKEN")
         .env_remove("AWS_PROFILE");
-    run_script(&mut cmd, &format!("{system} passed")).await;
+    run_script(&mut cmd, &done).await;
 }
 
-/// One test per system and target.
+/// One test per system, target and scenario.
 macro_rules! systems {
     ($($name:ident: $system:literal),* $(,)?) => {
         $(mod $name {
-            use super::{run, Target};
+            use super::{run, Scenario::*, Target};
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn through_fencegate_on_fs() { run($system, Target::Fs).await }
+            async fn through_fencegate_on_fs() { run($system, Target::Fs, Races).await }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn through_fencegate_on_a_store_without_conditions() {
-                run($system, Target::S3WithoutConditions).await
+                run($system, Target::S3WithoutConditions, Races).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn against_that_store_alone() { run($system, Target::StoreWithoutConditions).await }
+            async fn against_that_store_alone() {
+                run($system, Target::StoreWithoutConditions, Races).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn its_zombie_writer_is_fenced_on_fs() { run($system, Target::Fs, Zombie).await }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn its_zombie_writer_is_fenced_on_a_store_without_conditions() {
+                run($system, Target::S3WithoutConditions, Zombie).await
+            }
         })*
     };
 }
