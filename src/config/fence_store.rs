@@ -1,7 +1,8 @@
 //! `[fence_store]`: which table holds the fences, checked. RocksDB (the default) serves one
-//! instance; etcd lets several instances share one table, which only holds when the store
-//! itself orders their commits, so every bucket must then live on an s3 backend with
-//! conditional writes (docs/design.md, "The cluster commit protocol").
+//! instance; etcd lets several instances share one table, which holds only when every commit's
+//! store request can be bounded in time, so every bucket must then live on an s3 backend
+//! (whose store the start-up probe checks for refusing expired presigned requests) and fence
+//! one object per scope (docs/design.md, "The cluster commit protocol").
 
 use super::model::{BackendConfig, BucketPolicy, FenceStoreConfig, FenceStoreKind, ScopeKind};
 use std::collections::BTreeMap;
@@ -246,19 +247,15 @@ pub fn check(
         if policy.scope != ScopeKind::Object {
             return Err((bucket_at(&what, "scope"),
                 format!("{what} fences a scope wider than one object, and the fence table is shared (kind = \"etcd\")"),
-                "across instances only the store's conditional write orders commits, and it orders the writes of one object only: use scope = \"object\" (the default) with a shared table, or run one instance on rocksdb".into(),
+                "across instances commits are ordered per object (its row's intent on etcd, the store's deadline on its request): use scope = \"object\" (the default) with a shared table, or run one instance on rocksdb".into(),
             ));
         }
+        // An s3 backend with `conditional_writes = "fencegate"` or
+        // `unsafe_unconditional_deletes` is served too: instances are ordered by the intents'
+        // compare-and-swap on etcd, and a late request is refused by the store's presigned
+        // expiry, which the start-up probe checks (docs/design.md, "Cluster mode on stores
+        // without conditions").
         match backends.get(&policy.backend) {
-            Some(BackendConfig::S3(s3))
-                if s3.conditional_writes() == super::ConditionalWrites::Fencegate
-                    || s3.unsafe_unconditional_deletes =>
-            {
-                return Err((bucket_at(&what, "backend"),
-                    format!("{what} uses backend {:?}, which sets conditional_writes = \"fencegate\" (or unsafe_no_conditional_writes) or unsafe_unconditional_deletes, and the fence table is shared (kind = \"etcd\")", policy.backend),
-                    "several instances are ordered only by the store's conditional writes: use a store that honours If-Match and If-None-Match, or run one instance on rocksdb".into(),
-                ));
-            }
             Some(BackendConfig::S3(_)) | None => {}
             Some(BackendConfig::Fs { .. }) => {
                 return Err((bucket_at(&what, "backend"),
@@ -313,6 +310,10 @@ mod tests {
             "an etcd setting",
         );
         refused(&etcd("username = \"fg\"", ""), "without a password");
+        // A store without conditions is served: the probe at start-up decides (it refuses a
+        // store that applies expired presigned requests).
+        let nc = format!("[fence_store]\nkind = \"etcd\"\nendpoints = [\"http://127.0.0.1:2379\"]\n\n[backends.store]\nkind = \"s3\"\nendpoint = \"http://127.0.0.1:9\"\nconditional_writes = \"fencegate\"\nunsafe_unconditional_deletes = true\n\n[buckets.bucket-one]\nbackend = \"store\"\n");
+        parse(&nc, "t").unwrap();
         refused(
             "[fence_store]\nkind = \"etcd\"\nendpoints = [\"127.0.0.1:2379\"]\nunsafe_experimental_cluster = true\n",
             "not an http:// or https:// URL",

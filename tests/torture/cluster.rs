@@ -1,4 +1,4 @@
-//! Class `cluster`: several fencegate instances over one store (ministack), the fence table
+//! Class `cluster`: several fencegate instances over one store (ministack, or `store()`), the fence table
 //! shared on a 3-member etcd cluster (scripts/cluster). Each round, a lock service hands out
 //! tokens for a few keys; the holders write through random instances, and some holders turn
 //! zombie (they wait, as a paused process would, then write with their old token, or hang up
@@ -187,8 +187,20 @@ async fn chaos(
     }
 }
 
+/// The store behind the cluster (`scripts/cluster up --store`): ministack, unless
+/// FENCEGATE_TORTURE_CLUSTER_STORE names another, e.g. `ministack-nc` (a store that ignores
+/// conditional writes; `scripts/torture --cluster-store`).
+fn store() -> String {
+    std::env::var("FENCEGATE_TORTURE_CLUSTER_STORE")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "ministack".into())
+}
+
 pub async fn run(seed: u64, secs: f64, fencing: &str) -> (ClassReport, Vec<Ev>) {
-    let cluster = Arc::new(Cluster::up(INSTANCES, "ministack"));
+    let store = store();
+    eprintln!("class cluster: {INSTANCES} instances over {store}");
+    let cluster = Arc::new(Cluster::up(INSTANCES, &store));
     if fencing != "required" {
         for n in 1..=INSTANCES {
             let path = cluster.dir.path().join(format!("fg{n}.toml"));
