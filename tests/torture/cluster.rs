@@ -116,8 +116,15 @@ async fn read(c: &reqwest::Client, url: &str, key: &str) -> Ev {
             .get("fencing-token")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
-        ev.note = String::from_utf8_lossy(&r.bytes().await.unwrap_or_default()).into_owned();
-        ev.acked = ev.status == Some(200);
+        // A body cut off (an instance killed or stalled mid-answer) is no read of the object:
+        // recorded as an empty body, it would look like an object that changed.
+        match r.bytes().await {
+            Ok(body) => {
+                ev.note = String::from_utf8_lossy(&body).into_owned();
+                ev.acked = ev.status == Some(200);
+            }
+            Err(_) => ev.status = None,
+        }
     }
     ev
 }

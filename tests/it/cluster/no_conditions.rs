@@ -1,5 +1,7 @@
 //! Cluster mode on a store that ignores If-Match and If-None-Match (docs/design.md, "Cluster
-//! mode on stores without conditions"): two instances share the fence table on a real etcd,
+//! mode on stores without conditions"), which is refused for now: these tests run (with
+//! `--ignored`) on a build that lifts the refusal in src/config/fence_store.rs, and the race
+//! test fails there (two If-Match winners). Two instances share the fence table on a real etcd,
 //! each in front of ministack through a proxy that drops the conditional headers, with
 //! `conditional_writes = "fencegate"` and `unsafe_unconditional_deletes = true`. ministack
 //! refuses expired presigned requests, which is what bounds a paused instance's request here;
@@ -142,6 +144,7 @@ async fn one_winner(rig: &Rig, key: &str, results: &[(u16, Vec<u8>)]) {
 /// holds the winner's bytes. The store alone, through the same proxy, lets every creator win
 /// (the negative control: the rig really drops the conditions).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the configuration is refused until the If-Match race hole is closed (docs/design.md, \"Cluster mode on stores without conditions\"); run with --ignored on a build that lifts the refusal"]
 async fn racing_conditional_writes_through_two_instances_have_one_winner() {
     let _serial = SERIAL.lock().await;
     let rig = Rig::up().await;
@@ -192,6 +195,7 @@ async fn racing_conditional_writes_through_two_instances_have_one_winner() {
 /// Tokens across instances on a store without conditions: a token recorded through one
 /// instance refuses a lower one through the other (409), for writes and deletes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the configuration is refused until the If-Match race hole is closed (docs/design.md, \"Cluster mode on stores without conditions\"); run with --ignored on a build that lifts the refusal"]
 async fn stale_tokens_are_refused_across_instances() {
     let _serial = SERIAL.lock().await;
     let rig = Rig::up().await;
@@ -291,6 +295,7 @@ async fn paused(op: Op, mode: Mode) -> ((u16, Vec<u8>), u16, Rig) {
 /// as expired, the newer acknowledged write stays, and the paused instance is answered 409
 /// (its decision taken again meets the newer token) or 504 (its own wait ran out), never 200.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the configuration is refused until the If-Match race hole is closed (docs/design.md, \"Cluster mode on stores without conditions\"); run with --ignored on a build that lifts the refusal"]
 async fn a_paused_instance_late_write_does_not_land_without_conditions() {
     let _serial = SERIAL.lock().await;
     let ((s, bytes), zombie, rig) = paused(Op::Put, Mode::HoldThenDropConditions).await;
@@ -309,6 +314,7 @@ async fn a_paused_instance_late_write_does_not_land_without_conditions() {
 /// cluster mode it is presigned to expire at its intent's deadline, so the store refuses it
 /// and the newer acknowledged write stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the configuration is refused until the If-Match race hole is closed (docs/design.md, \"Cluster mode on stores without conditions\"); run with --ignored on a build that lifts the refusal"]
 async fn a_paused_instance_late_delete_does_not_land_without_conditions() {
     let _serial = SERIAL.lock().await;
     let ((s, bytes), zombie, rig) = paused(Op::Delete, Mode::HoldThenDropConditions).await;
@@ -328,6 +334,7 @@ async fn a_paused_instance_late_delete_does_not_land_without_conditions() {
 /// late write would land over the newer acknowledged one, and the late delete remove it; the
 /// checks above would see both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the configuration is refused until the If-Match race hole is closed (docs/design.md, \"Cluster mode on stores without conditions\"); run with --ignored on a build that lifts the refusal"]
 async fn negative_control_without_the_expiry_the_late_requests_land() {
     let _serial = SERIAL.lock().await;
     let ((_, bytes), _, _rig) = paused(Op::Put, Mode::HoldAndDropConditions).await;
@@ -340,6 +347,7 @@ async fn negative_control_without_the_expiry_the_late_requests_land() {
 /// moto ignores the conditions too, but applies expired presigned requests: the same
 /// configuration on it (behind the same proxy) is refused at start-up, saying why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the configuration is refused until the If-Match race hole is closed (docs/design.md, \"Cluster mode on stores without conditions\"); run with --ignored on a build that lifts the refusal"]
 async fn the_same_configuration_on_moto_is_refused_by_the_probe() {
     let _serial = SERIAL.lock().await;
     let cluster = Cluster::up(0, "moto");

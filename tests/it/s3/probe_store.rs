@@ -200,7 +200,7 @@ async fn moto_is_not_safe() {
         "{guarantees:?}"
     );
     assert!(
-        guarantees[4].starts_with("cluster mode") && guarantees[4].contains("expired presigned"),
+        guarantees[4].starts_with("cluster mode is refused"),
         "{guarantees:?}"
     );
     // The old name is read as the new one.
