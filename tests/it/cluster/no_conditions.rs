@@ -121,21 +121,21 @@ async fn race(
 
 /// Exactly one writer won (200), every other was refused (412), and the store holds the
 /// winner's bytes, read through either instance.
-async fn one_winner(rig: &Rig, key: &str, results: &[(u16, Vec<u8>)]) {
+async fn one_winner(rig: &Rig, race: &str, key: &str, results: &[(u16, Vec<u8>)]) {
     let won: Vec<&Vec<u8>> = results
         .iter()
         .filter(|r| r.0 == 200)
         .map(|r| &r.1)
         .collect();
     let statuses: Vec<u16> = results.iter().map(|r| r.0).collect();
-    assert_eq!(won.len(), 1, "{key}: statuses {statuses:?}");
+    assert_eq!(won.len(), 1, "{race}: statuses {statuses:?}");
     assert!(
         statuses.iter().all(|s| *s == 200 || *s == 412),
-        "{key}: statuses {statuses:?}"
+        "{race}: statuses {statuses:?}"
     );
     for n in 0..2 {
         let (s, bytes) = get_bytes(&client(), &rig.s3(n, key)).await;
-        assert_eq!((s, &bytes), (200, won[0]), "{key} through instance {n}");
+        assert_eq!((s, &bytes), (200, won[0]), "{race} through instance {n}");
     }
 }
 
@@ -151,7 +151,7 @@ async fn racing_conditional_writes_through_two_instances_have_one_winner() {
     for round in 0..3 {
         let key = format!("race-{round}");
         let results = race(&rig, &key, ("if-none-match", "*"), 8).await;
-        one_winner(&rig, &key, &results).await;
+        one_winner(&rig, &format!("{key} (If-None-Match)"), &key, &results).await;
         let etag = client()
             .head(rig.s3(0, &key))
             .send()
@@ -162,7 +162,7 @@ async fn racing_conditional_writes_through_two_instances_have_one_winner() {
             .unwrap()
             .to_string();
         let results = race(&rig, &key, ("if-match", &etag), 8).await;
-        one_winner(&rig, &key, &results).await;
+        one_winner(&rig, &format!("{key} (If-Match)"), &key, &results).await;
     }
     // The negative control: the same race against the store through the proxy, unsigned
     // (ministack accepts that), creates one key 8 times over.
