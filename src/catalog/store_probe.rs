@@ -182,7 +182,7 @@ fn guarantees(report: &ProbeReport, cfg: &S3BackendConfig) -> Vec<String> {
         "deletes check the version, then delete unconditionally: a DELETE that times out and lands late can remove a newer write".into()
     });
     g.push(if conditions && deletes && !decides {
-        "cluster mode (several instances on one etcd table) may serve this store".into()
+        "cluster mode (several instances on one etcd table) may serve this store if it refuses expired presigned requests, which a cluster instance probes at start-up".into()
     } else {
         "cluster mode is refused on this store as configured (docs/design.md, \"Cluster mode on stores without conditions\")".into()
     });

@@ -1,4 +1,4 @@
-//! A misbehaving S3 store for tests: an HTTP proxy in front of moto that can drop the
+//! A misbehaving S3 store for tests: an HTTP proxy in front of a store that can drop the
 //! conditional headers (a store that accepts If-Match and ignores it), throttle writes, refuse
 //! them, or apply a conditional write and then never answer (a commit whose outcome is
 //! unknown).
@@ -24,7 +24,7 @@ pub enum Mode {
     /// Hold conditional writes (not forwarded yet) until [`S3Proxy::release`]: a commit
     /// paused between its intent and the store, as a paused instance's would be.
     HoldConditionalWrites = 5,
-    /// As `HoldConditionalWrites`, then forwarded without their conditions and without a
+    /// As `HoldThenDropConditions`, then forwarded without their conditions and without a
     /// presigned request's signature and expiry (a negative control: a store that ignores
     /// conditions and deadlines; ministack accepts unsigned requests).
     HoldAndDropConditions = 6,
@@ -52,6 +52,10 @@ pub enum Mode {
     /// `-elsewhere` appended, on the store itself: a redirect that a client following it
     /// would obey by writing (or reading) another key.
     RedirectObjects = 15,
+    /// As `HoldConditionalWrites` (presigned writes too, conditional or not), then forwarded
+    /// without their conditions but signed as sent: a paused instance's request reaching a
+    /// store that ignores conditions and refuses expired presigned requests.
+    HoldThenDropConditions = 16,
 }
 
 pub struct S3Proxy {
@@ -125,9 +129,17 @@ async fn forward(State(state): State<ProxyState>, req: Request) -> Response {
     let mode = mode.load(Ordering::SeqCst);
     let conditional =
         req.headers().contains_key("if-match") || req.headers().contains_key("if-none-match");
-    let hold =
-        mode == Mode::HoldConditionalWrites as u8 || mode == Mode::HoldAndDropConditions as u8;
-    if hold && conditional && req.method() != "GET" && req.method() != "HEAD" {
+    // A cluster-mode commit or delete is presigned; on a store that ignores conditions it
+    // carries none, and is held all the same.
+    let presigned = req.uri().query().unwrap_or("").contains("X-Amz-Expires");
+    let hold = match mode {
+        m if m == Mode::HoldConditionalWrites as u8 => conditional,
+        m if m == Mode::HoldAndDropConditions as u8 || m == Mode::HoldThenDropConditions as u8 => {
+            conditional || presigned
+        }
+        _ => false,
+    };
+    if hold && req.method() != "GET" && req.method() != "HEAD" {
         held.fetch_add(1, Ordering::SeqCst);
         let _ = released.wait_for(|r| *r).await;
         held.fetch_sub(1, Ordering::SeqCst);
@@ -237,6 +249,7 @@ async fn forward(State(state): State<ProxyState>, req: Request) -> Response {
         // The Host header stays: a presigned request signs it.
         let drop = (mode == Mode::DropConditions as u8
             || mode == Mode::HoldAndDropConditions as u8
+            || mode == Mode::HoldThenDropConditions as u8
             || check_then_write)
             && (name == "if-match" || name == "if-none-match");
         if !drop {

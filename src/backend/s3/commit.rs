@@ -130,10 +130,16 @@ impl S3Backend {
         expected: Option<&str>,
         not_after: std::time::SystemTime,
     ) -> Result<Option<String>, S3Failure> {
-        let mut headers = vec![match expected {
-            Some(etag) => ("if-match".to_string(), etag.to_string()),
-            None => ("if-none-match".to_string(), "*".to_string()),
-        }];
+        // Where the probe found the store ignoring the condition, it is not sent: the order
+        // of commits comes from the intents on etcd and the deadline, and a signed header
+        // the store would ignore only adds what a proxy or the store could trip over.
+        let mut headers = Vec::new();
+        if self.conditional_commit_sent(staged) {
+            headers.push(match expected {
+                Some(etag) => ("if-match".to_string(), etag.to_string()),
+                None => ("if-none-match".to_string(), "*".to_string()),
+            });
+        }
         let (op, method, upload_id, body) = match &staged.body {
             StagedBody::Spooled(body) => {
                 headers.extend(direct::put_headers(meta, content_md5(&staged.etag)));
@@ -247,7 +253,11 @@ impl S3Backend {
                     bucket: &self.bucket,
                     key: &self.store_key(key),
                     upload_id: None,
-                    headers: vec![("if-match".into(), expected.to_string())],
+                    // As for commits: not sent to a store that ignores it.
+                    headers: conditional
+                        .then(|| ("if-match".into(), expected.to_string()))
+                        .into_iter()
+                        .collect(),
                     body: Bytes::new().into(),
                 };
                 self.clients

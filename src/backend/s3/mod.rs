@@ -117,6 +117,15 @@ impl S3Backend {
         self.conditional_completes.store(completes, Relaxed);
     }
 
+    /// Whether the store honours the condition of `staged`'s commit (as the probe found it).
+    fn conditional_commit_sent(&self, staged: &Staged) -> bool {
+        let flag = match staged.body {
+            StagedBody::Multipart { .. } => &self.conditional_completes,
+            _ => &self.conditional_puts,
+        };
+        flag.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn set_etags_are_md5(&self, md5: bool) {
         self.etags_are_md5
             .store(md5, std::sync::atomic::Ordering::Relaxed);
@@ -254,11 +263,7 @@ impl Backend for S3Backend {
     }
 
     fn conditional_commit(&self, staged: &Staged) -> bool {
-        let flag = match staged.body {
-            StagedBody::Multipart { .. } => &self.conditional_completes,
-            _ => &self.conditional_puts,
-        };
-        flag.load(std::sync::atomic::Ordering::Relaxed)
+        self.conditional_commit_sent(staged)
     }
 
     async fn discard(&self, staged: Staged) {

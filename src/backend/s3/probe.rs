@@ -165,9 +165,10 @@ impl S3Backend {
     }
 
     /// Cluster mode's probe (docs/design.md, "Bounded intents"): a presigned PutObject signed
-    /// as the commits are goes through, and one whose expiry has passed is refused. A store
-    /// that applies expired requests would let a paused instance's commit land after newer
-    /// decisions. Runs on a scratch key, removed afterwards.
+    /// as the commits are goes through, and a PutObject and a DeleteObject whose expiry has
+    /// passed are refused. A store that applies expired requests would let a paused instance's
+    /// commit or delete land after newer decisions; on a store that ignores conditions nothing
+    /// else stops them. Runs on a scratch key, removed afterwards.
     pub async fn probe_expiry(&self, ttl: Duration, skew: Duration) -> Result<(), String> {
         // The deadlines are judged by two clocks: this instance's and the store's.
         let (ahead_min, ahead_max) = self.clients.signer.clock_offset().await?;
@@ -193,12 +194,19 @@ impl S3Backend {
         use std::time::{SystemTime, UNIX_EPOCH};
         let run = super::scratch::new_run();
         let key = self.scratch_key(&run);
+        // Signed as the commits are: with the condition only where the store honours it.
+        let conditional = self
+            .conditional_puts
+            .load(std::sync::atomic::Ordering::Relaxed);
         let put = || Request {
             method: "PUT",
             bucket: &self.bucket,
             key: &key,
             upload_id: None,
-            headers: vec![("if-none-match".into(), "*".into())],
+            headers: conditional
+                .then(|| ("if-none-match".into(), "*".into()))
+                .into_iter()
+                .collect(),
             body: bytes::Bytes::from_static(b"fencegate probe").into(),
         };
         let now = SystemTime::now();
@@ -221,6 +229,23 @@ impl S3Backend {
                 now + Duration::from_secs(30),
             )
             .await;
+        // Deletes are bounded the same way: a late DeleteObject must be refused too, whether
+        // or not the store honours its If-Match (a fence advance leaves the version as it was).
+        let expired_delete = signer
+            .send_signed(
+                "DeleteObject",
+                Request {
+                    method: "DELETE",
+                    bucket: &self.bucket,
+                    key: &key,
+                    upload_id: None,
+                    headers: Vec::new(),
+                    body: bytes::Bytes::new().into(),
+                },
+                (whole - Duration::from_secs(10), Duration::from_secs(1)),
+                now + Duration::from_secs(30),
+            )
+            .await;
         self.remove_run(&run).await;
         if let Err(e) = fresh {
             return Err(format!(
@@ -229,13 +254,21 @@ impl S3Backend {
             ));
         }
         match expired {
-            Err(S3Failure::Fault(crate::backend::BackendError::Expired(_))) => Ok(()),
-            // The first put created the key: a store that ignores expiry still applies the
-            // condition and answers 412.
-            Err(S3Failure::Precondition) | Ok(_) => Err("the store applied a presigned PutObject whose expiry had passed; cluster mode relies on the store refusing it (403 AccessDenied, \"Request has expired\"); run one instance on rocksdb with this store".into()),
-            Err(other) => Err(format!(
+            Err(S3Failure::Fault(crate::backend::BackendError::Expired(_))) => {}
+            // The first put created the key: a store that ignores expiry but honours the
+            // condition answers 412.
+            Err(S3Failure::Precondition) | Ok(_) => return Err("the store applied a presigned PutObject whose expiry had passed; cluster mode relies on the store refusing it (403 AccessDenied, \"Request has expired\"); run one instance on rocksdb with this store".into()),
+            Err(other) => return Err(format!(
                 "a presigned PutObject whose expiry had passed was refused, but not as expired: {}",
                 other.into_backend("PutObject")
+            )),
+        }
+        match expired_delete {
+            Err(S3Failure::Fault(crate::backend::BackendError::Expired(_))) => Ok(()),
+            Ok(_) | Err(S3Failure::NotFound) => Err("the store applied a presigned DeleteObject whose expiry had passed; cluster mode relies on the store refusing it (403 AccessDenied, \"Request has expired\"); run one instance on rocksdb with this store".into()),
+            Err(other) => Err(format!(
+                "a presigned DeleteObject whose expiry had passed was refused, but not as expired: {}",
+                other.into_backend("DeleteObject")
             )),
         }
     }

@@ -2,6 +2,7 @@
 
 mod etcd_store;
 mod limits;
+mod no_conditions;
 mod one_endpoint;
 mod protocol;
 mod script;
