@@ -266,18 +266,10 @@ async fn paused(op: Op, mode: Mode) -> ((u16, Vec<u8>), u16, Rig) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     unsafe { libc::kill(rig.servers[1].pid() as i32, libc::SIGSTOP) };
-    let started = Instant::now();
-    let (s, body) = loop {
-        let (s, body) = put(&c, &rig.native(0, "p"), Some("3"), b"newer").await;
-        if s != 503 || started.elapsed() > Duration::from_secs(30) {
-            break (s, body);
-        }
-        assert_eq!(body["error"].as_str(), Some("CommitInProgress"), "{body}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let (s, body, waited) = super::put_past_commit_in_progress(&c, &rig.native(0, "p"), "3", b"newer").await;
     assert_eq!(s, 200, "the newer holder's write: {body}");
     assert!(
-        started.elapsed() >= Duration::from_millis(2500),
+        waited >= Duration::from_millis(2500),
         "the newer write did not wait for the paused request's deadline"
     );
     // The held request reaches the store while the instance still sleeps, as a request in

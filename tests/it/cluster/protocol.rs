@@ -560,18 +560,10 @@ async fn paused_commit(mode: Mode, newer: &'static [u8]) -> (Vec<u8>, Option<u64
     unsafe { libc::kill(paused.pid() as i32, libc::SIGSTOP) };
     // The newer holder's write waits (503 CommitInProgress, retried as a client would) until
     // the paused commit's deadline has passed (intent_ttl_secs = 3, plus the skew).
-    let started = Instant::now();
-    let (s, body) = loop {
-        let (s, body) = put(&c, &cluster.object(1, "p"), Some("3"), newer).await;
-        if s != 503 || started.elapsed() > Duration::from_secs(30) {
-            break (s, body);
-        }
-        assert_eq!(body["error"].as_str(), Some("CommitInProgress"), "{body}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let (s, body, waited) = super::put_past_commit_in_progress(&c, &cluster.object(1, "p"), "3", newer).await;
     assert_eq!(s, 200, "the newer holder's write: {body}");
     assert!(
-        started.elapsed() >= Duration::from_millis(2500),
+        waited >= Duration::from_millis(2500),
         "the newer write did not wait for the paused commit's deadline"
     );
     // The held request goes on to the store while the instance still sleeps (as a request in
