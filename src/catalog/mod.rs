@@ -11,6 +11,8 @@ mod shared;
 mod startup;
 #[cfg(feature = "s3")]
 pub mod store_probe;
+#[cfg(feature = "s3")]
+mod claim;
 
 pub use startup::{build, build_gate, record_scope, StartupError};
 
@@ -64,6 +66,10 @@ pub struct Backends {
     staging_min_age: Duration,
     #[cfg(feature = "s3")]
     spooler: Option<Arc<crate::backend::s3::spool::Spooler>>,
+    /// The fence table's id, which each s3 store place's claim must name before the place is
+    /// served (`claim.rs`); `None` until the table is open, and then no place is served.
+    #[cfg_attr(not(feature = "s3"), allow(dead_code))]
+    table_id: Option<String>,
 }
 
 /// How old a staging file must be before a backend opened while serving removes it: older
@@ -78,6 +84,11 @@ impl Backends {
             sweep_uploads: Some(registered),
             ..Backends::default()
         }
+    }
+
+    /// The fence table's id, for the claims of the s3 places built from now on.
+    pub fn set_table_id(&mut self, id: String) {
+        self.table_id = Some(id);
     }
 
     /// Serving now: no more sweeping of uploads, and only stale staging files.

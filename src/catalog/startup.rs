@@ -71,6 +71,8 @@ pub async fn build(
         took_ms = started.elapsed().as_millis() as u64,
         "fence table open"
     );
+    // Before any backend is built: each s3 place's claim names this id.
+    backends.set_table_id(crate::fence::table_id(store.as_ref()).await?);
     let mut created_ms = BTreeMap::new();
     for (bucket, policy) in &config.buckets {
         created_ms.insert(

@@ -107,7 +107,9 @@ impl Gate {
     ) -> Result<ListPage, GateError> {
         let entry = self.bucket(bucket)?;
         let mut page = entry.backend.list(bucket, prefix, start_after, max).await?;
-        let objects = std::mem::take(&mut page.objects);
+        // fencegate's own objects (the place's claim, probes in progress) are not the client's.
+        let mut objects = std::mem::take(&mut page.objects);
+        objects.retain(|info| !scope::reserved(&info.key));
         page.objects = futures::stream::iter(objects)
             .map(|info| self.visible(bucket, info))
             .buffered(16)
