@@ -6,13 +6,13 @@
 //! the created buckets are its records instead, for every instance (`shared.rs`).
 
 #[cfg(feature = "s3")]
+mod claim;
+#[cfg(feature = "s3")]
 mod s3;
 mod shared;
 mod startup;
 #[cfg(feature = "s3")]
 pub mod store_probe;
-#[cfg(feature = "s3")]
-mod claim;
 
 pub use startup::{build, build_gate, record_scope, StartupError};
 

@@ -191,7 +191,11 @@ mod tests {
         }
         assert!(validate_key(&"k".repeat(1024)).is_ok());
         assert!(validate_key(&"k".repeat(1025)).is_err());
-        for own in [".fencegate-probe/claim", ".fencegate-probe", ".fencegate-probe/r/x"] {
+        for own in [
+            ".fencegate-probe/claim",
+            ".fencegate-probe",
+            ".fencegate-probe/r/x",
+        ] {
             assert!(validate_key(own).is_err(), "{own:?}");
         }
         assert!(validate_key("a/.fencegate-probe/claim").is_ok());
