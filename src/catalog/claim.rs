@@ -15,14 +15,18 @@ use std::time::Duration;
 const SETTLE: Duration = Duration::from_secs(1);
 
 /// Checks (or makes) the claim of `backend`'s place for the table `table_id`. `place` names
-/// the place for messages; `honours_conditions`: the store honours `If-None-Match: *`.
+/// the place for messages; `honours_conditions`: the store honours `If-None-Match: *`;
+/// `take_over`: another table's claim is replaced rather than refused (`fences rebuild`, which
+/// makes this table the place's fences from the objects themselves, its writers stopped).
 pub async fn claim_place(
     backend: &S3Backend,
     table_id: &str,
     place: &str,
     honours_conditions: bool,
+    take_over: bool,
 ) -> Result<(), String> {
     let mut wrote = false;
+    let mut replace = false;
     for _ in 0..3 {
         match backend.read_claim().await.map_err(|e| {
             format!("{e}; fencegate checks that no other fence table fences {place} before serving it, so it cannot start until the store answers")
@@ -33,10 +37,14 @@ pub async fn claim_place(
                 }
                 return Ok(());
             }
+            Some(claim) if take_over && !replace => {
+                tracing::warn!(%place, key = %backend.claim_key(), previous = %claim.table_id, host = %claim.host, at = %claim.at, table_id, "the rebuilt fence table takes over the store place's claim from the table named; if an instance on that table still runs, stop it: two tables on one place decide apart");
+                replace = true;
+            }
             Some(claim) => return Err(refusal(backend, place, &claim)),
             None => {}
         }
-        wrote = backend.write_claim(&Claim::new(table_id)).await?;
+        wrote = backend.write_claim(&Claim::new(table_id), replace).await?;
         if wrote && !honours_conditions {
             tokio::time::sleep(SETTLE).await;
         }

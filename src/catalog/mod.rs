@@ -70,6 +70,9 @@ pub struct Backends {
     /// served (`claim.rs`); `None` until the table is open, and then no place is served.
     #[cfg_attr(not(feature = "s3"), allow(dead_code))]
     table_id: Option<String>,
+    /// `fences rebuild`: another table's claim is taken over, not refused.
+    #[cfg_attr(not(feature = "s3"), allow(dead_code))]
+    take_over_claims: bool,
 }
 
 /// How old a staging file must be before a backend opened while serving removes it: older
@@ -89,6 +92,15 @@ impl Backends {
     /// The fence table's id, for the claims of the s3 places built from now on.
     pub fn set_table_id(&mut self, id: String) {
         self.table_id = Some(id);
+    }
+
+    /// For `fences rebuild`, which makes its table the fences of every place it builds from
+    /// the objects there: the places' claims pass to it.
+    pub fn taking_over_claims() -> Backends {
+        Backends {
+            take_over_claims: true,
+            ..Backends::default()
+        }
     }
 
     /// Serving now: no more sweeping of uploads, and only stale staging files.

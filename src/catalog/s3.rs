@@ -59,7 +59,7 @@ impl Backends {
             config.namespace(bucket, policy)
         );
         let honours = s3cfg.conditional_writes() != crate::config::ConditionalWrites::Fencegate;
-        super::claim::claim_place(&backend, table_id, &place, honours)
+        super::claim::claim_place(&backend, table_id, &place, honours, self.take_over_claims)
             .await
             .map_err(|e| format!("bucket {bucket} (s3 backend {name}): {e}"))?;
         // Several instances: another one's uploads in progress are not in this

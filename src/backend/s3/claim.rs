@@ -85,10 +85,10 @@ impl S3Backend {
         })
     }
 
-    /// Writes `claim` if the place has none (`If-None-Match: *`): false when the store says
-    /// one is there already. A store that ignores the condition overwrites; the caller reads
-    /// the claim back either way.
-    pub async fn write_claim(&self, claim: &Claim) -> Result<bool, String> {
+    /// Writes `claim` if the place has none (`If-None-Match: *`), or whatever is there when
+    /// `replace`: false when the store says one is there already. A store that ignores the
+    /// condition overwrites; the caller reads the claim back either way.
+    pub async fn write_claim(&self, claim: &Claim, replace: bool) -> Result<bool, String> {
         let key = self.claim_key();
         let body = serde_json::to_vec_pretty(claim).expect("a claim always serializes");
         match self
@@ -98,7 +98,7 @@ impl S3Backend {
             .bucket(&self.bucket)
             .key(&key)
             .content_type("application/json")
-            .if_none_match("*")
+            .set_if_none_match((!replace).then(|| "*".to_string()))
             .body(ByteStream::from(body))
             .send()
             .await
