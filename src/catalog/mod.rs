@@ -6,6 +6,8 @@
 //! the created buckets are its records instead, for every instance (`shared.rs`).
 
 #[cfg(feature = "s3")]
+mod claim;
+#[cfg(feature = "s3")]
 mod s3;
 mod shared;
 mod startup;
@@ -64,6 +66,13 @@ pub struct Backends {
     staging_min_age: Duration,
     #[cfg(feature = "s3")]
     spooler: Option<Arc<crate::backend::s3::spool::Spooler>>,
+    /// The fence table's id, which each s3 store place's claim must name before the place is
+    /// served (`claim.rs`); `None` until the table is open, and then no place is served.
+    #[cfg_attr(not(feature = "s3"), allow(dead_code))]
+    table_id: Option<String>,
+    /// `fences rebuild`: another table's claim is taken over, not refused.
+    #[cfg_attr(not(feature = "s3"), allow(dead_code))]
+    take_over_claims: bool,
 }
 
 /// How old a staging file must be before a backend opened while serving removes it: older
@@ -76,6 +85,20 @@ impl Backends {
     pub fn for_startup(registered: HashSet<String>) -> Backends {
         Backends {
             sweep_uploads: Some(registered),
+            ..Backends::default()
+        }
+    }
+
+    /// The fence table's id, for the claims of the s3 places built from now on.
+    pub fn set_table_id(&mut self, id: String) {
+        self.table_id = Some(id);
+    }
+
+    /// For `fences rebuild`, which makes its table the fences of every place it builds from
+    /// the objects there: the places' claims pass to it.
+    pub fn taking_over_claims() -> Backends {
+        Backends {
+            take_over_claims: true,
             ..Backends::default()
         }
     }

@@ -47,6 +47,21 @@ impl Backends {
         prepare_s3(bucket, name, s3cfg, &backend)
             .await
             .map_err(|e| e.to_string())?;
+        // Before anything is served from the place, and on every path that serves one (start-up
+        // and buckets created later): no other fence table may be fencing it.
+        let Some(table_id) = self.table_id.as_deref() else {
+            return Err(format!(
+                "bucket {bucket}: the fence table is not open, so the store place cannot be claimed; this is a bug in fencegate"
+            ));
+        };
+        let place = format!(
+            "store place {} (bucket {bucket}, backend {name})",
+            config.namespace(bucket, policy)
+        );
+        let honours = s3cfg.conditional_writes() != crate::config::ConditionalWrites::Fencegate;
+        super::claim::claim_place(&backend, table_id, &place, honours, self.take_over_claims)
+            .await
+            .map_err(|e| format!("bucket {bucket} (s3 backend {name}): {e}"))?;
         // Several instances: another one's uploads in progress are not in this
         // instance's registry, and must not be taken for abandoned ones.
         let shared = config.etcd.is_some();

@@ -43,9 +43,11 @@ pub enum StartupError {
     },
 }
 
-/// Opens the fence table and the backends (probing each s3 store) and builds the gate.
+/// Opens the fence table and the backends (probing each s3 store) and builds the gate, for
+/// `fences rebuild`: the table it rebuilds from the objects takes over each s3 place's claim
+/// (a lost table's claim would otherwise refuse the rebuilt one for ever).
 pub async fn build_gate(config: &Config) -> Result<(Gate, Arc<dyn FenceStore>), StartupError> {
-    let (gate, store, _) = build(config, Backends::default()).await?;
+    let (gate, store, _) = build(config, Backends::taking_over_claims()).await?;
     Ok((gate, store))
 }
 
@@ -71,6 +73,8 @@ pub async fn build(
         took_ms = started.elapsed().as_millis() as u64,
         "fence table open"
     );
+    // Before any backend is built: each s3 place's claim names this id.
+    backends.set_table_id(crate::fence::table_id(store.as_ref()).await?);
     let mut created_ms = BTreeMap::new();
     for (bucket, policy) in &config.buckets {
         created_ms.insert(

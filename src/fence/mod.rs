@@ -96,6 +96,10 @@ pub struct FenceRow {
     /// expire so that a retry is answered as the first request was (`gate::idempotency`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty", rename = "A")]
     pub answered: BTreeMap<String, Answered>,
+    /// On the [`TABLE_ID_ROW`] row: the table's id, drawn once when the table is first used,
+    /// which the claim each s3 store place holds names (`catalog::claim`).
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "I")]
+    pub table_id: Option<String>,
     /// Shared tables only: the revision this row was read at (0: absent when read). A put of
     /// the row succeeds only if the row is still at that revision. Not stored.
     #[serde(skip)]
@@ -108,6 +112,35 @@ pub struct FenceRow {
     /// the floor ([`Self::judged_by_floor`]). Not stored.
     #[serde(skip)]
     pub floor_guard: Option<(String, i64)>,
+}
+
+/// The row holding the table's id ([`table_id`]).
+pub const TABLE_ID_ROW: &str = "table:id";
+
+/// The table's id: read, or drawn (random 128-bit hex) and recorded if the table has none
+/// yet. On a shared table the put is made only if the row is still absent, so every instance
+/// of a cluster reads the same id, whichever drew it first.
+pub async fn table_id(store: &dyn FenceStore) -> Result<String, StoreError> {
+    for _ in 0..5 {
+        let row = store.get(TABLE_ID_ROW).await?.unwrap_or_default();
+        if let Some(id) = &row.table_id {
+            return Ok(id.clone());
+        }
+        let id = format!("{:032x}", rand::random::<u128>());
+        let row = FenceRow {
+            table_id: Some(id.clone()),
+            ..row
+        };
+        match store
+            .put(vec![(TABLE_ID_ROW.to_string(), row)], Durability::Synced)
+            .await
+        {
+            Ok(_) => return Ok(id),
+            Err(StoreError::Conflict(_)) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(StoreError::Conflict(TABLE_ID_ROW.to_string()))
 }
 
 /// A lease held, as every instance sharing the table sees it (`lease::shared`).

@@ -107,7 +107,22 @@ impl Gate {
     ) -> Result<ListPage, GateError> {
         let entry = self.bucket(bucket)?;
         let mut page = entry.backend.list(bucket, prefix, start_after, max).await?;
-        let objects = std::mem::take(&mut page.objects);
+        // fencegate's own objects (the place's claim, probes in progress) are not the client's.
+        // A page that held only those is not the end: callers take an empty page for an empty
+        // bucket (DeleteBucket's check), so the listing goes on past them.
+        let mut objects = std::mem::take(&mut page.objects);
+        objects.retain(|info| !scope::reserved(&info.key));
+        while objects.is_empty() {
+            let Some(after) = page.next_start_after.take() else {
+                break;
+            };
+            page = entry
+                .backend
+                .list(bucket, prefix, Some(&after), max)
+                .await?;
+            objects = std::mem::take(&mut page.objects);
+            objects.retain(|info| !scope::reserved(&info.key));
+        }
         page.objects = futures::stream::iter(objects)
             .map(|info| self.visible(bucket, info))
             .buffered(16)

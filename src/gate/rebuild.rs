@@ -44,7 +44,8 @@ impl Gate {
                 .backend
                 .list(bucket, "", start_after.as_deref(), PAGE)
                 .await?;
-            for listed in &page.objects {
+            // fencegate's own objects (the place's claim) are not the client's to fence.
+            for listed in page.objects.iter().filter(|o| !scope::reserved(&o.key)) {
                 // Listings carry no metadata: read each object's head for its token.
                 let Some(info) = entry.backend.head(bucket, &listed.key).await? else {
                     continue;

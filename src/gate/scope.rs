@@ -8,8 +8,18 @@ use crate::config::{BucketPolicy, ScopeKind};
 pub const MAX_KEY_BYTES: usize = 1024;
 const MAX_SCOPE_NAME: usize = 256;
 
+/// The first segment of the keys fencegate keeps for itself in each store place: the probes'
+/// scratch objects and the place's claim (`backend::s3::claim`).
+pub const RESERVED: &str = ".fencegate-probe/";
+
+/// Whether `key` lies in fencegate's own space ([`RESERVED`]), hidden from listings.
+pub fn reserved(key: &str) -> bool {
+    key.starts_with(RESERVED) || key == RESERVED.trim_end_matches('/')
+}
+
 /// Refuses keys no client should send: empty, over 1024 bytes, control characters (NUL
-/// included), and `.` or `..` segments, which mean directory traversal to every file tool.
+/// included), `.` or `..` segments, which mean directory traversal to every file tool, and
+/// keys in fencegate's own space, where a client could overwrite or delete the place's claim.
 pub fn validate_key(key: &str) -> Result<(), GateError> {
     if key.is_empty() {
         return Err(invalid_key("the key is empty".into(), "InvalidArgument"));
@@ -33,6 +43,12 @@ pub fn validate_key(key: &str) -> Result<(), GateError> {
         // S3 takes these; fencegate does not (docs/s3.md, "Where fencegate answers as AWS does").
         return Err(invalid_key(
             "the key has a `.` or `..` segment".into(),
+            "InvalidArgument",
+        ));
+    }
+    if reserved(key) {
+        return Err(invalid_key(
+            format!("keys under {RESERVED} are fencegate's own (its store probes and the claim that ties the store place to one fence table); use another key"),
             "InvalidArgument",
         ));
     }
@@ -175,5 +191,14 @@ mod tests {
         }
         assert!(validate_key(&"k".repeat(1024)).is_ok());
         assert!(validate_key(&"k".repeat(1025)).is_err());
+        for own in [
+            ".fencegate-probe/claim",
+            ".fencegate-probe",
+            ".fencegate-probe/r/x",
+        ] {
+            assert!(validate_key(own).is_err(), "{own:?}");
+        }
+        assert!(validate_key("a/.fencegate-probe/claim").is_ok());
+        assert!(validate_key(".fencegate-probex").is_ok());
     }
 }

@@ -26,6 +26,7 @@ macro_rules! system_of {
     };
 }
 
+pub mod claim;
 mod client;
 mod commit;
 mod direct;

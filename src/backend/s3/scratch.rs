@@ -1,13 +1,14 @@
 //! The probes' scratch space in the store: `<prefix>.fencegate-probe/<run>/<random>`, one run
 //! per probe, removed whole when the probe ends (whatever ended it), and runs that a killed
 //! process left behind removed by the next probe once they are an hour old (younger ones may
-//! be another instance's probe in progress).
+//! be another instance's probe in progress). The place's claim (`claim.rs`) lives here too,
+//! and no sweep removes it.
 
 use super::errors::classify;
 use super::S3Backend;
 use std::time::Duration;
 
-const SCRATCH: &str = ".fencegate-probe/";
+pub(super) const SCRATCH: &str = ".fencegate-probe/";
 
 /// Runs older than this are leftovers: no probe takes that long.
 const LEFT_OVER: Duration = Duration::from_secs(3600);
@@ -70,7 +71,8 @@ impl S3Backend {
                 .send()
                 .await
                 .map_err(|e| format!("{:?}", classify("ListObjectsV2", e)))?;
-            for object in page.contents() {
+            let claim = self.claim_key();
+            for object in page.contents().iter().filter(|o| o.key() != Some(&claim)) {
                 let modified = object.last_modified().and_then(|t| t.to_millis().ok());
                 if let Some(key) = object.key().filter(|_| Self::old_enough(modified, min_age)) {
                     self.clients

@@ -10,4 +10,5 @@ mod readme;
 mod reload;
 mod scripts;
 mod startup_checks;
+mod store_claim;
 mod tls;

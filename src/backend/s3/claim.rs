@@ -1,0 +1,116 @@
+//! The claim a fence table holds on a store place: one object, `<prefix>.fencegate-probe/claim`,
+//! in the probes' reserved space (fencegate refuses client keys there and hides them from
+//! listings), naming the id of the fence table that fences the place. Two fence tables on one
+//! place would each decide conditions and tokens alone; the claim lets the second refuse to
+//! start (`catalog::claim`).
+
+use super::errors::{classify, S3Failure};
+use super::S3Backend;
+use aws_sdk_s3::primitives::ByteStream;
+
+/// The claim's name inside the reserved space; the sweep of left-over probe runs keeps it.
+pub const CLAIM_NAME: &str = "claim";
+
+/// What a claim object holds: the table's id, and for whoever reads it, where and when the
+/// claim was made.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Claim {
+    pub table_id: String,
+    #[serde(default)]
+    pub host: String,
+    /// RFC 3339, UTC.
+    #[serde(default)]
+    pub at: String,
+}
+
+impl Claim {
+    /// A claim for `table_id`, made here and now.
+    pub fn new(table_id: &str) -> Claim {
+        Claim {
+            table_id: table_id.to_string(),
+            host: host_name(),
+            at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        }
+    }
+}
+
+/// This machine's name, for the humans reading a claim; never compared.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "an unknown host".into())
+}
+
+impl S3Backend {
+    /// The claim's key in the store.
+    pub fn claim_key(&self) -> String {
+        format!("{}{}{CLAIM_NAME}", self.prefix, super::scratch::SCRATCH)
+    }
+
+    /// The claim on this place, if any. An object there that is not a claim is reported as
+    /// an error: it was not written by fencegate, and nothing can be concluded from it.
+    pub async fn read_claim(&self) -> Result<Option<Claim>, String> {
+        let key = self.claim_key();
+        let out = match self
+            .clients
+            .reads
+            .get_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) => {
+                return match classify("GetObject", e) {
+                    S3Failure::NotFound => Ok(None),
+                    other => Err(format!(
+                        "cannot read the claim {key}: {}",
+                        other.into_backend("GetObject")
+                    )),
+                }
+            }
+        };
+        let bytes = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| format!("cannot read the claim {key}: {e}"))?
+            .into_bytes();
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            format!("the object {key} in store bucket {} is not a fencegate claim ({e}); remove it (fencegate reserves .fencegate-probe/ for itself) and start again", self.bucket)
+        })
+    }
+
+    /// Writes `claim` if the place has none (`If-None-Match: *`), or whatever is there when
+    /// `replace`: false when the store says one is there already. A store that ignores the
+    /// condition overwrites; the caller reads the claim back either way.
+    pub async fn write_claim(&self, claim: &Claim, replace: bool) -> Result<bool, String> {
+        let key = self.claim_key();
+        let body = serde_json::to_vec_pretty(claim).expect("a claim always serializes");
+        match self
+            .clients
+            .writes
+            .put_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .content_type("application/json")
+            .set_if_none_match((!replace).then(|| "*".to_string()))
+            .body(ByteStream::from(body))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) => match classify("PutObject", e) {
+                S3Failure::Precondition => Ok(false),
+                other => Err(format!(
+                    "cannot write the claim {key}: {}",
+                    other.into_backend("PutObject")
+                )),
+            },
+        }
+    }
+}

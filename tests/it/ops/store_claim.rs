@@ -1,0 +1,202 @@
+//! The claim on a store place: two instances with fence tables of their own on one store
+//! place would each decide conditions and tokens alone, so the second refuses to start,
+//! naming the place and the claim; a restart of the first starts; deleting the claim lets
+//! the second start. The claim is fencegate's own: hidden from listings and refused as a key.
+
+use crate::common;
+use common::ministack::Ministack;
+use common::Server;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+const BUCKET: &str = "claimed";
+const CLAIM: &str = "lake/.fencegate-probe/claim";
+
+fn config(endpoint: &str, prefix: &str) -> String {
+    format!(
+        "[backends.store]\nkind = \"s3\"\nendpoint = \"{endpoint}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n\n[buckets.data]\nbackend = \"store\"\nbackend_bucket = \"{BUCKET}\"\nbackend_prefix = \"{prefix}\"\n"
+    )
+}
+
+/// `fencegate serve` on `data`: whether it came up (it is stopped again), and its log.
+fn try_start(data: &Path, config: &str) -> (bool, String) {
+    let file = data.with_extension("try.toml");
+    std::fs::write(&file, config).unwrap();
+    let mut child = Command::new(common::binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = String::new();
+    let mut up = false;
+    for line in BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        log += &line;
+        log.push('\n');
+        if line.contains("fencegate is listening") {
+            up = true;
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    (up, log)
+}
+
+async fn claim_of(store: &Ministack) -> Option<serde_json::Value> {
+    let out = store
+        .client()
+        .get_object()
+        .bucket(BUCKET)
+        .key(CLAIM)
+        .send()
+        .await
+        .ok()?;
+    let bytes = out.body.collect().await.unwrap().into_bytes();
+    Some(serde_json::from_slice(&bytes).unwrap())
+}
+
+#[tokio::test]
+async fn a_second_fence_table_on_one_store_place_is_refused_until_its_claim_is_deleted() {
+    let store = Ministack::start();
+    store.create_bucket(BUCKET).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    let text = config(&store.endpoint(), "lake/");
+
+    let (up, log) = try_start(&first, &text);
+    assert!(up, "{log}");
+    let claim = claim_of(&store)
+        .await
+        .expect("the first start claims the place");
+    let first_id = claim["table_id"].as_str().unwrap().to_string();
+    assert_eq!(first_id.len(), 32, "{claim}");
+
+    // Another table on the same place: refused, with the place, the claim and what to do.
+    let (up, log) = try_start(&second, &text);
+    assert!(!up, "{log}");
+    for part in [
+        "already fenced by another fence table",
+        &first_id,
+        "prefix \"lake/\" of store bucket claimed",
+        CLAIM,
+        "run the instances as a cluster",
+    ] {
+        assert!(log.contains(part), "{part:?} not in:\n{log}");
+    }
+
+    // A restart of the first: its own table, its own claim.
+    let (up, log) = try_start(&first, &text);
+    assert!(up, "{log}");
+    // Another place of the same store bucket is free for the second table.
+    let (up, log) = try_start(&second, &config(&store.endpoint(), "other/"));
+    assert!(up, "{log}");
+
+    // The negative control: with the claim deleted, the second table claims the place, and
+    // now the first is the one refused.
+    store
+        .client()
+        .delete_object()
+        .bucket(BUCKET)
+        .key(CLAIM)
+        .send()
+        .await
+        .unwrap();
+    let (up, log) = try_start(&second, &text);
+    assert!(up, "{log}");
+    let claim = claim_of(&store).await.unwrap();
+    assert_ne!(claim["table_id"].as_str().unwrap(), first_id);
+    let (up, log) = try_start(&first, &text);
+    assert!(
+        !up && log.contains("already fenced by another fence table"),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn the_claim_is_hidden_from_listings_and_refused_as_a_key() {
+    let store = Ministack::start();
+    store.create_bucket(BUCKET).await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        &dir.path().join("data"),
+        Some(&config(&store.endpoint(), "lake/")),
+    );
+    let before = claim_of(&store).await.expect("claimed at start-up");
+    let c = common::client();
+    let url = s.object_url("data", "kept.txt");
+    assert_eq!(common::put(&c, &url, Some("1"), b"x").await.0, 200);
+
+    let listed = c
+        .get(s.url("/data?list-type=2"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(listed.contains("kept.txt"), "{listed}");
+    assert!(!listed.contains("fencegate-probe"), "{listed}");
+    let delimited = c
+        .get(s.url("/data?list-type=2&delimiter=/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!delimited.contains("fencegate-probe"), "{delimited}");
+    let native = c
+        .get(s.url("/v1/objects/data"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!native.contains("fencegate-probe"), "{native}");
+
+    let key = ".fencegate-probe/claim";
+    let s3_url = s.url(&format!("/data/{key}"));
+    let native_url = s.object_url("data", key);
+    let answers = [
+        ("S3 PUT", c.put(&s3_url).body("mine").send().await.unwrap()),
+        ("S3 GET", c.get(&s3_url).send().await.unwrap()),
+        ("S3 DELETE", c.delete(&s3_url).send().await.unwrap()),
+        (
+            "native PUT",
+            c.put(&native_url)
+                .header("Fencing-Token", "9")
+                .body("mine")
+                .send()
+                .await
+                .unwrap(),
+        ),
+        (
+            "native DELETE",
+            c.delete(&native_url)
+                .header("Fencing-Token", "9")
+                .send()
+                .await
+                .unwrap(),
+        ),
+    ];
+    for (what, resp) in answers {
+        let status = resp.status().as_u16();
+        let body = resp.text().await.unwrap();
+        assert_eq!(status, 400, "{what}: {body}");
+        assert!(body.contains(".fencegate-probe/"), "{what}: {body}");
+    }
+    assert_eq!(
+        claim_of(&store).await,
+        Some(before),
+        "the claim is untouched"
+    );
+}
