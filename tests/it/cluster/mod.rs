@@ -26,7 +26,11 @@ pub(crate) async fn put_past_commit_in_progress(
         if s != 503 || started.elapsed() > std::time::Duration::from_secs(30) {
             return (s, answer, started.elapsed());
         }
-        assert_eq!(answer["error"].as_str(), Some("CommitInProgress"), "{answer}");
+        assert_eq!(
+            answer["error"].as_str(),
+            Some("CommitInProgress"),
+            "{answer}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }

@@ -266,7 +266,8 @@ async fn paused(op: Op, mode: Mode) -> ((u16, Vec<u8>), u16, Rig) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     unsafe { libc::kill(rig.servers[1].pid() as i32, libc::SIGSTOP) };
-    let (s, body, waited) = super::put_past_commit_in_progress(&c, &rig.native(0, "p"), "3", b"newer").await;
+    let (s, body, waited) =
+        super::put_past_commit_in_progress(&c, &rig.native(0, "p"), "3", b"newer").await;
     assert_eq!(s, 200, "the newer holder's write: {body}");
     assert!(
         waited >= Duration::from_millis(2500),

@@ -560,7 +560,8 @@ async fn paused_commit(mode: Mode, newer: &'static [u8]) -> (Vec<u8>, Option<u64
     unsafe { libc::kill(paused.pid() as i32, libc::SIGSTOP) };
     // The newer holder's write waits (503 CommitInProgress, retried as a client would) until
     // the paused commit's deadline has passed (intent_ttl_secs = 3, plus the skew).
-    let (s, body, waited) = super::put_past_commit_in_progress(&c, &cluster.object(1, "p"), "3", newer).await;
+    let (s, body, waited) =
+        super::put_past_commit_in_progress(&c, &cluster.object(1, "p"), "3", newer).await;
     assert_eq!(s, 200, "the newer holder's write: {body}");
     assert!(
         waited >= Duration::from_millis(2500),
