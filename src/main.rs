@@ -241,7 +241,7 @@ fn rebuild(bucket: &str, args: ServeArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let result = runtime.block_on(async {
-        let (gate, _store) = fencegate::server::build_gate(&config)
+        let (gate, _store) = fencegate::server::build_gate(&config, bucket)
             .await
             .map_err(|e| e.to_string())?;
         let started = std::time::Instant::now();

@@ -3,7 +3,9 @@
 //! Two fence tables on one place (two instances with data dirs of their own, or two
 //! spellings of one store) would each decide conditions and tokens alone, so racing
 //! conditional creates both win and a zombie's stale token writes through the table that never
-//! saw the newer one. The instances of a cluster share one table, hence one id, and pass.
+//! saw the newer one. Two buckets of one table on one place (a bucket renamed, two DNS names of
+//! one store) keep their rows apart just the same, so the claim names the bucket too. The
+//! instances of a cluster share one table, hence one id, and the bucket names, and pass.
 
 use crate::backend::s3::claim::Claim;
 use crate::backend::s3::S3Backend;
@@ -14,13 +16,14 @@ use std::time::Duration;
 /// the one both read back, so one of them refuses.
 const SETTLE: Duration = Duration::from_secs(1);
 
-/// Checks (or makes) the claim of `backend`'s place for the table `table_id`. `place` names
+/// Checks (or makes) the claim of `backend`'s place for bucket `bucket` of the table
+/// `table_id`. `place` names
 /// the place for messages; `honours_conditions`: the store honours `If-None-Match: *`;
 /// `take_over`: another table's claim is replaced rather than refused (`fences rebuild`, which
 /// makes this table the place's fences from the objects themselves, its writers stopped).
 pub async fn claim_place(
     backend: &S3Backend,
-    table_id: &str,
+    (table_id, bucket): (&str, &str),
     place: &str,
     honours_conditions: bool,
     take_over: bool,
@@ -31,20 +34,22 @@ pub async fn claim_place(
         match backend.read_claim().await.map_err(|e| {
             format!("{e}; fencegate checks that no other fence table fences {place} before serving it, so it cannot start until the store answers")
         })? {
-            Some(claim) if claim.table_id == table_id => {
+            Some(claim) if ours(&claim, table_id, bucket) => {
                 if wrote {
                     tracing::info!(%place, key = %backend.claim_key(), table_id, "claimed the store place for this fence table");
                 }
                 return Ok(());
             }
             Some(claim) if take_over && !replace => {
-                tracing::warn!(%place, key = %backend.claim_key(), previous = %claim.table_id, host = %claim.host, at = %claim.at, table_id, "the rebuilt fence table takes over the store place's claim from the table named; if an instance on that table still runs, stop it: two tables on one place decide apart");
+                tracing::warn!(%place, key = %backend.claim_key(), previous = %claim.table_id, previous_bucket = %claim.bucket, host = %claim.host, at = %claim.at, table_id, "the rebuilt fence table takes over the store place's claim from the table named; if an instance on that table still runs, stop it: two tables on one place decide apart");
                 replace = true;
             }
-            Some(claim) => return Err(refusal(backend, place, &claim)),
+            Some(claim) => return Err(refusal(backend, place, &claim, table_id)),
             None => {}
         }
-        wrote = backend.write_claim(&Claim::new(table_id), replace).await?;
+        wrote = backend
+            .write_claim(&Claim::new(table_id, bucket), replace)
+            .await?;
         if wrote && !honours_conditions {
             tokio::time::sleep(SETTLE).await;
         }
@@ -55,7 +60,25 @@ pub async fn claim_place(
     ))
 }
 
-fn refusal(backend: &S3Backend, place: &str, claim: &Claim) -> String {
+/// A claim made by this table for this bucket (a claim naming no bucket names any).
+fn ours(claim: &Claim, table_id: &str, bucket: &str) -> bool {
+    claim.table_id == table_id && (claim.bucket.is_empty() || claim.bucket == bucket)
+}
+
+fn refusal(backend: &S3Backend, place: &str, claim: &Claim, table_id: &str) -> String {
+    if claim.table_id == table_id {
+        return format!(
+            "{place} is already fenced by bucket {:?} of this fence table (claimed by host {} at {}): two buckets on one place keep two fences for each object, and the tokens recorded under {:?} do not fence writes through this one; if {:?} was renamed, rebuild this bucket's fences from the objects (`fencegate fences rebuild --bucket`, writers stopped), which takes the claim over; if two store endpoints name one store, use one; if {:?} is gone for good, delete {} from store bucket {} and start again",
+            claim.bucket,
+            claim.host,
+            claim.at,
+            claim.bucket,
+            claim.bucket,
+            claim.bucket,
+            backend.claim_key(),
+            backend.store_bucket()
+        );
+    }
     format!(
         "{place} is already fenced by another fence table (id {}, claimed by host {} at {}): two fence tables on one place decide apart and lose commits; run the instances as a cluster on one etcd table, or give this one another place (backend_bucket or backend_prefix); if that table is gone for good, delete {} from store bucket {} and start again",
         claim.table_id,

@@ -70,9 +70,9 @@ pub struct Backends {
     /// served (`claim.rs`); `None` until the table is open, and then no place is served.
     #[cfg_attr(not(feature = "s3"), allow(dead_code))]
     table_id: Option<String>,
-    /// `fences rebuild`: another table's claim is taken over, not refused.
+    /// `fences rebuild` of this bucket: another claim on its place is taken over, not refused.
     #[cfg_attr(not(feature = "s3"), allow(dead_code))]
-    take_over_claims: bool,
+    take_over_claim: Option<String>,
 }
 
 /// How old a staging file must be before a backend opened while serving removes it: older
@@ -94,11 +94,11 @@ impl Backends {
         self.table_id = Some(id);
     }
 
-    /// For `fences rebuild`, which makes its table the fences of every place it builds from
-    /// the objects there: the places' claims pass to it.
-    pub fn taking_over_claims() -> Backends {
+    /// For `fences rebuild` of `bucket`, which makes its rows the fences of the bucket's place
+    /// from the objects there: the place's claim passes to it.
+    pub fn taking_over_claim(bucket: &str) -> Backends {
         Backends {
-            take_over_claims: true,
+            take_over_claim: Some(bucket.to_string()),
             ..Backends::default()
         }
     }

@@ -59,9 +59,15 @@ impl Backends {
             config.namespace(bucket, policy)
         );
         let honours = s3cfg.conditional_writes() != crate::config::ConditionalWrites::Fencegate;
-        super::claim::claim_place(&backend, table_id, &place, honours, self.take_over_claims)
-            .await
-            .map_err(|e| format!("bucket {bucket} (s3 backend {name}): {e}"))?;
+        super::claim::claim_place(
+            &backend,
+            (table_id, bucket),
+            &place,
+            honours,
+            self.take_over_claim.as_deref() == Some(bucket),
+        )
+        .await
+        .map_err(|e| format!("bucket {bucket} (s3 backend {name}): {e}"))?;
         // Several instances: another one's uploads in progress are not in this
         // instance's registry, and must not be taken for abandoned ones.
         let shared = config.etcd.is_some();

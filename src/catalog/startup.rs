@@ -44,10 +44,14 @@ pub enum StartupError {
 }
 
 /// Opens the fence table and the backends (probing each s3 store) and builds the gate, for
-/// `fences rebuild`: the table it rebuilds from the objects takes over each s3 place's claim
-/// (a lost table's claim would otherwise refuse the rebuilt one for ever).
-pub async fn build_gate(config: &Config) -> Result<(Gate, Arc<dyn FenceStore>), StartupError> {
-    let (gate, store, _) = build(config, Backends::taking_over_claims()).await?;
+/// `fences rebuild` of `rebuilt`: the bucket whose rows it rebuilds from the objects takes
+/// over its place's claim (a lost table's claim, or the bucket's old name, would otherwise
+/// refuse it for ever).
+pub async fn build_gate(
+    config: &Config,
+    rebuilt: &str,
+) -> Result<(Gate, Arc<dyn FenceStore>), StartupError> {
+    let (gate, store, _) = build(config, Backends::taking_over_claim(rebuilt)).await?;
     Ok((gate, store))
 }
 

@@ -1,8 +1,9 @@
 //! The claim a fence table holds on a store place: one object, `<prefix>.fencegate-probe/claim`,
 //! in the probes' reserved space (fencegate refuses client keys there and hides them from
-//! listings), naming the id of the fence table that fences the place. Two fence tables on one
-//! place would each decide conditions and tokens alone; the claim lets the second refuse to
-//! start (`catalog::claim`).
+//! listings), naming the id of the fence table that fences the place and the fencegate bucket
+//! served from it. Two fence tables on one place would each decide conditions and tokens alone,
+//! and so would two buckets of one table (their rows are apart); the claim lets the second
+//! refuse to start (`catalog::claim`).
 
 use super::errors::{classify, S3Failure};
 use super::S3Backend;
@@ -16,6 +17,9 @@ pub const CLAIM_NAME: &str = "claim";
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Claim {
     pub table_id: String,
+    /// The fencegate bucket whose rows fence the place (empty in a claim that names none).
+    #[serde(default)]
+    pub bucket: String,
     #[serde(default)]
     pub host: String,
     /// RFC 3339, UTC.
@@ -24,10 +28,11 @@ pub struct Claim {
 }
 
 impl Claim {
-    /// A claim for `table_id`, made here and now.
-    pub fn new(table_id: &str) -> Claim {
+    /// A claim for bucket `bucket` of the table `table_id`, made here and now.
+    pub fn new(table_id: &str, bucket: &str) -> Claim {
         Claim {
             table_id: table_id.to_string(),
+            bucket: bucket.to_string(),
             host: host_name(),
             at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         }

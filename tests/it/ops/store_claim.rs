@@ -14,8 +14,13 @@ const BUCKET: &str = "claimed";
 const CLAIM: &str = "lake/.fencegate-probe/claim";
 
 fn config(endpoint: &str, prefix: &str) -> String {
+    config_named(endpoint, prefix, "data")
+}
+
+/// The configuration with the fencegate bucket named `bucket`.
+fn config_named(endpoint: &str, prefix: &str, bucket: &str) -> String {
     format!(
-        "[backends.store]\nkind = \"s3\"\nendpoint = \"{endpoint}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n\n[buckets.data]\nbackend = \"store\"\nbackend_bucket = \"{BUCKET}\"\nbackend_prefix = \"{prefix}\"\n"
+        "[backends.store]\nkind = \"s3\"\nendpoint = \"{endpoint}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n\n[buckets.{bucket}]\nbackend = \"store\"\nbackend_bucket = \"{BUCKET}\"\nbackend_prefix = \"{prefix}\"\n"
     )
 }
 
@@ -198,5 +203,55 @@ async fn the_claim_is_hidden_from_listings_and_refused_as_a_key() {
         claim_of(&store).await,
         Some(before),
         "the claim is untouched"
+    );
+}
+
+/// One table, the place served under another bucket name (a bucket renamed, or two names of
+/// one store in one configuration): the rows recorded under the first name do not fence the
+/// second, so it is refused, naming the bucket and the rebuild; the rebuild takes the claim
+/// over and the bucket starts under its new name.
+#[tokio::test]
+async fn a_renamed_bucket_on_a_claimed_place_is_refused_until_its_fences_are_rebuilt() {
+    let store = Ministack::start();
+    store.create_bucket(BUCKET).await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (up, log) = try_start(&data, &config(&store.endpoint(), "lake/"));
+    assert!(up, "{log}");
+    assert_eq!(claim_of(&store).await.unwrap()["bucket"], "data");
+
+    let renamed = config_named(&store.endpoint(), "lake/", "renamed");
+    let (up, log) = try_start(&data, &renamed);
+    assert!(!up, "{log}");
+    for part in [
+        "already fenced by bucket \"data\" of this fence table",
+        "fences rebuild --bucket",
+        CLAIM,
+    ] {
+        assert!(log.contains(part), "{part:?} not in:\n{log}");
+    }
+
+    let file = data.with_extension("renamed.toml");
+    std::fs::write(&file, &renamed).unwrap();
+    let out = Command::new(common::binary())
+        .args(["fences", "rebuild", "--bucket", "renamed", "--config"])
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(claim_of(&store).await.unwrap()["bucket"], "renamed");
+    let (up, log) = try_start(&data, &renamed);
+    assert!(up, "{log}");
+    // And the old name is now the one refused.
+    let (up, log) = try_start(&data, &config(&store.endpoint(), "lake/"));
+    assert!(
+        !up && log.contains("already fenced by bucket \"renamed\""),
+        "{log}"
     );
 }

@@ -277,6 +277,9 @@ secret_access_key = "app-secret-0123456"
 [buckets.front]
 backend = "remote"
 backend_bucket = "store"
+# The store is a fencegate, which refuses keys under .fencegate-probe/ at the top of a bucket:
+# the front's probes and claim go under a prefix.
+backend_prefix = "front/"
 "#,
             ca.map(|p| format!("ca_file = \"{}\"", p.display()))
                 .unwrap_or_default()
@@ -317,7 +320,7 @@ backend_bucket = "store"
     let got = https_client(&endpoint, &pem)
         .get_object()
         .bucket("store")
-        .key("through.txt")
+        .key("front/through.txt")
         .send()
         .await
         .unwrap();
