@@ -69,6 +69,18 @@ def race(n, body):
     return errors
 
 
+def race_broke_the_store(errors):
+    """Judges the writers' failures in a race on one table. Through fencegate none may fail. On
+    the store alone a writer may read an object that another is writing over at the same time
+    (the create-if-absent its library relies on is ignored), and fail: that is printed as what
+    the store lost, and the checks that need every writer to have finished are skipped."""
+    if GATED or not errors:
+        check(not errors, f"a writer failed: {errors}")
+        return False
+    step(f"the store alone: {len(errors)} writer(s) failed mid-race: {errors}")
+    return True
+
+
 def obstore_modes():
     import obstore
     from obstore.exceptions import AlreadyExistsError, PreconditionError
@@ -149,8 +161,8 @@ def deltalake_appends():
             write_deltalake(uri, pa.table({"w": [k], "i": [i]}), mode="append",
                             storage_options=opts)
 
-    errors = race(writers, append)
-    check(not errors, f"a writer failed: {errors}")
+    if race_broke_the_store(race(writers, append)):
+        return
     dt = DeltaTable(uri, storage_options=opts)
     versions = sorted(h["version"] for h in dt.history())
     rows = dt.to_pyarrow_table()
@@ -249,8 +261,8 @@ def lance_appends():
             lance.write_dataset(pa.table({"w": [k], "i": [i]}), uri, mode="append",
                                 storage_options=opts)
 
-    errors = race(writers, append)
-    check(not errors, f"a writer failed: {errors}")
+    if race_broke_the_store(race(writers, append)):
+        return
     ds = lance.dataset(uri, storage_options=opts)
     versions = sorted(v["version"] for v in ds.versions())
     rows = ds.to_table()
