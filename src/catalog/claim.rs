@@ -20,13 +20,15 @@ const SETTLE: Duration = Duration::from_secs(1);
 /// `table_id`. `place` names
 /// the place for messages; `honours_conditions`: the store honours `If-None-Match: *`;
 /// `take_over`: another table's claim is replaced rather than refused (`fences rebuild`, which
-/// makes this table the place's fences from the objects themselves, its writers stopped).
+/// makes this table the place's fences from the objects themselves, its writers stopped);
+/// `shared`: the table is on etcd, where there is no rebuild.
 pub async fn claim_place(
     backend: &S3Backend,
     (table_id, bucket): (&str, &str),
     place: &str,
     honours_conditions: bool,
     take_over: bool,
+    shared: bool,
 ) -> Result<(), String> {
     let mut wrote = false;
     let mut replace = false;
@@ -44,7 +46,15 @@ pub async fn claim_place(
                 tracing::warn!(%place, key = %backend.claim_key(), previous = %claim.table_id, previous_bucket = %claim.bucket, host = %claim.host, at = %claim.at, table_id, "the rebuilt fence table takes over the store place's claim from the table named; if an instance on that table still runs, stop it: two tables on one place decide apart");
                 replace = true;
             }
-            Some(claim) => return Err(refusal(backend, place, &claim, table_id)),
+            Some(claim) => {
+                return Err(refusal(
+                    backend,
+                    place,
+                    &claim,
+                    (table_id, bucket),
+                    shared,
+                ))
+            }
             None => {}
         }
         wrote = backend
@@ -65,26 +75,42 @@ fn ours(claim: &Claim, table_id: &str, bucket: &str) -> bool {
     claim.table_id == table_id && (claim.bucket.is_empty() || claim.bucket == bucket)
 }
 
-fn refusal(backend: &S3Backend, place: &str, claim: &Claim, table_id: &str) -> String {
-    if claim.table_id == table_id {
-        return format!(
-            "{place} is already fenced by bucket {:?} of this fence table (claimed by host {} at {}): two buckets on one place keep two fences for each object, and the tokens recorded under {:?} do not fence writes through this one; if {:?} was renamed, rebuild this bucket's fences from the objects (`fencegate fences rebuild --bucket`, writers stopped), which takes the claim over; if two store endpoints name one store, use one; if {:?} is gone for good, delete {} from store bucket {} and start again",
-            claim.bucket,
-            claim.host,
-            claim.at,
-            claim.bucket,
-            claim.bucket,
-            claim.bucket,
+/// Why the place is refused to `bucket`, and what to do. The way back for a place whose
+/// fences are gone is the rebuild on a RocksDB table: deleting the claim instead leaves the
+/// place to a table that knows no token, and accepts a stale one.
+fn refusal(
+    backend: &S3Backend,
+    place: &str,
+    claim: &Claim,
+    (table_id, bucket): (&str, &str),
+    shared: bool,
+) -> String {
+    let held = format!(
+        "its claim {} in store bucket {} was made by host {} at {}",
+        backend.claim_key(),
+        backend.store_bucket(),
+        claim.host,
+        claim.at
+    );
+    let recover = if shared {
+        format!(
+            "`fences rebuild` works on a RocksDB table only, so once nothing serves the place through the other fences, delete {} from store bucket {}, start again, and set on_bypass = \"adopt\" on {bucket:?} until its old objects have been rewritten (docs/operations.md, moving a bucket behind a cluster)",
             backend.claim_key(),
             backend.store_bucket()
+        )
+    } else {
+        format!(
+            "rebuild this bucket's fences from the objects with `fencegate fences rebuild --bucket {bucket}` (writers stopped), which takes the claim over"
+        )
+    };
+    if claim.table_id == table_id {
+        return format!(
+            "{place} is already fenced by bucket {:?} of this fence table ({held}): two buckets on one place keep two fences for each object, and the tokens recorded under {:?} do not fence writes through {bucket:?}; if two store endpoints name one store, use one; if {:?} was renamed to {bucket:?}, {recover}",
+            claim.bucket, claim.bucket, claim.bucket
         );
     }
     format!(
-        "{place} is already fenced by another fence table (id {}, claimed by host {} at {}): two fence tables on one place decide apart and lose commits; run the instances as a cluster on one etcd table, or give this one another place (backend_bucket or backend_prefix); if that table is gone for good, delete {} from store bucket {} and start again",
-        claim.table_id,
-        claim.host,
-        claim.at,
-        backend.claim_key(),
-        backend.store_bucket()
+        "{place} is already fenced by another fence table (id {}; {held}): two fence tables on one place decide apart and lose commits; if that table's instances still run, join them on one etcd table (docs/cluster.md) or give {bucket:?} another place (backend_bucket or backend_prefix); if that table is gone for good, {recover}",
+        claim.table_id
     )
 }

@@ -59,15 +59,25 @@ impl Backends {
             config.namespace(bucket, policy)
         );
         let honours = s3cfg.conditional_writes() != crate::config::ConditionalWrites::Fencegate;
-        super::claim::claim_place(
-            &backend,
-            (table_id, bucket),
-            &place,
-            honours,
-            self.take_over_claim.as_deref() == Some(bucket),
-        )
-        .await
-        .map_err(|e| format!("bucket {bucket} (s3 backend {name}): {e}"))?;
+        // `fences rebuild` claims only the place of the bucket it rebuilds: the others are not
+        // served by it, and their claims (another table's, when the data directory was lost)
+        // are for their own rebuilds to take over.
+        let take_over = self
+            .take_over_claim
+            .as_deref()
+            .map(|rebuilt| rebuilt == bucket);
+        if take_over != Some(false) {
+            super::claim::claim_place(
+                &backend,
+                (table_id, bucket),
+                &place,
+                honours,
+                take_over == Some(true),
+                config.etcd.is_some(),
+            )
+            .await
+            .map_err(|e| format!("bucket {bucket} (s3 backend {name}): {e}"))?;
+        }
         // Several instances: another one's uploads in progress are not in this
         // instance's registry, and must not be taken for abandoned ones.
         let shared = config.etcd.is_some();

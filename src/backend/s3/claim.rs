@@ -109,6 +109,9 @@ impl S3Backend {
             .await
         {
             Ok(_) => Ok(true),
+            // AWS answers a create racing another with 409 ConditionalRequestConflict: the
+            // other's claim is there (or about to be), and is read back as any other.
+            Err(e) if e.raw_response().map(|r| r.status().as_u16()) == Some(409) => Ok(false),
             Err(e) => match classify("PutObject", e) {
                 S3Failure::Precondition => Ok(false),
                 other => Err(format!(

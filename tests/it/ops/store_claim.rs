@@ -56,11 +56,16 @@ fn try_start(data: &Path, config: &str) -> (bool, String) {
 }
 
 async fn claim_of(store: &Ministack) -> Option<serde_json::Value> {
+    claim_at(store, CLAIM).await
+}
+
+/// The claim object `key` of the store bucket, if any.
+async fn claim_at(store: &Ministack, key: &str) -> Option<serde_json::Value> {
     let out = store
         .client()
         .get_object()
         .bucket(BUCKET)
-        .key(CLAIM)
+        .key(key)
         .send()
         .await
         .ok()?;
@@ -90,9 +95,10 @@ async fn a_second_fence_table_on_one_store_place_is_refused_until_its_claim_is_d
     for part in [
         "already fenced by another fence table",
         &first_id,
-        "prefix \"lake/\" of store bucket claimed",
+        "prefix \"lake/\" of store bucket",
         CLAIM,
-        "run the instances as a cluster",
+        "join them on one etcd table",
+        "fences rebuild --bucket data",
     ] {
         assert!(log.contains(part), "{part:?} not in:\n{log}");
     }
@@ -225,7 +231,7 @@ async fn a_renamed_bucket_on_a_claimed_place_is_refused_until_its_fences_are_reb
     assert!(!up, "{log}");
     for part in [
         "already fenced by bucket \"data\" of this fence table",
-        "fences rebuild --bucket",
+        "fences rebuild --bucket renamed",
         CLAIM,
     ] {
         assert!(log.contains(part), "{part:?} not in:\n{log}");
@@ -254,4 +260,66 @@ async fn a_renamed_bucket_on_a_claimed_place_is_refused_until_its_fences_are_reb
         !up && log.contains("already fenced by bucket \"renamed\""),
         "{log}"
     );
+}
+
+/// `fences rebuild --bucket` of one bucket with the data directory lost.
+fn rebuild(data: &Path, config: &str, bucket: &str) {
+    let file = data.with_extension("rebuild.toml");
+    std::fs::write(&file, config).unwrap();
+    let out = Command::new(common::binary())
+        .args(["fences", "rebuild", "--bucket", bucket, "--config"])
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "rebuild of {bucket}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The data directory lost under two buckets: the start is refused (the places are the old
+/// table's), each bucket's rebuild takes over its own place's claim and leaves the other's to
+/// its own rebuild, and once both are rebuilt fencegate starts.
+#[tokio::test]
+async fn each_rebuild_takes_over_its_own_buckets_claim_after_a_lost_data_dir() {
+    let store = Ministack::start();
+    store.create_bucket(BUCKET).await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let endpoint = store.endpoint();
+    let text = format!(
+        "{}[buckets.other]\nbackend = \"store\"\nbackend_bucket = \"{BUCKET}\"\nbackend_prefix = \"other/\"\n",
+        config(&endpoint, "lake/")
+    );
+    let (up, log) = try_start(&data, &text);
+    assert!(up, "{log}");
+    let other = "other/.fencegate-probe/claim";
+    let old = claim_of(&store).await.unwrap()["table_id"].clone();
+    assert_eq!(claim_at(&store, other).await.unwrap()["table_id"], old);
+
+    std::fs::remove_dir_all(&data).unwrap();
+    let (up, log) = try_start(&data, &text);
+    assert!(!up && log.contains("fences rebuild --bucket"), "{log}");
+
+    rebuild(&data, &text, "data");
+    let new = claim_of(&store).await.unwrap()["table_id"].clone();
+    assert_ne!(new, old, "the rebuilt bucket's place is the new table's");
+    assert_eq!(
+        claim_at(&store, other).await.unwrap()["table_id"],
+        old,
+        "the other place waits for its own rebuild"
+    );
+    let (up, log) = try_start(&data, &text);
+    assert!(
+        !up && log.contains("fences rebuild --bucket other"),
+        "{log}"
+    );
+
+    rebuild(&data, &text, "other");
+    assert_eq!(claim_at(&store, other).await.unwrap()["table_id"], new);
+    let (up, log) = try_start(&data, &text);
+    assert!(up, "{log}");
 }
