@@ -7,10 +7,13 @@ FG_ENDPOINT and AWS_CA_BUNDLE (both clients trust the certificate through it).
 Exits non-zero, naming the step, at the first thing that fails."""
 
 import hashlib
+import json
 import os
+import ssl
 import subprocess
 import sys
 import tempfile
+import urllib.request
 
 import boto3
 import botocore
@@ -92,6 +95,73 @@ except ClientError as e:
     check(e.response["ResponseMetadata"]["HTTPStatusCode"] == 409, f"stale put: {e.response}")
 got = s3.get_object(Bucket=BUCKET, Key="small.txt")["Body"].read()
 check(got == b"hello over tls", f"after the stale put: {got!r}")
+
+step("lease-bound credentials over https: a write carries the lease's token; once the next holder "
+     "is granted, the old credentials' writes (boto3, the aws cli) are 403 StaleFencingToken")
+CA = ssl.create_default_context(cafile=os.environ["AWS_CA_BUNDLE"])
+
+
+def lease_call(method, name, body):
+    req = urllib.request.Request(f"{ENDPOINT}/v1/leases/{name}", method=method,
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, context=CA) as resp:
+        text = resp.read()
+        return json.loads(text) if text else None
+
+
+def aws_as(cred, *args):
+    """The aws cli with `cred`'s keys; its result whatever it is."""
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=cred["access_key_id"],
+               AWS_SECRET_ACCESS_KEY=cred["secret_access_key"])
+    return subprocess.run([AWS, "--endpoint-url", ENDPOINT, *args], capture_output=True,
+                          text=True, env=env)
+
+
+bound = {"ttl_ms": 60000, "bucket": BUCKET, "key": "leased.txt", "s3_credentials": True}
+grant_a = lease_call("POST", "tls-leased", dict(bound, holder="tls-a"))
+cred_a = grant_a["s3_credentials"]
+s3_a = boto3.client("s3", endpoint_url=ENDPOINT, region_name="us-east-1",
+                    aws_access_key_id=cred_a["access_key_id"],
+                    aws_secret_access_key=cred_a["secret_access_key"],
+                    config=botocore.config.Config(s3={"addressing_style": "path"}))
+s3_a.put_object(Bucket=BUCKET, Key="leased.txt", Body=b"from a")
+meta = s3.head_object(Bucket=BUCKET, Key="leased.txt")["Metadata"]
+check(meta.get("fencing-token") == str(grant_a["token"]), f"token from the lease: {meta}")
+lease_call("DELETE", "tls-leased", {"holder": "tls-a", "token": grant_a["token"],
+                                    "secret": grant_a["lease_secret"]})
+grant_b = lease_call("POST", "tls-leased", dict(bound, holder="tls-b"))
+check(grant_b["token"] > grant_a["token"], "tokens grow")
+try:
+    s3_a.put_object(Bucket=BUCKET, Key="leased.txt", Body=b"late a")
+    check(False, "the old holder's boto3 put was accepted")
+except ClientError as e:
+    status = e.response["ResponseMetadata"]["HTTPStatusCode"]
+    code = e.response["Error"]["Code"]
+    check((status, code) == (403, "StaleFencingToken"), f"late put: {e.response}")
+late = os.path.join(work, "late.txt")
+with open(late, "wb") as f:
+    f.write(b"late a, cli")
+r = aws_as(cred_a, "s3api", "put-object", "--bucket", BUCKET, "--key", "leased.txt", "--body", late)
+check(r.returncode != 0 and "StaleFencingToken" in r.stderr, f"late cli put: {r.stderr}")
+got = s3.get_object(Bucket=BUCKET, Key="leased.txt")["Body"].read()
+check(got == b"from a", f"after the late puts: {got!r}")
+
+step("keys under .fencegate-probe/ are fencegate's own: 400 InvalidArgument to boto3 and the aws cli")
+try:
+    s3.put_object(Bucket=BUCKET, Key=".fencegate-probe/claim", Body=b"mine")
+    check(False, "a put under .fencegate-probe/ was accepted")
+except ClientError as e:
+    status = e.response["ResponseMetadata"]["HTTPStatusCode"]
+    code = e.response["Error"]["Code"]
+    check((status, code) == (400, "InvalidArgument"), f"reserved put: {e.response}")
+r = aws_as({"access_key_id": os.environ["AWS_ACCESS_KEY_ID"],
+            "secret_access_key": os.environ["AWS_SECRET_ACCESS_KEY"]},
+           "s3api", "put-object", "--bucket", BUCKET, "--key", ".fencegate-probe/claim",
+           "--body", late)
+check(r.returncode != 0 and "InvalidArgument" in r.stderr, f"reserved cli put: {r.stderr}")
+listed = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])]
+check(not any(k.startswith(".fencegate-probe") for k in listed), f"listed: {listed}")
 
 step("aws s3 cp of 20 MB up and down, defaults")
 aws("s3", "cp", big, f"s3://{BUCKET}/cli-big.bin")

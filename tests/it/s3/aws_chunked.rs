@@ -375,7 +375,8 @@ async fn other_requests_with_aws_chunked_bodies_are_refused() {
 /// boto3, the aws cli and the other clients of tests/e2e/tls_clients.py, and fsspec
 /// (tests/e2e/fsspec_client.py), over https with their default settings: 20 MB multipart
 /// uploads whose parts go aws-chunked without a Content-Length (411 before), small aws-chunked
-/// puts, a stale one refused; on fs and on s3 over ministack.
+/// puts, a stale one refused (409 by header, 403 StaleFencingToken through an old lease's
+/// credentials), keys under .fencegate-probe/ refused 400; on fs and on s3 over ministack.
 async fn tls_clients(kind: Kind) {
     let root = env!("CARGO_MANIFEST_DIR");
     let python = format!("{root}/.venv/bin/python");
