@@ -181,6 +181,39 @@ impl Drop for Server {
     }
 }
 
+/// `fencegate serve` on `data` with `config` and `extra` arguments: whether it came up
+/// (it is stopped again), and its log up to then.
+pub fn try_start(data: &Path, config: &str, extra: &[&str]) -> (bool, String) {
+    let file = data.with_extension("try.toml");
+    std::fs::write(&file, config).unwrap();
+    let mut child = Command::new(binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(data)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = String::new();
+    let mut up = false;
+    for line in BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        log += &line;
+        log.push('\n');
+        if line.contains("fencegate is listening") {
+            up = true;
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    (up, log)
+}
+
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder().build().unwrap()
 }

@@ -4,10 +4,9 @@
 
 use crate::common;
 use common::moto::Moto;
-use common::{client, put, Server};
-use std::io::{BufRead, BufReader};
+use common::{client, put, try_start, Server};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 fn fencegate(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(common::binary()).args(args).output().unwrap();
@@ -16,39 +15,6 @@ fn fencegate(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// `fencegate serve` on `data` with `config` and `extra` arguments: whether it came up
-/// (it is stopped again), and its log up to then.
-fn try_start(data: &Path, config: &str, extra: &[&str]) -> (bool, String) {
-    let file = data.with_extension("try.toml");
-    std::fs::write(&file, config).unwrap();
-    let mut child = Command::new(common::binary())
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&file)
-        .arg("--data-dir")
-        .arg(data)
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut log = String::new();
-    let mut up = false;
-    for line in BufReader::new(child.stderr.take().unwrap())
-        .lines()
-        .map_while(Result::ok)
-    {
-        log += &line;
-        log.push('\n');
-        if line.contains("fencegate is listening") {
-            up = true;
-            break;
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    (up, log)
 }
 
 fn check_config(dir: &Path, text: &str) -> (bool, String) {

@@ -5,10 +5,9 @@
 
 use crate::common;
 use common::ministack::Ministack;
-use common::Server;
-use std::io::{BufRead, BufReader};
+use common::{try_start, Server};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const BUCKET: &str = "claimed";
 const CLAIM: &str = "lake/.fencegate-probe/claim";
@@ -22,37 +21,6 @@ fn config_named(endpoint: &str, prefix: &str, bucket: &str) -> String {
     format!(
         "[backends.store]\nkind = \"s3\"\nendpoint = \"{endpoint}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n\n[buckets.{bucket}]\nbackend = \"store\"\nbackend_bucket = \"{BUCKET}\"\nbackend_prefix = \"{prefix}\"\n"
     )
-}
-
-/// `fencegate serve` on `data`: whether it came up (it is stopped again), and its log.
-fn try_start(data: &Path, config: &str) -> (bool, String) {
-    let file = data.with_extension("try.toml");
-    std::fs::write(&file, config).unwrap();
-    let mut child = Command::new(common::binary())
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&file)
-        .arg("--data-dir")
-        .arg(data)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut log = String::new();
-    let mut up = false;
-    for line in BufReader::new(child.stderr.take().unwrap())
-        .lines()
-        .map_while(Result::ok)
-    {
-        log += &line;
-        log.push('\n');
-        if line.contains("fencegate is listening") {
-            up = true;
-            break;
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    (up, log)
 }
 
 async fn claim_of(store: &Ministack) -> Option<serde_json::Value> {
@@ -81,7 +49,7 @@ async fn a_second_fence_table_on_one_store_place_is_refused_until_its_claim_is_d
     let (first, second) = (dir.path().join("first"), dir.path().join("second"));
     let text = config(&store.endpoint(), "lake/");
 
-    let (up, log) = try_start(&first, &text);
+    let (up, log) = try_start(&first, &text, &[]);
     assert!(up, "{log}");
     let claim = claim_of(&store)
         .await
@@ -90,7 +58,7 @@ async fn a_second_fence_table_on_one_store_place_is_refused_until_its_claim_is_d
     assert_eq!(first_id.len(), 32, "{claim}");
 
     // Another table on the same place: refused, with the place, the claim and what to do.
-    let (up, log) = try_start(&second, &text);
+    let (up, log) = try_start(&second, &text, &[]);
     assert!(!up, "{log}");
     for part in [
         "already fenced by another fence table",
@@ -104,10 +72,10 @@ async fn a_second_fence_table_on_one_store_place_is_refused_until_its_claim_is_d
     }
 
     // A restart of the first: its own table, its own claim.
-    let (up, log) = try_start(&first, &text);
+    let (up, log) = try_start(&first, &text, &[]);
     assert!(up, "{log}");
     // Another place of the same store bucket is free for the second table.
-    let (up, log) = try_start(&second, &config(&store.endpoint(), "other/"));
+    let (up, log) = try_start(&second, &config(&store.endpoint(), "other/"), &[]);
     assert!(up, "{log}");
 
     // The negative control: with the claim deleted, the second table claims the place, and
@@ -120,11 +88,11 @@ async fn a_second_fence_table_on_one_store_place_is_refused_until_its_claim_is_d
         .send()
         .await
         .unwrap();
-    let (up, log) = try_start(&second, &text);
+    let (up, log) = try_start(&second, &text, &[]);
     assert!(up, "{log}");
     let claim = claim_of(&store).await.unwrap();
     assert_ne!(claim["table_id"].as_str().unwrap(), first_id);
-    let (up, log) = try_start(&first, &text);
+    let (up, log) = try_start(&first, &text, &[]);
     assert!(
         !up && log.contains("already fenced by another fence table"),
         "{log}"
@@ -222,12 +190,12 @@ async fn a_renamed_bucket_on_a_claimed_place_is_refused_until_its_fences_are_reb
     store.create_bucket(BUCKET).await;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let (up, log) = try_start(&data, &config(&store.endpoint(), "lake/"));
+    let (up, log) = try_start(&data, &config(&store.endpoint(), "lake/"), &[]);
     assert!(up, "{log}");
     assert_eq!(claim_of(&store).await.unwrap()["bucket"], "data");
 
     let renamed = config_named(&store.endpoint(), "lake/", "renamed");
-    let (up, log) = try_start(&data, &renamed);
+    let (up, log) = try_start(&data, &renamed, &[]);
     assert!(!up, "{log}");
     for part in [
         "already fenced by bucket \"data\" of this fence table",
@@ -237,25 +205,12 @@ async fn a_renamed_bucket_on_a_claimed_place_is_refused_until_its_fences_are_reb
         assert!(log.contains(part), "{part:?} not in:\n{log}");
     }
 
-    let file = data.with_extension("renamed.toml");
-    std::fs::write(&file, &renamed).unwrap();
-    let out = Command::new(common::binary())
-        .args(["fences", "rebuild", "--bucket", "renamed", "--config"])
-        .arg(&file)
-        .arg("--data-dir")
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    rebuild(&data, &renamed, "renamed");
     assert_eq!(claim_of(&store).await.unwrap()["bucket"], "renamed");
-    let (up, log) = try_start(&data, &renamed);
+    let (up, log) = try_start(&data, &renamed, &[]);
     assert!(up, "{log}");
     // And the old name is now the one refused.
-    let (up, log) = try_start(&data, &config(&store.endpoint(), "lake/"));
+    let (up, log) = try_start(&data, &config(&store.endpoint(), "lake/"), &[]);
     assert!(
         !up && log.contains("already fenced by bucket \"renamed\""),
         "{log}"
@@ -294,14 +249,14 @@ async fn each_rebuild_takes_over_its_own_buckets_claim_after_a_lost_data_dir() {
         "{}[buckets.other]\nbackend = \"store\"\nbackend_bucket = \"{BUCKET}\"\nbackend_prefix = \"other/\"\n",
         config(&endpoint, "lake/")
     );
-    let (up, log) = try_start(&data, &text);
+    let (up, log) = try_start(&data, &text, &[]);
     assert!(up, "{log}");
     let other = "other/.fencegate-probe/claim";
     let old = claim_of(&store).await.unwrap()["table_id"].clone();
     assert_eq!(claim_at(&store, other).await.unwrap()["table_id"], old);
 
     std::fs::remove_dir_all(&data).unwrap();
-    let (up, log) = try_start(&data, &text);
+    let (up, log) = try_start(&data, &text, &[]);
     assert!(!up && log.contains("fences rebuild --bucket"), "{log}");
 
     rebuild(&data, &text, "data");
@@ -312,7 +267,7 @@ async fn each_rebuild_takes_over_its_own_buckets_claim_after_a_lost_data_dir() {
         old,
         "the other place waits for its own rebuild"
     );
-    let (up, log) = try_start(&data, &text);
+    let (up, log) = try_start(&data, &text, &[]);
     assert!(
         !up && log.contains("fences rebuild --bucket other"),
         "{log}"
@@ -320,6 +275,6 @@ async fn each_rebuild_takes_over_its_own_buckets_claim_after_a_lost_data_dir() {
 
     rebuild(&data, &text, "other");
     assert_eq!(claim_at(&store, other).await.unwrap()["table_id"], new);
-    let (up, log) = try_start(&data, &text);
+    let (up, log) = try_start(&data, &text, &[]);
     assert!(up, "{log}");
 }
