@@ -113,34 +113,20 @@ async fn the_claim_is_hidden_from_listings_and_refused_as_a_key() {
     let url = s.object_url("data", "kept.txt");
     assert_eq!(common::put(&c, &url, Some("1"), b"x").await.0, 200);
 
-    let listed = c
-        .get(s.url("/data?list-type=2"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(listed.contains("kept.txt"), "{listed}");
-    assert!(!listed.contains("fencegate-probe"), "{listed}");
-    let delimited = c
-        .get(s.url("/data?list-type=2&delimiter=/"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(!delimited.contains("fencegate-probe"), "{delimited}");
-    let native = c
-        .get(s.url("/v1/objects/data"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(!native.contains("fencegate-probe"), "{native}");
+    for (what, path) in [
+        ("ListObjectsV2", "/data?list-type=2"),
+        (
+            "ListObjectsV2 with a delimiter",
+            "/data?list-type=2&delimiter=/",
+        ),
+        ("the native listing", "/v1/objects/data"),
+    ] {
+        let (status, body) = common::get_bytes(&c, &s.url(path)).await;
+        let body = String::from_utf8_lossy(&body);
+        assert_eq!(status, 200, "{what}: {body}");
+        assert!(body.contains("kept.txt"), "{what}: {body}");
+        assert!(!body.contains("fencegate-probe"), "{what}: {body}");
+    }
 
     let key = ".fencegate-probe/claim";
     let s3_url = s.url(&format!("/data/{key}"));
