@@ -82,16 +82,3 @@ impl Gate {
         }
     }
 }
-
-impl Gate {
-    /// Judges a write that would change nothing (tags set to the object's own) as if it were
-    /// made, and writes nothing: its writer hears that its token is stale, as from any write,
-    /// rather than a success that hides it.
-    pub async fn judge_unchanging(&self, req: &super::WriteRequest) -> Result<(), GateError> {
-        let (entry, token, scope) = self.admit_request(req, false)?;
-        if let Some(t) = token {
-            check_token(&entry.policy, t.0, &self.row(&scope).await?, &scope)?;
-        }
-        Ok(())
-    }
-}

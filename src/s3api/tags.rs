@@ -137,7 +137,7 @@ pub async fn put(
     ))
 }
 
-/// DeleteObjectTagging: the object rewritten without tags (an untagged one is left alone).
+/// DeleteObjectTagging: the object rewritten without tags.
 pub async fn delete(
     gw: &S3Gateway,
     req: S3Request<DeleteObjectTaggingInput>,
@@ -151,8 +151,7 @@ pub async fn delete(
     ))
 }
 
-/// Writes the object again with `tags`, through the gate, if they differ from its own;
-/// whether the answer was a replay.
+/// Writes the object again with `tags`, through the gate; whether the answer was a replay.
 async fn retag<T>(
     gw: &S3Gateway,
     req: &S3Request<T>,
@@ -175,12 +174,10 @@ async fn retag<T>(
     };
     // The object is written whole again: a checksum of its parts no longer describes it.
     meta.checksum = meta.checksum.filter(|c| c.kind == "FULL_OBJECT");
-    let unchanged = info.meta.tags == meta.tags;
+    // Written even when the tags are the object's own: an acknowledged tag change is a write
+    // like any other, whose token fences out every lower one, whose Idempotency-Key is kept,
+    // and which is refused outside the object's scope.
     let mut write = write_request(&req.headers, (bucket, key, &who), token, meta)?;
-    if unchanged {
-        gw.gate.judge_unchanging(&write).await.map_err(s3_error)?;
-        return Ok(false);
-    }
     write.conditions.if_match = Some(EtagMatch::Tags(vec![info
         .etag
         .trim_matches('"')

@@ -310,6 +310,31 @@ async fn fenced_on(kind: Kind) {
     .await
     .unwrap();
     assert_eq!(tags_of(&c, "req", "f").await, pairs(&[("x", "1")]));
+    // A change to the tags the object has is still an acknowledged write: its higher token is
+    // recorded, and a write below it is refused after, as after any other.
+    with_token!(
+        c.put_object_tagging()
+            .bucket("req")
+            .key("f")
+            .tagging(tagging(&[("x", "1")])),
+        8
+    )
+    .send()
+    .await
+    .unwrap();
+    let (status, code, _, _) = refused(
+        with_token!(
+            c.put_object()
+                .bucket("req")
+                .key("f")
+                .body(ByteStream::from_static(b"late")),
+            7
+        )
+        .send()
+        .await,
+    );
+    assert_eq!((status, code.as_str()), (409, "StaleFencingToken"));
+    assert_eq!(tags_of(&c, "req", "f").await, pairs(&[("x", "1")]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
