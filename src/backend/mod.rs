@@ -2,6 +2,8 @@
 //! same order: stage the body invisibly, then (under the scope's lock) commit it conditional on
 //! the version fencegate last saw, or discard it.
 
+#[cfg(feature = "azure")]
+pub mod azure;
 pub mod fs;
 pub mod instrumented;
 pub mod memory;
@@ -10,6 +12,7 @@ mod parts;
 #[cfg(feature = "s3")]
 pub mod s3;
 pub mod scripted;
+pub mod spool;
 
 pub use meta::{
     decode_tags, encode_tags, encoded_word_needed, printable, BodyChecksums, KeptChecksum,
@@ -96,9 +99,12 @@ pub enum StagedBody {
         path: String,
         file: std::sync::Arc<std::fs::File>,
     },
-    /// A body up to the multipart threshold, spooled (s3), sent in one conditional PutObject.
-    #[cfg(feature = "s3")]
-    Spooled(s3::spool::Spooled),
+    /// A body up to the multipart threshold, spooled (s3, azure), sent in one conditional
+    /// request.
+    Spooled(spool::Spooled),
+    /// What an azure commit sends: a spooled body, or a staging blob it copies.
+    #[cfg(feature = "azure")]
+    Azure(azure::Staging),
     /// A multipart upload, invisible until CompleteMultipartUpload.
     Multipart {
         upload_id: String,

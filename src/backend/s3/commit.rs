@@ -113,7 +113,7 @@ impl S3Backend {
                     .map_err(|e| classify("CompleteMultipartUpload", e))
             }
             // Not staged by this backend: refuse rather than panic.
-            StagedBody::Handle(_) | StagedBody::File { .. } => {
+            _ => {
                 Err(S3Failure::Fault(BackendError::Failing(
                     "a body staged by another backend cannot be committed to s3".into(),
                 )))
@@ -155,7 +155,7 @@ impl S3Backend {
                     spool::Spooled::from(Bytes::from(xml)),
                 )
             }
-            StagedBody::Handle(_) | StagedBody::File { .. } => {
+            _ => {
                 return Err(S3Failure::Fault(BackendError::Failing(
                     "a body staged by another backend cannot be committed to s3".into(),
                 )))

@@ -39,8 +39,9 @@ mod probe_races;
 mod read;
 pub mod scratch;
 mod signer;
-pub mod spool;
 mod staging;
+
+pub use crate::backend::spool;
 
 pub use client::{build as build_clients, S3Clients};
 pub use probe_races::Race;
@@ -56,7 +57,6 @@ use async_trait::async_trait;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use bytes::Bytes;
 use errors::{classify, S3Failure};
-use futures::StreamExt;
 use md5::{Digest, Md5};
 use std::collections::HashMap;
 

@@ -3,30 +3,7 @@
 //! request is dropped. Also the start-up sweep of uploads a crash abandoned.
 
 use super::*;
-
-/// A client's body read part by part: the rest of a chunk split at a part boundary is held
-/// for the next part.
-pub(super) struct PartReader<'a> {
-    pub(super) body: &'a mut ByteStream,
-    pub(super) held: Option<Bytes>,
-}
-
-impl PartReader<'_> {
-    pub(super) async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
-        match self.held.take() {
-            Some(chunk) => Some(Ok(chunk)),
-            None => self.body.next().await,
-        }
-    }
-}
-
-/// One part (or a whole small body), spooled, with its MD5.
-pub(super) struct SpooledPart {
-    pub(super) body: spool::Spooled,
-    pub(super) md5: Md5,
-    /// The client's body ended with this part.
-    pub(super) ended: bool,
-}
+pub(super) use crate::backend::spool::{PartReader, SpooledPart};
 
 /// Aborts a multipart upload whose staging did not complete, when dropped armed.
 pub(super) struct UploadGuard {
@@ -216,51 +193,16 @@ impl S3Backend {
         }
     }
 
-    /// Spools the body's next part: up to the part size, or to the body's end. A chunk that
-    /// straddles the part size is split, its rest held back for the next part. `whole`, the
-    /// digest of the body so far, takes the part's bytes too.
+    /// Spools the body's next part, up to the part size ([`spool::Spooler::spool_part`]).
     pub(super) async fn spool_part(
         &self,
         body: &mut PartReader<'_>,
         size: &mut u64,
-        mut whole: Option<&mut Md5>,
+        whole: Option<&mut Md5>,
     ) -> Result<SpooledPart, BackendError> {
-        let mut part = self.spooler.spool();
-        let mut md5 = Md5::new();
-        let limit = self.part_size as u64;
-        let spool_err = |e: std::io::Error| {
-            BackendError::Failing(format!(
-                "cannot spool a body on its way to the store: {e}; check the free space in the data directory's spool/"
-            ))
-        };
-        let ended = loop {
-            let Some(chunk) = body.next().await else {
-                break true;
-            };
-            let chunk = chunk?;
-            let room = (limit - part.len()) as usize;
-            if room == 0 {
-                body.held = Some(chunk);
-                break false;
-            }
-            let now = if chunk.len() > room {
-                body.held = Some(chunk.slice(room..));
-                chunk.slice(..room)
-            } else {
-                chunk
-            };
-            *size += now.len() as u64;
-            md5.update(&now);
-            if let Some(whole) = whole.as_deref_mut() {
-                whole.update(&now);
-            }
-            part.push(&now).await.map_err(spool_err)?;
-        };
-        Ok(SpooledPart {
-            body: part.finish().await.map_err(spool_err)?,
-            md5,
-            ended,
-        })
+        self.spooler
+            .spool_part(body, self.part_size as u64, size, whole)
+            .await
     }
 
     /// Aborts the multipart uploads under this bucket's prefix that began more than `min_age`

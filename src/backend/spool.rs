@@ -1,5 +1,5 @@
-//! Where the s3 backend keeps a body (or one part of it) between reading it from the client and
-//! sending it to the store: in memory while it is small and a process-wide memory budget
+//! Where the store backends (s3, azure) keep a body (or one part of it) between reading it from
+//! the client and sending it to the store: in memory while it is small and a process-wide memory budget
 //! allows, otherwise in an anonymous temporary file. Memory therefore stays bounded however
 //! many uploads run at once, and a body is never refused for want of memory, only spilled.
 //!
@@ -8,7 +8,9 @@
 //! A spooled body is read back with positional reads, so it can be sent more than once (a
 //! commit made again after a conflict) without sharing a file offset.
 
-use crate::backend::{BodyError, ByteStream};
+use crate::backend::{BackendError, BodyError, ByteStream};
+use futures::StreamExt;
+use md5::{Digest, Md5};
 use bytes::{Bytes, BytesMut};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -264,14 +266,22 @@ impl Spooled {
 
     /// The body as a stream, read from its start.
     pub fn stream(&self) -> ByteStream {
+        self.stream_range(0, self.len())
+    }
+
+    /// `len` bytes of the body from `start` (clamped to its end), as a stream.
+    pub fn stream_range(&self, start: u64, len: u64) -> ByteStream {
         use futures::StreamExt;
+        let start = start.min(self.len());
+        let end = start.saturating_add(len).min(self.len());
         match self {
             Spooled::Memory { bytes, .. } => {
-                futures::stream::once(futures::future::ready(Ok(bytes.clone()))).boxed()
+                let bytes = bytes.slice(start as usize..end as usize);
+                futures::stream::once(futures::future::ready(Ok(bytes))).boxed()
             }
-            Spooled::File { file, len } => {
-                let (file, len) = (file.clone(), *len);
-                futures::stream::try_unfold(0u64, move |at| {
+            Spooled::File { file, .. } => {
+                let (file, len) = (file.clone(), end);
+                futures::stream::try_unfold(start, move |at| {
                     let file = file.clone();
                     async move {
                         if at >= len {
@@ -294,6 +304,79 @@ impl Spooled {
                 .boxed()
             }
         }
+    }
+}
+
+/// A client's body read part by part: the rest of a chunk split at a part boundary is held
+/// for the next part.
+pub struct PartReader<'a> {
+    pub body: &'a mut ByteStream,
+    pub held: Option<Bytes>,
+}
+
+impl PartReader<'_> {
+    pub async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
+        match self.held.take() {
+            Some(chunk) => Some(Ok(chunk)),
+            None => self.body.next().await,
+        }
+    }
+}
+
+/// One part (or a whole small body), spooled, with its MD5.
+pub struct SpooledPart {
+    pub body: Spooled,
+    pub md5: Md5,
+    /// The client's body ended with this part.
+    pub ended: bool,
+}
+
+impl Spooler {
+    /// Spools the body's next part: up to `limit` bytes, or to the body's end. A chunk that
+    /// straddles the limit is split, its rest held back for the next part. `whole`, the digest
+    /// of the body so far, takes the part's bytes too.
+    pub async fn spool_part(
+        &self,
+        body: &mut PartReader<'_>,
+        limit: u64,
+        size: &mut u64,
+        mut whole: Option<&mut Md5>,
+    ) -> Result<SpooledPart, BackendError> {
+        let mut part = self.spool();
+        let mut md5 = Md5::new();
+        let spool_err = |e: std::io::Error| {
+            BackendError::Failing(format!(
+                "cannot spool a body on its way to the store: {e}; check the free space in the data directory's spool/"
+            ))
+        };
+        let ended = loop {
+            let Some(chunk) = body.next().await else {
+                break true;
+            };
+            let chunk = chunk?;
+            let room = (limit - part.len()) as usize;
+            if room == 0 {
+                body.held = Some(chunk);
+                break false;
+            }
+            let now = if chunk.len() > room {
+                body.held = Some(chunk.slice(room..));
+                chunk.slice(..room)
+            } else {
+                chunk
+            };
+            *size += now.len() as u64;
+            md5.update(&now);
+            if let Some(whole) = whole.as_deref_mut() {
+                whole.update(&now);
+            }
+            part.push(&now).await.map_err(spool_err)?;
+        };
+        Ok(SpooledPart {
+            body: part.finish().await.map_err(spool_err)?,
+            md5,
+            ended,
+        })
     }
 }
 

@@ -1,0 +1,431 @@
+//! Requests to the Blob service: the account, its credentials (a shared key or a SAS token, from
+//! the configuration or the environment Azure's tools read), Shared Key signing, and one
+//! pooled HTTP client that never retries a write by itself.
+
+use super::errors::{answered, unanswered, AzFailure};
+use crate::backend::spool::Spooled;
+use crate::backend::BackendError;
+use crate::config::AzureBackendConfig;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use std::time::Duration;
+
+/// The REST version every request names; Azurite 3.37 and Azure both serve it.
+pub const API_VERSION: &str = "2021-08-06";
+
+/// Characters a blob name keeps unescaped in a URL path (RFC 3986's unreserved, and `/`).
+const PATH: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
+/// A query value: unreserved characters only.
+const QUERY: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// How requests are authorized.
+#[derive(Clone)]
+pub enum Credentials {
+    /// The account's shared key (decoded), signing each request.
+    SharedKey(Vec<u8>),
+    /// A SAS token's query string, appended to each request.
+    Sas(String),
+}
+
+/// One storage account's blob service.
+pub struct AzureClient {
+    http: reqwest::Client,
+    /// The service URL without a trailing slash (`https://acct.blob.core.windows.net`, or
+    /// Azurite's `http://127.0.0.1:10000/devstoreaccount1`).
+    endpoint: String,
+    /// The URL path of the service (`""`, or `/devstoreaccount1`): it is part of the signed
+    /// resource.
+    base_path: String,
+    pub account: String,
+    credentials: Credentials,
+    pub read_attempts: u32,
+}
+
+/// One request: method, container, blob (may be empty: a container request), query, headers.
+pub struct Request<'a> {
+    pub method: reqwest::Method,
+    pub container: &'a str,
+    pub blob: &'a str,
+    pub query: Vec<(&'static str, String)>,
+    pub headers: Vec<(String, String)>,
+    /// The body, and the range of it sent.
+    pub body: Option<(Spooled, u64, u64)>,
+}
+
+impl<'a> Request<'a> {
+    pub fn new(method: reqwest::Method, container: &'a str, blob: &'a str) -> Request<'a> {
+        Request {
+            method,
+            container,
+            blob,
+            query: Vec::new(),
+            headers: Vec::new(),
+            body: None,
+        }
+    }
+
+    pub fn query(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.query.push((name, value.into()));
+        self
+    }
+
+    pub fn header(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.headers.push((name.to_ascii_lowercase(), value.into()));
+        self
+    }
+
+    pub fn body(mut self, body: Spooled) -> Self {
+        let len = body.len();
+        self.body = Some((body, 0, len));
+        self
+    }
+
+    /// `len` bytes of `body` from `start`.
+    pub fn body_range(mut self, body: &Spooled, start: u64, len: u64) -> Self {
+        self.body = Some((body.clone(), start, len));
+        self
+    }
+}
+
+/// The parts of `AZURE_STORAGE_CONNECTION_STRING` fencegate reads.
+#[derive(Default)]
+struct ConnectionString {
+    account: Option<String>,
+    key: Option<String>,
+    sas: Option<String>,
+    endpoint: Option<String>,
+}
+
+fn parse_connection_string(text: &str) -> ConnectionString {
+    let mut out = ConnectionString::default();
+    for part in text.split(';').filter(|p| !p.is_empty()) {
+        let Some((name, value)) = part.split_once('=') else {
+            continue;
+        };
+        let value = Some(value.to_string());
+        match name {
+            "AccountName" => out.account = value,
+            "AccountKey" => out.key = value,
+            "SharedAccessSignature" => out.sas = value,
+            "BlobEndpoint" => out.endpoint = value,
+            _ => {}
+        }
+    }
+    out
+}
+
+fn env(names: &[&str]) -> Option<String> {
+    names
+        .iter()
+        .find_map(|n| std::env::var(n).ok().filter(|v| !v.is_empty()))
+}
+
+impl AzureClient {
+    /// The client of an `[backends.NAME]` table of kind `azure`, its unset fields read from
+    /// the environment. The error names what is missing, never a secret.
+    pub fn build(cfg: &AzureBackendConfig) -> Result<AzureClient, String> {
+        let conn = env(&["AZURE_STORAGE_CONNECTION_STRING"])
+            .map(|c| parse_connection_string(&c))
+            .unwrap_or_default();
+        let account = cfg
+            .account
+            .clone()
+            .or(conn.account)
+            .or_else(|| env(&["AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_ACCOUNT_NAME"]))
+            .ok_or("no storage account: set account, or AZURE_STORAGE_ACCOUNT (or AZURE_STORAGE_CONNECTION_STRING)")?;
+        let key = cfg
+            .access_key
+            .clone()
+            .or(conn.key)
+            .or_else(|| env(&["AZURE_STORAGE_KEY", "AZURE_STORAGE_ACCOUNT_KEY"]));
+        let sas = cfg
+            .sas_token
+            .clone()
+            .or(conn.sas)
+            .or_else(|| env(&["AZURE_STORAGE_SAS_TOKEN"]));
+        let credentials = match (key, sas) {
+            (Some(key), _) => {
+                use base64::Engine;
+                let key = base64::engine::general_purpose::STANDARD
+                    .decode(key.trim())
+                    .map_err(|_| "the account key is not base64; copy it from the portal's access keys, or use a SAS token")?;
+                Credentials::SharedKey(key)
+            }
+            (None, Some(sas)) => Credentials::Sas(sas.trim_start_matches('?').to_string()),
+            (None, None) => return Err("no credentials: set access_key or sas_token, or AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN (or AZURE_STORAGE_CONNECTION_STRING)".into()),
+        };
+        let endpoint = cfg
+            .endpoint
+            .clone()
+            .or(conn.endpoint)
+            .unwrap_or_else(|| format!("https://{account}.blob.core.windows.net"));
+        let endpoint = endpoint.trim_end_matches('/').to_string();
+        let url = reqwest::Url::parse(&endpoint)
+            .map_err(|e| format!("endpoint {endpoint:?} is not a URL: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!("endpoint {endpoint:?} is neither http nor https"));
+        }
+        let base_path = url.path().trim_end_matches('/').to_string();
+        Ok(AzureClient {
+            http: http_client(cfg)?,
+            endpoint,
+            base_path,
+            account,
+            credentials,
+            read_attempts: cfg.read_attempts.max(1),
+        })
+    }
+
+    pub fn credentials(&self) -> &Credentials {
+        &self.credentials
+    }
+
+    /// The URL-path-encoded `container/blob`.
+    fn path(container: &str, blob: &str) -> String {
+        match blob.is_empty() {
+            true => format!("/{container}"),
+            false => format!("/{container}/{}", utf8_percent_encode(blob, PATH)),
+        }
+    }
+
+    /// The blob's URL, as a Copy Blob source names it (with the SAS token, if that is how this
+    /// client is authorized).
+    pub fn blob_url(&self, container: &str, blob: &str) -> String {
+        let url = format!("{}{}", self.endpoint, Self::path(container, blob));
+        match &self.credentials {
+            Credentials::Sas(sas) => format!("{url}?{sas}"),
+            Credentials::SharedKey(_) => url,
+        }
+    }
+
+    /// Sends `req` once; an answer that is not 2xx is read into an [`AzFailure`].
+    pub async fn send(&self, op: &str, req: Request<'_>) -> Result<reqwest::Response, AzFailure> {
+        let path = Self::path(req.container, req.blob);
+        let mut query: Vec<(String, String)> = req
+            .query
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        query.sort();
+        let mut url = format!("{}{path}", self.endpoint);
+        let mut pairs: Vec<String> = query
+            .iter()
+            .map(|(k, v)| format!("{k}={}", utf8_percent_encode(v, QUERY)))
+            .collect();
+        if let Credentials::Sas(sas) = &self.credentials {
+            pairs.push(sas.clone());
+        }
+        if !pairs.is_empty() {
+            url = format!("{url}?{}", pairs.join("&"));
+        }
+        let mut headers = req.headers;
+        headers.push(("x-ms-version".into(), API_VERSION.into()));
+        headers.push(("x-ms-date".into(), httpdate::fmt_http_date(std::time::SystemTime::now())));
+        let length = req.body.as_ref().map_or(0, |b| b.2);
+        if let Credentials::SharedKey(key) = &self.credentials {
+            let resource = format!("/{}{}{}", self.account, self.base_path, path);
+            let to_sign = string_to_sign(req.method.as_str(), &headers, length, &resource, &query);
+            let signature = hmac_sha256(key, to_sign.as_bytes());
+            headers.push((
+                "authorization".into(),
+                format!("SharedKey {}:{signature}", self.account),
+            ));
+        }
+        let mut builder = self.http.request(req.method.clone(), &url);
+        for (name, value) in &headers {
+            builder = builder.header(name.as_str(), value.as_str());
+        }
+        builder = match req.body {
+            Some((body, start, len)) => builder
+                .header("content-length", length)
+                .body(reqwest::Body::wrap_stream(body.stream_range(start, len))),
+            None if matches!(req.method, reqwest::Method::PUT) => {
+                builder.header("content-length", 0)
+            }
+            None => builder,
+        };
+        let response = builder.send().await.map_err(|e| unanswered(op, &e))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status().as_u16();
+        let code = response
+            .headers()
+            .get("x-ms-error-code")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let text = response.text().await.unwrap_or_default();
+        let message = between(&text, "<Message>", "</Message>").unwrap_or_default();
+        let message = message.lines().next().unwrap_or("").to_string();
+        Err(answered(op, status, &code, &message))
+    }
+
+    /// [`Self::send`] for a request that changes nothing, again after a fault that may pass
+    /// (no answer, a 5xx, throttling), up to `read_attempts` times.
+    pub async fn read<'a>(
+        &self,
+        op: &str,
+        req: impl Fn() -> Request<'a>,
+    ) -> Result<reqwest::Response, AzFailure> {
+        let mut attempt = 1;
+        loop {
+            match self.send(op, req()).await {
+                Err(AzFailure::Fault(
+                    BackendError::Timeout(_)
+                    | BackendError::Unreachable(_)
+                    | BackendError::Throttled(_)
+                    | BackendError::Failing(_),
+                )) if attempt < self.read_attempts => {
+                    tokio::time::sleep(Duration::from_millis(100 << attempt.min(5))).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// The text between the first `open` and the `close` after it.
+pub fn between<'t>(text: &'t str, open: &str, close: &str) -> Option<&'t str> {
+    let start = text.find(open)? + open.len();
+    let end = text[start..].find(close)? + start;
+    Some(&text[start..end])
+}
+
+/// Shared Key's string to sign (learn.microsoft.com, "Authorize with Shared Key", version
+/// 2015-02-21 and later): the standard headers in their fixed order, the `x-ms-` headers
+/// sorted, then the resource and its query parameters sorted, values decoded.
+fn string_to_sign(
+    method: &str,
+    headers: &[(String, String)],
+    length: u64,
+    resource: &str,
+    query: &[(String, String)],
+) -> String {
+    let get = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or("", |(_, v)| v.as_str())
+    };
+    let length = match length {
+        0 => String::new(),
+        n => n.to_string(),
+    };
+    let mut out = format!(
+        "{method}\n{}\n{}\n{length}\n{}\n{}\n\n{}\n{}\n{}\n{}\n{}\n",
+        get("content-encoding"),
+        get("content-language"),
+        get("content-md5"),
+        get("content-type"),
+        get("if-modified-since"),
+        get("if-match"),
+        get("if-none-match"),
+        get("if-unmodified-since"),
+        get("range"),
+    );
+    let mut ms: Vec<&(String, String)> =
+        headers.iter().filter(|(n, _)| n.starts_with("x-ms-")).collect();
+    ms.sort();
+    for (name, value) in ms {
+        out += &format!("{name}:{}\n", value.trim());
+    }
+    out += resource;
+    for (name, value) in query {
+        out += &format!("\n{}:{value}", name.to_ascii_lowercase());
+    }
+    out
+}
+
+fn hmac_sha256(key: &[u8], data: &[u8]) -> String {
+    use base64::Engine;
+    let key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, key);
+    let tag = aws_lc_rs::hmac::sign(&key, data);
+    base64::engine::general_purpose::STANDARD.encode(tag.as_ref())
+}
+
+/// The pooled HTTP client: the configured timeouts, the system roots and the optional CA file
+/// for https; redirects are answers, never followed (a write re-sent elsewhere could land where
+/// nothing reads it).
+fn http_client(cfg: &AzureBackendConfig) -> Result<reqwest::Client, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    if let Some(path) = &cfg.ca_file {
+        use rustls::pki_types::{pem::PemObject, CertificateDer};
+        let certs = CertificateDer::pem_file_iter(path)
+            .map_err(|e| format!("cannot read ca_file {}: {e}", path.display()))?;
+        for cert in certs {
+            let cert = cert.map_err(|e| format!("ca_file {}: {e}", path.display()))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("ca_file {}: {e}", path.display()))?;
+        }
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(Duration::from_secs(cfg.connect_timeout_secs))
+        .read_timeout(Duration::from_secs(cfg.read_timeout_secs))
+        .timeout(Duration::from_secs(cfg.call_timeout_secs))
+        .build()
+        .map_err(|e| format!("the store's HTTP client: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The string to sign for a Put Blob with a condition, as the Shared Key rules lay it out:
+    /// thirteen lines, the x-ms- headers sorted, the resource with the account twice for an
+    /// emulator-style path, and the query sorted.
+    #[test]
+    fn string_to_sign_follows_the_shared_key_layout() {
+        let headers = vec![
+            ("x-ms-version".to_string(), API_VERSION.to_string()),
+            ("if-match".to_string(), "\"0x1\"".to_string()),
+            ("x-ms-blob-type".to_string(), "BlockBlob".to_string()),
+            ("content-type".to_string(), "text/plain".to_string()),
+        ];
+        let s = string_to_sign(
+            "PUT",
+            &headers,
+            5,
+            "/devstoreaccount1/devstoreaccount1/c/a%20b",
+            &[("blockid".into(), "AA==".into()), ("comp".into(), "block".into())],
+        );
+        assert_eq!(
+            s,
+            "PUT\n\n\n5\n\ntext/plain\n\n\n\"0x1\"\n\n\n\nx-ms-blob-type:BlockBlob\nx-ms-version:2021-08-06\n/devstoreaccount1/devstoreaccount1/c/a%20b\nblockid:AA==\ncomp:block"
+        );
+    }
+
+    #[test]
+    fn a_connection_string_gives_account_key_and_endpoint() {
+        let c = parse_connection_string("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;");
+        assert_eq!(c.account.as_deref(), Some("devstoreaccount1"));
+        assert_eq!(c.key.as_deref(), Some("a2V5"));
+        assert_eq!(
+            c.endpoint.as_deref(),
+            Some("http://127.0.0.1:10000/devstoreaccount1")
+        );
+        assert!(c.sas.is_none());
+    }
+}

@@ -1,0 +1,526 @@
+//! The `azure` backend: one fencegate bucket on an Azure Blob Storage container (plus an
+//! optional key prefix), through the Blob service's REST API signed with Shared Key or a SAS
+//! token (`client.rs`).
+//!
+//! Bodies up to the block size are spooled and committed with one Put Blob carrying their
+//! Content-MD5 (the service refuses other bytes) and `If-Match` (the ETag the gate read) or
+//! `If-None-Match: *`. Larger bodies, and multipart uploads, travel as blocks of a staging blob
+//! under `<prefix>.fencegate-probe/`, which nobody else writes (Azure discards a blob's
+//! uncommitted blocks whenever that blob is written, so blocks staged on the object itself
+//! would be lost to any other writer); the commit copies that staging blob onto the object
+//! with the same conditions (`blocks.rs`). A commit whose answer was lost is read back by the
+//! commit id it stored, never re-sent.
+
+mod blocks;
+mod client;
+mod errors;
+mod listing;
+mod meta;
+pub mod probe;
+
+pub use client::AzureClient;
+pub use probe::probe_conditions;
+
+use super::spool::{Spooled, Spooler};
+use super::{
+    part_of_whole, Backend, BackendError, BodyError, ByteStream, ListPage, ObjectInfo, ObjectMeta,
+    ObjectPart, PartInfo, Staged, StagedBody,
+};
+use async_trait::async_trait;
+use client::Request;
+use errors::AzFailure;
+use futures::StreamExt;
+use reqwest::Method;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the commit of a staged body sends.
+#[derive(Debug)]
+pub struct Staging {
+    pub from: Source,
+    /// Stored with the blob: shows whether a commit whose answer was lost landed.
+    pub commit: String,
+}
+
+#[derive(Debug)]
+pub enum Source {
+    /// Up to the block size: sent in one Put Blob.
+    Spooled(Spooled),
+    /// A staging blob the commit copies: a large body (`upload: false`, deleted once
+    /// committed or discarded), or a multipart upload's assembly (kept until the upload ends).
+    Blob { name: String, upload: bool },
+}
+
+/// Under the bucket's prefix, where fencegate keeps what no client may read or write.
+const STAGING: &str = ".fencegate-probe/staging/";
+const UPLOADS: &str = ".fencegate-probe/uploads/";
+
+pub struct AzureBackend {
+    client: Arc<AzureClient>,
+    container: String,
+    prefix: String,
+    block_size: u64,
+    commit_deadline: Duration,
+    spooler: Arc<Spooler>,
+    /// Where the service's listing goes on after a page fencegate answered, by (prefix, the
+    /// page's last key): Azure continues a listing by an opaque marker, not by a key.
+    markers: parking_lot::Mutex<std::collections::HashMap<(String, String), String>>,
+}
+
+fn random_id() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
+}
+
+impl AzureBackend {
+    pub fn new(client: Arc<AzureClient>, container: &str, prefix: &str, block_size: u64) -> Self {
+        crate::metrics::register_store_integrity();
+        AzureBackend {
+            client,
+            container: container.to_string(),
+            prefix: prefix.to_string(),
+            block_size: block_size.max(1),
+            commit_deadline: Duration::from_secs(900),
+            spooler: Spooler::in_temp_dir(),
+            markers: Default::default(),
+        }
+    }
+
+    pub fn with_spooler(mut self, spooler: Arc<Spooler>) -> Self {
+        self.spooler = spooler;
+        self
+    }
+
+    pub fn with_commit_deadline(mut self, deadline: Duration) -> Self {
+        self.commit_deadline = deadline;
+        self
+    }
+
+    /// `container/prefix`, for messages.
+    pub fn location(&self) -> String {
+        format!("{}/{}", self.container, self.prefix)
+    }
+
+    pub fn container(&self) -> &str {
+        &self.container
+    }
+
+    fn blob(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    /// Get Container Properties: the container exists and our credentials reach it.
+    pub async fn check_container(&self) -> Result<(), BackendError> {
+        let req = || Request::new(Method::HEAD, &self.container, "").query("restype", "container");
+        match self.client.read("Get Container Properties", req).await {
+            Ok(_) => Ok(()),
+            Err(AzFailure::NotFound) => Err(BackendError::Failing(format!(
+                "the storage account has no container {:?}; create it, or set backend_bucket",
+                self.container
+            ))),
+            Err(f) => Err(f.into_backend("Get Container Properties")),
+        }
+    }
+
+    /// The blob's description, or `None` if absent.
+    async fn head_blob(&self, key: &str) -> Result<Option<ObjectInfo>, BackendError> {
+        let blob = self.blob(key);
+        let req = || Request::new(Method::HEAD, &self.container, &blob);
+        match self.client.read("Get Blob Properties", req).await {
+            Ok(r) => {
+                let size = r.content_length().unwrap_or(0);
+                Ok(Some(meta::info(key, r.headers(), size)))
+            }
+            Err(AzFailure::NotFound) => Ok(None),
+            Err(f) => Err(f.into_backend("Get Blob Properties")),
+        }
+    }
+
+    /// Get Blob, whole or bytes `start..=end`.
+    async fn get_blob(
+        &self,
+        key: &str,
+        range: Option<(u64, u64)>,
+    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
+        let blob = self.blob(key);
+        let req = || {
+            let r = Request::new(Method::GET, &self.container, &blob);
+            match range {
+                Some((start, end)) => r.header("x-ms-range", format!("bytes={start}-{end}")),
+                None => r,
+            }
+        };
+        let response = match self.client.read("Get Blob", req).await {
+            Ok(r) => r,
+            Err(AzFailure::NotFound) => return Ok(None),
+            Err(f) => return Err(f.into_backend("Get Blob")),
+        };
+        // A ranged answer's Content-Range names the whole size: `bytes 0-4/10`.
+        let size = response
+            .headers()
+            .get("content-range")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit_once('/'))
+            .and_then(|(_, total)| total.parse().ok())
+            .or(response.content_length())
+            .unwrap_or(0);
+        let info = meta::info(key, response.headers(), size);
+        let body = response
+            .bytes_stream()
+            .map(|chunk| chunk.map_err(|e| BodyError::Broken(format!("reading from the store: {e}"))))
+            .boxed();
+        Ok(Some((info, body)))
+    }
+
+    /// Delete Blob (its snapshots too), if still at `expected` when given.
+    async fn delete_blob(&self, blob: &str, expected: Option<&str>) -> Result<(), AzFailure> {
+        let mut req = Request::new(Method::DELETE, &self.container, blob)
+            .header("x-ms-delete-snapshots", "include");
+        if let Some(etag) = expected {
+            req = req.header("if-match", etag);
+        }
+        self.client.send("Delete Blob", req).await.map(|_| ())
+    }
+
+    /// Deletes one of fencegate's own staging blobs; a failure is only logged (the start-up
+    /// sweep collects what is left).
+    async fn drop_staging(&self, blob: &str) {
+        match self.delete_blob(blob, None).await {
+            Ok(()) | Err(AzFailure::NotFound) => {}
+            Err(f) => {
+                let e = f.into_backend("Delete Blob");
+                tracing::warn!(blob, error = %e, "could not delete a staging blob; the next start-up sweeps it")
+            }
+        }
+    }
+
+    /// After a commit whose outcome is unknown: the object, if it is the one this commit wrote.
+    async fn landed(&self, staged: &Staged, commit: &str) -> Option<ObjectInfo> {
+        let blob = self.blob(&staged.key);
+        let req = || Request::new(Method::HEAD, &self.container, &blob);
+        let r = self.client.read("Get Blob Properties", req).await.ok()?;
+        let size = r.content_length().unwrap_or(0);
+        (meta::stored(r.headers())?.commit == commit)
+            .then(|| meta::info(&staged.key, r.headers(), size))
+    }
+
+    async fn commit_inner(
+        &self,
+        staged: &Staged,
+        expected: Option<&str>,
+    ) -> Result<ObjectInfo, BackendError> {
+        let StagedBody::Azure(staging) = &staged.body else {
+            return Err(BackendError::Failing(
+                "a body staged by another backend cannot be committed to azure".into(),
+            ));
+        };
+        let stored = meta::Stored {
+            meta: staged.meta.clone(),
+            etag: staged.etag.clone(),
+            commit: staging.commit.clone(),
+        };
+        let blob = self.blob(&staged.key);
+        let mut req = Request::new(Method::PUT, &self.container, &blob)
+            .header(meta::META_HEADER, meta::encode(&stored));
+        req = match expected {
+            Some(etag) => req.header("if-match", etag),
+            None => req.header("if-none-match", "*"),
+        };
+        let (op, req) = match &staging.from {
+            Source::Spooled(body) => {
+                let mut req = req
+                    .header("x-ms-blob-type", "BlockBlob")
+                    .header("content-type", blocks::content_type(&staged.meta))
+                    .body(body.clone());
+                if let Some(md5) = meta::content_md5(&staged.etag) {
+                    req = req.header("content-md5", md5);
+                }
+                ("Put Blob", req)
+            }
+            Source::Blob { name, .. } => (
+                "Copy Blob",
+                req.header("x-ms-copy-source", self.client.blob_url(&self.container, name)),
+            ),
+        };
+        let answer = match self.client.send(op, req).await {
+            Ok(r) => r,
+            Err(AzFailure::Precondition | AzFailure::NotFound) => {
+                return Err(BackendError::Conflict {
+                    expected: expected.map(str::to_string),
+                    found: self.version(&staged.bucket, &staged.key).await?,
+                })
+            }
+            Err(f) if f.outcome_unknown() => {
+                // Never re-sent: a late duplicate could land after a newer token's commit.
+                let error = match f.into_backend(op) {
+                    BackendError::Timeout(e) => BackendError::Timeout(format!(
+                        "{e}; the store did not confirm the commit and it may still take effect: retry with the same token"
+                    )),
+                    other => other,
+                };
+                return match self.landed(staged, &staging.commit).await {
+                    Some(info) => {
+                        tracing::info!(key = %staged.key, "a commit that timed out had landed; read back its ETag");
+                        Ok(info)
+                    }
+                    None => Err(error),
+                };
+            }
+            Err(f) => return Err(f.into_backend(op)),
+        };
+        let mut etag = header(&answer, "etag");
+        if let Source::Spooled(_) = &staging.from {
+            // The service checked the body against Content-MD5; an answer naming another
+            // digest means something between kept other bytes.
+            if let Some(kept) = answer
+                .headers()
+                .get("content-md5")
+                .and_then(|v| v.to_str().ok())
+                .and_then(meta::md5_etag)
+            {
+                if kept != staged.etag {
+                    crate::metrics::store_integrity_failure("Put Blob");
+                    return Err(BackendError::KeptDifferentBytes(format!(
+                        "the store answered Put Blob of {} with Content-MD5 {kept}, but the MD5 of the bytes fencegate sent is {}: nothing was acknowledged; check for a proxy that rewrites bodies",
+                        staged.key, staged.etag
+                    )));
+                }
+            }
+        } else if header(&answer, "x-ms-copy-status") == "pending" {
+            etag = self.copy_finished(&staged.key).await?;
+        }
+        if etag.is_empty() {
+            etag = self
+                .head_blob(&staged.key)
+                .await?
+                .map(|i| i.version)
+                .unwrap_or_default();
+        }
+        Ok(ObjectInfo {
+            key: staged.key.clone(),
+            size: staged.size,
+            etag: staged.etag.clone(),
+            version: etag,
+            last_modified_ms: crate::wall_clock::now_ms(),
+            meta: staged.meta.clone(),
+            parts: Vec::new(),
+        })
+    }
+
+    /// Waits for a Copy Blob the service answered `pending` (it may, even within one account)
+    /// and returns the object's ETag once it is done.
+    async fn copy_finished(&self, key: &str) -> Result<String, BackendError> {
+        let blob = self.blob(key);
+        for _ in 0..600 {
+            let req = || Request::new(Method::HEAD, &self.container, &blob);
+            let r = self
+                .client
+                .read("Get Blob Properties", req)
+                .await
+                .map_err(|f| f.into_backend("Get Blob Properties"))?;
+            match header(&r, "x-ms-copy-status").as_str() {
+                "pending" => tokio::time::sleep(Duration::from_millis(100)).await,
+                "success" | "" => return Ok(header(&r, "etag")),
+                other => {
+                    return Err(BackendError::Failing(format!(
+                        "Copy Blob onto {key} ended {other}: {}",
+                        header(&r, "x-ms-copy-status-description")
+                    )))
+                }
+            }
+        }
+        Err(BackendError::Timeout(format!(
+            "Copy Blob onto {key} was still pending after 60 s"
+        )))
+    }
+}
+
+fn header(r: &reqwest::Response, name: &str) -> String {
+    r.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+#[async_trait]
+impl Backend for AzureBackend {
+    async fn stage(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: ObjectMeta,
+        body: ByteStream,
+    ) -> Result<Staged, BackendError> {
+        self.stage_body(bucket, key, meta, body).await
+    }
+
+    async fn commit(
+        &self,
+        staged: &Staged,
+        expected: Option<&str>,
+    ) -> Result<ObjectInfo, BackendError> {
+        self.commit_inner(staged, expected).await
+    }
+
+    /// Cluster mode is refused on this backend at start-up (configuration checks): it commits
+    /// as [`Backend::commit`] does.
+    async fn commit_by(
+        &self,
+        staged: &Staged,
+        expected: Option<&str>,
+        _not_after: std::time::SystemTime,
+    ) -> Result<ObjectInfo, BackendError> {
+        self.commit_inner(staged, expected).await
+    }
+
+    async fn delete_by(
+        &self,
+        bucket: &str,
+        key: &str,
+        expected: &str,
+        _not_after: std::time::SystemTime,
+    ) -> Result<(), BackendError> {
+        self.delete(bucket, key, expected).await
+    }
+
+    fn conditional_commit(&self, _staged: &Staged) -> bool {
+        // The start-up probe refuses a service that ignores the conditions.
+        true
+    }
+
+    fn in_flight_bound(&self) -> Option<Duration> {
+        Some(self.commit_deadline)
+    }
+
+    async fn clock_offset(&self) -> Option<Result<(i64, i64), String>> {
+        None
+    }
+
+    async fn check_ready(&self, _bucket: &str) -> Result<(), BackendError> {
+        self.check_container().await
+    }
+
+    async fn discard(&self, staged: Staged) {
+        if let StagedBody::Azure(Staging {
+            from: Source::Blob { name, upload: false },
+            ..
+        }) = &staged.body
+        {
+            self.drop_staging(name).await;
+        }
+    }
+
+    async fn release(&self, staged: Staged) {
+        // A large body's staging blob goes; an upload's assembly stays for the retry.
+        self.discard(staged).await
+    }
+
+    async fn version(&self, _bucket: &str, key: &str) -> Result<Option<String>, BackendError> {
+        Ok(self.head_blob(key).await?.map(|i| i.version))
+    }
+
+    async fn head(&self, _bucket: &str, key: &str) -> Result<Option<ObjectInfo>, BackendError> {
+        self.head_blob(key).await
+    }
+
+    async fn get(
+        &self,
+        _bucket: &str,
+        key: &str,
+    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
+        self.get_blob(key, None).await
+    }
+
+    async fn delete(&self, bucket: &str, key: &str, expected: &str) -> Result<(), BackendError> {
+        match self.delete_blob(&self.blob(key), Some(expected)).await {
+            Ok(()) => Ok(()),
+            Err(AzFailure::Precondition | AzFailure::NotFound) => Err(BackendError::Conflict {
+                expected: Some(expected.to_string()),
+                found: self.version(bucket, key).await?,
+            }),
+            Err(f) if f.outcome_unknown() => {
+                let error = f.into_backend("Delete Blob");
+                match self.version(bucket, key).await {
+                    Ok(None) => Ok(()),
+                    _ => Err(error),
+                }
+            }
+            Err(f) => Err(f.into_backend("Delete Blob")),
+        }
+    }
+
+    async fn get_range(
+        &self,
+        _bucket: &str,
+        key: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<Option<(ObjectInfo, ByteStream)>, BackendError> {
+        self.get_blob(key, Some((start, end))).await
+    }
+
+    async fn get_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        number: u32,
+        body: bool,
+    ) -> Result<Option<ObjectPart>, BackendError> {
+        part_of_whole(self, bucket, key, number, body).await
+    }
+
+    async fn create_upload(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        _meta: &ObjectMeta,
+    ) -> Result<String, BackendError> {
+        // The upload's blob appears with its first block; the metadata comes with the commit.
+        Ok(random_id())
+    }
+
+    async fn upload_part(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        handle: &str,
+        number: i32,
+        body: ByteStream,
+        _size: Option<u64>,
+    ) -> Result<PartInfo, BackendError> {
+        self.put_part(handle, number, body).await
+    }
+
+    async fn assemble(
+        &self,
+        bucket: &str,
+        key: &str,
+        handle: &str,
+        parts: &[PartInfo],
+        meta: ObjectMeta,
+    ) -> Result<Staged, BackendError> {
+        self.assemble_parts(bucket, key, handle, parts, meta).await
+    }
+
+    async fn finish_upload(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        handle: &str,
+    ) -> Result<(), BackendError> {
+        match self.delete_blob(&self.upload_blob(handle), None).await {
+            Ok(()) | Err(AzFailure::NotFound) => Ok(()),
+            Err(f) => Err(f.into_backend("Delete Blob")),
+        }
+    }
+
+    async fn list(
+        &self,
+        _bucket: &str,
+        prefix: &str,
+        start_after: Option<&str>,
+        max: usize,
+    ) -> Result<ListPage, BackendError> {
+        self.list_page(prefix, start_after, max).await
+    }
+}
