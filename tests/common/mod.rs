@@ -2,6 +2,7 @@
 //! directory, and talks to it over HTTP.
 #![allow(dead_code)]
 
+pub mod azurite;
 pub mod cluster;
 pub mod etcd;
 pub mod ministack;
