@@ -43,6 +43,7 @@ impl About {
                 let kind = match b {
                     BackendConfig::Fs { .. } => "fs",
                     BackendConfig::S3(_) => "s3",
+                    BackendConfig::Azure(_) => "azure",
                 };
                 (name.clone(), kind)
             })

@@ -4,6 +4,7 @@
 
 #[cfg(feature = "azure")]
 pub mod azure;
+pub mod claim;
 pub mod fs;
 pub mod instrumented;
 pub mod memory;

@@ -9,9 +9,9 @@
 //! commit made again after a conflict) without sharing a file offset.
 
 use crate::backend::{BackendError, BodyError, ByteStream};
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use md5::{Digest, Md5};
-use bytes::{Bytes, BytesMut};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,5 +1,5 @@
-//! The claim check each s3 store place passes before it is served: the place's claim object
-//! (`backend::s3::claim`) must name this instance's fence table, or be written now naming it.
+//! The claim check each store place (s3, azure) passes before it is served: the place's claim object
+//! (`backend::claim`) must name this instance's fence table, or be written now naming it.
 //! Two fence tables on one place (two instances with data dirs of their own, or two
 //! spellings of one store) would each decide conditions and tokens alone, so racing
 //! conditional creates both win and a zombie's stale token writes through the table that never
@@ -7,8 +7,7 @@
 //! one store) keep their rows apart just the same, so the claim names the bucket too. The
 //! instances of a cluster share one table, hence one id, and the bucket names, and pass.
 
-use crate::backend::s3::claim::Claim;
-use crate::backend::s3::S3Backend;
+use crate::backend::claim::{Claim, ClaimStore};
 use std::time::Duration;
 
 /// How long a store that ignores `If-None-Match` is given before the claim written is read
@@ -23,7 +22,7 @@ const SETTLE: Duration = Duration::from_secs(1);
 /// makes this table the place's fences from the objects themselves, its writers stopped);
 /// `shared`: the table is on etcd, where there is no rebuild.
 pub async fn claim_place(
-    backend: &S3Backend,
+    backend: &dyn ClaimStore,
     (table_id, bucket): (&str, &str),
     place: &str,
     honours_conditions: bool,
@@ -79,7 +78,7 @@ fn ours(claim: &Claim, table_id: &str, bucket: &str) -> bool {
 /// fences are gone is the rebuild on a RocksDB table: deleting the claim instead leaves the
 /// place to a table that knows no token, and accepts a stale one.
 fn refusal(
-    backend: &S3Backend,
+    backend: &dyn ClaimStore,
     place: &str,
     claim: &Claim,
     (table_id, bucket): (&str, &str),

@@ -5,7 +5,9 @@
 //! owns the start-up checks that run on every bucket (`startup.rs`). On a shared fence table
 //! the created buckets are its records instead, for every instance (`shared.rs`).
 
-#[cfg(feature = "s3")]
+#[cfg(feature = "azure")]
+mod azure;
+#[cfg(any(feature = "s3", feature = "azure"))]
 mod claim;
 #[cfg(feature = "s3")]
 mod s3;
@@ -64,14 +66,15 @@ pub struct Backends {
     /// Staging files younger than this survive opening an fs backend (zero at start-up, when
     /// no request is live).
     staging_min_age: Duration,
-    #[cfg(feature = "s3")]
-    spooler: Option<Arc<crate::backend::s3::spool::Spooler>>,
+    spooler: Option<Arc<crate::backend::spool::Spooler>>,
+    #[cfg(feature = "azure")]
+    azure: BTreeMap<String, Arc<crate::backend::azure::AzureClient>>,
     /// The fence table's id, which each s3 store place's claim must name before the place is
     /// served (`claim.rs`); `None` until the table is open, and then no place is served.
-    #[cfg_attr(not(feature = "s3"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "s3", feature = "azure")), allow(dead_code))]
     table_id: Option<String>,
     /// `fences rebuild` of this bucket: another claim on its place is taken over, not refused.
-    #[cfg_attr(not(feature = "s3"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "s3", feature = "azure")), allow(dead_code))]
     take_over_claim: Option<String>,
 }
 
@@ -80,6 +83,15 @@ pub struct Backends {
 const LIVE_STAGING_AGE: Duration = Duration::from_secs(15 * 60);
 
 impl Backends {
+    /// One spooler for every store backend (s3, azure), its spill files under `<data_dir>/spool`.
+    fn spooler(&mut self, config: &Config) -> Arc<crate::backend::spool::Spooler> {
+        self.spooler
+            .get_or_insert_with(|| {
+                crate::backend::spool::Spooler::new(config.server.data_dir.join("spool"))
+            })
+            .clone()
+    }
+
     /// Backends for start-up: each s3 bucket's abandoned multipart uploads are aborted, except
     /// those in `registered` (uploads clients started and may still complete).
     pub fn for_startup(registered: HashSet<String>) -> Backends {
@@ -178,6 +190,14 @@ impl Backends {
             }
             #[cfg(feature = "s3")]
             BackendConfig::S3(s3cfg) => self.build_s3(config, bucket, policy, s3cfg).await,
+            #[cfg(feature = "azure")]
+            BackendConfig::Azure(az) => self.build_azure(config, bucket, policy, az).await,
+            #[cfg(not(feature = "azure"))]
+            BackendConfig::Azure(_) => Err(format!(
+                "{}; {}",
+                crate::config::not_built("azure", &format!("backend {name}")),
+                crate::config::rebuild_with("azure")
+            )),
             #[cfg(not(feature = "s3"))]
             BackendConfig::S3(_) => Err(format!(
                 "{}; {}",

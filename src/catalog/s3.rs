@@ -3,7 +3,6 @@
 //! probe, in cluster mode the presigned-expiry probe, the sweep of abandoned uploads).
 
 use super::{Backends, StartupError};
-use crate::backend::s3::spool::Spooler;
 use crate::backend::s3::{self, S3Backend};
 use crate::backend::Backend;
 use crate::config::{BucketPolicy, Config, S3BackendConfig};
@@ -11,13 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 impl Backends {
-    /// One spooler for every s3 backend, its spill files under `<data_dir>/spool`.
-    fn spooler(&mut self, config: &Config) -> Arc<Spooler> {
-        self.spooler
-            .get_or_insert_with(|| Spooler::new(config.server.data_dir.join("spool")))
-            .clone()
-    }
-
     /// The s3 backend of `bucket`, its store probed (and, at start-up, swept) first.
     pub(super) async fn build_s3(
         &mut self,

@@ -35,6 +35,18 @@ impl Config {
                 BackendConfig::Fs { root } => {
                     out += &format!("backend {name}: fs at {}\n", self.fs_root(root).display())
                 }
+                BackendConfig::Azure(az) => {
+                    let credentials = match (&az.access_key, &az.sas_token) {
+                        (Some(_), _) => "a shared key",
+                        (None, Some(_)) => "a SAS token",
+                        (None, None) => "the environment (AZURE_STORAGE_*)",
+                    };
+                    out += &format!(
+                        "backend {name}: azure at {} (account {}, credentials from {credentials})\n",
+                        az.endpoint.as_deref().unwrap_or("the account's blob.core.windows.net"),
+                        az.account.as_deref().unwrap_or("from the environment"),
+                    )
+                }
                 BackendConfig::S3(s3) => {
                     let credentials = match &s3.access_key_id {
                         Some(id) => format!("static key {id}"),

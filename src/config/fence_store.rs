@@ -265,6 +265,12 @@ pub fn check(
                 ));
             }
             Some(BackendConfig::S3(_)) | None => {}
+            Some(BackendConfig::Azure(_)) => {
+                return Err((bucket_at(&what, "backend"),
+                    format!("{what} uses backend {:?}, an azure backend, and the fence table is shared (kind = \"etcd\")", policy.backend),
+                    "cluster mode needs the store to refuse a commit that arrives after its intent's deadline (docs/design.md, \"Bounded intents\"), and the azure backend does not yet send its commits with a SAS that expires then: run one instance on rocksdb, or put the bucket on an s3 backend".into(),
+                ));
+            }
             Some(BackendConfig::Fs { .. }) => {
                 return Err((bucket_at(&what, "backend"),
                     format!("{what} uses backend {:?}, a local directory, and the fence table is shared (kind = \"etcd\")", policy.backend),

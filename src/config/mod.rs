@@ -16,10 +16,11 @@ pub use fence_store::EtcdConfig;
 
 pub use keys::{Key, Permission};
 pub use model::{
-    BackendConfig, BucketPolicy, BypassPolicy, ConditionalWrites, FenceStoreConfig, FenceStoreKind,
-    AzureBackendConfig, FencingMode, LeaseConfig, LogFormat, S3BackendConfig, S3GatewayConfig, S3Key, ScopeKind,
-    ServerConfig, TokenOrder, DEFAULT_MAX_UPLOADS_PER_BUCKET, DEFAULT_MAX_UPLOADS_PER_KEY,
-    DEFAULT_UNVERIFIED_BODY_BYTES, DEFAULT_UPLOAD_EXPIRY_SECS, MAX_UNVERIFIED_BODY,
+    AzureBackendConfig, BackendConfig, BucketPolicy, BypassPolicy, ConditionalWrites,
+    FenceStoreConfig, FenceStoreKind, FencingMode, LeaseConfig, LogFormat, S3BackendConfig,
+    S3GatewayConfig, S3Key, ScopeKind, ServerConfig, TokenOrder, DEFAULT_MAX_UPLOADS_PER_BUCKET,
+    DEFAULT_MAX_UPLOADS_PER_KEY, DEFAULT_UNVERIFIED_BODY_BYTES, DEFAULT_UPLOAD_EXPIRY_SECS,
+    MAX_UNVERIFIED_BODY,
 };
 
 pub use namespace::Namespace;

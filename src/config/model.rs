@@ -344,7 +344,10 @@ impl std::fmt::Debug for AzureBackendConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AzureBackendConfig")
             .field("account", &self.account)
-            .field("access_key", &self.access_key.as_ref().map(|_| "<redacted>"))
+            .field(
+                "access_key",
+                &self.access_key.as_ref().map(|_| "<redacted>"),
+            )
             .field("sas_token", &self.sas_token.as_ref().map(|_| "<redacted>"))
             .field("endpoint", &self.endpoint)
             .field("block_size_bytes", &self.block_size_bytes)

@@ -140,6 +140,22 @@ impl Config {
             BackendConfig::Fs { root } => Namespace::Fs {
                 dir: resolved_path(&self.fs_root(root).join(bucket)),
             },
+            // A container is an s3 bucket's like: a place in one store.
+            BackendConfig::Azure(az) => Namespace::S3 {
+                store: format!(
+                    "azure:{}",
+                    az.endpoint
+                        .as_deref()
+                        .map(resolved_endpoint)
+                        .or_else(|| az.account.clone())
+                        .unwrap_or_default()
+                ),
+                bucket: policy
+                    .backend_bucket
+                    .clone()
+                    .unwrap_or_else(|| bucket.to_string()),
+                prefix: policy.backend_prefix.clone(),
+            },
             BackendConfig::S3(s3) => Namespace::S3 {
                 store: s3
                     .endpoint

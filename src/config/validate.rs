@@ -256,6 +256,40 @@ fn backends(
                 ),
             ));
         }
+        if matches!(b, BackendConfig::Azure(_)) && !cfg!(feature = "azure") {
+            return Err(places.err(
+                &["backends", name.as_str(), "kind"],
+                super::not_built("azure", &format!("backend {name:?} (kind = \"azure\")")),
+                format!(
+                    "{}; or use kind = \"fs\" for a local directory",
+                    super::rebuild_with("azure")
+                ),
+            ));
+        }
+        if let BackendConfig::Azure(az) = &b {
+            let problem = if az.access_key.is_some() && az.sas_token.is_some() {
+                Some((
+                    "sas_token",
+                    "sets both access_key and sas_token",
+                    "set one: the account key signs every request, a SAS token is appended to each",
+                ))
+            } else if !(1024 * 1024..=4000 * 1024 * 1024).contains(&az.block_size_bytes) {
+                Some((
+                    "block_size_bytes",
+                    "has block_size_bytes outside Azure's block limits",
+                    "use 1MiB to 4000MiB (default 8MiB)",
+                ))
+            } else {
+                None
+            };
+            if let Some((field, problem, fix)) = problem {
+                return Err(places.err(
+                    &["backends", name.as_str(), field],
+                    format!("backend {name:?} {problem}"),
+                    fix.into(),
+                ));
+            }
+        }
         if let BackendConfig::S3(s3) = &b {
             let problem = if s3.access_key_id.is_some() != s3.secret_access_key.is_some() {
                 Some((if s3.access_key_id.is_some() { "access_key_id" } else { "secret_access_key" }, "sets only one of access_key_id and secret_access_key", "set both, or neither to use the SDK's credential chain (AWS_ACCESS_KEY_ID, profiles, roles)"))
@@ -343,7 +377,10 @@ fn buckets(
                 ),
             ));
         }
-        let is_s3 = matches!(backends[&policy.backend], BackendConfig::S3(_));
+        let is_s3 = matches!(
+            backends[&policy.backend],
+            BackendConfig::S3(_) | BackendConfig::Azure(_)
+        );
         if !is_s3 && (policy.backend_bucket.is_some() || !policy.backend_prefix.is_empty()) {
             let field = if policy.backend_bucket.is_some() {
                 "backend_bucket"
@@ -352,7 +389,7 @@ fn buckets(
             };
             return Err(places.err(
                 &["buckets", name.as_str(), field],
-                format!("bucket {name:?} sets backend_bucket or backend_prefix, but its backend {:?} is not s3", policy.backend),
+                format!("bucket {name:?} sets backend_bucket or backend_prefix, but its backend {:?} is a local directory (fs)", policy.backend),
                 "remove them; an fs backend keeps each bucket in its own directory".into(),
             ));
         }
@@ -399,11 +436,11 @@ fn bucket_defaults(
             let backend_fix = "name a backend from [backends], and for s3 the store bucket that will hold created buckets";
             let problem = match backends.get(&policy.backend) {
                 None => Some(("backend", format!("uses backend {:?}, which is not defined", policy.backend), backend_fix.into())),
-                Some(BackendConfig::S3(_)) if policy.backend_bucket.is_none() => Some(("backend", 
+                Some(BackendConfig::S3(_) | BackendConfig::Azure(_)) if policy.backend_bucket.is_none() => Some(("backend", 
                     "uses an s3 backend but sets no backend_bucket: created buckets live in that store bucket, under backend_prefix + the bucket's name + \"/\"".into(), backend_fix.into()),
                 ),
                 Some(BackendConfig::Fs { .. }) if policy.backend_bucket.is_some() || !policy.backend_prefix.is_empty() => {
-                    Some((if policy.backend_bucket.is_some() { "backend_bucket" } else { "backend_prefix" }, "sets backend_bucket or backend_prefix, but its backend is not s3".into(), backend_fix.into()))
+                    Some((if policy.backend_bucket.is_some() { "backend_bucket" } else { "backend_prefix" }, "sets backend_bucket or backend_prefix, but its backend is a local directory (fs)".into(), backend_fix.into()))
                 }
                 _ => super::cors::problem(&policy.cors)
                     .map(|(field, what, fix)| ("cors", format!("{what} ({field})"), fix)),

@@ -183,7 +183,14 @@ impl AzureBackend {
         self.put_block_list(&name, &ids, &meta, Some(md5)).await?;
         guard.blob = None;
         let etag = format!("\"{}\"", hex::encode(digest));
-        Ok(staged(Source::Blob { name, upload: false }, etag, size))
+        Ok(staged(
+            Source::Blob {
+                name,
+                upload: false,
+            },
+            etag,
+            size,
+        ))
     }
 
     /// UploadPart: the part is spooled in blocks (its MD5 names them, and is known only at

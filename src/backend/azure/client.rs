@@ -228,7 +228,10 @@ impl AzureClient {
         }
         let mut headers = req.headers;
         headers.push(("x-ms-version".into(), API_VERSION.into()));
-        headers.push(("x-ms-date".into(), httpdate::fmt_http_date(std::time::SystemTime::now())));
+        headers.push((
+            "x-ms-date".into(),
+            httpdate::fmt_http_date(std::time::SystemTime::now()),
+        ));
         let length = req.body.as_ref().map_or(0, |b| b.2);
         if let Credentials::SharedKey(key) = &self.credentials {
             let resource = format!("/{}{}{}", self.account, self.base_path, path);
@@ -333,8 +336,10 @@ fn string_to_sign(
         get("if-unmodified-since"),
         get("range"),
     );
-    let mut ms: Vec<&(String, String)> =
-        headers.iter().filter(|(n, _)| n.starts_with("x-ms-")).collect();
+    let mut ms: Vec<&(String, String)> = headers
+        .iter()
+        .filter(|(n, _)| n.starts_with("x-ms-"))
+        .collect();
     ms.sort();
     for (name, value) in ms {
         out += &format!("{name}:{}\n", value.trim());
@@ -409,7 +414,10 @@ mod tests {
             &headers,
             5,
             "/devstoreaccount1/devstoreaccount1/c/a%20b",
-            &[("blockid".into(), "AA==".into()), ("comp".into(), "block".into())],
+            &[
+                ("blockid".into(), "AA==".into()),
+                ("comp".into(), "block".into()),
+            ],
         );
         assert_eq!(
             s,

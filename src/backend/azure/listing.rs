@@ -21,8 +21,11 @@ impl AzureBackend {
         max: usize,
     ) -> Result<ListPage, BackendError> {
         let store_prefix = self.blob(prefix);
-        let mut marker =
-            start_after.and_then(|k| self.markers.lock().remove(&(prefix.to_string(), k.to_string())));
+        let mut marker = start_after.and_then(|k| {
+            self.markers
+                .lock()
+                .remove(&(prefix.to_string(), k.to_string()))
+        });
         let skip_to = match marker {
             Some(_) => None,
             None => start_after.map(|k| self.blob(k)),

@@ -109,7 +109,8 @@ mod tests {
             content_type: Some("text/plain; charset=utf-8".into()),
             ..Default::default()
         };
-        meta.user_meta.insert("my-key".into(), "é 100% =?x?= \t ".into());
+        meta.user_meta
+            .insert("my-key".into(), "é 100% =?x?= \t ".into());
         meta.tags.insert("k".into(), "v&w".into());
         let stored = Stored {
             meta,

@@ -12,6 +12,7 @@
 //! commit id it stored, never re-sent.
 
 mod blocks;
+mod claim;
 mod client;
 mod errors;
 mod listing;
@@ -127,7 +128,7 @@ impl AzureBackend {
         let req = || Request::new(Method::HEAD, &self.container, &blob);
         match self.client.read("Get Blob Properties", req).await {
             Ok(r) => {
-                let size = r.content_length().unwrap_or(0);
+                let size = length(&r);
                 Ok(Some(meta::info(key, r.headers(), size)))
             }
             Err(AzFailure::NotFound) => Ok(None),
@@ -161,12 +162,13 @@ impl AzureBackend {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.rsplit_once('/'))
             .and_then(|(_, total)| total.parse().ok())
-            .or(response.content_length())
-            .unwrap_or(0);
+            .unwrap_or_else(|| length(&response));
         let info = meta::info(key, response.headers(), size);
         let body = response
             .bytes_stream()
-            .map(|chunk| chunk.map_err(|e| BodyError::Broken(format!("reading from the store: {e}"))))
+            .map(|chunk| {
+                chunk.map_err(|e| BodyError::Broken(format!("reading from the store: {e}")))
+            })
             .boxed();
         Ok(Some((info, body)))
     }
@@ -198,7 +200,7 @@ impl AzureBackend {
         let blob = self.blob(&staged.key);
         let req = || Request::new(Method::HEAD, &self.container, &blob);
         let r = self.client.read("Get Blob Properties", req).await.ok()?;
-        let size = r.content_length().unwrap_or(0);
+        let size = length(&r);
         (meta::stored(r.headers())?.commit == commit)
             .then(|| meta::info(&staged.key, r.headers(), size))
     }
@@ -238,7 +240,10 @@ impl AzureBackend {
             }
             Source::Blob { name, .. } => (
                 "Copy Blob",
-                req.header("x-ms-copy-source", self.client.blob_url(&self.container, name)),
+                req.header(
+                    "x-ms-copy-source",
+                    self.client.blob_url(&self.container, name),
+                ),
             ),
         };
         let answer = match self.client.send(op, req).await {
@@ -288,6 +293,14 @@ impl AzureBackend {
         } else if header(&answer, "x-ms-copy-status") == "pending" {
             etag = self.copy_finished(&staged.key).await?;
         }
+        if let Source::Blob {
+            name,
+            upload: false,
+        } = &staging.from
+        {
+            // Copied: a large body's staging blob has done its work.
+            self.drop_staging(name).await;
+        }
         if etag.is_empty() {
             etag = self
                 .head_blob(&staged.key)
@@ -332,6 +345,11 @@ impl AzureBackend {
             "Copy Blob onto {key} was still pending after 60 s"
         )))
     }
+}
+
+/// The Content-Length header (a HEAD answer's body is empty, so reqwest's own count is 0).
+fn length(r: &reqwest::Response) -> u64 {
+    header(r, "content-length").parse().unwrap_or(0)
 }
 
 fn header(r: &reqwest::Response, name: &str) -> String {
@@ -402,7 +420,10 @@ impl Backend for AzureBackend {
 
     async fn discard(&self, staged: Staged) {
         if let StagedBody::Azure(Staging {
-            from: Source::Blob { name, upload: false },
+            from: Source::Blob {
+                name,
+                upload: false,
+            },
             ..
         }) = &staged.body
         {

@@ -94,11 +94,11 @@ pub async fn probe_conditions(backend: &AzureBackend) -> Result<AzureProbe, Stri
 async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<AzureProbe, String> {
     let client = &backend.client;
     let c = backend.container.as_str();
-    let put_blob = |blob: &str, text: &'static str| {
+    fn put_blob<'r>(c: &'r str, blob: &'r str, text: &'static str) -> Request<'r> {
         Request::new(Method::PUT, c, blob)
             .header("x-ms-blob-type", "BlockBlob")
             .body(body(text))
-    };
+    }
     let fault = |f: AzFailure| f.into_backend("the probe").to_string();
     let mut report = AzureProbe::default();
     let mut check = |ok: bool, what: &'static str| {
@@ -108,14 +108,20 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
     };
     // A new blob, created only if absent; then the same request again must be refused.
     let first = client
-        .send("Put Blob", put_blob(a, "one").header("if-none-match", "*"))
+        .send(
+            "Put Blob",
+            put_blob(c, a, "one").header("if-none-match", "*"),
+        )
         .await
         .map_err(fault)?;
     let first_etag = etag(&first);
     check(
         refused(
             client
-                .send("Put Blob", put_blob(a, "two").header("if-none-match", "*"))
+                .send(
+                    "Put Blob",
+                    put_blob(c, a, "two").header("if-none-match", "*"),
+                )
                 .await,
         )?,
         CONDITIONS[0],
@@ -125,7 +131,7 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
             client
                 .send(
                     "Put Blob",
-                    put_blob(a, "two").header("if-match", "\"0x8D000000000000\""),
+                    put_blob(c, a, "two").header("if-match", "\"0x8D000000000000\""),
                 )
                 .await,
         )?,
@@ -134,13 +140,16 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
     // The right ETag is taken (a service that refused every If-Match would pass the line
     // above and fence nothing).
     client
-        .send("Put Blob", put_blob(a, "three").header("if-match", first_etag))
+        .send(
+            "Put Blob",
+            put_blob(c, a, "three").header("if-match", first_etag),
+        )
         .await
         .map_err(fault)?;
     // Copy Blob onto an existing blob with If-None-Match: *, and with a wrong If-Match.
     let source = backend.client.blob_url(c, a);
     client
-        .send("Put Blob", put_blob(b, "b"))
+        .send("Put Blob", put_blob(c, b, "b"))
         .await
         .map_err(fault)?;
     let copy = |cond: (&'static str, String)| {
@@ -149,13 +158,20 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
             .header(cond.0, cond.1)
     };
     check(
-        refused(client.send("Copy Blob", copy(("if-none-match", "*".into()))).await)?,
+        refused(
+            client
+                .send("Copy Blob", copy(("if-none-match", "*".into())))
+                .await,
+        )?,
         CONDITIONS[2],
     );
     check(
         refused(
             client
-                .send("Copy Blob", copy(("if-match", "\"0x8D000000000000\"".into())))
+                .send(
+                    "Copy Blob",
+                    copy(("if-match", "\"0x8D000000000000\"".into())),
+                )
                 .await,
         )?,
         CONDITIONS[3],
@@ -177,7 +193,7 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
             client
                 .send(
                     "Put Blob",
-                    put_blob(b, "not these bytes")
+                    put_blob(c, b, "not these bytes")
                         .header("content-md5", "AAAAAAAAAAAAAAAAAAAAAA=="),
                 )
                 .await,

@@ -9,45 +9,7 @@ use super::errors::{classify, S3Failure};
 use super::S3Backend;
 use aws_sdk_s3::primitives::ByteStream;
 
-/// The claim's name inside the reserved space; the sweep of left-over probe runs keeps it.
-pub const CLAIM_NAME: &str = "claim";
-
-/// What a claim object holds: the table's id, and for whoever reads it, where and when the
-/// claim was made.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Claim {
-    pub table_id: String,
-    /// The fencegate bucket whose rows fence the place (empty in a claim that names none).
-    #[serde(default)]
-    pub bucket: String,
-    #[serde(default)]
-    pub host: String,
-    /// RFC 3339, UTC.
-    #[serde(default)]
-    pub at: String,
-}
-
-impl Claim {
-    /// A claim for bucket `bucket` of the table `table_id`, made here and now.
-    pub fn new(table_id: &str, bucket: &str) -> Claim {
-        Claim {
-            table_id: table_id.to_string(),
-            bucket: bucket.to_string(),
-            host: host_name(),
-            at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        }
-    }
-}
-
-/// This machine's name, for the humans reading a claim; never compared.
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "an unknown host".into())
-}
+pub use crate::backend::claim::{Claim, ClaimStore, CLAIM_NAME};
 
 impl S3Backend {
     /// The claim's key in the store.
@@ -120,5 +82,24 @@ impl S3Backend {
                 )),
             },
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl ClaimStore for S3Backend {
+    fn claim_key(&self) -> String {
+        S3Backend::claim_key(self)
+    }
+
+    fn store_bucket(&self) -> &str {
+        S3Backend::store_bucket(self)
+    }
+
+    async fn read_claim(&self) -> Result<Option<Claim>, String> {
+        S3Backend::read_claim(self).await
+    }
+
+    async fn write_claim(&self, claim: &Claim, replace: bool) -> Result<bool, String> {
+        S3Backend::write_claim(self, claim, replace).await
     }
 }

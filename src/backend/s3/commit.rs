@@ -113,11 +113,9 @@ impl S3Backend {
                     .map_err(|e| classify("CompleteMultipartUpload", e))
             }
             // Not staged by this backend: refuse rather than panic.
-            _ => {
-                Err(S3Failure::Fault(BackendError::Failing(
-                    "a body staged by another backend cannot be committed to s3".into(),
-                )))
-            }
+            _ => Err(S3Failure::Fault(BackendError::Failing(
+                "a body staged by another backend cannot be committed to s3".into(),
+            ))),
         }
     }
 

@@ -1,0 +1,74 @@
+//! The azure backend's part of the catalog: one client per account, and the checks each
+//! bucket on it passes before it is served (the container exists, the conditional-write
+//! probe, the store place's claim).
+
+use super::Backends;
+use crate::backend::azure::{self, AzureBackend, AzureClient};
+use crate::backend::Backend;
+use crate::config::{AzureBackendConfig, BucketPolicy, Config};
+use std::sync::Arc;
+use std::time::Duration;
+
+impl Backends {
+    /// The azure backend of `bucket`, its container probed and its place claimed first.
+    pub(super) async fn build_azure(
+        &mut self,
+        config: &Config,
+        bucket: &str,
+        policy: &BucketPolicy,
+        cfg: &AzureBackendConfig,
+    ) -> Result<Arc<dyn Backend>, String> {
+        let name = policy.backend.as_str();
+        if !self.azure.contains_key(name) {
+            let client = AzureClient::build(cfg).map_err(|e| format!("backend {name}: {e}"))?;
+            self.azure.insert(name.to_string(), Arc::new(client));
+        }
+        let container = policy.backend_bucket.as_deref().unwrap_or(bucket);
+        let backend = AzureBackend::new(
+            self.azure[name].clone(),
+            container,
+            &policy.backend_prefix,
+            cfg.block_size_bytes,
+        )
+        .with_commit_deadline(Duration::from_secs(cfg.commit_deadline_secs))
+        .with_spooler(self.spooler(config));
+        let fail = |e: String| format!("bucket {bucket} (azure backend {name}): {e}");
+        backend
+            .check_container()
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let probe = azure::probe_conditions(&backend)
+            .await
+            .map_err(|e| fail(format!("the conditional-write probe failed: {e}")))?;
+        if !probe.safe() {
+            return Err(fail(probe.refusal(&backend.location())));
+        }
+        tracing::info!(bucket, backend = name, location = %backend.location(), "azure container honours conditional writes and deletes");
+        let Some(table_id) = self.table_id.as_deref() else {
+            return Err(fail(
+                "the fence table is not open, so the store place cannot be claimed; this is a bug in fencegate".into(),
+            ));
+        };
+        let place = format!(
+            "store place {} (bucket {bucket}, backend {name})",
+            config.namespace(bucket, policy)
+        );
+        let take_over = self
+            .take_over_claim
+            .as_deref()
+            .map(|rebuilt| rebuilt == bucket);
+        if take_over != Some(false) {
+            super::claim::claim_place(
+                &backend,
+                (table_id, bucket),
+                &place,
+                true,
+                take_over == Some(true),
+                config.etcd.is_some(),
+            )
+            .await
+            .map_err(fail)?;
+        }
+        Ok(Arc::new(backend))
+    }
+}
