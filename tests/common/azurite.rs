@@ -234,7 +234,16 @@ impl Azurite {
 
     /// The blob names under `prefix`, listed with the Azure SDK.
     pub fn list_behind(&self, container: &str, prefix: &str) -> Vec<String> {
-        let out = self.behind_ok(&["list", container, prefix], None);
+        self.list_with(&["list", container, prefix])
+    }
+
+    /// [`Self::list_behind`], blobs that have only uncommitted blocks included.
+    pub fn list_staged_behind(&self, container: &str, prefix: &str) -> Vec<String> {
+        self.list_with(&["list", "--uncommitted", container, prefix])
+    }
+
+    fn list_with(&self, args: &[&str]) -> Vec<String> {
+        let out = self.behind_ok(args, None);
         String::from_utf8(out)
             .unwrap()
             .lines()

@@ -8,7 +8,8 @@ usage: azure_behind.py --endpoint http://127.0.0.1:PORT/devstoreaccount1 COMMAND
                           (one Put Blob up to the SDK's 64 MiB max_single_put_size, blocks above)
   get C BLOB              the blob's bytes to stdout
   delete C BLOB           Delete Blob
-  list C [PREFIX]         the blob names under PREFIX, one per line
+  list C [PREFIX]         the blob names under PREFIX, one per line (--uncommitted: also
+                          blobs that have only uncommitted blocks, as a staged upload has)
   props C BLOB            JSON: etag (quoted, as the ETag header), size, content_md5 (base64
                           or null), metadata
 
@@ -61,6 +62,7 @@ def main():
         c.add_argument("container")
         c.add_argument("blob")
     c = sub.add_parser("list")
+    c.add_argument("--uncommitted", action="store_true")
     c.add_argument("container")
     c.add_argument("prefix", nargs="?", default=None)
     args = p.parse_args()
@@ -89,7 +91,9 @@ def main():
         elif args.cmd == "delete":
             container.get_blob_client(args.blob).delete_blob()
         elif args.cmd == "list":
-            for name in container.list_blob_names(name_starts_with=args.prefix):
+            include = ["uncommittedblobs"] if args.uncommitted else None
+            for blob in container.list_blobs(name_starts_with=args.prefix, include=include):
+                name = blob.name
                 print(name)
         elif args.cmd == "props":
             props = container.get_blob_client(args.blob).get_blob_properties()

@@ -1,9 +1,11 @@
-//! One backend conformance suite, run against `fs` and `s3` (a real moto server, with
-//! `unsafe_no_conditional_writes`, and a real ministack in the safe mode): every contract line of docs/design.md
+//! One backend conformance suite, run against `fs`, `s3` (a real moto server, with
+//! `unsafe_no_conditional_writes`, and a real ministack in the safe mode) and `azure` (a real
+//! Azurite, written around fencegate with Azure's own Python SDK): every contract line of docs/design.md
 //! the foundation proved, through the real binary. Each test body is written once and
 //! instantiated per backend at the bottom of the file.
 
 use crate::common;
+use common::azurite::Azurite;
 use common::store::{Store, StoreKind};
 use common::{client, get_bytes, put, Server};
 use std::path::PathBuf;
@@ -20,12 +22,14 @@ enum Kind {
     S3,
     /// The s3 backend on ministack, without any opt-in: conditional commits.
     S3Safe,
+    /// The azure backend on Azurite.
+    Azure,
 }
 
 impl Kind {
     fn store(self) -> Option<StoreKind> {
         match self {
-            Kind::Fs => None,
+            Kind::Fs | Kind::Azure => None,
             Kind::S3 => Some(StoreKind::Moto),
             Kind::S3Safe => Some(StoreKind::Ministack),
         }
@@ -38,6 +42,7 @@ struct Fx {
     data: PathBuf,
     config: String,
     store: Option<Store>,
+    azurite: Option<Azurite>,
     server: Option<Server>,
 }
 
@@ -45,7 +50,20 @@ impl Fx {
     async fn start(kind: Kind) -> Fx {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
+        let mut azurite = None;
         let (store, config) = match kind.store() {
+            None if kind == Kind::Azure => {
+                let az = Azurite::start();
+                az.create_container(STORE_BUCKET);
+                let config = format!(
+                    "[backends.store]\nkind = \"azure\"\naccount = \"{}\"\naccess_key = \"{}\"\nendpoint = \"{}\"\nblock_size_bytes = {THRESHOLD}\n\n[buckets.default]\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"tenant-a/\"\n",
+                    az.account(),
+                    az.key(),
+                    az.endpoint()
+                );
+                azurite = Some(az);
+                (None, config)
+            }
             None => (None, String::new()),
             Some(store_kind) => {
                 let store = Store::start(store_kind);
@@ -66,6 +84,7 @@ impl Fx {
             data,
             config,
             store,
+            azurite,
             server: None,
         };
         fx.boot();
@@ -79,6 +98,10 @@ impl Fx {
             common::store::assert_safe_mode(&server);
         }
         self.server = Some(server);
+    }
+
+    fn az(&self) -> &Azurite {
+        self.azurite.as_ref().unwrap()
     }
 
     fn s(&self) -> &Server {
@@ -109,6 +132,7 @@ impl Fx {
     /// Writes the object the way a client going around fencegate would.
     async fn write_behind(&self, key: &str, body: &'static [u8]) {
         match self.kind {
+            Kind::Azure => self.az().put_behind(STORE_BUCKET, &format!("tenant-a/{key}"), body),
             Kind::Fs => {
                 std::fs::write(self.data.join(format!("objects/default/{key}.o")), body).unwrap()
             }
@@ -128,6 +152,10 @@ impl Fx {
     /// The object's bytes as the backend holds them, read around fencegate.
     async fn read_behind(&self, key: &str) -> Vec<u8> {
         match self.kind {
+            Kind::Azure => self
+                .az()
+                .get_behind(STORE_BUCKET, &format!("tenant-a/{key}"))
+                .unwrap(),
             Kind::Fs => std::fs::read(self.data.join(format!("objects/default/{key}.o"))).unwrap(),
             Kind::S3 | Kind::S3Safe => {
                 let c = self.store.as_ref().unwrap().client();
@@ -146,6 +174,11 @@ impl Fx {
     /// Bodies staged but never committed: temporary files, or open multipart uploads.
     async fn staged_leftovers(&self) -> usize {
         match self.kind {
+            // Staging blobs, those that hold only uncommitted blocks so far included.
+            Kind::Azure => self
+                .az()
+                .list_staged_behind(STORE_BUCKET, "tenant-a/.fencegate-probe/staging/")
+                .len(),
             Kind::Fs => common::files_below(&self.data.join("objects/.staging")).len(),
             Kind::S3 | Kind::S3Safe => {
                 let c = self.store.as_ref().unwrap().client();
@@ -565,6 +598,10 @@ macro_rules! on_both_backends {
         mod s3_safe {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() { super::$name(super::Kind::S3Safe).await })*
+        }
+        mod azure {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Kind::Azure).await })*
         }
     };
 }
