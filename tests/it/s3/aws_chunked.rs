@@ -376,7 +376,8 @@ async fn other_requests_with_aws_chunked_bodies_are_refused() {
 /// (tests/e2e/fsspec_client.py), over https with their default settings: 20 MB multipart
 /// uploads whose parts go aws-chunked without a Content-Length (411 before), small aws-chunked
 /// puts, a stale one refused (409 by header, 403 StaleFencingToken through an old lease's
-/// credentials), keys under .fencegate-probe/ refused 400; on fs and on s3 over ministack.
+/// credentials), keys under .fencegate-probe/ refused 400; on fs, on s3 over ministack and on
+/// azure over Azurite.
 async fn tls_clients(kind: Kind) {
     let root = env!("CARGO_MANIFEST_DIR");
     let python = format!("{root}/.venv/bin/python");
@@ -423,6 +424,11 @@ async fn boto3_and_aws_cli_over_tls_on_fs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn boto3_and_aws_cli_over_tls_on_s3() {
     tls_clients(Kind::S3Safe).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boto3_and_aws_cli_over_tls_on_azure() {
+    tls_clients(Kind::Azure).await
 }
 
 /// `x-amz-content-sha256` sent twice, a line s3s drops (not UTF-8) first, would make

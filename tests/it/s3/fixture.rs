@@ -18,10 +18,13 @@ pub enum Kind {
     S3Safe,
     /// moto, in the unsafe mode: only for what moto itself does differently.
     S3Moto,
+    /// The azure backend on Azurite.
+    Azure,
 }
 
 pub struct Fx {
     _store: Option<Store>,
+    _azurite: Option<common::azurite::Azurite>,
     _dir: tempfile::TempDir,
     pub server: Server,
 }
@@ -43,7 +46,20 @@ impl Fx {
     /// here: [`Fx::ca_file`]).
     pub async fn start_configured(kind: Kind, more: &[(&str, &str)], tls: bool) -> Fx {
         let dir = tempfile::tempdir().unwrap();
+        let mut azurite = None;
         let (store, config) = match kind {
+            Kind::Azure => {
+                let az = common::azurite::Azurite::start();
+                az.create_container(STORE_BUCKET);
+                let config = format!(
+                    "[backends.store]\nkind = \"azure\"\naccount = \"{}\"\naccess_key = \"{}\"\nendpoint = \"{}\"\nblock_size_bytes = {PART}\n\n[buckets.bkt]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"b/\"\n\n[buckets.cat]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"c/\"\n",
+                    az.account(),
+                    az.key(),
+                    az.endpoint()
+                );
+                azurite = Some(az);
+                (None, config)
+            }
             Kind::Fs => (
                 None,
                 "[buckets.bkt]\nfencing = \"optional\"\n\n[buckets.cat]\nfencing = \"optional\"\n"
@@ -89,6 +105,7 @@ impl Fx {
         }
         Fx {
             _store: store,
+            _azurite: azurite,
             _dir: dir,
             server,
         }
