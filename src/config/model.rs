@@ -314,10 +314,6 @@ pub struct AzureBackendConfig {
     /// passed. 900: Azure refuses a request whose x-ms-date is 15 minutes old.
     #[serde(deserialize_with = "super::units::secs")]
     pub commit_deadline_secs: u64,
-    /// At start-up, staging blobs and multipart uploads that fencegate's registry does not know
-    /// and that are older than this are deleted (left by a crash or a cancelled request).
-    #[serde(deserialize_with = "super::units::secs")]
-    pub abandoned_upload_secs: u64,
 }
 
 impl Default for AzureBackendConfig {
@@ -334,7 +330,6 @@ impl Default for AzureBackendConfig {
             block_size_bytes: 8 * 1024 * 1024,
             ca_file: None,
             commit_deadline_secs: 900,
-            abandoned_upload_secs: 3600,
         }
     }
 }

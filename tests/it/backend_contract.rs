@@ -132,7 +132,9 @@ impl Fx {
     /// Writes the object the way a client going around fencegate would.
     async fn write_behind(&self, key: &str, body: &'static [u8]) {
         match self.kind {
-            Kind::Azure => self.az().put_behind(STORE_BUCKET, &format!("tenant-a/{key}"), body),
+            Kind::Azure => self
+                .az()
+                .put_behind(STORE_BUCKET, &format!("tenant-a/{key}"), body),
             Kind::Fs => {
                 std::fs::write(self.data.join(format!("objects/default/{key}.o")), body).unwrap()
             }
