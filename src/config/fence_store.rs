@@ -307,6 +307,27 @@ mod tests {
         assert!(e.contains(needle), "{e}");
     }
 
+    /// Review finding: a SAS bounds a held commit only by its own expiry, and a deadline under
+    /// Azure's 15-minute x-ms-date window let a held commit land after the object was given to
+    /// a newer token; both are refused, and cluster mode on azure too.
+    #[test]
+    fn azure_refuses_sas_tokens_short_deadlines_and_the_cluster_mode() {
+        let azure = |extra: &str| {
+            format!("[backends.az]\nkind = \"azure\"\naccount = \"a\"\n{extra}\n\n[buckets.bucket-one]\nbackend = \"az\"\n")
+        };
+        parse(&azure("access_key = \"a2V5\""), "t").unwrap();
+        refused(&azure("sas_token = \"sv=1&sig=x\""), "does not take yet");
+        refused(
+            &azure("access_key = \"a2V5\"\ncommit_deadline_secs = 20"),
+            "below 900",
+        );
+        let cluster = format!(
+            "[fence_store]\nkind = \"etcd\"\nendpoints = [\"http://127.0.0.1:2379\"]\n\n{}",
+            azure("access_key = \"a2V5\"")
+        );
+        refused(&cluster, "an azure backend");
+    }
+
     #[test]
     fn the_cluster_mode_needs_object_scopes_and_s3_backends() {
         let ok = etcd("", "");

@@ -286,8 +286,8 @@ pub struct AzureBackendConfig {
     pub account: Option<String>,
     /// The account's shared key (base64), as the portal shows it.
     pub access_key: Option<String>,
-    /// A SAS token (`sv=...&sig=...`) granting read, write, create, delete and list on the
-    /// containers served; instead of `access_key`.
+    /// A SAS token: refused for now (a commit held in flight could land until the SAS
+    /// expires), but read so that the refusal can say so.
     pub sas_token: Option<String>,
     /// The blob service's URL: `https://ACCOUNT.blob.core.windows.net` by default; for
     /// Azurite, `http://127.0.0.1:10000/devstoreaccount1`.

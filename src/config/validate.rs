@@ -267,12 +267,13 @@ fn backends(
             ));
         }
         if let BackendConfig::Azure(az) = &b {
-            let problem = if az.access_key.is_some() && az.sas_token.is_some() {
-                Some((
-                    "sas_token",
-                    "sets both access_key and sas_token",
-                    "set one: the account key signs every request, a SAS token is appended to each",
-                ))
+            // A SAS bounds a request's life by its own expiry, not by x-ms-date: a commit held
+            // in flight could land until the SAS expires, long after the object was given to a
+            // newer token.
+            let problem = if az.sas_token.is_some() {
+                Some(("sas_token", "sets sas_token, which this fencegate does not take yet", "use access_key: Azure refuses a request signed with it 15 minutes after its x-ms-date, which bounds how late a lost commit can land (commit_deadline_secs); a SAS bounds it only by its own expiry"))
+            } else if az.commit_deadline_secs < 900 {
+                Some(("commit_deadline_secs", "sets commit_deadline_secs below 900", "keep it at 900 or more: Azure applies a request up to 15 minutes after its x-ms-date, and an object whose commit's answer was lost must stay refused until then"))
             } else if !(1024 * 1024..=4000 * 1024 * 1024).contains(&az.block_size_bytes) {
                 Some((
                     "block_size_bytes",

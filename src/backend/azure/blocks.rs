@@ -21,6 +21,24 @@ pub(super) fn content_type(meta: &ObjectMeta) -> String {
         .unwrap_or_else(|| "binary/octet-stream".into())
 }
 
+/// Refuses a key the Blob service would store as another name, or could not list: Azurite
+/// turns a backslash into `/` (two keys, one blob), and U+FFFE / U+FFFF are not XML, so a
+/// listing holding one fails for every key beside it.
+pub(super) fn refuse_unstorable(key: &str) -> Result<(), BackendError> {
+    if let Some(c) = key
+        .chars()
+        .find(|c| matches!(c, '\\' | '\u{fffe}' | '\u{ffff}'))
+    {
+        return Err(BackendError::Invalid {
+            code: "InvalidArgument",
+            message: format!(
+                "the key holds {c:?}, which Azure Blob Storage cannot keep as it is (a backslash is read as `/`; U+FFFE and U+FFFF cannot be listed): choose a key without it"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// A block id as the service takes it: base64 of a name of fixed length.
 fn block_id(name: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(name)
@@ -48,7 +66,7 @@ impl Drop for StagingGuard {
                 Ok(_) | Err(AzFailure::NotFound) => {}
                 Err(f) => {
                     let e = f.into_backend("Delete Blob");
-                    tracing::warn!(blob, error = %e, "could not delete the staging blob of a cancelled request; the next start-up sweeps it")
+                    tracing::warn!(blob, error = %e, "could not delete the staging blob of a cancelled request; a lifecycle rule on .fencegate-probe/ can collect it")
                 }
             }
         });
@@ -125,6 +143,7 @@ impl AzureBackend {
         meta: ObjectMeta,
         mut body: ByteStream,
     ) -> Result<Staged, BackendError> {
+        refuse_unstorable(key)?;
         let mut reader = PartReader {
             body: &mut body,
             held: None,
@@ -308,5 +327,22 @@ impl AzureBackend {
             rest = &rest[rest.find("</Name>").unwrap_or(rest.len()) + 7..];
         }
         Ok(names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refuse_unstorable;
+
+    /// Review finding: Azurite stores `al\x` as `al/x` (two keys, one blob), and a key holding
+    /// U+FFFF made every listing beside it fail; such keys are refused before anything is sent.
+    #[test]
+    fn keys_azure_cannot_keep_are_refused() {
+        for key in ["al\\x", "L/a\u{ffff}", "b\u{fffe}"] {
+            assert!(refuse_unstorable(key).is_err(), "{key:?}");
+        }
+        for key in ["al/x", "a b%+&?#=~", "é😀", "trail."] {
+            assert!(refuse_unstorable(key).is_ok(), "{key:?}");
+        }
     }
 }

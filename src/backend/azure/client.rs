@@ -159,7 +159,8 @@ impl AzureClient {
                     .map_err(|_| "the account key is not base64; copy it from the portal's access keys, or use a SAS token")?;
                 Credentials::SharedKey(key)
             }
-            (None, Some(sas)) => Credentials::Sas(sas.trim_start_matches('?').to_string()),
+            // Refused until each commit carries an expiry of its own (docs/backends.md).
+            (None, Some(_)) => return Err("a SAS token (sas_token or AZURE_STORAGE_SAS_TOKEN) is not taken yet: a commit held in flight could land until the SAS expires; set access_key (or AZURE_STORAGE_KEY), whose requests Azure refuses 15 minutes after they were signed".into()),
             (None, None) => return Err("no credentials: set access_key or sas_token, or AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN (or AZURE_STORAGE_CONNECTION_STRING)".into()),
         };
         let endpoint = cfg
@@ -255,7 +256,7 @@ impl AzureClient {
             }
             None => builder,
         };
-        let response = builder.send().await.map_err(|e| unanswered(op, &e))?;
+        let response = builder.send().await.map_err(|e| unanswered(op, e))?;
         if response.status().is_success() {
             return Ok(response);
         }

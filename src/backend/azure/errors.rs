@@ -55,7 +55,9 @@ pub fn answered(op: &str, status: u16, code: &str, message: &str) -> AzFailure {
 
 /// A request that got no answer: a timeout or a broken connection (either may have reached
 /// the store), or one that could not be built (it was not sent).
-pub fn unanswered(op: &str, err: &reqwest::Error) -> AzFailure {
+pub fn unanswered(op: &str, err: reqwest::Error) -> AzFailure {
+    // Without the URL: a SAS token's signature rides in its query.
+    let err = err.without_url();
     tracing::debug!(error = ?err, operation = op, "the store call failed");
     if err.is_timeout() {
         AzFailure::Fault(BackendError::Timeout(format!(

@@ -183,14 +183,14 @@ impl AzureBackend {
         self.client.send("Delete Blob", req).await.map(|_| ())
     }
 
-    /// Deletes one of fencegate's own staging blobs; a failure is only logged (the start-up
-    /// sweep collects what is left).
+    /// Deletes one of fencegate's own staging blobs; a failure is only logged (a lifecycle rule
+    /// on `.fencegate-probe/` collects what is left).
     async fn drop_staging(&self, blob: &str) {
         match self.delete_blob(blob, None).await {
             Ok(()) | Err(AzFailure::NotFound) => {}
             Err(f) => {
                 let e = f.into_backend("Delete Blob");
-                tracing::warn!(blob, error = %e, "could not delete a staging blob; the next start-up sweeps it")
+                tracing::warn!(blob, error = %e, "could not delete a staging blob; a lifecycle rule on .fencegate-probe/ can collect it")
             }
         }
     }
@@ -493,9 +493,10 @@ impl Backend for AzureBackend {
     async fn create_upload(
         &self,
         _bucket: &str,
-        _key: &str,
+        key: &str,
         _meta: &ObjectMeta,
     ) -> Result<String, BackendError> {
+        blocks::refuse_unstorable(key)?;
         // The upload's blob appears with its first block; the metadata comes with the commit.
         Ok(random_id())
     }
