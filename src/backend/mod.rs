@@ -5,6 +5,7 @@
 #[cfg(feature = "azure")]
 pub mod azure;
 pub mod claim;
+pub mod clock;
 pub mod fs;
 pub mod instrumented;
 pub mod memory;

@@ -44,6 +44,14 @@ impl Backends {
             return Err(fail(probe.refusal(&backend.location())));
         }
         tracing::info!(bucket, backend = name, location = %backend.location(), "azure container honours conditional writes and deletes");
+        if let Some(etcd) = &config.etcd {
+            let ttl = Duration::from_secs(etcd.intent_ttl_secs);
+            let skew = Duration::from_millis(etcd.max_clock_skew_ms);
+            backend
+                .probe_expiry(ttl, skew)
+                .await
+                .map_err(|e| fail(format!("cluster mode: {e}")))?;
+        }
         let Some(table_id) = self.table_id.as_deref() else {
             return Err(fail(
                 "the fence table is not open, so the store place cannot be claimed; this is a bug in fencegate".into(),

@@ -311,7 +311,8 @@ pub struct AzureBackendConfig {
     pub ca_file: Option<PathBuf>,
     /// After a commit or delete whose outcome the store did not confirm, the object is refused
     /// (503 `CommitUnresolved`) until the store shows that outcome or this many seconds have
-    /// passed. 900: Azure refuses a request whose x-ms-date is 15 minutes old.
+    /// passed. Each commit and delete carries a SAS that expires this long after it is sent, so
+    /// the service refuses it later, however long it was held in flight.
     #[serde(deserialize_with = "super::units::secs")]
     pub commit_deadline_secs: u64,
 }

@@ -272,8 +272,8 @@ fn backends(
             // newer token.
             let problem = if az.sas_token.is_some() {
                 Some(("sas_token", "sets sas_token, which this fencegate does not take yet", "use access_key: Azure refuses a request signed with it 15 minutes after its x-ms-date, which bounds how late a lost commit can land (commit_deadline_secs); a SAS bounds it only by its own expiry"))
-            } else if az.commit_deadline_secs < 900 {
-                Some(("commit_deadline_secs", "sets commit_deadline_secs below 900", "keep it at 900 or more: Azure applies a request up to 15 minutes after its x-ms-date, and an object whose commit's answer was lost must stay refused until then"))
+            } else if az.commit_deadline_secs == 0 {
+                Some(("commit_deadline_secs", "sets commit_deadline_secs to 0", "each commit's SAS expires this long after it is sent, and an object whose commit's answer was lost stays refused as long: use at least a few seconds (default 900)"))
             } else if !(1024 * 1024..=4000 * 1024 * 1024).contains(&az.block_size_bytes) {
                 Some((
                     "block_size_bytes",

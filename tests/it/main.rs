@@ -6,6 +6,7 @@
 mod common;
 
 mod authz_matrix;
+mod azure_backend;
 mod backend_contract;
 mod cli;
 mod clients;

@@ -26,15 +26,6 @@ const QUERY: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'~');
 
-/// How requests are authorized.
-#[derive(Clone)]
-pub enum Credentials {
-    /// The account's shared key (decoded), signing each request.
-    SharedKey(Vec<u8>),
-    /// A SAS token's query string, appended to each request.
-    Sas(String),
-}
-
 /// One storage account's blob service.
 pub struct AzureClient {
     http: reqwest::Client,
@@ -45,7 +36,8 @@ pub struct AzureClient {
     /// resource.
     base_path: String,
     pub account: String,
-    credentials: Credentials,
+    /// The account's shared key (decoded): it signs each request, or the SAS a commit carries.
+    key: Vec<u8>,
     pub read_attempts: u32,
 }
 
@@ -56,6 +48,9 @@ pub struct Request<'a> {
     pub blob: &'a str,
     pub query: Vec<(&'static str, String)>,
     pub headers: Vec<(String, String)>,
+    /// A SAS this request is authorized by instead of a Shared Key signature: the service
+    /// refuses it once the SAS has expired, however long the request was in flight.
+    pub sas: Option<String>,
     /// The body, and the range of it sent.
     pub body: Option<(Spooled, u64, u64)>,
 }
@@ -68,6 +63,7 @@ impl<'a> Request<'a> {
             blob,
             query: Vec::new(),
             headers: Vec::new(),
+            sas: None,
             body: None,
         }
     }
@@ -79,6 +75,11 @@ impl<'a> Request<'a> {
 
     pub fn header(mut self, name: &str, value: impl Into<String>) -> Self {
         self.headers.push((name.to_ascii_lowercase(), value.into()));
+        self
+    }
+
+    pub fn sas(mut self, sas: String) -> Self {
+        self.sas = Some(sas);
         self
     }
 
@@ -151,17 +152,16 @@ impl AzureClient {
             .clone()
             .or(conn.sas)
             .or_else(|| env(&["AZURE_STORAGE_SAS_TOKEN"]));
-        let credentials = match (key, sas) {
+        let key = match (key, sas) {
             (Some(key), _) => {
                 use base64::Engine;
-                let key = base64::engine::general_purpose::STANDARD
+                base64::engine::general_purpose::STANDARD
                     .decode(key.trim())
-                    .map_err(|_| "the account key is not base64; copy it from the portal's access keys, or use a SAS token")?;
-                Credentials::SharedKey(key)
+                    .map_err(|_| "the account key is not base64; copy it from the portal's access keys")?
             }
             // Refused until each commit carries an expiry of its own (docs/backends.md).
             (None, Some(_)) => return Err("a SAS token (sas_token or AZURE_STORAGE_SAS_TOKEN) is not taken yet: a commit held in flight could land until the SAS expires; set access_key (or AZURE_STORAGE_KEY), whose requests Azure refuses 15 minutes after they were signed".into()),
-            (None, None) => return Err("no credentials: set access_key or sas_token, or AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN (or AZURE_STORAGE_CONNECTION_STRING)".into()),
+            (None, None) => return Err("no credentials: set access_key, or AZURE_STORAGE_KEY (or AZURE_STORAGE_CONNECTION_STRING)".into()),
         };
         let endpoint = cfg
             .endpoint
@@ -180,13 +180,9 @@ impl AzureClient {
             endpoint,
             base_path,
             account,
-            credentials,
+            key,
             read_attempts: cfg.read_attempts.max(1),
         })
-    }
-
-    pub fn credentials(&self) -> &Credentials {
-        &self.credentials
     }
 
     /// The URL-path-encoded `container/blob`.
@@ -197,14 +193,35 @@ impl AzureClient {
         }
     }
 
-    /// The blob's URL, as a Copy Blob source names it (with the SAS token, if that is how this
-    /// client is authorized).
-    pub fn blob_url(&self, container: &str, blob: &str) -> String {
+    /// The blob's URL, as a Copy Blob source names it; with `sas`, authorized by it.
+    pub fn blob_url(&self, container: &str, blob: &str, sas: Option<&str>) -> String {
         let url = format!("{}{}", self.endpoint, Self::path(container, blob));
-        match &self.credentials {
-            Credentials::Sas(sas) => format!("{url}?{sas}"),
-            Credentials::SharedKey(_) => url,
+        match sas {
+            Some(sas) => format!("{url}?{sas}"),
+            None => url,
         }
+    }
+
+    /// A service SAS for one blob (`sr=b`) with `permissions` (`r`, `cw`, `d`), valid until
+    /// `expiry`: a request it authorizes is refused by the service after that, however long it
+    /// was in flight (learn.microsoft.com, "Create a service SAS", version 2020-12-06 and later:
+    /// sixteen fields).
+    pub fn sas(
+        &self,
+        container: &str,
+        blob: &str,
+        permissions: &str,
+        expiry: std::time::SystemTime,
+    ) -> String {
+        let se = humantime::format_rfc3339_seconds(expiry).to_string();
+        let resource = format!("/blob/{}/{container}/{blob}", self.account);
+        let to_sign = sas_string_to_sign(permissions, &se, &resource);
+        let sig = hmac_sha256(&self.key, to_sign.as_bytes());
+        format!(
+            "sv={API_VERSION}&sr=b&sp={permissions}&se={}&sig={}",
+            utf8_percent_encode(&se, QUERY),
+            utf8_percent_encode(&sig, QUERY)
+        )
     }
 
     /// Sends `req` once; an answer that is not 2xx is read into an [`AzFailure`].
@@ -221,7 +238,7 @@ impl AzureClient {
             .iter()
             .map(|(k, v)| format!("{k}={}", utf8_percent_encode(v, QUERY)))
             .collect();
-        if let Credentials::Sas(sas) = &self.credentials {
+        if let Some(sas) = &req.sas {
             pairs.push(sas.clone());
         }
         if !pairs.is_empty() {
@@ -234,7 +251,8 @@ impl AzureClient {
             httpdate::fmt_http_date(std::time::SystemTime::now()),
         ));
         let length = req.body.as_ref().map_or(0, |b| b.2);
-        if let Credentials::SharedKey(key) = &self.credentials {
+        if req.sas.is_none() {
+            let key = &self.key;
             let resource = format!("/{}{}{}", self.account, self.base_path, path);
             let to_sign = string_to_sign(req.method.as_str(), &headers, length, &resource, &query);
             let signature = hmac_sha256(key, to_sign.as_bytes());
@@ -298,11 +316,43 @@ impl AzureClient {
     }
 }
 
+impl AzureClient {
+    /// How far this machine's clock runs ahead of the service's, in ms (a range: the Date
+    /// header has whole seconds, and the answer takes time), from any answer's Date.
+    pub async fn clock_offset(&self) -> Result<(i64, i64), String> {
+        let before = crate::wall_clock::now_ms() as i64;
+        let response = self.http.head(&self.endpoint).send().await.map_err(|e| {
+            format!(
+                "cannot reach the store to compare clocks: {}",
+                e.without_url()
+            )
+        })?;
+        let after = crate::wall_clock::now_ms() as i64;
+        let date = response
+            .headers()
+            .get("date")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| httpdate::parse_http_date(v).ok())
+            .ok_or("the store's answer has no Date header to compare clocks with")?;
+        let store = date
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        Ok((before - store - 999, after - store))
+    }
+}
+
 /// The text between the first `open` and the `close` after it.
 pub fn between<'t>(text: &'t str, open: &str, close: &str) -> Option<&'t str> {
     let start = text.find(open)? + open.len();
     let end = text[start..].find(close)? + start;
     Some(&text[start..end])
+}
+
+/// A service SAS's string to sign: permissions, start, expiry, resource, identifier, IP,
+/// protocol, version, resource type, snapshot time, encryption scope, and five response
+/// headers, one per line.
+fn sas_string_to_sign(permissions: &str, expiry: &str, resource: &str) -> String {
+    format!("{permissions}\n\n{expiry}\n{resource}\n\n\n\n{API_VERSION}\nb\n\n\n\n\n\n\n")
 }
 
 /// Shared Key's string to sign (learn.microsoft.com, "Authorize with Shared Key", version
@@ -423,6 +473,15 @@ mod tests {
         assert_eq!(
             s,
             "PUT\n\n\n5\n\ntext/plain\n\n\n\"0x1\"\n\n\n\nx-ms-blob-type:BlockBlob\nx-ms-version:2021-08-06\n/devstoreaccount1/devstoreaccount1/c/a%20b\nblockid:AA==\ncomp:block"
+        );
+    }
+
+    /// The layout Azurite 3.37 accepted for version 2021-08-06 (docs/notes/azurite-behaviour.md).
+    #[test]
+    fn a_service_sas_signs_sixteen_fields() {
+        assert_eq!(
+            sas_string_to_sign("rcwd", "2026-12-06T17:32:42Z", "/blob/devstoreaccount1/cont/f1"),
+            "rcwd\n\n2026-12-06T17:32:42Z\n/blob/devstoreaccount1/cont/f1\n\n\n\n2021-08-06\nb\n\n\n\n\n\n\n"
         );
     }
 

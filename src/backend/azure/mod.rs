@@ -173,12 +173,21 @@ impl AzureBackend {
         Ok(Some((info, body)))
     }
 
-    /// Delete Blob (its snapshots too), if still at `expected` when given.
-    async fn delete_blob(&self, blob: &str, expected: Option<&str>) -> Result<(), AzFailure> {
+    /// Delete Blob (its snapshots too), if still at `expected` when given; a conditional
+    /// delete is authorized by a SAS that expires as a commit's does.
+    async fn delete_blob(
+        &self,
+        blob: &str,
+        expected: Option<&str>,
+        not_after: Option<std::time::SystemTime>,
+    ) -> Result<(), AzFailure> {
         let mut req = Request::new(Method::DELETE, &self.container, blob)
             .header("x-ms-delete-snapshots", "include");
         if let Some(etag) = expected {
-            req = req.header("if-match", etag);
+            let sas = self
+                .client
+                .sas(&self.container, blob, "d", self.expiry(not_after));
+            req = req.header("if-match", etag).sas(sas);
         }
         self.client.send("Delete Blob", req).await.map(|_| ())
     }
@@ -186,7 +195,7 @@ impl AzureBackend {
     /// Deletes one of fencegate's own staging blobs; a failure is only logged (a lifecycle rule
     /// on `.fencegate-probe/` collects what is left).
     async fn drop_staging(&self, blob: &str) {
-        match self.delete_blob(blob, None).await {
+        match self.delete_blob(blob, None, None).await {
             Ok(()) | Err(AzFailure::NotFound) => {}
             Err(f) => {
                 let e = f.into_backend("Delete Blob");
@@ -205,10 +214,18 @@ impl AzureBackend {
             .then(|| meta::info(&staged.key, r.headers(), size))
     }
 
+    /// When a commit or delete sent now must no longer be applied: `not_after` in cluster
+    /// mode (the intent's deadline), else `commit_deadline` from now, the time the gate holds
+    /// an object whose answer was lost.
+    fn expiry(&self, not_after: Option<std::time::SystemTime>) -> std::time::SystemTime {
+        not_after.unwrap_or_else(|| std::time::SystemTime::now() + self.commit_deadline)
+    }
+
     async fn commit_inner(
         &self,
         staged: &Staged,
         expected: Option<&str>,
+        not_after: Option<std::time::SystemTime>,
     ) -> Result<ObjectInfo, BackendError> {
         let StagedBody::Azure(staging) = &staged.body else {
             return Err(BackendError::Failing(
@@ -221,7 +238,12 @@ impl AzureBackend {
             commit: staging.commit.clone(),
         };
         let blob = self.blob(&staged.key);
+        // Authorized by a SAS that expires when the gate stops waiting for this commit, so a
+        // request held in flight (a proxy, a stalled connection) cannot land after the object
+        // was given to a newer token.
+        let expiry = self.expiry(not_after);
         let mut req = Request::new(Method::PUT, &self.container, &blob)
+            .sas(self.client.sas(&self.container, &blob, "cw", expiry))
             .header(meta::META_HEADER, meta::encode(&stored));
         req = match expected {
             Some(etag) => req.header("if-match", etag),
@@ -238,15 +260,18 @@ impl AzureBackend {
                 }
                 ("Put Blob", req)
             }
-            Source::Blob { name, .. } => (
-                "Copy Blob",
-                req.header(
-                    "x-ms-copy-source",
-                    self.client.blob_url(&self.container, name),
-                ),
-            ),
+            Source::Blob { name, .. } => {
+                let read = self.client.sas(&self.container, name, "r", expiry);
+                let source = self.client.blob_url(&self.container, name, Some(&read));
+                ("Copy Blob", req.header("x-ms-copy-source", source))
+            }
         };
-        let answer = match self.client.send(op, req).await {
+        let answer = match self
+            .client
+            .send(op, req)
+            .await
+            .map_err(|f| past_expiry(f, expiry))
+        {
             Ok(r) => r,
             Err(AzFailure::Precondition | AzFailure::NotFound) => {
                 return Err(BackendError::Conflict {
@@ -347,6 +372,21 @@ impl AzureBackend {
     }
 }
 
+/// The service's 403 to a request whose SAS had expired by the time it arrived (its clock may
+/// run a little ahead of this one's): nothing was written, and the gate may retry.
+fn past_expiry(f: AzFailure, expiry: std::time::SystemTime) -> AzFailure {
+    match f {
+        AzFailure::Fault(BackendError::Refused {
+            status: 403,
+            message,
+            ..
+        }) if std::time::SystemTime::now() + Duration::from_secs(5) >= expiry => {
+            AzFailure::Fault(BackendError::Expired(message))
+        }
+        other => other,
+    }
+}
+
 /// The Content-Length header (a HEAD answer's body is empty, so reqwest's own count is 0).
 fn length(r: &reqwest::Response) -> u64 {
     header(r, "content-length").parse().unwrap_or(0)
@@ -358,6 +398,39 @@ fn header(r: &reqwest::Response, name: &str) -> String {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string()
+}
+
+impl AzureBackend {
+    /// Delete Blob if still at `expected`, refused by the service after `not_after` (or the
+    /// commit deadline); a delete whose answer was lost is read back.
+    async fn delete_inner(
+        &self,
+        bucket: &str,
+        key: &str,
+        expected: &str,
+        not_after: Option<std::time::SystemTime>,
+    ) -> Result<(), BackendError> {
+        let expiry = self.expiry(not_after);
+        let deleted = self
+            .delete_blob(&self.blob(key), Some(expected), Some(expiry))
+            .await
+            .map_err(|f| past_expiry(f, expiry));
+        match deleted {
+            Ok(()) => Ok(()),
+            Err(AzFailure::Precondition | AzFailure::NotFound) => Err(BackendError::Conflict {
+                expected: Some(expected.to_string()),
+                found: self.version(bucket, key).await?,
+            }),
+            Err(f) if f.outcome_unknown() => {
+                let error = f.into_backend("Delete Blob");
+                match self.version(bucket, key).await {
+                    Ok(None) => Ok(()),
+                    _ => Err(error),
+                }
+            }
+            Err(f) => Err(f.into_backend("Delete Blob")),
+        }
+    }
 }
 
 #[async_trait]
@@ -377,18 +450,18 @@ impl Backend for AzureBackend {
         staged: &Staged,
         expected: Option<&str>,
     ) -> Result<ObjectInfo, BackendError> {
-        self.commit_inner(staged, expected).await
+        self.commit_inner(staged, expected, None).await
     }
 
-    /// Cluster mode is refused on this backend at start-up (configuration checks): it commits
-    /// as [`Backend::commit`] does.
+    /// Cluster mode: the commit's SAS expires at `not_after`, the intent's deadline, so the
+    /// service refuses it after that as S3 refuses an expired presigned request.
     async fn commit_by(
         &self,
         staged: &Staged,
         expected: Option<&str>,
-        _not_after: std::time::SystemTime,
+        not_after: std::time::SystemTime,
     ) -> Result<ObjectInfo, BackendError> {
-        self.commit_inner(staged, expected).await
+        self.commit_inner(staged, expected, Some(not_after)).await
     }
 
     async fn delete_by(
@@ -396,9 +469,10 @@ impl Backend for AzureBackend {
         bucket: &str,
         key: &str,
         expected: &str,
-        _not_after: std::time::SystemTime,
+        not_after: std::time::SystemTime,
     ) -> Result<(), BackendError> {
-        self.delete(bucket, key, expected).await
+        self.delete_inner(bucket, key, expected, Some(not_after))
+            .await
     }
 
     fn conditional_commit(&self, _staged: &Staged) -> bool {
@@ -411,7 +485,7 @@ impl Backend for AzureBackend {
     }
 
     async fn clock_offset(&self) -> Option<Result<(i64, i64), String>> {
-        None
+        Some(self.client.clock_offset().await)
     }
 
     async fn check_ready(&self, _bucket: &str) -> Result<(), BackendError> {
@@ -453,21 +527,7 @@ impl Backend for AzureBackend {
     }
 
     async fn delete(&self, bucket: &str, key: &str, expected: &str) -> Result<(), BackendError> {
-        match self.delete_blob(&self.blob(key), Some(expected)).await {
-            Ok(()) => Ok(()),
-            Err(AzFailure::Precondition | AzFailure::NotFound) => Err(BackendError::Conflict {
-                expected: Some(expected.to_string()),
-                found: self.version(bucket, key).await?,
-            }),
-            Err(f) if f.outcome_unknown() => {
-                let error = f.into_backend("Delete Blob");
-                match self.version(bucket, key).await {
-                    Ok(None) => Ok(()),
-                    _ => Err(error),
-                }
-            }
-            Err(f) => Err(f.into_backend("Delete Blob")),
-        }
+        self.delete_inner(bucket, key, expected, None).await
     }
 
     async fn get_range(
@@ -530,7 +590,10 @@ impl Backend for AzureBackend {
         _key: &str,
         handle: &str,
     ) -> Result<(), BackendError> {
-        match self.delete_blob(&self.upload_blob(handle), None).await {
+        match self
+            .delete_blob(&self.upload_blob(handle), None, None)
+            .await
+        {
             Ok(()) | Err(AzFailure::NotFound) => Ok(()),
             Err(f) => Err(f.into_backend("Delete Blob")),
         }

@@ -94,9 +94,13 @@ pub async fn probe_conditions(backend: &AzureBackend) -> Result<AzureProbe, Stri
 async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<AzureProbe, String> {
     let client = &backend.client;
     let c = backend.container.as_str();
-    fn put_blob<'r>(c: &'r str, blob: &'r str, text: &'static str) -> Request<'r> {
+    // Authorized as the commits are: by a SAS for the one blob.
+    let expiry = std::time::SystemTime::now() + std::time::Duration::from_secs(120);
+    let sas = |blob: &str, permissions: &str| client.sas(c, blob, permissions, expiry);
+    fn put_blob<'r>(c: &'r str, blob: &'r str, text: &'static str, sas: String) -> Request<'r> {
         Request::new(Method::PUT, c, blob)
             .header("x-ms-blob-type", "BlockBlob")
+            .sas(sas)
             .body(body(text))
     }
     let fault = |f: AzFailure| f.into_backend("the probe").to_string();
@@ -110,7 +114,7 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
     let first = client
         .send(
             "Put Blob",
-            put_blob(c, a, "one").header("if-none-match", "*"),
+            put_blob(c, a, "one", sas(a, "cw")).header("if-none-match", "*"),
         )
         .await
         .map_err(fault)?;
@@ -120,7 +124,7 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
             client
                 .send(
                     "Put Blob",
-                    put_blob(c, a, "two").header("if-none-match", "*"),
+                    put_blob(c, a, "two", sas(a, "cw")).header("if-none-match", "*"),
                 )
                 .await,
         )?,
@@ -131,7 +135,7 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
             client
                 .send(
                     "Put Blob",
-                    put_blob(c, a, "two").header("if-match", "\"0x8D000000000000\""),
+                    put_blob(c, a, "two", sas(a, "cw")).header("if-match", "\"0x8D000000000000\""),
                 )
                 .await,
         )?,
@@ -142,18 +146,19 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
     client
         .send(
             "Put Blob",
-            put_blob(c, a, "three").header("if-match", first_etag),
+            put_blob(c, a, "three", sas(a, "cw")).header("if-match", first_etag),
         )
         .await
         .map_err(fault)?;
     // Copy Blob onto an existing blob with If-None-Match: *, and with a wrong If-Match.
-    let source = backend.client.blob_url(c, a);
+    let source = backend.client.blob_url(c, a, Some(&sas(a, "r")));
     client
-        .send("Put Blob", put_blob(c, b, "b"))
+        .send("Put Blob", put_blob(c, b, "b", sas(b, "cw")))
         .await
         .map_err(fault)?;
     let copy = |cond: (&'static str, String)| {
         Request::new(Method::PUT, c, b)
+            .sas(sas(b, "cw"))
             .header("x-ms-copy-source", source.clone())
             .header(cond.0, cond.1)
     };
@@ -181,7 +186,9 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
             client
                 .send(
                     "Delete Blob",
-                    Request::new(Method::DELETE, c, a).header("if-match", "\"0x8D000000000000\""),
+                    Request::new(Method::DELETE, c, a)
+                        .sas(sas(a, "d"))
+                        .header("if-match", "\"0x8D000000000000\""),
                 )
                 .await,
         )?,
@@ -193,7 +200,7 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
             client
                 .send(
                     "Put Blob",
-                    put_blob(c, b, "not these bytes")
+                    put_blob(c, b, "not these bytes", sas(b, "cw"))
                         .header("content-md5", "AAAAAAAAAAAAAAAAAAAAAA=="),
                 )
                 .await,
@@ -205,6 +212,7 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
         client.send(
             "Put Blob",
             Request::new(Method::PUT, c, race)
+                .sas(sas(race, "cw"))
                 .header("x-ms-blob-type", "BlockBlob")
                 .header("if-none-match", "*")
                 .body(body("race")),
@@ -218,4 +226,63 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
     }
     report.race_winners = winners;
     Ok(report)
+}
+
+impl AzureBackend {
+    /// Cluster mode's check: this instance's clock against the service's, and a Put Blob and
+    /// a Delete Blob authorized by a SAS that expired 10 s ago must both be refused (a fresh
+    /// one taken), since other instances decide after an intent's deadline without waiting
+    /// for its commit.
+    pub async fn probe_expiry(
+        &self,
+        ttl: std::time::Duration,
+        skew: std::time::Duration,
+    ) -> Result<(), String> {
+        use std::time::{Duration, SystemTime};
+        crate::backend::clock::check_offset(self.client.clock_offset().await?, ttl, skew)?;
+        let blob = format!("{}.fencegate-probe/p-{}-expiry", self.prefix, random_id());
+        let c = self.container.as_str();
+        let now = SystemTime::now();
+        let put = |expiry| {
+            Request::new(Method::PUT, c, &blob)
+                .header("x-ms-blob-type", "BlockBlob")
+                .sas(self.client.sas(c, &blob, "cw", expiry))
+                .body(body("fencegate probe"))
+        };
+        let delete = |expiry| {
+            Request::new(Method::DELETE, c, &blob).sas(self.client.sas(c, &blob, "d", expiry))
+        };
+        let fresh = self
+            .client
+            .send("Put Blob", put(now + Duration::from_secs(60)))
+            .await;
+        let expired = self
+            .client
+            .send("Put Blob", put(now - Duration::from_secs(10)))
+            .await;
+        let expired_delete = self
+            .client
+            .send("Delete Blob", delete(now - Duration::from_secs(10)))
+            .await;
+        let gone = self
+            .client
+            .send("Delete Blob", delete(now + Duration::from_secs(60)))
+            .await;
+        if let Err(f) = fresh {
+            return Err(format!(
+                "a Put Blob authorized by a SAS, as cluster mode sends its commits, failed: {}; check the account key",
+                f.into_backend("Put Blob")
+            ));
+        }
+        if expired.is_ok() {
+            return Err("the service applied a Put Blob whose SAS had expired; cluster mode relies on the service refusing it; run one instance on rocksdb with this store".into());
+        }
+        if expired_delete.is_ok() {
+            return Err("the service applied a Delete Blob whose SAS had expired; cluster mode relies on the service refusing it; run one instance on rocksdb with this store".into());
+        }
+        if let Err(f) = gone {
+            tracing::warn!(blob, error = %f.into_backend("Delete Blob"), "could not delete the expiry probe's blob");
+        }
+        Ok(())
+    }
 }

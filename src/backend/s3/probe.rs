@@ -171,25 +171,7 @@ impl S3Backend {
     /// else stops them. Runs on a scratch key, removed afterwards.
     pub async fn probe_expiry(&self, ttl: Duration, skew: Duration) -> Result<(), String> {
         // The deadlines are judged by two clocks: this instance's and the store's.
-        let (ahead_min, ahead_max) = self.clients.signer.clock_offset().await?;
-        if ahead_min > skew.as_millis() as i64 {
-            return Err(format!(
-                "this instance's clock runs at least {ahead_min} ms ahead of the store's, more than max_clock_skew_ms = {}; other instances could decide before the store stops applying a commit. Synchronise the clocks (NTP)",
-                skew.as_millis()
-            ));
-        }
-        if -ahead_max >= ttl.as_millis() as i64 {
-            return Err(format!(
-                "this instance's clock runs at least {} ms behind the store's, as long as intent_ttl_secs = {}: the store would refuse every commit as expired. Synchronise the clocks (NTP)",
-                -ahead_max,
-                ttl.as_secs()
-            ));
-        }
-        tracing::info!(
-            ahead_min_ms = ahead_min,
-            ahead_max_ms = ahead_max,
-            "clock compared with the store's"
-        );
+        crate::backend::clock::check_offset(self.clients.signer.clock_offset().await?, ttl, skew)?;
         use super::signer::Request;
         use std::time::{SystemTime, UNIX_EPOCH};
         let run = super::scratch::new_run();

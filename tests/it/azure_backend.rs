@@ -1,0 +1,139 @@
+//! The azure backend's faults on a real Azurite: a commit held in flight past its deadline
+//! (a network that delays a connection's bytes) never lands over what newer tokens did since.
+
+use crate::common;
+use common::azurite::Azurite;
+use common::{client, get_bytes, put, Server};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A TCP relay that, while `hold` is set, keeps the writes clients send and delivers them only on
+/// `release`, on an upstream connection it keeps open: a request held in flight that reaches
+/// the service whole, long after its sender gave up.
+struct Relay {
+    port: u16,
+    hold: Arc<AtomicBool>,
+    release: tokio::sync::watch::Sender<bool>,
+}
+
+impl Relay {
+    async fn start(upstream: std::net::SocketAddr) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hold = Arc::new(AtomicBool::new(false));
+        let (release, released) = tokio::sync::watch::channel(false);
+        let holding = hold.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (hold, mut released) = (holding.clone(), released.clone());
+                tokio::spawn(async move {
+                    let Ok(up) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut ur, mut uw) = up.into_split();
+                    tokio::spawn(async move {
+                        let _ = tokio::io::copy(&mut ur, &mut cw).await;
+                    });
+                    let (mut kept, mut keeping, mut buf) = (Vec::new(), false, vec![0u8; 65536]);
+                    loop {
+                        let n = match cr.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        // Only writes: the reads before a commit go through.
+                        keeping |= hold.load(Ordering::SeqCst) && buf[..n].starts_with(b"PUT ");
+                        if keeping {
+                            kept.extend_from_slice(&buf[..n]);
+                        } else if uw.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                    if keeping {
+                        let _ = released.wait_for(|r| *r).await;
+                        let _ = uw.write_all(&kept).await;
+                        // Open while the service reads and applies it.
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                    }
+                });
+            }
+        });
+        Relay {
+            port,
+            hold,
+            release,
+        }
+    }
+}
+
+/// Review finding: a Put Blob held in flight past the commit deadline landed when it finally
+/// reached the service, after the key had been written by token 6 and deleted by token 7 (its
+/// `If-None-Match: *` held again), because nothing in the request expired. Each commit now
+/// carries a SAS that expires with its deadline, and the service refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_held_past_its_deadline_never_lands() {
+    let az = Azurite::start();
+    az.create_container("held");
+    let port: u16 = az
+        .endpoint()
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let relay = Relay::start(([127, 0, 0, 1], port).into()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[backends.az]\nkind = \"azure\"\naccount = \"{}\"\naccess_key = \"{}\"\nendpoint = \"http://127.0.0.1:{}/devstoreaccount1\"\nread_timeout_secs = 2\ncall_timeout_secs = 2\ncommit_deadline_secs = 3\n\n[buckets.default]\nbackend = \"az\"\nbackend_bucket = \"held\"\n",
+        az.account(),
+        az.key(),
+        relay.port
+    );
+    let server = Server::start(&dir.path().join("data"), Some(&config));
+    let c = client();
+    let url = server.object_url("default", "doc");
+    relay.hold.store(true, Ordering::SeqCst);
+    let (status, body) = put(&c, &url, Some("5"), b"five").await;
+    assert!(
+        status >= 500,
+        "the held commit has no answer: {status} {body}"
+    );
+    relay.hold.store(false, Ordering::SeqCst);
+    // Once its deadline has passed the key is given to newer tokens: written, then deleted.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = put(&c, &url, Some("6"), b"six").await;
+        if status == 200 {
+            break;
+        }
+        assert_eq!(body["error"], "CommitUnresolved", "{status} {body}");
+        assert!(
+            Instant::now() < deadline,
+            "the key stayed unresolved: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let deleted = c
+        .delete(&url)
+        .header("Fencing-Token", "7")
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    assert_eq!(deleted, 200, "token 7 deletes the key");
+    // Token 5's Put Blob reaches the service now, whole, past its SAS's expiry.
+    relay.release.send(true).unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        az.get_behind("held", "doc"),
+        None,
+        "the held token-5 commit landed after token 7's delete"
+    );
+    assert_eq!(get_bytes(&c, &url).await.0, 404);
+}
