@@ -51,6 +51,17 @@ impl Backends {
                 .probe_expiry(ttl, skew)
                 .await
                 .map_err(|e| fail(format!("cluster mode: {e}")))?;
+        } else {
+            // One instance: a commit's SAS expires by the service's clock, the gate's hold by
+            // this one's, with azure::CLOCK_MARGIN between them.
+            let offset = backend.clock_offset_now().await.map_err(fail)?;
+            crate::backend::clock::check_offset(
+                offset,
+                Duration::from_secs(cfg.commit_deadline_secs),
+                azure::CLOCK_MARGIN,
+                crate::backend::clock::Guarding::OneInstance,
+            )
+            .map_err(fail)?;
         }
         let Some(table_id) = self.table_id.as_deref() else {
             return Err(fail(

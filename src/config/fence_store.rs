@@ -314,7 +314,7 @@ mod tests {
             format!("[backends.az]\nkind = \"azure\"\naccount = \"a\"\n{extra}\n\n[buckets.bucket-one]\nbackend = \"az\"\n")
         };
         parse(&azure("access_key = \"a2V5\""), "t").unwrap();
-        refused(&azure("sas_token = \"sv=1&sig=x\""), "does not take yet");
+        refused(&azure("sas_token = \"sv=1&sig=x\""), "does not take");
         refused(
             &azure("access_key = \"a2V5\"\ncommit_deadline_secs = 0"),
             "commit_deadline_secs to 0",

@@ -267,11 +267,11 @@ fn backends(
             ));
         }
         if let BackendConfig::Azure(az) = &b {
-            // A SAS bounds a request's life by its own expiry, not by x-ms-date: a commit held
+            // A user's SAS bounds a request's life by its own expiry: a commit held
             // in flight could land until the SAS expires, long after the object was given to a
             // newer token.
             let problem = if az.sas_token.is_some() {
-                Some(("sas_token", "sets sas_token, which this fencegate does not take yet", "use access_key: Azure refuses a request signed with it 15 minutes after its x-ms-date, which bounds how late a lost commit can land (commit_deadline_secs); a SAS bounds it only by its own expiry"))
+                Some(("sas_token", "sets sas_token, which fencegate does not take", "use access_key: fencegate signs with it a SAS for each commit that expires with the commit's deadline (commit_deadline_secs); a commit your SAS authorized could land until your SAS expires"))
             } else if az.commit_deadline_secs == 0 {
                 Some(("commit_deadline_secs", "sets commit_deadline_secs to 0", "each commit's SAS expires this long after it is sent, and an object whose commit's answer was lost stays refused as long: use at least a few seconds (default 900)"))
             } else if !(1024 * 1024..=4000 * 1024 * 1024).contains(&az.block_size_bytes) {

@@ -22,9 +22,16 @@ pub(super) fn content_type(meta: &ObjectMeta) -> String {
 }
 
 /// Refuses a key the Blob service would store as another name, or could not list: Azurite
-/// turns a backslash into `/` (two keys, one blob), and U+FFFE / U+FFFF are not XML, so a
-/// listing holding one fails for every key beside it.
+/// turns a backslash into `/`, and Azure drops a trailing dot from a name (two keys, one blob,
+/// fenced by two rows); U+FFFE / U+FFFF are not XML, so a listing holding one fails for every
+/// key beside it.
 pub(super) fn refuse_unstorable(key: &str) -> Result<(), BackendError> {
+    if key.split('/').any(|segment| segment.ends_with('.')) {
+        return Err(BackendError::Invalid {
+            code: "InvalidArgument",
+            message: "a segment of the key ends with `.`, which Azure Blob Storage drops from a blob's name (so two keys would name one blob): choose a key without it".into(),
+        });
+    }
     if let Some(c) = key
         .chars()
         .find(|c| matches!(c, '\\' | '\u{fffe}' | '\u{ffff}'))
@@ -334,14 +341,15 @@ impl AzureBackend {
 mod tests {
     use super::refuse_unstorable;
 
-    /// Review finding: Azurite stores `al\x` as `al/x` (two keys, one blob), and a key holding
-    /// U+FFFF made every listing beside it fail; such keys are refused before anything is sent.
+    /// Review findings: Azurite stores `al\x` as `al/x`, Azure drops a trailing dot (two keys,
+    /// one blob), and a key holding U+FFFF made every listing beside it fail; such keys are
+    /// refused before anything is sent.
     #[test]
     fn keys_azure_cannot_keep_are_refused() {
-        for key in ["al\\x", "L/a\u{ffff}", "b\u{fffe}"] {
+        for key in ["al\\x", "L/a\u{ffff}", "b\u{fffe}", "doc.", "a./b"] {
             assert!(refuse_unstorable(key).is_err(), "{key:?}");
         }
-        for key in ["al/x", "a b%+&?#=~", "é😀", "trail."] {
+        for key in ["al/x", "a b%+&?#=~", "é😀", "a.b/c.d"] {
             assert!(refuse_unstorable(key).is_ok(), "{key:?}");
         }
     }

@@ -160,7 +160,7 @@ impl AzureClient {
                     .map_err(|_| "the account key is not base64; copy it from the portal's access keys")?
             }
             // Refused until each commit carries an expiry of its own (docs/backends.md).
-            (None, Some(_)) => return Err("a SAS token (sas_token or AZURE_STORAGE_SAS_TOKEN) is not taken yet: a commit held in flight could land until the SAS expires; set access_key (or AZURE_STORAGE_KEY), whose requests Azure refuses 15 minutes after they were signed".into()),
+            (None, Some(_)) => return Err("a SAS token (sas_token or AZURE_STORAGE_SAS_TOKEN) is not taken: a commit it authorized could land until it expires; set access_key (or AZURE_STORAGE_KEY), with which fencegate signs a SAS for each commit that expires with the commit's deadline".into()),
             (None, None) => return Err("no credentials: set access_key, or AZURE_STORAGE_KEY (or AZURE_STORAGE_CONNECTION_STRING)".into()),
         };
         let endpoint = cfg

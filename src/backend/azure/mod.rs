@@ -52,6 +52,11 @@ pub enum Source {
     Blob { name: String, upload: bool },
 }
 
+/// How far the service's clock may run behind this instance's when fencegate starts without a
+/// shared table: a commit's SAS expires by the service's clock, so the gate holds an object
+/// whose answer was lost this much longer than the deadline.
+pub const CLOCK_MARGIN: Duration = Duration::from_secs(2);
+
 /// Under the bucket's prefix, where fencegate keeps what no client may read or write.
 const STAGING: &str = ".fencegate-probe/staging/";
 const UPLOADS: &str = ".fencegate-probe/uploads/";
@@ -481,7 +486,9 @@ impl Backend for AzureBackend {
     }
 
     fn in_flight_bound(&self) -> Option<Duration> {
-        Some(self.commit_deadline)
+        // The SAS expires by the service's clock, which the start-up check allows to run
+        // behind this one's by up to CLOCK_MARGIN.
+        Some(self.commit_deadline + CLOCK_MARGIN)
     }
 
     async fn clock_offset(&self) -> Option<Result<(i64, i64), String>> {

@@ -229,6 +229,11 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
 }
 
 impl AzureBackend {
+    /// How far this instance's clock runs ahead of the service's (ms, a range).
+    pub async fn clock_offset_now(&self) -> Result<(i64, i64), String> {
+        self.client.clock_offset().await
+    }
+
     /// Cluster mode's check: this instance's clock against the service's, and a Put Blob and
     /// a Delete Blob authorized by a SAS that expired 10 s ago must both be refused (a fresh
     /// one taken), since other instances decide after an intent's deadline without waiting
@@ -239,7 +244,12 @@ impl AzureBackend {
         skew: std::time::Duration,
     ) -> Result<(), String> {
         use std::time::{Duration, SystemTime};
-        crate::backend::clock::check_offset(self.client.clock_offset().await?, ttl, skew)?;
+        crate::backend::clock::check_offset(
+            self.client.clock_offset().await?,
+            ttl,
+            skew,
+            crate::backend::clock::Guarding::Cluster,
+        )?;
         let blob = format!("{}.fencegate-probe/p-{}-expiry", self.prefix, random_id());
         let c = self.container.as_str();
         let now = SystemTime::now();

@@ -171,7 +171,12 @@ impl S3Backend {
     /// else stops them. Runs on a scratch key, removed afterwards.
     pub async fn probe_expiry(&self, ttl: Duration, skew: Duration) -> Result<(), String> {
         // The deadlines are judged by two clocks: this instance's and the store's.
-        crate::backend::clock::check_offset(self.clients.signer.clock_offset().await?, ttl, skew)?;
+        crate::backend::clock::check_offset(
+            self.clients.signer.clock_offset().await?,
+            ttl,
+            skew,
+            crate::backend::clock::Guarding::Cluster,
+        )?;
         use super::signer::Request;
         use std::time::{SystemTime, UNIX_EPOCH};
         let run = super::scratch::new_run();

@@ -1,5 +1,6 @@
 //! Several instances over one store, the fence table on a real etcd.
 
+mod azure;
 mod etcd_store;
 mod limits;
 mod no_conditions;
