@@ -88,6 +88,25 @@ impl Backends {
             .await
             .map_err(fail)?;
         }
+        if let Some(registered) = self
+            .sweep_uploads
+            .as_ref()
+            .filter(|_| config.etcd.is_none())
+        {
+            let min_age = Duration::from_secs(cfg.abandoned_upload_secs);
+            match backend.sweep_staging(registered, min_age).await {
+                Ok(0) => {}
+                Ok(deleted) => tracing::info!(
+                    bucket,
+                    deleted,
+                    "deleted abandoned staging and upload blobs (left by a crash or a cancelled request)"
+                ),
+                // Only storage is at stake, not correctness: serve anyway.
+                Err(e) => {
+                    tracing::warn!(bucket, error = %e, "could not sweep abandoned staging blobs; a lifecycle rule on .fencegate-probe/ can collect them")
+                }
+            }
+        }
         Ok(Arc::new(backend))
     }
 }

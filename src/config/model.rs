@@ -315,6 +315,12 @@ pub struct AzureBackendConfig {
     /// the service refuses it later, however long it was held in flight.
     #[serde(deserialize_with = "super::units::secs")]
     pub commit_deadline_secs: u64,
+    /// At start-up, staging blobs and multipart uploads' blobs under `.fencegate-probe/` that
+    /// no client upload in `<data_dir>/uploads` holds and that were last written more than this
+    /// many seconds ago are deleted (left by a crash or a cancelled request). One instance
+    /// only: in cluster mode another instance's are not in this one's registry.
+    #[serde(deserialize_with = "super::units::secs")]
+    pub abandoned_upload_secs: u64,
 }
 
 impl Default for AzureBackendConfig {
@@ -331,6 +337,7 @@ impl Default for AzureBackendConfig {
             block_size_bytes: 8 * 1024 * 1024,
             ca_file: None,
             commit_deadline_secs: 900,
+            abandoned_upload_secs: 3600,
         }
     }
 }

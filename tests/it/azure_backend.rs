@@ -137,3 +137,76 @@ async fn a_commit_held_past_its_deadline_never_lands() {
     );
     assert_eq!(get_bytes(&c, &url).await.0, 404);
 }
+
+/// What a crash leaves under `.fencegate-probe/` is swept at start-up: a staging blob whose
+/// body never reached its commit goes, the blob of a client's multipart upload that the
+/// registry still holds stays, and that upload completes after the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_staging_blobs_are_swept_and_live_uploads_kept() {
+    let az = Azurite::start();
+    az.create_container("sweep");
+    az.put_behind("sweep", ".fencegate-probe/staging/left-by-a-crash", b"x");
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[backends.az]\nkind = \"azure\"\naccount = \"{}\"\naccess_key = \"{}\"\nendpoint = \"{}\"\nabandoned_upload_secs = 0\n\n[buckets.default]\nbackend = \"az\"\nbackend_bucket = \"sweep\"\nfencing = \"optional\"\n",
+        az.account(),
+        az.key(),
+        az.endpoint()
+    );
+    let data = dir.path().join("data");
+    let server = Server::start(&data, Some(&config));
+    assert_eq!(
+        az.list_staged_behind("sweep", ".fencegate-probe/staging/"),
+        Vec::<String>::new(),
+        "the abandoned staging blob was swept"
+    );
+    let s3 = common::moto::client_with(&server.url(""), "fencegate", "fencegate-dev-secret");
+    let up = s3
+        .create_multipart_upload()
+        .bucket("default")
+        .key("m")
+        .send()
+        .await
+        .unwrap();
+    let id = up.upload_id().unwrap().to_string();
+    let part = s3
+        .upload_part()
+        .bucket("default")
+        .key("m")
+        .upload_id(&id)
+        .part_number(1)
+        .body(aws_sdk_s3::primitives::ByteStream::from_static(
+            b"kept part",
+        ))
+        .send()
+        .await
+        .unwrap();
+    let uploads = || az.list_staged_behind("sweep", ".fencegate-probe/uploads/");
+    assert_eq!(uploads().len(), 1, "the upload's blob holds its part");
+    server.kill9();
+    let server = Server::start(&data, Some(&config));
+    assert_eq!(uploads().len(), 1, "a registered upload's blob is kept");
+    let s3 = common::moto::client_with(&server.url(""), "fencegate", "fencegate-dev-secret");
+    s3.complete_multipart_upload()
+        .bucket("default")
+        .key("m")
+        .upload_id(&id)
+        .multipart_upload(
+            aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                .parts(
+                    aws_sdk_s3::types::CompletedPart::builder()
+                        .part_number(1)
+                        .e_tag(part.e_tag().unwrap())
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        az.get_behind("sweep", "m").as_deref(),
+        Some(&b"kept part"[..])
+    );
+    assert!(uploads().is_empty(), "the completed upload's blob is gone");
+}

@@ -73,7 +73,7 @@ impl Drop for StagingGuard {
                 Ok(_) | Err(AzFailure::NotFound) => {}
                 Err(f) => {
                     let e = f.into_backend("Delete Blob");
-                    tracing::warn!(blob, error = %e, "could not delete the staging blob of a cancelled request; a lifecycle rule on .fencegate-probe/ can collect it")
+                    tracing::warn!(blob, error = %e, "could not delete the staging blob of a cancelled request; the start-up sweep (abandoned_upload_secs) or a lifecycle rule on .fencegate-probe/ collects it")
                 }
             }
         });
@@ -109,14 +109,14 @@ impl AzureBackend {
             .map_err(|f| f.into_backend("Put Block"))
     }
 
-    /// Put Block List: `blob` becomes the blocks `ids`, in order.
+    /// Put Block List: `blob` becomes the blocks `ids`, in order; returns its ETag.
     async fn put_block_list(
         &self,
         blob: &str,
         ids: &[String],
         meta: &ObjectMeta,
         md5: Option<String>,
-    ) -> Result<(), BackendError> {
+    ) -> Result<String, BackendError> {
         let mut xml = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>");
         for id in ids {
             xml += &format!("<Latest>{id}</Latest>");
@@ -137,7 +137,7 @@ impl AzureBackend {
         self.client
             .read("Put Block List", req)
             .await
-            .map(|_| ())
+            .map(|r| header(&r, "etag"))
             .map_err(|f| f.into_backend("Put Block List"))
     }
 
@@ -206,17 +206,15 @@ impl AzureBackend {
         }
         let digest = whole.finalize();
         let md5 = base64::engine::general_purpose::STANDARD.encode(digest);
-        self.put_block_list(&name, &ids, &meta, Some(md5)).await?;
+        let source = self.put_block_list(&name, &ids, &meta, Some(md5)).await?;
         guard.blob = None;
         let etag = format!("\"{}\"", hex::encode(digest));
-        Ok(staged(
-            Source::Blob {
-                name,
-                upload: false,
-            },
-            etag,
-            size,
-        ))
+        let from = Source::Blob {
+            name,
+            upload: false,
+            etag: source,
+        };
+        Ok(staged(from, etag, size))
     }
 
     /// UploadPart: the part is spooled in blocks (its MD5 names them, and is known only at
@@ -290,13 +288,14 @@ impl AzureBackend {
             mine.dedup();
             ids.extend(mine.into_iter().map(|n| block_id(n)));
         }
-        self.put_block_list(&blob, &ids, &meta, None).await?;
+        let source = self.put_block_list(&blob, &ids, &meta, None).await?;
         let etags: Vec<&str> = parts.iter().map(|p| p.etag.as_str()).collect();
         Ok(Staged {
             body: StagedBody::Azure(Staging {
                 from: Source::Blob {
                     name: blob,
                     upload: true,
+                    etag: source,
                 },
                 commit: random_id(),
             }),

@@ -40,6 +40,11 @@ impl AzFailure {
 pub fn answered(op: &str, status: u16, code: &str, message: &str) -> AzFailure {
     let short = format!("{op}: {status} {code} {message}");
     match (status, code) {
+        // The copy's source is not at the version staged: fencegate's own staging blob changed
+        // (a late assembly of the same upload), not the object.
+        (412, "SourceConditionNotMet") => AzFailure::Fault(BackendError::Failing(format!(
+            "{short}; the staged body changed before its commit: complete the upload again"
+        ))),
         (404, _) => AzFailure::NotFound,
         (412, _) | (409, "BlobAlreadyExists") => AzFailure::Precondition,
         (429 | 503, _) => AzFailure::Fault(BackendError::Throttled(short)),

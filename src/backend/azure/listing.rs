@@ -11,6 +11,42 @@ use quick_xml::events::Event;
 const MARKERS: usize = 10_000;
 
 impl AzureBackend {
+    /// One page of List Blobs under the store prefix `prefix`, with each blob's metadata;
+    /// `uncommitted`: blobs that hold only uncommitted blocks too (a staging blob mid-way).
+    pub(super) async fn list_blobs(
+        &self,
+        prefix: &str,
+        marker: Option<&str>,
+        max: usize,
+        uncommitted: bool,
+    ) -> Result<BlobPage, BackendError> {
+        let include = match uncommitted {
+            true => "metadata,uncommittedblobs",
+            false => "metadata",
+        };
+        let req = || {
+            let r = Request::new(reqwest::Method::GET, &self.container, "")
+                .query("restype", "container")
+                .query("comp", "list")
+                .query("prefix", prefix)
+                .query("include", include)
+                .query("maxresults", max.to_string());
+            match marker {
+                Some(m) => r.query("marker", m),
+                None => r,
+            }
+        };
+        let text = self
+            .client
+            .read("List Blobs", req)
+            .await
+            .map_err(|f| f.into_backend("List Blobs"))?
+            .text()
+            .await
+            .map_err(|e| BackendError::Failing(format!("List Blobs: {e}")))?;
+        parse(&text)
+    }
+
     /// Keys starting with `prefix`, after `start_after`, at most `max`. The service goes on by
     /// its own marker: fencegate keeps the marker of each page it answered, by that page's
     /// last key, and without one (a client's own StartAfter) skips to the key.
@@ -34,27 +70,9 @@ impl AzureBackend {
         let max = max.max(1);
         loop {
             let want = (max - page.objects.len()).min(5000);
-            let req = || {
-                let r = Request::new(reqwest::Method::GET, &self.container, "")
-                    .query("restype", "container")
-                    .query("comp", "list")
-                    .query("prefix", store_prefix.clone())
-                    .query("include", "metadata")
-                    .query("maxresults", want.to_string());
-                match &marker {
-                    Some(m) => r.query("marker", m.clone()),
-                    None => r,
-                }
-            };
-            let text = self
-                .client
-                .read("List Blobs", req)
-                .await
-                .map_err(|f| f.into_backend("List Blobs"))?
-                .text()
-                .await
-                .map_err(|e| BackendError::Failing(format!("List Blobs: {e}")))?;
-            let got = parse(&text)?;
+            let got = self
+                .list_blobs(&store_prefix, marker.as_deref(), want, false)
+                .await?;
             for mut blob in got.blobs {
                 if skip_to.as_ref().is_some_and(|after| blob.key <= *after) {
                     continue;

@@ -18,6 +18,7 @@ mod errors;
 mod listing;
 mod meta;
 pub mod probe;
+mod sweep;
 
 pub use client::AzureClient;
 pub use probe::probe_conditions;
@@ -48,8 +49,14 @@ pub enum Source {
     /// Up to the block size: sent in one Put Blob.
     Spooled(Spooled),
     /// A staging blob the commit copies: a large body (`upload: false`, deleted once
-    /// committed or discarded), or a multipart upload's assembly (kept until the upload ends).
-    Blob { name: String, upload: bool },
+    /// committed or discarded), or a multipart upload's assembly (kept until the upload ends),
+    /// at the ETag its Put Block List answered: the copy takes it only at that version, so a
+    /// late assembly of the same upload cannot change what is committed.
+    Blob {
+        name: String,
+        upload: bool,
+        etag: String,
+    },
 }
 
 /// How far the service's clock may run behind this instance's when fencegate starts without a
@@ -204,7 +211,7 @@ impl AzureBackend {
             Ok(()) | Err(AzFailure::NotFound) => {}
             Err(f) => {
                 let e = f.into_backend("Delete Blob");
-                tracing::warn!(blob, error = %e, "could not delete a staging blob; a lifecycle rule on .fencegate-probe/ can collect it")
+                tracing::warn!(blob, error = %e, "could not delete a staging blob; the start-up sweep (abandoned_upload_secs) or a lifecycle rule on .fencegate-probe/ collects it")
             }
         }
     }
@@ -265,10 +272,14 @@ impl AzureBackend {
                 }
                 ("Put Blob", req)
             }
-            Source::Blob { name, .. } => {
+            Source::Blob { name, etag, .. } => {
                 let read = self.client.sas(&self.container, name, "r", expiry);
                 let source = self.client.blob_url(&self.container, name, Some(&read));
-                ("Copy Blob", req.header("x-ms-copy-source", source))
+                let mut req = req.header("x-ms-copy-source", source);
+                if !etag.is_empty() {
+                    req = req.header("x-ms-source-if-match", etag.clone());
+                }
+                ("Copy Blob", req)
             }
         };
         let answer = match self
@@ -326,6 +337,7 @@ impl AzureBackend {
         if let Source::Blob {
             name,
             upload: false,
+            ..
         } = &staging.from
         {
             // Copied: a large body's staging blob has done its work.
@@ -397,7 +409,7 @@ fn length(r: &reqwest::Response) -> u64 {
     header(r, "content-length").parse().unwrap_or(0)
 }
 
-fn header(r: &reqwest::Response, name: &str) -> String {
+pub(super) fn header(r: &reqwest::Response, name: &str) -> String {
     r.headers()
         .get(name)
         .and_then(|v| v.to_str().ok())
@@ -501,10 +513,12 @@ impl Backend for AzureBackend {
 
     async fn discard(&self, staged: Staged) {
         if let StagedBody::Azure(Staging {
-            from: Source::Blob {
-                name,
-                upload: false,
-            },
+            from:
+                Source::Blob {
+                    name,
+                    upload: false,
+                    ..
+                },
             ..
         }) = &staged.body
         {

@@ -81,7 +81,9 @@ fn etag(r: &reqwest::Response) -> String {
 /// Runs the probe on `backend`'s container and prefix, deleting what it wrote.
 pub async fn probe_conditions(backend: &AzureBackend) -> Result<AzureProbe, String> {
     let run = random_id();
-    let a = format!("{}.fencegate-probe/p-{run}-a", backend.prefix);
+    // A name with the characters a key may hold that signing could get wrong (a space, `%`,
+    // `+`, non-ASCII): a SAS signed for another spelling is refused here, not on every commit.
+    let a = format!("{}.fencegate-probe/p-{run}-a b%+é", backend.prefix);
     let b = format!("{}.fencegate-probe/p-{run}-b", backend.prefix);
     let race = format!("{}.fencegate-probe/p-{run}-race", backend.prefix);
     let result = probe(backend, &a, &b, &race).await;
