@@ -15,6 +15,7 @@ mod parts;
 pub mod s3;
 pub mod scripted;
 pub mod spool;
+pub mod store_http;
 
 pub use meta::{
     decode_tags, encode_tags, encoded_word_needed, printable, BodyChecksums, KeptChecksum,

@@ -1,6 +1,7 @@
 //! Configuration: reads the TOML file (or the embedded default), validates it, and hands the
 //! rest of fencegate a typed, checked [`Config`]. Errors name the file, the line and the fix.
 
+mod azure_backend;
 pub mod cors;
 mod describe;
 mod fence_store;

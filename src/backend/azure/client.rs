@@ -409,40 +409,15 @@ fn hmac_sha256(key: &[u8], data: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(tag.as_ref())
 }
 
-/// The pooled HTTP client: the configured timeouts, the system roots and the optional CA file
-/// for https; redirects are answers, never followed (a write re-sent elsewhere could land where
-/// nothing reads it).
+/// The pooled HTTP client: the configured timeouts, the system roots and the optional CA
+/// file, redirects never followed ([`crate::backend::store_http`]).
 fn http_client(cfg: &AzureBackendConfig) -> Result<reqwest::Client, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        let _ = roots.add(cert);
-    }
-    if let Some(path) = &cfg.ca_file {
-        use rustls::pki_types::{pem::PemObject, CertificateDer};
-        let certs = CertificateDer::pem_file_iter(path)
-            .map_err(|e| format!("cannot read ca_file {}: {e}", path.display()))?;
-        for cert in certs {
-            let cert = cert.map_err(|e| format!("ca_file {}: {e}", path.display()))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("ca_file {}: {e}", path.display()))?;
-        }
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(Duration::from_secs(cfg.connect_timeout_secs))
-        .read_timeout(Duration::from_secs(cfg.read_timeout_secs))
-        .timeout(Duration::from_secs(cfg.call_timeout_secs))
-        .build()
-        .map_err(|e| format!("the store's HTTP client: {e}"))
+    crate::backend::store_http::client(&crate::backend::store_http::Settings {
+        connect_timeout: Duration::from_secs(cfg.connect_timeout_secs),
+        read_timeout: Duration::from_secs(cfg.read_timeout_secs),
+        call_timeout: Duration::from_secs(cfg.call_timeout_secs),
+        ca_file: cfg.ca_file.as_deref(),
+    })
 }
 
 #[cfg(test)]

@@ -104,41 +104,15 @@ fn sdk_endpoint(cfg: &S3BackendConfig, shared: &aws_config::SdkConfig) -> Option
 }
 
 /// The pooled HTTP client of the requests signed here (`signer.rs`): the same timeouts as the
-/// SDK's, the system roots and the optional CA file for https; it never retries by itself.
+/// SDK's, the system roots and the optional CA file for https; it never retries by itself
+/// ([`crate::backend::store_http`]).
 fn signing_http(cfg: &S3BackendConfig) -> Result<reqwest::Client, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        let _ = roots.add(cert);
-    }
-    if let Some(path) = &cfg.ca_file {
-        use rustls::pki_types::{pem::PemObject, CertificateDer};
-        let certs = CertificateDer::pem_file_iter(path)
-            .map_err(|e| format!("cannot read ca_file {}: {e}", path.display()))?;
-        for cert in certs {
-            let cert = cert.map_err(|e| format!("ca_file {}: {e}", path.display()))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("ca_file {}: {e}", path.display()))?;
-        }
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
-        // A redirect is the store's answer, never followed: a write re-sent elsewhere (without
-        // its signature) could land where nothing reads it, and a HEAD answered by another
-        // URL's 404 would take an object for absent. The SDK does not follow them either.
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(Duration::from_secs(cfg.connect_timeout_secs))
-        .read_timeout(Duration::from_secs(cfg.read_timeout_secs))
-        .timeout(Duration::from_secs(cfg.call_timeout_secs))
-        .build()
-        .map_err(|e| format!("the store's HTTP client: {e}"))
+    crate::backend::store_http::client(&crate::backend::store_http::Settings {
+        connect_timeout: Duration::from_secs(cfg.connect_timeout_secs),
+        read_timeout: Duration::from_secs(cfg.read_timeout_secs),
+        call_timeout: Duration::from_secs(cfg.call_timeout_secs),
+        ca_file: cfg.ca_file.as_deref(),
+    })
 }
 
 /// An HTTPS client that trusts the system roots and the certificates in the PEM file `path`
