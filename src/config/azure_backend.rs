@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 /// An Azure Blob Storage account. Unset fields come from the environment Azure's own tools
 /// read: `AZURE_STORAGE_CONNECTION_STRING`, else `AZURE_STORAGE_ACCOUNT` (or
-/// `AZURE_STORAGE_ACCOUNT_NAME`) with `AZURE_STORAGE_KEY` (or `AZURE_STORAGE_ACCOUNT_KEY`) or
-/// `AZURE_STORAGE_SAS_TOKEN`.
+/// `AZURE_STORAGE_ACCOUNT_NAME`) with `AZURE_STORAGE_KEY` (or `AZURE_STORAGE_ACCOUNT_KEY`).
+/// A SAS token (`sas_token`, `AZURE_STORAGE_SAS_TOKEN`) is refused, saying why.
 #[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AzureBackendConfig {

@@ -1,6 +1,7 @@
-//! Requests to the Blob service: the account, its credentials (a shared key or a SAS token, from
-//! the configuration or the environment Azure's tools read), Shared Key signing, and one
-//! pooled HTTP client that never retries a write by itself.
+//! Requests to the Blob service: the account and its shared key (from the configuration or the
+//! environment Azure's tools read; a SAS token of the user's own is refused), Shared Key
+//! signing, the per-request SAS a commit carries, and one pooled HTTP client that never
+//! retries a write by itself.
 
 use super::errors::{answered, unanswered, AzFailure};
 use crate::backend::spool::Spooled;
