@@ -44,6 +44,7 @@ impl About {
                     BackendConfig::Fs { .. } => "fs",
                     BackendConfig::S3(_) => "s3",
                     BackendConfig::Azure(_) => "azure",
+                    BackendConfig::Gcs(_) => "gcs",
                 };
                 (name.clone(), kind)
             })

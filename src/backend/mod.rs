@@ -7,6 +7,8 @@ pub mod azure;
 pub mod claim;
 pub mod clock;
 pub mod fs;
+#[cfg(feature = "gcs")]
+pub mod gcs;
 pub mod instrumented;
 pub mod memory;
 mod meta;
@@ -16,6 +18,8 @@ pub mod s3;
 pub mod scripted;
 pub mod spool;
 pub mod store_http;
+#[cfg(any(feature = "azure", feature = "gcs"))]
+pub mod stored_meta;
 
 pub use meta::{
     decode_tags, encode_tags, encoded_word_needed, printable, BodyChecksums, KeptChecksum,
@@ -108,6 +112,8 @@ pub enum StagedBody {
     /// What an azure commit sends: a spooled body, or a staging blob it copies.
     #[cfg(feature = "azure")]
     Azure(azure::Staging),
+    #[cfg(feature = "gcs")]
+    Gcs(gcs::Staging),
     /// A multipart upload, invisible until CompleteMultipartUpload.
     Multipart {
         upload_id: String,

@@ -63,31 +63,9 @@ impl Backends {
             )
             .map_err(fail)?;
         }
-        let Some(table_id) = self.table_id.as_deref() else {
-            return Err(fail(
-                "the fence table is not open, so the store place cannot be claimed; this is a bug in fencegate".into(),
-            ));
-        };
-        let place = format!(
-            "store place {} (bucket {bucket}, backend {name})",
-            config.namespace(bucket, policy)
-        );
-        let take_over = self
-            .take_over_claim
-            .as_deref()
-            .map(|rebuilt| rebuilt == bucket);
-        if take_over != Some(false) {
-            super::claim::claim_place(
-                &backend,
-                (table_id, bucket),
-                &place,
-                true,
-                take_over == Some(true),
-                config.etcd.is_some(),
-            )
+        self.claim_store_place(config, bucket, policy, &backend)
             .await
             .map_err(fail)?;
-        }
         if let Some(registered) = self
             .sweep_uploads
             .as_ref()

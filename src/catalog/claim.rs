@@ -113,3 +113,44 @@ fn refusal(
         claim.table_id
     )
 }
+
+#[cfg(any(feature = "azure", feature = "gcs"))]
+impl super::Backends {
+    /// The claim check of an azure or gcs bucket's place (those stores honour
+    /// `If-None-Match: *` or its like, which their start-up probes prove), skipped while
+    /// `fences rebuild` rebuilds another bucket.
+    pub(super) async fn claim_store_place(
+        &self,
+        config: &crate::config::Config,
+        bucket: &str,
+        policy: &crate::config::BucketPolicy,
+        backend: &dyn ClaimStore,
+    ) -> Result<(), String> {
+        let Some(table_id) = self.table_id.as_deref() else {
+            return Err(
+                "the fence table is not open, so the store place cannot be claimed; this is a bug in fencegate".into(),
+            );
+        };
+        let place = format!(
+            "store place {} (bucket {bucket}, backend {})",
+            config.namespace(bucket, policy),
+            policy.backend
+        );
+        let take_over = self
+            .take_over_claim
+            .as_deref()
+            .map(|rebuilt| rebuilt == bucket);
+        if take_over == Some(false) {
+            return Ok(());
+        }
+        claim_place(
+            backend,
+            (table_id, bucket),
+            &place,
+            true,
+            take_over == Some(true),
+            config.etcd.is_some(),
+        )
+        .await
+    }
+}

@@ -7,8 +7,10 @@
 
 #[cfg(feature = "azure")]
 mod azure;
-#[cfg(any(feature = "s3", feature = "azure"))]
+#[cfg(any(feature = "s3", feature = "azure", feature = "gcs"))]
 mod claim;
+#[cfg(feature = "gcs")]
+mod gcs;
 #[cfg(feature = "s3")]
 mod s3;
 mod shared;
@@ -69,12 +71,20 @@ pub struct Backends {
     spooler: Option<Arc<crate::backend::spool::Spooler>>,
     #[cfg(feature = "azure")]
     azure: BTreeMap<String, Arc<crate::backend::azure::AzureClient>>,
+    #[cfg(feature = "gcs")]
+    gcs: BTreeMap<String, Arc<crate::backend::gcs::GcsClient>>,
     /// The fence table's id, which each s3 store place's claim must name before the place is
     /// served (`claim.rs`); `None` until the table is open, and then no place is served.
-    #[cfg_attr(not(any(feature = "s3", feature = "azure")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "s3", feature = "azure", feature = "gcs")),
+        allow(dead_code)
+    )]
     table_id: Option<String>,
     /// `fences rebuild` of this bucket: another claim on its place is taken over, not refused.
-    #[cfg_attr(not(any(feature = "s3", feature = "azure")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "s3", feature = "azure", feature = "gcs")),
+        allow(dead_code)
+    )]
     take_over_claim: Option<String>,
 }
 
@@ -192,6 +202,14 @@ impl Backends {
             BackendConfig::S3(s3cfg) => self.build_s3(config, bucket, policy, s3cfg).await,
             #[cfg(feature = "azure")]
             BackendConfig::Azure(az) => self.build_azure(config, bucket, policy, az).await,
+            #[cfg(feature = "gcs")]
+            BackendConfig::Gcs(g) => self.build_gcs(config, bucket, policy, g).await,
+            #[cfg(not(feature = "gcs"))]
+            BackendConfig::Gcs(_) => Err(format!(
+                "{}; {}",
+                crate::config::not_built("gcs", &format!("backend {name}")),
+                crate::config::rebuild_with("gcs")
+            )),
             #[cfg(not(feature = "azure"))]
             BackendConfig::Azure(_) => Err(format!(
                 "{}; {}",

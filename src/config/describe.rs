@@ -47,6 +47,18 @@ impl Config {
                         az.account.as_deref().unwrap_or("from the environment"),
                     )
                 }
+                BackendConfig::Gcs(g) => {
+                    out += &format!(
+                        "backend {name}: gcs at {} (service account key {})\n",
+                        g.endpoint
+                            .as_deref()
+                            .unwrap_or("https://storage.googleapis.com"),
+                        g.credentials_file.as_ref().map_or_else(
+                            || "from GOOGLE_APPLICATION_CREDENTIALS".to_string(),
+                            |p| p.display().to_string()
+                        ),
+                    )
+                }
                 BackendConfig::S3(s3) => {
                     let credentials = match &s3.access_key_id {
                         Some(id) => format!("static key {id}"),

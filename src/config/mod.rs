@@ -5,6 +5,7 @@ mod azure_backend;
 pub mod cors;
 mod describe;
 mod fence_store;
+mod gcs_backend;
 pub mod keys;
 pub mod layers;
 mod model;
@@ -18,10 +19,10 @@ pub use fence_store::EtcdConfig;
 pub use keys::{Key, Permission};
 pub use model::{
     AzureBackendConfig, BackendConfig, BucketPolicy, BypassPolicy, ConditionalWrites,
-    FenceStoreConfig, FenceStoreKind, FencingMode, LeaseConfig, LogFormat, S3BackendConfig,
-    S3GatewayConfig, S3Key, ScopeKind, ServerConfig, TokenOrder, DEFAULT_MAX_UPLOADS_PER_BUCKET,
-    DEFAULT_MAX_UPLOADS_PER_KEY, DEFAULT_UNVERIFIED_BODY_BYTES, DEFAULT_UPLOAD_EXPIRY_SECS,
-    MAX_UNVERIFIED_BODY,
+    FenceStoreConfig, FenceStoreKind, FencingMode, GcsBackendConfig, LeaseConfig, LogFormat,
+    S3BackendConfig, S3GatewayConfig, S3Key, ScopeKind, ServerConfig, TokenOrder,
+    DEFAULT_MAX_UPLOADS_PER_BUCKET, DEFAULT_MAX_UPLOADS_PER_KEY, DEFAULT_UNVERIFIED_BODY_BYTES,
+    DEFAULT_UPLOAD_EXPIRY_SECS, MAX_UNVERIFIED_BODY,
 };
 
 pub use namespace::Namespace;

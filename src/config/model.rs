@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 pub use super::azure_backend::AzureBackendConfig;
+pub use super::gcs_backend::GcsBackendConfig;
 
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -275,6 +276,9 @@ pub enum BackendConfig {
     S3(S3BackendConfig),
     /// An Azure Blob Storage account (or Azurite): one container per fencegate bucket.
     Azure(AzureBackendConfig),
+    /// Google Cloud Storage (through a service account's key): one GCS bucket per fencegate
+    /// bucket, or a prefix in one.
+    Gcs(GcsBackendConfig),
 }
 
 /// An S3-compatible store. Without `endpoint` it is AWS; without static keys the SDK's usual

@@ -156,6 +156,20 @@ impl Config {
                     .unwrap_or_else(|| bucket.to_string()),
                 prefix: policy.backend_prefix.clone(),
             },
+            BackendConfig::Gcs(g) => Namespace::S3 {
+                store: format!(
+                    "gcs:{}",
+                    g.endpoint
+                        .as_deref()
+                        .map(resolved_endpoint)
+                        .unwrap_or_else(|| "https://storage.googleapis.com".into())
+                ),
+                bucket: policy
+                    .backend_bucket
+                    .clone()
+                    .unwrap_or_else(|| bucket.to_string()),
+                prefix: policy.backend_prefix.clone(),
+            },
             BackendConfig::S3(s3) => Namespace::S3 {
                 store: s3
                     .endpoint

@@ -266,6 +266,37 @@ fn backends(
                 ),
             ));
         }
+        if matches!(b, BackendConfig::Gcs(_)) && !cfg!(feature = "gcs") {
+            return Err(places.err(
+                &["backends", name.as_str(), "kind"],
+                super::not_built("gcs", &format!("backend {name:?} (kind = \"gcs\")")),
+                format!(
+                    "{}; or use kind = \"fs\" for a local directory",
+                    super::rebuild_with("gcs")
+                ),
+            ));
+        }
+        if let BackendConfig::Gcs(g) = &b {
+            // A signed URL lives at most seven days; the commit's must expire with its deadline.
+            let problem = if !(1..=604_800).contains(&g.commit_deadline_secs) {
+                Some(("commit_deadline_secs", "sets commit_deadline_secs outside 1..=604800", "each commit goes by a signed URL that expires this long after it is sent (GCS allows at most 7 days), and an object whose commit's answer was lost stays refused as long: use a few seconds to a few hours (default 900)"))
+            } else if !(256 * 1024..=5 * 1024 * 1024 * 1024).contains(&g.block_size_bytes) {
+                Some((
+                    "block_size_bytes",
+                    "has block_size_bytes outside 256KiB..=5GiB",
+                    "use 256KiB to 5GiB (default 8MiB)",
+                ))
+            } else {
+                None
+            };
+            if let Some((field, problem, fix)) = problem {
+                return Err(places.err(
+                    &["backends", name.as_str(), field],
+                    format!("backend {name:?} {problem}"),
+                    fix.into(),
+                ));
+            }
+        }
         if let BackendConfig::Azure(az) = &b {
             // A user's SAS bounds a request's life by its own expiry: a commit held
             // in flight could land until the SAS expires, long after the object was given to a
@@ -380,7 +411,7 @@ fn buckets(
         }
         let is_s3 = matches!(
             backends[&policy.backend],
-            BackendConfig::S3(_) | BackendConfig::Azure(_)
+            BackendConfig::S3(_) | BackendConfig::Azure(_) | BackendConfig::Gcs(_)
         );
         if !is_s3 && (policy.backend_bucket.is_some() || !policy.backend_prefix.is_empty()) {
             let field = if policy.backend_bucket.is_some() {
@@ -437,7 +468,7 @@ fn bucket_defaults(
             let backend_fix = "name a backend from [backends], and for s3 the store bucket that will hold created buckets";
             let problem = match backends.get(&policy.backend) {
                 None => Some(("backend", format!("uses backend {:?}, which is not defined", policy.backend), backend_fix.into())),
-                Some(BackendConfig::S3(_) | BackendConfig::Azure(_)) if policy.backend_bucket.is_none() => Some(("backend", 
+                Some(BackendConfig::S3(_) | BackendConfig::Azure(_) | BackendConfig::Gcs(_)) if policy.backend_bucket.is_none() => Some(("backend", 
                     "uses an s3 backend but sets no backend_bucket: created buckets live in that store bucket, under backend_prefix + the bucket's name + \"/\"".into(), backend_fix.into()),
                 ),
                 Some(BackendConfig::Fs { .. }) if policy.backend_bucket.is_some() || !policy.backend_prefix.is_empty() => {

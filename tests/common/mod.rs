@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod etcd;
 pub mod ministack;
 pub mod moto;
+pub mod relay;
 pub mod s3proxy;
 pub mod sign;
 pub mod store;

@@ -1,0 +1,169 @@
+//! The commit and the delete: conditional on the generation the gate read (0: absent), each
+//! going by a V4 signed URL that expires at its deadline (so a request held in flight cannot
+//! land after the gate stopped waiting for it), read back by its commit id rather than re-sent
+//! when its answer is lost, and refused when the service kept other bytes than were sent.
+
+use super::client::Request;
+use super::errors::GcsFailure;
+use super::pieces::{compose_request, content_type, generation_of};
+use super::*;
+
+impl GcsBackend {
+    /// After a commit whose outcome is unknown: the object, if it is the one this commit wrote.
+    pub(super) async fn landed(&self, staged: &Staged, commit: &str) -> Option<ObjectInfo> {
+        let name = self.object(&staged.key);
+        let req = || Request::xml(Method::HEAD, &self.bucket, &name);
+        let r = self.client.read("HEAD Object", req).await.ok()?;
+        let size = length(&r);
+        (meta::stored(r.headers())?.commit == commit)
+            .then(|| meta::info(&staged.key, r.headers(), size))
+    }
+
+    /// When a commit or delete sent now must no longer be applied: `not_after` in cluster
+    /// mode (the intent's deadline), else `commit_deadline` from now, the time the gate holds
+    /// an object whose answer was lost.
+    pub(super) fn expiry(&self, not_after: Option<std::time::SystemTime>) -> std::time::SystemTime {
+        not_after.unwrap_or_else(|| std::time::SystemTime::now() + self.commit_deadline)
+    }
+
+    pub(super) async fn commit_inner(
+        &self,
+        staged: &Staged,
+        expected: Option<&str>,
+        not_after: Option<std::time::SystemTime>,
+    ) -> Result<ObjectInfo, BackendError> {
+        let StagedBody::Gcs(staging) = &staged.body else {
+            return Err(BackendError::Failing(
+                "a body staged by another backend cannot be committed to gcs".into(),
+            ));
+        };
+        // Fixed before anything is sent: the signed URL expires when the gate stops waiting
+        // for this commit, so a request held in flight (a proxy, a stalled connection) cannot
+        // land after the object was given to a newer token.
+        let expiry = self.expiry(not_after);
+        let stored = meta::Stored {
+            meta: staged.meta.clone(),
+            etag: staged.etag.clone(),
+            commit: staging.commit.clone(),
+        };
+        let name = self.object(&staged.key);
+        let mut req = Request::xml(Method::PUT, &self.bucket, &name)
+            .header("x-goog-if-generation-match", expected.unwrap_or("0"))
+            .header(meta::META_HEADER, meta::encode(&stored))
+            .header("content-type", content_type(&staged.meta));
+        let mut made = Vec::new();
+        let op = match &staging.from {
+            Source::Spooled(body) => {
+                req = req.body(body.clone());
+                if let Some(md5) = meta::content_md5(&staged.etag) {
+                    req = req.header("content-md5", md5);
+                }
+                "PUT Object"
+            }
+            Source::Pieces { pieces, .. } => {
+                let (sources, intermediate) = self.fold_pieces(pieces).await?;
+                made = intermediate;
+                req = req.query("compose", "").body(compose_request(&sources));
+                "Compose"
+            }
+        };
+        let outcome = self.client.send(op, req.signed_until(expiry)).await;
+        for name in &made {
+            self.drop_staging(name).await;
+        }
+        let answer = match outcome {
+            Ok(r) => r,
+            Err(GcsFailure::Precondition) => {
+                return Err(BackendError::Conflict {
+                    expected: expected.map(str::to_string),
+                    found: self.version(&staged.bucket, &staged.key).await?,
+                })
+            }
+            Err(GcsFailure::NotFound) => {
+                return Err(BackendError::Failing(format!(
+                    "{op} of {}: the bucket or a staged piece is gone; send the object again",
+                    staged.key
+                )))
+            }
+            Err(f) if f.outcome_unknown() => {
+                // Never re-sent: a late duplicate could land after a newer token's commit.
+                let error = match f.into_backend(op) {
+                    BackendError::Timeout(e) => BackendError::Timeout(format!(
+                        "{e}; the store did not confirm the commit and it may still take effect: retry with the same token"
+                    )),
+                    other => other,
+                };
+                return match self.landed(staged, &staging.commit).await {
+                    Some(info) => {
+                        tracing::info!(key = %staged.key, "a commit that timed out had landed; read back its generation");
+                        Ok(info)
+                    }
+                    None => Err(error),
+                };
+            }
+            Err(f) => return Err(f.into_backend(op)),
+        };
+        let generation = generation_of(&answer, op)?;
+        if let Source::Spooled(_) = &staging.from {
+            // The service checked the body against Content-MD5; an answer naming another
+            // digest means something between kept other bytes.
+            if let Some(kept) = meta::md5_of(answer.headers()) {
+                if kept != staged.etag {
+                    crate::metrics::store_integrity_failure("PUT Object");
+                    return Err(BackendError::KeptDifferentBytes(format!(
+                        "the store answered the PUT of {} with MD5 {kept}, but the MD5 of the bytes fencegate sent is {}: nothing was acknowledged; check for a proxy that rewrites bodies",
+                        staged.key, staged.etag
+                    )));
+                }
+            }
+        }
+        if let Source::Pieces {
+            pieces,
+            owned: true,
+        } = &staging.from
+        {
+            // Composed: a large body's pieces have done their work.
+            for (name, _) in pieces {
+                self.drop_staging(name).await;
+            }
+        }
+        Ok(ObjectInfo {
+            key: staged.key.clone(),
+            size: staged.size,
+            etag: staged.etag.clone(),
+            version: generation,
+            last_modified_ms: crate::wall_clock::now_ms(),
+            meta: staged.meta.clone(),
+            parts: Vec::new(),
+        })
+    }
+
+    /// DELETE Object if still at generation `expected`, refused by the service after
+    /// `not_after` (or the commit deadline); a delete whose answer was lost is read back.
+    pub(super) async fn delete_inner(
+        &self,
+        bucket: &str,
+        key: &str,
+        expected: &str,
+        not_after: Option<std::time::SystemTime>,
+    ) -> Result<(), BackendError> {
+        let deleted = self
+            .delete_object(&self.object(key), Some(expected), not_after)
+            .await;
+        match deleted {
+            Ok(()) => Ok(()),
+            Err(GcsFailure::Precondition | GcsFailure::NotFound) => Err(BackendError::Conflict {
+                expected: Some(expected.to_string()),
+                found: self.version(bucket, key).await?,
+            }),
+            Err(f) if f.outcome_unknown() => {
+                let error = f.into_backend("DELETE Object");
+                match self.version(bucket, key).await {
+                    Ok(None) => Ok(()),
+                    _ => Err(error),
+                }
+            }
+            Err(f) => Err(f.into_backend("DELETE Object")),
+        }
+    }
+}
