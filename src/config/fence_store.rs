@@ -329,6 +329,25 @@ mod tests {
         parse(&cluster, "t").unwrap();
     }
 
+    /// A gcs commit goes by a signed URL that expires with its deadline (GCS allows 7 days at
+    /// most), which is also why cluster mode is taken.
+    #[test]
+    fn gcs_bounds_the_commit_deadline_and_takes_the_cluster_mode() {
+        let gcs = |extra: &str| {
+            format!("[backends.g]\nkind = \"gcs\"\ncredentials_file = \"/k.json\"\n{extra}\n\n[buckets.bucket-one]\nbackend = \"g\"\n")
+        };
+        parse(&gcs(""), "t").unwrap();
+        refused(&gcs("commit_deadline_secs = 0"), "outside 1..=604800");
+        refused(&gcs("commit_deadline_secs = 604801"), "outside 1..=604800");
+        refused(&gcs("block_size_bytes = 1024"), "block_size_bytes");
+        refused(&gcs("sas_token = \"x\""), "sas_token");
+        let cluster = format!(
+            "[fence_store]\nkind = \"etcd\"\nendpoints = [\"http://127.0.0.1:2379\"]\n\n{}",
+            gcs("")
+        );
+        parse(&cluster, "t").unwrap();
+    }
+
     #[test]
     fn the_cluster_mode_needs_object_scopes_and_s3_backends() {
         let ok = etcd("", "");

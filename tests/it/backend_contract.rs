@@ -1,11 +1,13 @@
 //! One backend conformance suite, run against `fs`, `s3` (a real moto server, with
 //! `unsafe_no_conditional_writes`, and a real ministack in the safe mode) and `azure` (a real
-//! Azurite, written around fencegate with Azure's own Python SDK): every contract line of docs/design.md
+//! Azurite, written around fencegate with Azure's own Python SDK) and `gcs` (the scripted GCS
+//! double, tests/common/gcs_fake, written around fencegate directly): every contract line of docs/design.md
 //! the foundation proved, through the real binary. Each test body is written once and
 //! instantiated per backend at the bottom of the file.
 
 use crate::common;
 use common::azurite::Azurite;
+use common::gcs_fake::GcsFake;
 use common::store::{Store, StoreKind};
 use common::{client, get_bytes, put, Server};
 use std::path::PathBuf;
@@ -24,12 +26,15 @@ enum Kind {
     S3Safe,
     /// The azure backend on Azurite.
     Azure,
+    /// The gcs backend on the scripted GCS double (no emulator honours generation
+    /// preconditions).
+    Gcs,
 }
 
 impl Kind {
     fn store(self) -> Option<StoreKind> {
         match self {
-            Kind::Fs | Kind::Azure => None,
+            Kind::Fs | Kind::Azure | Kind::Gcs => None,
             Kind::S3 => Some(StoreKind::Moto),
             Kind::S3Safe => Some(StoreKind::Ministack),
         }
@@ -43,6 +48,7 @@ struct Fx {
     config: String,
     store: Option<Store>,
     azurite: Option<Azurite>,
+    gcs: Option<GcsFake>,
     server: Option<Server>,
 }
 
@@ -51,7 +57,21 @@ impl Fx {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         let mut azurite = None;
+        let mut gcs = None;
         let (store, config) = match kind.store() {
+            None if kind == Kind::Gcs => {
+                let fake = GcsFake::start().await;
+                fake.create_bucket(STORE_BUCKET);
+                std::fs::create_dir_all(dir.path()).unwrap();
+                let key = fake.write_service_account(dir.path());
+                let config = format!(
+                    "[backends.store]\nkind = \"gcs\"\ncredentials_file = \"{}\"\nendpoint = \"{}\"\nblock_size_bytes = {THRESHOLD}\n\n[buckets.default]\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"tenant-a/\"\n",
+                    key.display(),
+                    fake.url()
+                );
+                gcs = Some(fake);
+                (None, config)
+            }
             None if kind == Kind::Azure => {
                 let az = Azurite::start();
                 az.create_container(STORE_BUCKET);
@@ -85,6 +105,7 @@ impl Fx {
             config,
             store,
             azurite,
+            gcs,
             server: None,
         };
         fx.boot();
@@ -102,6 +123,10 @@ impl Fx {
 
     fn az(&self) -> &Azurite {
         self.azurite.as_ref().unwrap()
+    }
+
+    fn gcs(&self) -> &GcsFake {
+        self.gcs.as_ref().unwrap()
     }
 
     fn s(&self) -> &Server {
@@ -135,6 +160,10 @@ impl Fx {
             Kind::Azure => self
                 .az()
                 .put_behind(STORE_BUCKET, &format!("tenant-a/{key}"), body),
+            Kind::Gcs => {
+                self.gcs()
+                    .put_direct(STORE_BUCKET, &format!("tenant-a/{key}"), body, &[]);
+            }
             Kind::Fs => {
                 std::fs::write(self.data.join(format!("objects/default/{key}.o")), body).unwrap()
             }
@@ -158,6 +187,12 @@ impl Fx {
                 .az()
                 .get_behind(STORE_BUCKET, &format!("tenant-a/{key}"))
                 .unwrap(),
+            Kind::Gcs => self
+                .gcs()
+                .get_direct(STORE_BUCKET, &format!("tenant-a/{key}"))
+                .unwrap()
+                .0
+                .to_vec(),
             Kind::Fs => std::fs::read(self.data.join(format!("objects/default/{key}.o"))).unwrap(),
             Kind::S3 | Kind::S3Safe => {
                 let c = self.store.as_ref().unwrap().client();
@@ -180,6 +215,10 @@ impl Fx {
             Kind::Azure => self
                 .az()
                 .list_staged_behind(STORE_BUCKET, "tenant-a/.fencegate-probe/staging/")
+                .len(),
+            Kind::Gcs => self
+                .gcs()
+                .list_direct(STORE_BUCKET, "tenant-a/.fencegate-probe/staging/")
                 .len(),
             Kind::Fs => common::files_below(&self.data.join("objects/.staging")).len(),
             Kind::S3 | Kind::S3Safe => {
@@ -604,6 +643,10 @@ macro_rules! on_both_backends {
         mod azure {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() { super::$name(super::Kind::Azure).await })*
+        }
+        mod gcs {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Kind::Gcs).await })*
         }
     };
 }

@@ -569,6 +569,37 @@ mod tests {
         assert_eq!(hex::encode(sig), expected);
     }
 
+    /// Only a service account's key can sign the per-commit URL: other credentials are refused
+    /// with the reason, and a missing file names itself.
+    #[test]
+    fn only_a_service_account_key_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let build = |json: &str| {
+            let file = dir.path().join("key.json");
+            std::fs::write(&file, json).unwrap();
+            let cfg = GcsBackendConfig {
+                credentials_file: Some(file),
+                ..Default::default()
+            };
+            GcsClient::build(&cfg).map(|_| ())
+        };
+        let user = build(
+            r#"{"type":"authorized_user","client_id":"x","client_secret":"y","refresh_token":"z"}"#,
+        );
+        assert!(user.unwrap_err().contains("needs a service account's key"));
+        let sa = std::fs::read_to_string(format!("{VECTORS}sa.json")).unwrap();
+        build(&sa).unwrap();
+        let no_key = sa.replace("private_key\"", "not_the_key\"");
+        assert!(build(&no_key).unwrap_err().contains("no private_key"));
+        let cfg = GcsBackendConfig {
+            credentials_file: Some(dir.path().join("missing.json")),
+            ..Default::default()
+        };
+        let missing = GcsClient::build(&cfg).map(|_| ()).unwrap_err();
+        assert!(missing.contains("missing.json"), "{missing}");
+        assert!(!missing.contains("BEGIN PRIVATE KEY"));
+    }
+
     #[test]
     fn errors_are_read_from_either_api() {
         assert_eq!(

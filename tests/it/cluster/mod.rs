@@ -2,6 +2,7 @@
 
 mod azure;
 mod etcd_store;
+mod gcs;
 mod limits;
 mod no_conditions;
 mod one_endpoint;

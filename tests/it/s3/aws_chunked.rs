@@ -431,6 +431,11 @@ async fn boto3_and_aws_cli_over_tls_on_azure() {
     tls_clients(Kind::Azure).await
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boto3_and_aws_cli_over_tls_on_gcs() {
+    tls_clients(Kind::Gcs).await
+}
+
 /// `x-amz-content-sha256` sent twice, a line s3s drops (not UTF-8) first, would make
 /// fencegate take the body for plain while s3s decoded it as aws-chunked itself (whole chunks in
 /// memory, a cut-short body stored as complete). Every header that steers the body or the

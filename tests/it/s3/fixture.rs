@@ -20,11 +20,14 @@ pub enum Kind {
     S3Moto,
     /// The azure backend on Azurite.
     Azure,
+    /// The gcs backend on the scripted GCS double.
+    Gcs,
 }
 
 pub struct Fx {
     _store: Option<Store>,
     _azurite: Option<common::azurite::Azurite>,
+    _gcs: Option<common::gcs_fake::GcsFake>,
     _dir: tempfile::TempDir,
     pub server: Server,
 }
@@ -47,7 +50,20 @@ impl Fx {
     pub async fn start_configured(kind: Kind, more: &[(&str, &str)], tls: bool) -> Fx {
         let dir = tempfile::tempdir().unwrap();
         let mut azurite = None;
+        let mut gcs = None;
         let (store, config) = match kind {
+            Kind::Gcs => {
+                let fake = common::gcs_fake::GcsFake::start().await;
+                fake.create_bucket(STORE_BUCKET);
+                let key = fake.write_service_account(dir.path());
+                let config = format!(
+                    "[backends.store]\nkind = \"gcs\"\ncredentials_file = \"{}\"\nendpoint = \"{}\"\nblock_size_bytes = {PART}\n\n[buckets.bkt]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"b/\"\n\n[buckets.cat]\nfencing = \"optional\"\nbackend = \"store\"\nbackend_bucket = \"{STORE_BUCKET}\"\nbackend_prefix = \"c/\"\n",
+                    key.display(),
+                    fake.url()
+                );
+                gcs = Some(fake);
+                (None, config)
+            }
             Kind::Azure => {
                 let az = common::azurite::Azurite::start();
                 az.create_container(STORE_BUCKET);
@@ -106,6 +122,7 @@ impl Fx {
         Fx {
             _store: store,
             _azurite: azurite,
+            _gcs: gcs,
             _dir: dir,
             server,
         }
