@@ -12,6 +12,7 @@ mod cli;
 mod clients;
 mod cluster;
 mod examples;
+mod gcs_fake;
 mod lease_reach;
 mod native;
 mod ops;
