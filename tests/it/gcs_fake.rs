@@ -760,3 +760,57 @@ async fn the_ignore_knobs_make_the_fake_as_weak_as_the_emulators() {
     assert_eq!(&fake.get_direct(B, "k").unwrap().0[..], b"2");
     assert!(fake.delete_direct(B, "k"));
 }
+
+#[tokio::test]
+async fn held_requests_land_late_and_held_answers_lose_a_change_that_landed() {
+    let (fake, c, token) = started().await;
+    // An answer held past the client's timeout: the upload is there all the same.
+    fake.hold_answers(1, Duration::from_secs(3));
+    let quick = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let r = quick
+        .put(obj_url(&fake, "h"))
+        .bearer_auth(&token)
+        .header("x-goog-if-generation-match", "0");
+    assert!(r.body("landed").send().await.unwrap_err().is_timeout());
+    assert_eq!(&fake.get_direct(B, "h").unwrap().0[..], b"landed");
+    // A signed request held in flight past its expiry is refused when it lands.
+    let url = signed_url(&fake, "GET", "h", &[], fake.now(), 2);
+    assert_eq!(c.get(&url).send().await.unwrap().status(), 200);
+    fake.hold_requests(1, Duration::from_secs(3));
+    let r = c.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("<Code>ExpiredToken</Code>"));
+}
+
+#[tokio::test]
+async fn what_the_fake_does_not_model_is_refused_not_ignored() {
+    let (fake, c, token) = started().await;
+    let g = fake.put_direct(B, "k", &b"v"[..], &[]);
+    let url = obj_url(&fake, "k");
+    let refused = [
+        c.put(&url).header("x-goog-copy-source", format!("{B}/k")),
+        c.put(&url).header("x-goog-if-metageneration-match", "1"),
+        c.get(&url).header("if-none-match", "\"x\""),
+        c.put(format!("{url}?partNumber=1&uploadId=u")),
+        c.post(format!("{url}?uploads")),
+        c.delete(format!("{url}?generation={g}")),
+        c.get(format!("{}/storage/v1/b/{B}/o", fake.url())),
+    ];
+    for r in refused {
+        let r = r.bearer_auth(&token).send().await.unwrap();
+        assert_eq!(r.status(), 501);
+        assert!(r
+            .text()
+            .await
+            .unwrap()
+            .contains("<Code>NotImplemented</Code>"));
+    }
+    assert_eq!(fake.get_direct(B, "k").unwrap().1, g);
+}

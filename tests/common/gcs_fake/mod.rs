@@ -85,6 +85,10 @@ struct Knobs {
     token_lifetime: Option<u64>,
     fail_next: u32,
     fail_status: u16,
+    /// The next n storage requests wait this long before they are looked at.
+    hold_requests: (u32, Duration),
+    /// The next n storage requests are carried out, then answered this much later.
+    hold_answers: (u32, Duration),
 }
 
 #[derive(Default)]
@@ -117,6 +121,20 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// Takes one from a hold knob's count: the delay, if this request is held.
+    pub(crate) fn take_hold(&self, answers: bool) -> Option<Duration> {
+        let mut k = self.knobs.lock().unwrap();
+        let hold = if answers {
+            &mut k.hold_answers
+        } else {
+            &mut k.hold_requests
+        };
+        (hold.0 > 0).then(|| {
+            hold.0 -= 1;
+            hold.1
+        })
+    }
+
     fn now(&self) -> SystemTime {
         let offset = self.knobs.lock().unwrap().clock_offset;
         let now = SystemTime::now();
@@ -260,6 +278,18 @@ impl GcsFake {
         let mut k = self.inner.knobs.lock().unwrap();
         k.fail_next = n;
         k.fail_status = status;
+    }
+
+    /// The next `n` storage requests wait `delay` before the fake looks at them (auth, clock,
+    /// conditions): a request held in flight that lands late.
+    pub fn hold_requests(&self, n: u32, delay: Duration) {
+        self.inner.knobs.lock().unwrap().hold_requests = (n, delay);
+    }
+
+    /// The next `n` storage requests are carried out at once and answered only `delay` later:
+    /// with a client timeout shorter than `delay`, a change that landed without an answer.
+    pub fn hold_answers(&self, n: u32, delay: Duration) {
+        self.inner.knobs.lock().unwrap().hold_answers = (n, delay);
     }
 
     /// Requests received so far with `method` ("PUT", …) of `kind`: "object" (upload, read,

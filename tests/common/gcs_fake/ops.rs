@@ -18,14 +18,31 @@ use std::time::SystemTime;
 
 pub(super) async fn handle(State(fake): State<Arc<Inner>>, req: Request<Body>) -> Response<Body> {
     let (parts, body) = req.into_parts();
+    let storage = parts.uri.path() != "/token";
+    if let Some(delay) = storage.then(|| fake.take_hold(false)).flatten() {
+        tokio::time::sleep(delay).await;
+    }
     let now = fake.now();
     let mut resp = match axum::body::to_bytes(body, 1 << 30).await {
         Ok(body) => fake.dispatch(&parts, body, now),
         Err(e) => invalid(&format!("the body could not be read: {e}")),
     };
+    if let Some(delay) = storage.then(|| fake.take_hold(true)).flatten() {
+        tokio::time::sleep(delay).await;
+    }
     let date = httpdate::fmt_http_date(now).parse().unwrap();
     resp.headers_mut().insert(header::DATE, date);
     resp
+}
+
+/// 501 `NotImplemented`: what the fake does not model is refused, never ignored.
+fn not_modelled(what: &str) -> Response<Body> {
+    error(
+        StatusCode::NOT_IMPLEMENTED,
+        "NotImplemented",
+        &format!("the gcs fake does not model {what}"),
+        "",
+    )
 }
 
 /// The query's parameters, percent-decoded.
@@ -133,6 +150,9 @@ impl Inner {
             self.count(method, "token");
             return auth::token_endpoint(self, &body, now);
         }
+        if path.starts_with("/storage/v1/") || path.starts_with("/upload/storage/v1/") {
+            return not_modelled("the JSON API (the fake models the XML API only)");
+        }
         let params = params(query);
         let rest = path.strip_prefix('/').unwrap_or(path);
         let (raw_bucket, raw_object) = match rest.split_once('/') {
@@ -191,6 +211,36 @@ impl Inner {
             return invalid("the path is not percent-encoded UTF-8");
         };
         let headers = &parts.headers;
+        // A condition the fake would otherwise ignore silently, as the weak emulators do.
+        if let Some(h) = headers.keys().find(|h| {
+            let h = h.as_str();
+            (h.starts_with("x-goog-if-") && h != "x-goog-if-generation-match")
+                || h.starts_with("if-")
+                || h.starts_with("x-goog-copy-source")
+        }) {
+            return not_modelled(&format!("the header {h}"));
+        }
+        let known: &[&str] = match (&object, method) {
+            (None, _) => &[
+                "list-type",
+                "prefix",
+                "delimiter",
+                "max-keys",
+                "continuation-token",
+                "start-after",
+                "marker",
+                "encoding-type",
+            ],
+            (Some(_), &Method::PUT) => &["compose"],
+            (Some(_), &Method::GET | &Method::HEAD) => &["generation"],
+            (Some(_), _) => &[],
+        };
+        if let Some((p, _)) = params
+            .iter()
+            .find(|(p, _)| !p.starts_with("X-Goog-") && !known.contains(&p.as_str()))
+        {
+            return not_modelled(&format!("the query parameter {p:?} on {method}"));
+        }
         match (object, method.clone()) {
             (None, Method::GET) => {
                 let store = self.store.lock().unwrap();
@@ -208,23 +258,12 @@ impl Inner {
             (Some(name), Method::PUT) if has("compose") => {
                 self.compose(&bucket, &name, headers, &body, now)
             }
-            (Some(_), Method::PUT) if headers.contains_key("x-goog-copy-source") => error(
-                StatusCode::NOT_IMPLEMENTED,
-                "NotImplemented",
-                "the gcs fake does not model copies (x-goog-copy-source)",
-                "",
-            ),
             (Some(name), Method::PUT) => self.upload(&bucket, &name, headers, body, now),
             (Some(name), m) if m == Method::GET || m == Method::HEAD => {
                 self.read(&bucket, &name, &params, headers, m == Method::HEAD)
             }
             (Some(name), Method::DELETE) => self.delete(&bucket, &name, headers),
-            _ => error(
-                StatusCode::NOT_IMPLEMENTED,
-                "NotImplemented",
-                &format!("the gcs fake does not model {method} {path}?{query}"),
-                "",
-            ),
+            _ => not_modelled(&format!("{method} {path}?{query}")),
         }
     }
 
@@ -315,13 +354,13 @@ impl Inner {
         let (mut data, mut count) = (Vec::new(), 0u32);
         for c in &components {
             let Some(src) = store.objects.get(&(bucket.to_string(), c.name.clone())) else {
-                return not_found_key();
+                return not_found_key(bucket, &c.name);
             };
             if !ignore {
                 // A pinned generation that is not the live one names an object that does
                 // not exist (no versioning); IfGenerationMatch is a precondition.
                 if c.generation.is_some_and(|g| g != src.generation) {
-                    return not_found_key();
+                    return not_found_key(bucket, &c.name);
                 }
                 if let Some(g) = c.if_generation_match.filter(|g| *g != src.generation) {
                     return precondition_failed(format!(
@@ -382,12 +421,12 @@ impl Inner {
             }
             match store.objects.get(&(bucket.to_string(), name.to_string())) {
                 Some(o) => o.clone(),
-                None => return not_found_key(),
+                None => return not_found_key(bucket, name),
             }
         };
         if let Some(g) = param(params, "generation") {
             if g.parse::<i64>().ok() != Some(obj.generation) {
-                return not_found_key();
+                return not_found_key(bucket, name);
             }
         }
         if let Err(r) = check_generation(want, Some(&obj)) {
@@ -453,7 +492,7 @@ impl Inner {
         }
         let key = (bucket.to_string(), name.to_string());
         let Some(live) = store.objects.get(&key) else {
-            return not_found_key();
+            return not_found_key(bucket, name);
         };
         if !ignore {
             if let Err(r) = check_generation(want, Some(live)) {

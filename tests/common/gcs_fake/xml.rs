@@ -56,12 +56,13 @@ pub fn error_with(
         .unwrap()
 }
 
-pub fn not_found_key() -> Response<Body> {
+/// 404 `NoSuchKey`, with GCS's `No such object: bucket/name` details.
+pub fn not_found_key(bucket: &str, name: &str) -> Response<Body> {
     error(
         StatusCode::NOT_FOUND,
         "NoSuchKey",
         "The specified key does not exist.",
-        "",
+        &format!("No such object: {bucket}/{name}"),
     )
 }
 
