@@ -5,6 +5,9 @@
 pub mod azurite;
 pub mod cluster;
 pub mod etcd;
+// aws-lc-rs and quick-xml, which the azure feature brings (as the gcs one will).
+#[cfg(feature = "azure")]
+pub mod gcs_fake;
 pub mod ministack;
 pub mod moto;
 pub mod relay;

@@ -13,6 +13,7 @@ mod clients;
 mod cluster;
 mod examples;
 mod gcs_backend;
+mod gcs_fake;
 mod lease_reach;
 mod native;
 mod ops;
