@@ -11,6 +11,7 @@
 #![allow(clippy::result_large_err)]
 
 mod auth;
+mod json;
 mod ops;
 mod xml;
 

@@ -150,8 +150,12 @@ impl Inner {
             self.count(method, "token");
             return auth::token_endpoint(self, &body, now);
         }
+        if path.starts_with("/storage/v1/") && *method == Method::GET {
+            self.count(method, "list");
+            return super::json::list(self, path, &params(query), &parts.headers, now);
+        }
         if path.starts_with("/storage/v1/") || path.starts_with("/upload/storage/v1/") {
-            return not_modelled("the JSON API (the fake models the XML API only)");
+            return not_modelled("the JSON API beyond its object listing");
         }
         let params = params(query);
         let rest = path.strip_prefix('/').unwrap_or(path);
