@@ -106,24 +106,33 @@ fn metadata_of(headers: &HeaderMap) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The headers every object answer carries (upload, compose, GET, HEAD).
-fn object_headers(b: axum::http::response::Builder, o: &Obj) -> axum::http::response::Builder {
+/// The headers an object answer carries: on an upload or compose, ETag, generations, hashes,
+/// stored length and encoding (and the component count); a read (`read`) adds the storage
+/// class, Last-Modified and the `x-goog-meta-*` metadata.
+fn object_headers(
+    b: axum::http::response::Builder,
+    o: &Obj,
+    read: bool,
+) -> axum::http::response::Builder {
     let mut b = b
         .header(header::ETAG, o.etag())
         .header("x-goog-generation", o.generation.to_string())
         .header("x-goog-metageneration", o.metageneration.to_string())
         .header("x-goog-stored-content-length", o.data.len().to_string())
-        .header("x-goog-stored-content-encoding", "identity")
-        .header("x-goog-storage-class", "STANDARD")
-        .header(header::LAST_MODIFIED, httpdate::fmt_http_date(o.updated));
+        .header("x-goog-stored-content-encoding", "identity");
     for h in o.hashes() {
         b = b.header("x-goog-hash", h);
     }
     if let Some(n) = o.component_count {
         b = b.header("x-goog-component-count", n.to_string());
     }
-    for (k, v) in &o.metadata {
-        b = b.header(format!("x-goog-meta-{k}"), v);
+    if read {
+        b = b
+            .header("x-goog-storage-class", "STANDARD")
+            .header(header::LAST_MODIFIED, httpdate::fmt_http_date(o.updated));
+        for (k, v) in &o.metadata {
+            b = b.header(format!("x-goog-meta-{k}"), v);
+        }
     }
     b
 }
@@ -316,7 +325,7 @@ impl Inner {
             component_count: None,
             updated: now,
         };
-        let resp = object_headers(Response::builder(), &obj)
+        let resp = object_headers(Response::builder(), &obj, false)
             .header(header::CONTENT_LENGTH, "0")
             .body(Body::empty())
             .unwrap();
@@ -394,7 +403,7 @@ impl Inner {
             component_count: Some(count),
             updated: now,
         };
-        let resp = object_headers(Response::builder(), &obj)
+        let resp = object_headers(Response::builder(), &obj, false)
             .header(header::CONTENT_LENGTH, "0")
             .body(Body::empty())
             .unwrap();
@@ -437,7 +446,7 @@ impl Inner {
             .get(header::RANGE)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_range);
-        let b = object_headers(Response::builder(), &obj)
+        let b = object_headers(Response::builder(), &obj, true)
             .header(header::CONTENT_TYPE, &obj.content_type)
             .header(header::ACCEPT_RANGES, "bytes");
         let (b, body) = match range {
