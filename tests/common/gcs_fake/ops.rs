@@ -212,6 +212,18 @@ impl Inner {
         if let Err(resp) = authorised {
             return resp;
         }
+        // A signed payload hash (instead of UNSIGNED-PAYLOAD) must be the body's.
+        if let Some(v) = parts.headers.get("x-goog-content-sha256") {
+            let hash = hex::encode(sha2::Sha256::digest(&body));
+            if v != "UNSIGNED-PAYLOAD" && v.as_bytes() != hash.as_bytes() {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "BadDigest",
+                    "The x-goog-content-sha256 you specified did not match what we received.",
+                    &format!("the body's SHA-256 is {hash}"),
+                );
+            }
+        }
         fn decode(s: &str) -> Result<std::borrow::Cow<'_, str>, std::str::Utf8Error> {
             percent_encoding::percent_decode_str(s).decode_utf8()
         }
