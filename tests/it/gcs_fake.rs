@@ -459,6 +459,12 @@ async fn digests_are_checked_and_a_refused_upload_stores_nothing() {
         .bearer_auth(&token)
         .header("x-goog-hash", "crc32c=AAAAAA==");
     assert_eq!(r.body("data").send().await.unwrap().status(), 400);
+    let r = c.put(obj_url(&fake, "m")).bearer_auth(&token);
+    let r = r.header(
+        "x-goog-content-sha256",
+        hex::encode(Sha256::digest(b"other")),
+    );
+    assert_eq!(r.body("data").send().await.unwrap().status(), 400);
     assert!(fake.get_direct(B, "m").is_none());
     assert_eq!(
         up(&B64.encode(md5::Md5::digest(b"data")))

@@ -106,24 +106,33 @@ fn metadata_of(headers: &HeaderMap) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The headers every object answer carries (upload, compose, GET, HEAD).
-fn object_headers(b: axum::http::response::Builder, o: &Obj) -> axum::http::response::Builder {
+/// The headers an object answer carries: on an upload or compose, ETag, generations, hashes,
+/// stored length and encoding (and the component count); a read (`read`) adds the storage
+/// class, Last-Modified and the `x-goog-meta-*` metadata.
+fn object_headers(
+    b: axum::http::response::Builder,
+    o: &Obj,
+    read: bool,
+) -> axum::http::response::Builder {
     let mut b = b
         .header(header::ETAG, o.etag())
         .header("x-goog-generation", o.generation.to_string())
         .header("x-goog-metageneration", o.metageneration.to_string())
         .header("x-goog-stored-content-length", o.data.len().to_string())
-        .header("x-goog-stored-content-encoding", "identity")
-        .header("x-goog-storage-class", "STANDARD")
-        .header(header::LAST_MODIFIED, httpdate::fmt_http_date(o.updated));
+        .header("x-goog-stored-content-encoding", "identity");
     for h in o.hashes() {
         b = b.header("x-goog-hash", h);
     }
     if let Some(n) = o.component_count {
         b = b.header("x-goog-component-count", n.to_string());
     }
-    for (k, v) in &o.metadata {
-        b = b.header(format!("x-goog-meta-{k}"), v);
+    if read {
+        b = b
+            .header("x-goog-storage-class", "STANDARD")
+            .header(header::LAST_MODIFIED, httpdate::fmt_http_date(o.updated));
+        for (k, v) in &o.metadata {
+            b = b.header(format!("x-goog-meta-{k}"), v);
+        }
     }
     b
 }
@@ -206,6 +215,18 @@ impl Inner {
         };
         if let Err(resp) = authorised {
             return resp;
+        }
+        // A signed payload hash (instead of UNSIGNED-PAYLOAD) must be the body's.
+        if let Some(v) = parts.headers.get("x-goog-content-sha256") {
+            let hash = hex::encode(sha2::Sha256::digest(&body));
+            if v != "UNSIGNED-PAYLOAD" && v.as_bytes() != hash.as_bytes() {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "BadDigest",
+                    "The x-goog-content-sha256 you specified did not match what we received.",
+                    &format!("the body's SHA-256 is {hash}"),
+                );
+            }
         }
         fn decode(s: &str) -> Result<std::borrow::Cow<'_, str>, std::str::Utf8Error> {
             percent_encoding::percent_decode_str(s).decode_utf8()
@@ -320,7 +341,7 @@ impl Inner {
             component_count: None,
             updated: now,
         };
-        let resp = object_headers(Response::builder(), &obj)
+        let resp = object_headers(Response::builder(), &obj, false)
             .header(header::CONTENT_LENGTH, "0")
             .body(Body::empty())
             .unwrap();
@@ -398,7 +419,7 @@ impl Inner {
             component_count: Some(count),
             updated: now,
         };
-        let resp = object_headers(Response::builder(), &obj)
+        let resp = object_headers(Response::builder(), &obj, false)
             .header(header::CONTENT_LENGTH, "0")
             .body(Body::empty())
             .unwrap();
@@ -441,7 +462,7 @@ impl Inner {
             .get(header::RANGE)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_range);
-        let b = object_headers(Response::builder(), &obj)
+        let b = object_headers(Response::builder(), &obj, true)
             .header(header::CONTENT_TYPE, &obj.content_type)
             .header(header::ACCEPT_RANGES, "bytes");
         let (b, body) = match range {
