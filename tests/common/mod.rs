@@ -5,8 +5,8 @@
 pub mod azurite;
 pub mod cluster;
 pub mod etcd;
-// aws-lc-rs and quick-xml, which the azure feature brings (as the gcs one will).
-#[cfg(feature = "azure")]
+// aws-lc-rs and quick-xml, which the azure and gcs features bring.
+#[cfg(any(feature = "azure", feature = "gcs"))]
 pub mod gcs_fake;
 pub mod ministack;
 pub mod moto;

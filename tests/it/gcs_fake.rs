@@ -807,7 +807,10 @@ async fn what_the_fake_does_not_model_is_refused_not_ignored() {
         c.put(format!("{url}?partNumber=1&uploadId=u")),
         c.post(format!("{url}?uploads")),
         c.delete(format!("{url}?generation={g}")),
-        c.post(format!("{}/upload/storage/v1/b/{B}/o?uploadType=media&name=k", fake.url())),
+        c.post(format!(
+            "{}/upload/storage/v1/b/{B}/o?uploadType=media&name=k",
+            fake.url()
+        )),
     ];
     for r in refused {
         let r = r.bearer_auth(&token).send().await.unwrap();

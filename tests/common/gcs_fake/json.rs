@@ -79,7 +79,11 @@ pub(super) fn list(
     };
     // The page token is the last name of the page before (opaque to clients).
     let after = match param(params, "pageToken") {
-        Some(token) => match B64.decode(token).ok().and_then(|b| String::from_utf8(b).ok()) {
+        Some(token) => match B64
+            .decode(token)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+        {
             Some(name) => Some(name),
             None => return failure(StatusCode::BAD_REQUEST, "invalid", "Invalid pageToken"),
         },
@@ -88,7 +92,11 @@ pub(super) fn list(
     let start = param(params, "startOffset").unwrap_or("");
     let store = fake.store.lock().unwrap();
     if !store.buckets.contains(bucket.as_ref()) {
-        return failure(StatusCode::NOT_FOUND, "notFound", "The specified bucket does not exist.");
+        return failure(
+            StatusCode::NOT_FOUND,
+            "notFound",
+            "The specified bucket does not exist.",
+        );
     }
     let mut items = Vec::new();
     let mut next = None;
