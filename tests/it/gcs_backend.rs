@@ -86,7 +86,8 @@ async fn a_commit_held_past_its_deadline_never_lands() {
 /// minutes behind), and a service clock behind this one's by more than the 2 s margin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_probe_refuses_a_store_that_ignores_what_commits_rely_on() {
-    let cases: [(&str, fn(&GcsFake), &str); 6] = [
+    type Weaken = fn(&GcsFake);
+    let cases: [(&str, Weaken, &str); 6] = [
         (
             "put",
             |f| f.ignore_conditions(Op::Put),
