@@ -68,6 +68,10 @@ pub struct Backends {
     /// Staging files younger than this survive opening an fs backend (zero at start-up, when
     /// no request is live).
     staging_min_age: Duration,
+    #[cfg_attr(
+        not(any(feature = "s3", feature = "azure", feature = "gcs")),
+        allow(dead_code)
+    )]
     spooler: Option<Arc<crate::backend::spool::Spooler>>,
     #[cfg(feature = "azure")]
     azure: BTreeMap<String, Arc<crate::backend::azure::AzureClient>>,
@@ -93,7 +97,12 @@ pub struct Backends {
 const LIVE_STAGING_AGE: Duration = Duration::from_secs(15 * 60);
 
 impl Backends {
-    /// One spooler for every store backend (s3, azure), its spill files under `<data_dir>/spool`.
+    /// One spooler for every store backend (s3, azure, gcs), its spill files under
+    /// `<data_dir>/spool`.
+    #[cfg_attr(
+        not(any(feature = "s3", feature = "azure", feature = "gcs")),
+        allow(dead_code)
+    )]
     fn spooler(&mut self, config: &Config) -> Arc<crate::backend::spool::Spooler> {
         self.spooler
             .get_or_insert_with(|| {
