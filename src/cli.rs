@@ -83,14 +83,16 @@ pub enum Command {
         #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
         timeout: std::time::Duration,
     },
-    /// Tell whether an S3 store can be fronted in safe mode, before any data goes through it:
-    /// If-None-Match and If-Match on PutObject, CompleteMultipartUpload and DeleteObject, one
-    /// at a time and then WRITERS at once on one key (exactly one may win). Runs on a scratch
-    /// prefix (`.fencegate-probe/`) of each store bucket the configuration puts on BACKEND,
-    /// and removes what it wrote; `serve` runs the same probe at every start. Exits 0 when the
-    /// store is safe, 1 when it is not, 2 when it could not be probed.
+    /// Tell whether an S3 store or an Azure blob service can be fronted in safe mode, before
+    /// any data goes through it: If-None-Match and If-Match on the writes and deletes its
+    /// commits send (S3: PutObject, CompleteMultipartUpload, DeleteObject; Azure: Put Blob,
+    /// Copy Blob, Delete Blob), one at a time and then WRITERS at once on one key (exactly one
+    /// may win). Runs on a scratch prefix (`.fencegate-probe/`) of each store bucket (or
+    /// container) the configuration puts on BACKEND, and removes what it wrote; `serve` runs
+    /// the same probe at every start. Exits 0 when the store is safe, 1 when it is not, 2 when
+    /// it could not be probed.
     ProbeStore {
-        /// The name of an s3 backend, as in [backends.NAME].
+        /// The name of an s3 or azure backend, as in [backends.NAME].
         backend: String,
         /// Configuration file (TOML); FENCEGATE_* variables apply, as they do to `serve`.
         #[arg(short, long, env = "FENCEGATE_CONFIG")]
@@ -98,9 +100,10 @@ pub enum Command {
         /// Probe this store bucket instead of those the configuration's buckets use.
         #[arg(long)]
         bucket: Option<String>,
-        /// Concurrent writers in each race.
-        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(2..=256))]
-        writers: u16,
+        /// Concurrent writers in each race (default: as many as `serve` races at start-up, 16
+        /// on s3, 8 on azure).
+        #[arg(long, value_parser = clap::value_parser!(u16).range(2..=256))]
+        writers: Option<u16>,
         /// Print JSON instead of the table.
         #[arg(long)]
         json: bool,

@@ -73,7 +73,7 @@ fn main() -> ExitCode {
             &backend,
             config.as_deref(),
             bucket.as_deref(),
-            writers.into(),
+            writers.map(usize::from),
             json,
         ),
         None => serve(cli.serve),
@@ -107,12 +107,12 @@ fn check_config(file: Option<&std::path::Path>) -> ExitCode {
 
 /// `probe-store`: the store probe `serve` runs at start-up, printed. Exits 0 when every store
 /// bucket is safe, 1 when one is not, 2 when the probe could not run.
-#[cfg(feature = "s3")]
+#[cfg(any(feature = "s3", feature = "azure"))]
 fn probe_store(
     backend: &str,
     file: Option<&std::path::Path>,
     bucket: Option<&str>,
-    writers: usize,
+    writers: Option<usize>,
     json: bool,
 ) -> ExitCode {
     use fencegate::catalog::store_probe;
@@ -147,15 +147,15 @@ fn probe_store(
     }
 }
 
-#[cfg(not(feature = "s3"))]
+#[cfg(not(any(feature = "s3", feature = "azure")))]
 fn probe_store(
     _: &str,
     _: Option<&std::path::Path>,
     _: Option<&str>,
-    _: usize,
+    _: Option<usize>,
     _: bool,
 ) -> ExitCode {
-    eprintln!("error: this fencegate was built without the s3 backend (--no-default-features); build it with the default features to probe a store");
+    eprintln!("error: this fencegate was built without the s3 and azure backends (--no-default-features); build it with the default features to probe a store");
     ExitCode::from(2)
 }
 

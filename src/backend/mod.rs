@@ -13,6 +13,7 @@ pub mod instrumented;
 pub mod memory;
 mod meta;
 mod parts;
+pub mod probe_race;
 #[cfg(feature = "s3")]
 pub mod s3;
 pub mod scripted;

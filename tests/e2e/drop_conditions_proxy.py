@@ -4,8 +4,11 @@ proxy in front of an S3-compatible store that removes If-Match and If-None-Match
 request and forwards the rest as sent (the Host header and a presigned request's query stay,
 so the store still judges its expiry). The standalone twin of tests/common/s3proxy.rs's
 Mode::DropConditions, for the cluster torture, which runs instances as separate processes.
+More headers to remove may follow the ports: tests/it/azure_probe_store.rs removes Azure's
+x-ms-source-if-match too, for a blob service that ignores every condition (the probe
+authorizes its requests by a SAS in the query, which does not sign these headers).
 
-Usage: drop_conditions_proxy.py LISTEN_PORT UPSTREAM_PORT (both on 127.0.0.1)
+Usage: drop_conditions_proxy.py LISTEN_PORT UPSTREAM_PORT [HEADER...] (both on 127.0.0.1)
 """
 
 import http.client
@@ -72,6 +75,7 @@ class Proxy(http.server.BaseHTTPRequestHandler):
 
 def main():
     listen, upstream = int(sys.argv[1]), int(sys.argv[2])
+    DROPPED.update(h.lower() for h in sys.argv[3:])
     Proxy.upstream = upstream
     server = http.server.ThreadingHTTPServer(("127.0.0.1", listen), Proxy)
     server.daemon_threads = True

@@ -118,6 +118,10 @@ impl AzureBackend {
         &self.container
     }
 
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     fn blob(&self, key: &str) -> String {
         format!("{}{key}", self.prefix)
     }

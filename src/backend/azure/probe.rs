@@ -1,59 +1,87 @@
-//! The start-up probe: before serving, fencegate proves on scratch blobs under
-//! `<prefix>.fencegate-probe/` that the service refuses every conditional request its commits
-//! and deletes rely on, one at a time and in a race of concurrent writers, and that it checks
-//! a body's Content-MD5. A service that fails any of them is refused: there is no mode that
-//! trusts fencegate's own lock on this backend.
+//! The start-up probe, which `fencegate probe-store` also runs: before serving, fencegate
+//! proves on scratch blobs under `<prefix>.fencegate-probe/` that the service refuses every
+//! conditional request its commits and deletes rely on, one at a time and in a race of
+//! concurrent writers, and that it checks a body's Content-MD5. A service that fails any of
+//! them is refused: there is no mode that trusts fencegate's own lock on this backend.
 
 use super::client::Request;
 use super::errors::AzFailure;
 use super::{random_id, AzureBackend};
+use crate::backend::probe_race::Race;
 use crate::backend::spool::Spooled;
+use crate::backend::BackendError;
 use reqwest::Method;
 
 /// The conditions fencegate relies on, as the probe names them.
-pub const CONDITIONS: [&str; 6] = [
+pub const CONDITIONS: [&str; 7] = [
     "If-None-Match: * on Put Blob",
     "If-Match on Put Blob",
     "If-None-Match: * on Copy Blob",
     "If-Match on Copy Blob",
+    "x-ms-source-if-match on Copy Blob",
     "If-Match on Delete Blob",
     "Content-MD5 on Put Blob",
 ];
 
-/// Concurrent writers in the race.
+/// Concurrent writers in the race, at start-up and by default in `probe-store`.
 pub const RACERS: usize = 8;
 
 /// What the probe found: the conditions the service ignores (empty: all honoured), and the
-/// race's count of writers that won.
-#[derive(Debug, Default)]
+/// race of writers creating one blob.
+#[derive(Debug)]
 pub struct AzureProbe {
     pub ignored: Vec<&'static str>,
-    pub race_winners: usize,
+    pub race: Race,
 }
 
 impl AzureProbe {
     pub fn safe(&self) -> bool {
-        self.ignored.is_empty() && self.race_winners == 1
+        self.ignored.is_empty() && self.race.held()
+    }
+
+    /// What the race found, in words.
+    pub fn race_result(&self) -> String {
+        let r = &self.race;
+        match (r.kept_winner, r.failed) {
+            (_, f) if f > 0 => format!(
+                "{} of {} won, {f} failed ({})",
+                r.won,
+                r.writers,
+                r.first_failure.as_deref().unwrap_or("")
+            ),
+            (Some(false), _) => format!(
+                "{} of {} won, but another writer's bytes were kept",
+                r.won, r.writers
+            ),
+            _ => format!("{} of {} won", r.won, r.writers),
+        }
     }
 
     /// Why the service cannot be fenced, for the start-up refusal.
     pub fn refusal(&self, location: &str) -> String {
         let mut what = self.ignored.join(", ");
-        if self.race_winners != 1 {
+        if !self.race.held() {
             if !what.is_empty() {
                 what += "; ";
             }
             what += &format!(
-                "{} of {RACERS} concurrent Put Blob with If-None-Match: * on one new blob succeeded, where exactly 1 must",
-                self.race_winners
+                "{} writers racing with {}: {}, where exactly 1 must win and be kept",
+                self.race.writers,
+                self.race.names(),
+                self.race_result()
             );
         }
         format!("the blob service at {location} does not honour what fencegate's commits rely on ({what}); a stale write could overwrite a newer one, so fencegate does not serve it. Use Azure Blob Storage itself or Azurite 3.37 or later")
     }
 }
 
-fn body(text: &'static str) -> Spooled {
-    bytes::Bytes::from_static(text.as_bytes()).into()
+fn body(text: impl Into<String>) -> Spooled {
+    bytes::Bytes::from(text.into()).into()
+}
+
+/// Writer `i`'s bytes in the race: each writer's differ, so the blob shows who won.
+fn racer_body(i: usize) -> String {
+    format!("fencegate probe race, writer {i}")
 }
 
 /// Whether an outcome is the refusal a condition must cause; a fault stops the probe.
@@ -61,12 +89,26 @@ fn refused(outcome: Result<reqwest::Response, AzFailure>) -> Result<bool, String
     match outcome {
         Ok(_) => Ok(false),
         Err(AzFailure::Precondition | AzFailure::NotFound) => Ok(true),
-        Err(AzFailure::Fault(crate::backend::BackendError::Refused { code, .. }))
+        Err(AzFailure::Fault(BackendError::Refused { code, .. }))
             if code == "Md5Mismatch" || code == "InvalidMd5" =>
         {
             Ok(true)
         }
         Err(AzFailure::Fault(e)) => Err(e.to_string()),
+    }
+}
+
+/// Whether a copy was refused because its source was not at the ETag named: Azure answers
+/// 412 `SourceConditionNotMet`, which the client reports as a fault of the commit, Azurite
+/// 412 `ConditionNotMet` (the copy carries no other condition here).
+fn source_refused(outcome: Result<reqwest::Response, AzFailure>) -> Result<bool, String> {
+    match outcome {
+        Ok(_) => Ok(false),
+        Err(AzFailure::Precondition) => Ok(true),
+        Err(AzFailure::Fault(BackendError::Failing(m))) if m.contains("SourceConditionNotMet") => {
+            Ok(true)
+        }
+        Err(f) => Err(f.into_backend("Copy Blob").to_string()),
     }
 }
 
@@ -78,38 +120,70 @@ fn etag(r: &reqwest::Response) -> String {
         .to_string()
 }
 
-/// Runs the probe on `backend`'s container and prefix, deleting what it wrote.
-pub async fn probe_conditions(backend: &AzureBackend) -> Result<AzureProbe, String> {
-    let run = random_id();
+/// The scratch blobs of probe run `run`.
+fn scratch(backend: &AzureBackend, run: &str) -> [String; 3] {
+    let p = &backend.prefix;
     // A name with the characters a key may hold that signing could get wrong (a space, `%`,
     // `+`, non-ASCII): a SAS signed for another spelling is refused here, not on every commit.
-    let a = format!("{}.fencegate-probe/p-{run}-a b%+é", backend.prefix);
-    let b = format!("{}.fencegate-probe/p-{run}-b", backend.prefix);
-    let race = format!("{}.fencegate-probe/p-{run}-race", backend.prefix);
-    let result = probe(backend, &a, &b, &race).await;
-    for blob in [&a, &b, &race] {
-        backend.drop_staging(blob).await;
+    [
+        format!("{p}.fencegate-probe/p-{run}-a b%+é"),
+        format!("{p}.fencegate-probe/p-{run}-b"),
+        format!("{p}.fencegate-probe/p-{run}-race"),
+    ]
+}
+
+/// A new probe run's name.
+pub fn new_run() -> String {
+    random_id()
+}
+
+/// Deletes the scratch blobs of probe run `run` (after it ended, or was interrupted).
+pub async fn remove_run(backend: &AzureBackend, run: &str) {
+    for blob in scratch(backend, run) {
+        backend.drop_staging(&blob).await;
     }
+}
+
+/// Runs the probe on `backend`'s container and prefix, deleting what it wrote.
+pub async fn probe_conditions(backend: &AzureBackend) -> Result<AzureProbe, String> {
+    probe_run(backend, &new_run(), RACERS).await
+}
+
+/// [`probe_conditions`] as run `run`, with `writers` in the race.
+pub async fn probe_run(
+    backend: &AzureBackend,
+    run: &str,
+    writers: usize,
+) -> Result<AzureProbe, String> {
+    let [a, b, race] = scratch(backend, run);
+    let result = probe(backend, &a, &b, &race, writers).await;
+    remove_run(backend, run).await;
     result
 }
 
-async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<AzureProbe, String> {
+async fn probe(
+    backend: &AzureBackend,
+    a: &str,
+    b: &str,
+    race: &str,
+    writers: usize,
+) -> Result<AzureProbe, String> {
     let client = &backend.client;
     let c = backend.container.as_str();
     // Authorized as the commits are: by a SAS for the one blob.
     let expiry = std::time::SystemTime::now() + std::time::Duration::from_secs(120);
     let sas = |blob: &str, permissions: &str| client.sas(c, blob, permissions, expiry);
-    fn put_blob<'r>(c: &'r str, blob: &'r str, text: &'static str, sas: String) -> Request<'r> {
+    fn put_blob<'r>(c: &'r str, blob: &'r str, text: &str, sas: String) -> Request<'r> {
         Request::new(Method::PUT, c, blob)
             .header("x-ms-blob-type", "BlockBlob")
             .sas(sas)
             .body(body(text))
     }
     let fault = |f: AzFailure| f.into_backend("the probe").to_string();
-    let mut report = AzureProbe::default();
+    let mut ignored = Vec::new();
     let mut check = |ok: bool, what: &'static str| {
         if !ok {
-            report.ignored.push(what);
+            ignored.push(what);
         }
     };
     // A new blob, created only if absent; then the same request again must be refused.
@@ -137,7 +211,7 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
             client
                 .send(
                     "Put Blob",
-                    put_blob(c, a, "two", sas(a, "cw")).header("if-match", "\"0x8D000000000000\""),
+                    put_blob(c, a, "two", sas(a, "cw")).header("if-match", WRONG_ETAG),
                 )
                 .await,
         )?,
@@ -145,44 +219,52 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
     );
     // The right ETag is taken (a service that refused every If-Match would pass the line
     // above and fence nothing).
-    client
+    let source_etag = client
         .send(
             "Put Blob",
             put_blob(c, a, "three", sas(a, "cw")).header("if-match", first_etag),
         )
         .await
         .map_err(fault)?;
+    let source_etag = etag(&source_etag);
     // Copy Blob onto an existing blob with If-None-Match: *, and with a wrong If-Match.
     let source = backend.client.blob_url(c, a, Some(&sas(a, "r")));
     client
         .send("Put Blob", put_blob(c, b, "b", sas(b, "cw")))
         .await
         .map_err(fault)?;
-    let copy = |cond: (&'static str, String)| {
+    let copy = |cond: (&'static str, &str)| {
         Request::new(Method::PUT, c, b)
             .sas(sas(b, "cw"))
             .header("x-ms-copy-source", source.clone())
             .header(cond.0, cond.1)
     };
     check(
-        refused(
-            client
-                .send("Copy Blob", copy(("if-none-match", "*".into())))
-                .await,
-        )?,
+        refused(client.send("Copy Blob", copy(("if-none-match", "*"))).await)?,
         CONDITIONS[2],
     );
     check(
         refused(
             client
-                .send(
-                    "Copy Blob",
-                    copy(("if-match", "\"0x8D000000000000\"".into())),
-                )
+                .send("Copy Blob", copy(("if-match", WRONG_ETAG)))
                 .await,
         )?,
         CONDITIONS[3],
     );
+    // The copy of a staged body names the source's version: another must be refused, and the
+    // right one taken.
+    check(
+        source_refused(
+            client
+                .send("Copy Blob", copy(("x-ms-source-if-match", WRONG_ETAG)))
+                .await,
+        )?,
+        CONDITIONS[4],
+    );
+    client
+        .send("Copy Blob", copy(("x-ms-source-if-match", &source_etag)))
+        .await
+        .map_err(fault)?;
     check(
         refused(
             client
@@ -190,11 +272,11 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
                     "Delete Blob",
                     Request::new(Method::DELETE, c, a)
                         .sas(sas(a, "d"))
-                        .header("if-match", "\"0x8D000000000000\""),
+                        .header("if-match", WRONG_ETAG),
                 )
                 .await,
         )?,
-        CONDITIONS[4],
+        CONDITIONS[5],
     );
     // A body that is not its Content-MD5 must be refused.
     check(
@@ -207,27 +289,78 @@ async fn probe(backend: &AzureBackend, a: &str, b: &str, race: &str) -> Result<A
                 )
                 .await,
         )?,
-        CONDITIONS[5],
+        CONDITIONS[6],
     );
-    // The race: writers create one new blob at once; exactly one may win.
-    let racers = (0..RACERS).map(|_| {
+    let race = race_for(backend, race, writers).await?;
+    Ok(AzureProbe { ignored, race })
+}
+
+/// An ETag no blob has.
+const WRONG_ETAG: &str = "\"0x8D000000000000\"";
+
+/// `writers` Put Blobs with `If-None-Match: *` and distinct bodies on one new blob at once:
+/// exactly one may win, and the blob must hold its bytes.
+async fn race_for(backend: &AzureBackend, blob: &str, writers: usize) -> Result<Race, String> {
+    let client = &backend.client;
+    let c = backend.container.as_str();
+    let expiry = std::time::SystemTime::now() + std::time::Duration::from_secs(120);
+    let racers = (0..writers).map(|i| {
         client.send(
             "Put Blob",
-            Request::new(Method::PUT, c, race)
-                .sas(sas(race, "cw"))
+            Request::new(Method::PUT, c, blob)
+                .sas(client.sas(c, blob, "cw", expiry))
                 .header("x-ms-blob-type", "BlockBlob")
                 .header("if-none-match", "*")
-                .body(body("race")),
+                .body(body(racer_body(i))),
         )
     });
-    let mut winners = 0;
-    for outcome in futures::future::join_all(racers).await {
-        if !refused(outcome)? {
-            winners += 1;
+    let mut race = Race {
+        operation: "Put Blob",
+        condition: "If-None-Match: *",
+        writers,
+        won: 0,
+        refused: 0,
+        kept_winner: None,
+        failed: 0,
+        first_failure: None,
+    };
+    let mut winner = None;
+    for (i, outcome) in futures::future::join_all(racers)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        match outcome {
+            Ok(_) => {
+                race.won += 1;
+                winner = Some(i);
+            }
+            Err(AzFailure::Precondition) => race.refused += 1,
+            Err(f) => {
+                race.failed += 1;
+                race.first_failure
+                    .get_or_insert_with(|| f.into_backend("Put Blob").to_string());
+            }
         }
     }
-    report.race_winners = winners;
-    Ok(report)
+    if race.won == 0 && race.failed == 0 {
+        // No condition explains a race nobody wins: the service refuses what it should take.
+        return Err(format!(
+            "the service refused all {writers} writers creating one new blob with If-None-Match: *, which no condition explains"
+        ));
+    }
+    if let (1, Some(i)) = (race.won, winner) {
+        let read = client
+            .read("Get Blob", || Request::new(Method::GET, c, blob))
+            .await
+            .map_err(|f| f.into_backend("Get Blob").to_string())?;
+        let kept = read
+            .bytes()
+            .await
+            .map_err(|e| e.without_url().to_string())?;
+        race.kept_winner = Some(kept == racer_body(i).as_bytes());
+    }
+    Ok(race)
 }
 
 impl AzureBackend {

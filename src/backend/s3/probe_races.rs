@@ -5,40 +5,11 @@
 //! CompleteMultipartUpload; exactly one may win each, and the object must then hold the
 //! winner's bytes.
 
+pub use crate::backend::probe_race::Race;
+
 use super::S3Backend;
 use aws_sdk_s3::error::SdkError;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
-
-/// One race's outcome.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Race {
-    /// The request raced: `PutObject` or `CompleteMultipartUpload`.
-    pub operation: &'static str,
-    /// The condition raced: `If-None-Match: *` or `If-Match`.
-    pub condition: &'static str,
-    pub writers: usize,
-    /// Writers the store answered 2xx.
-    pub won: usize,
-    /// Writers the store refused with 412 (or 409, as AWS answers a conditional write that
-    /// collides with another in flight).
-    pub refused: usize,
-    /// With exactly one winner: whether the object holds its bytes.
-    pub kept_winner: Option<bool>,
-    /// Answers that were neither (throttling, faults), with the first one's text.
-    pub failed: usize,
-    pub first_failure: Option<String>,
-}
-
-impl Race {
-    pub fn held(&self) -> bool {
-        self.won == 1 && self.kept_winner == Some(true) && self.failed == 0
-    }
-
-    /// `If-Match on CompleteMultipartUpload`: the condition as the sequential checks name it.
-    pub fn names(&self) -> String {
-        format!("{} on {}", self.condition, self.operation)
-    }
-}
 
 enum Answer {
     Won,

@@ -379,7 +379,7 @@ fn what_cannot_be_probed_is_named() {
     );
     let (code, _, err) = probe(&["local", "--config", file]);
     assert_eq!(code, 2);
-    assert!(err.contains("not an s3 backend"), "{err}");
+    assert!(err.contains("is an fs backend"), "{err}");
     // A store that cannot be reached is an error, not a verdict.
     let (code, out, err) = probe(&["store", "--config", file, "--bucket", "elsewhere"]);
     assert_eq!(code, 2, "{out}");

@@ -1,51 +1,14 @@
-//! A store's probe as fencegate acts on it, one row per capability: `serve` starts or refuses
-//! by these rows, and `fencegate probe-store` prints them before any data goes through the
-//! store.
+//! The s3 store's rows: what the probe of `backend::s3::probe` found, what fencegate does
+//! about each condition with the backend's settings (`conditional_writes`,
+//! `unsafe_unconditional_deletes`), and what its clients are promised.
 
+use super::{honoured, Row, Verdict};
 use crate::backend::s3::probe::ProbeReport;
 use crate::backend::s3::{self, S3Backend};
-use crate::config::{Config, S3BackendConfig};
+use crate::config::S3BackendConfig;
 
 /// Concurrent writers in each race, at start-up and by default in `probe-store`.
 pub const RACE_WRITERS: usize = 16;
-
-/// One capability, what the probe found, and what fencegate does about it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Row {
-    pub capability: String,
-    pub result: String,
-    /// Honoured, or not needed for safety.
-    pub ok: bool,
-    pub action: String,
-}
-
-/// Everything the probe found, as rows, and what stops `serve` with this configuration.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Verdict {
-    pub backend: String,
-    pub store_bucket: String,
-    pub prefix: String,
-    /// Every condition fencegate relies on is honoured, alone and under concurrency.
-    pub safe: bool,
-    /// `serve` starts on this store with the backend's settings (`conditional_writes =
-    /// "fencegate"` or `unsafe_unconditional_deletes` can start it on a store that ignores
-    /// conditions).
-    pub starts: bool,
-    /// The store's ETags are MD5s of the bytes it kept, so each answer is checked.
-    pub etags_are_md5: bool,
-    pub capabilities: Vec<Row>,
-    pub races: Vec<s3::Race>,
-    /// Why `serve` refuses to start, each with its fix.
-    pub refusals: Vec<String>,
-    /// Unsafe conditions an opt-in accepts: `serve` logs each at ERROR.
-    pub accepted: Vec<String>,
-    /// What fencegate promises on this store with the backend's settings, each a sentence.
-    pub guarantees: Vec<String>,
-}
-
-fn honoured(ok: bool) -> String {
-    if ok { "honoured" } else { "ignored" }.to_string()
-}
 
 /// The rows of `report` for backend `name` configured as `cfg`.
 pub fn verdict(
@@ -216,41 +179,13 @@ async fn probe_as(
     Ok(verdict(&report, cfg, name, backend))
 }
 
-/// `fencegate probe-store BACKEND`: the store buckets the configuration puts on `name` (or
-/// `store_bucket`), each probed on a scratch prefix that is removed afterwards.
-pub async fn probe_store(
-    config: &Config,
+/// `probe-store` on s3 backend `name`: each of `targets` (store bucket, prefix) probed.
+pub(super) async fn probe_store(
+    cfg: &S3BackendConfig,
     name: &str,
-    store_bucket: Option<&str>,
+    targets: Vec<(String, String)>,
     writers: usize,
 ) -> Result<Vec<Verdict>, String> {
-    let cfg = match config.backends.get(name) {
-        Some(crate::config::BackendConfig::S3(cfg)) => cfg,
-        Some(_) => return Err(format!("backend {name} is not an s3 backend: an fs backend is a directory fencegate alone writes, and needs no probe")),
-        None => {
-            let names: Vec<&str> = config.backends.keys().map(String::as_str).collect();
-            return Err(format!("the configuration has no backend {name} (it has: {})", names.join(", ")));
-        }
-    };
-    let mut targets: Vec<(String, String)> = match store_bucket {
-        Some(b) => vec![(b.to_string(), String::new())],
-        None => config
-            .buckets
-            .iter()
-            .filter(|(_, p)| p.backend == name)
-            .map(|(bucket, p)| {
-                (
-                    p.backend_bucket.clone().unwrap_or_else(|| bucket.clone()),
-                    p.backend_prefix.clone(),
-                )
-            })
-            .collect(),
-    };
-    targets.sort();
-    targets.dedup();
-    if targets.is_empty() {
-        return Err(format!("no bucket in the configuration is on backend {name}: name the store's bucket with --bucket"));
-    }
     let clients = s3::build_clients(cfg)
         .await
         .map_err(|e| format!("backend {name}: {e}"))?;
@@ -280,68 +215,4 @@ pub async fn probe_store(
         verdicts.push(verdict);
     }
     Ok(verdicts)
-}
-
-/// The verdicts as `probe-store` prints them: per store bucket, a table of capability, result
-/// and what fencegate will do, then whether `serve` starts.
-pub fn table(verdicts: &[Verdict]) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    for v in verdicts {
-        let _ = writeln!(
-            out,
-            "backend {}, store bucket {}{}:",
-            v.backend,
-            v.store_bucket,
-            if v.prefix.is_empty() {
-                String::new()
-            } else {
-                format!(", prefix {}", v.prefix)
-            }
-        );
-        // A capability that is not honoured is marked with `!`.
-        let result = |r: &Row| {
-            if r.ok {
-                r.result.clone()
-            } else {
-                format!("{} !", r.result)
-            }
-        };
-        let width = v.capabilities.iter().map(|r| r.capability.len()).max();
-        let width = width.unwrap_or(0);
-        let rw = v.capabilities.iter().map(|r| result(r).len()).max();
-        let rw = rw.unwrap_or(0);
-        let _ = writeln!(
-            out,
-            "  {:width$}  {:rw$}  WHAT FENCEGATE WILL DO",
-            "CAPABILITY", "RESULT"
-        );
-        for r in &v.capabilities {
-            let _ = writeln!(
-                out,
-                "  {:width$}  {:rw$}  {}",
-                r.capability,
-                result(r),
-                r.action
-            );
-        }
-        let summary = match (v.safe, v.starts) {
-            (true, _) => "SAFE: fencegate serves this store in safe mode".to_string(),
-            (false, true) => format!(
-                "NOT SAFE: serve starts only because of the backend's settings (conditional_writes = \"fencegate\", unsafe_unconditional_deletes):\n    {}",
-                v.accepted.join("\n    ")
-            ),
-            (false, false) => format!(
-                "NOT SAFE: serve refuses to start on it:\n    {}",
-                v.refusals.join("\n    ")
-            ),
-        };
-        let _ = writeln!(out, "  {summary}");
-        let _ = writeln!(out, "  WHAT CLIENTS OF FENCEGATE GET:");
-        for g in &v.guarantees {
-            let _ = writeln!(out, "    - {g}");
-        }
-        let _ = writeln!(out);
-    }
-    out
 }
