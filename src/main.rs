@@ -107,7 +107,7 @@ fn check_config(file: Option<&std::path::Path>) -> ExitCode {
 
 /// `probe-store`: the store probe `serve` runs at start-up, printed. Exits 0 when every store
 /// bucket is safe, 1 when one is not, 2 when the probe could not run.
-#[cfg(any(feature = "s3", feature = "azure"))]
+#[cfg(any(feature = "s3", feature = "azure", feature = "gcs"))]
 fn probe_store(
     backend: &str,
     file: Option<&std::path::Path>,
@@ -147,7 +147,7 @@ fn probe_store(
     }
 }
 
-#[cfg(not(any(feature = "s3", feature = "azure")))]
+#[cfg(not(any(feature = "s3", feature = "azure", feature = "gcs")))]
 fn probe_store(
     _: &str,
     _: Option<&std::path::Path>,
@@ -155,7 +155,7 @@ fn probe_store(
     _: Option<usize>,
     _: bool,
 ) -> ExitCode {
-    eprintln!("error: this fencegate was built without the s3 and azure backends (--no-default-features); build it with the default features to probe a store");
+    eprintln!("error: this fencegate was built without the s3, azure and gcs backends (--no-default-features); build it with the default features to probe a store");
     ExitCode::from(2)
 }
 

@@ -27,6 +27,23 @@ impl Race {
         self.won == 1 && self.kept_winner == Some(true) && self.failed == 0
     }
 
+    /// What the race found, in words.
+    pub fn result(&self) -> String {
+        match (self.kept_winner, self.failed) {
+            (_, f) if f > 0 => format!(
+                "{} of {} won, {f} failed ({})",
+                self.won,
+                self.writers,
+                self.first_failure.as_deref().unwrap_or("")
+            ),
+            (Some(false), _) => format!(
+                "{} of {} won, but another writer's bytes were kept",
+                self.won, self.writers
+            ),
+            _ => format!("{} of {} won", self.won, self.writers),
+        }
+    }
+
     /// `If-Match on CompleteMultipartUpload`: the condition as the sequential checks name it.
     pub fn names(&self) -> String {
         format!("{} on {}", self.condition, self.operation)

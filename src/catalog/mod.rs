@@ -15,7 +15,7 @@ mod gcs;
 mod s3;
 mod shared;
 mod startup;
-#[cfg(any(feature = "s3", feature = "azure"))]
+#[cfg(any(feature = "s3", feature = "azure", feature = "gcs"))]
 pub mod store_probe;
 
 pub use startup::{build, build_gate, record_scope, StartupError};

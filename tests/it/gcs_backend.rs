@@ -347,3 +347,96 @@ async fn a_token_that_expires_is_fetched_again() {
         "no new token was fetched"
     );
 }
+
+/// Runs `fencegate probe-store g --config FILE ARGS` off the runtime: exit code, stdout, stderr.
+async fn probe_store(file: std::path::PathBuf, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec![
+        "probe-store".to_string(),
+        "g".into(),
+        "--config".into(),
+        file.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_fencegate"))
+            .args(&args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+/// `fencegate probe-store` on a gcs backend prints the start-up probe's rows: every condition
+/// honoured, the race of writers with one winner whose bytes are kept, and the clock, on the
+/// double as it is; on the double ignoring DELETE's and compose's conditions, those rows are
+/// marked ignored and the exit code is 1. No scratch object stays either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_store_prints_the_verdict_and_names_what_is_ignored() {
+    let fake = GcsFake::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("probe.toml");
+    std::fs::write(
+        &file,
+        config(&fake, dir.path(), &fake.url(), "probe-me", ""),
+    )
+    .unwrap();
+    let (code, table, err) = probe_store(file.clone(), &[]).await;
+    assert_eq!(code, 0, "{table}{err}");
+    assert!(
+        table.contains("8 writers race with x-goog-if-generation-match: 0 on PUT  1 of 8 won"),
+        "{table}"
+    );
+    assert!(table.contains("the expiry of a V4 signed URL"), "{table}");
+    assert!(
+        table.contains("SAFE: fencegate serves this store"),
+        "{table}"
+    );
+    assert!(!table.contains(" !"), "nothing marked as lost: {table}");
+    let (code, json, err) = probe_store(file.clone(), &["--json", "--writers", "5"]).await;
+    assert_eq!(code, 0, "{err}");
+    let race = &serde_json::from_str::<serde_json::Value>(&json).unwrap()[0]["races"][0];
+    assert_eq!(
+        (
+            race["won"].as_u64(),
+            race["refused"].as_u64(),
+            race["kept_winner"].as_bool()
+        ),
+        (Some(1), Some(4), Some(true)),
+        "{race}"
+    );
+    assert_eq!(
+        fake.list_direct("probe-me", ""),
+        Vec::<(String, i64)>::new()
+    );
+
+    fake.ignore_conditions(Op::Delete);
+    fake.ignore_conditions(Op::Compose);
+    let (code, table, err) = probe_store(file, &[]).await;
+    assert_eq!(code, 1, "{table}{err}");
+    for lost in [
+        "x-goog-if-generation-match on DELETE",
+        "x-goog-if-generation-match: 0 on Compose",
+        "a source's Generation on Compose",
+    ] {
+        assert!(
+            table
+                .lines()
+                .any(|l| l.trim_start().starts_with(lost) && l.contains("ignored !")),
+            "{lost} named as ignored: {table}"
+        );
+    }
+    assert!(
+        table.contains("NOT SAFE: serve refuses to start on it"),
+        "{table}"
+    );
+    assert_eq!(
+        fake.list_direct("probe-me", ""),
+        Vec::<(String, i64)>::new()
+    );
+}

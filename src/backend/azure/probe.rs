@@ -41,20 +41,7 @@ impl AzureProbe {
 
     /// What the race found, in words.
     pub fn race_result(&self) -> String {
-        let r = &self.race;
-        match (r.kept_winner, r.failed) {
-            (_, f) if f > 0 => format!(
-                "{} of {} won, {f} failed ({})",
-                r.won,
-                r.writers,
-                r.first_failure.as_deref().unwrap_or("")
-            ),
-            (Some(false), _) => format!(
-                "{} of {} won, but another writer's bytes were kept",
-                r.won, r.writers
-            ),
-            _ => format!("{} of {} won", r.won, r.writers),
-        }
+        self.race.result()
     }
 
     /// Why the service cannot be fenced, for the start-up refusal.

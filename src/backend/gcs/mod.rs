@@ -114,6 +114,10 @@ impl GcsBackend {
         &self.bucket
     }
 
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     fn object(&self, key: &str) -> String {
         format!("{}{key}", self.prefix)
     }

@@ -8,6 +8,7 @@ use super::client::Request;
 use super::errors::GcsFailure;
 use super::pieces::{compose_request, generation_of};
 use super::{random_id, GcsBackend};
+use crate::backend::probe_race::Race;
 use crate::backend::spool::Spooled;
 use crate::backend::BackendError;
 use reqwest::Method;
@@ -29,36 +30,43 @@ pub const CONDITIONS: [&str; 8] = [
 pub const RACERS: usize = 8;
 
 /// What the probe found: the conditions the service ignores (empty: all honoured), and the
-/// race's count of writers that won.
-#[derive(Debug, Default)]
+/// race of writers creating one object.
+#[derive(Debug)]
 pub struct GcsProbe {
     pub ignored: Vec<&'static str>,
-    pub race_winners: usize,
+    pub race: Race,
 }
 
 impl GcsProbe {
     pub fn safe(&self) -> bool {
-        self.ignored.is_empty() && self.race_winners == 1
+        self.ignored.is_empty() && self.race.held()
     }
 
     /// Why the service cannot be fenced, for the start-up refusal.
     pub fn refusal(&self, location: &str) -> String {
         let mut what = self.ignored.join(", ");
-        if self.race_winners != 1 {
+        if !self.race.held() {
             if !what.is_empty() {
                 what += "; ";
             }
             what += &format!(
-                "{} of {RACERS} concurrent PUTs with x-goog-if-generation-match: 0 on one new object succeeded, where exactly 1 must",
-                self.race_winners
+                "{} writers racing with {}: {}, where exactly 1 must win and be kept",
+                self.race.writers,
+                self.race.names(),
+                self.race.result()
             );
         }
         format!("the GCS endpoint at {location} does not honour what fencegate's commits rely on ({what}); a stale write could overwrite a newer one, so fencegate does not serve it. Use Google Cloud Storage itself (no installable emulator honours generation preconditions: docs/backends.md)")
     }
 }
 
-fn body(text: &'static str) -> Spooled {
-    bytes::Bytes::from_static(text.as_bytes()).into()
+fn body(text: impl Into<String>) -> Spooled {
+    bytes::Bytes::from(text.into()).into()
+}
+
+/// Writer `i`'s bytes in the race: each writer's differ, so the object shows who won.
+fn racer_body(i: usize) -> String {
+    format!("fencegate probe race, writer {i}")
 }
 
 /// Whether an outcome is the refusal a condition must cause; a fault stops the probe.
@@ -76,22 +84,54 @@ fn refused(outcome: Result<reqwest::Response, GcsFailure>) -> Result<bool, Strin
     }
 }
 
-/// Runs the probe on `backend`'s bucket and prefix, deleting what it wrote.
-pub async fn probe_conditions(backend: &GcsBackend) -> Result<GcsProbe, String> {
-    let run = random_id();
+/// The scratch objects of probe run `run`.
+fn scratch(backend: &GcsBackend, run: &str) -> [String; 3] {
+    let p = &backend.prefix;
     // A name with the characters a key may hold that signing could get wrong (a space, `%`,
     // `+`, non-ASCII): a URL signed for another spelling is refused here, not on every commit.
-    let a = format!("{}.fencegate-probe/p-{run}-a b%+é", backend.prefix);
-    let b = format!("{}.fencegate-probe/p-{run}-b", backend.prefix);
-    let race = format!("{}.fencegate-probe/p-{run}-race", backend.prefix);
-    let result = probe(backend, &a, &b, &race).await;
-    for name in [&a, &b, &race] {
-        backend.drop_staging(name).await;
+    [
+        format!("{p}.fencegate-probe/p-{run}-a b%+é"),
+        format!("{p}.fencegate-probe/p-{run}-b"),
+        format!("{p}.fencegate-probe/p-{run}-race"),
+    ]
+}
+
+/// A new probe run's name.
+pub fn new_run() -> String {
+    random_id()
+}
+
+/// Deletes the scratch objects of probe run `run` (after it ended, or was interrupted).
+pub async fn remove_run(backend: &GcsBackend, run: &str) {
+    for name in scratch(backend, run) {
+        backend.drop_staging(&name).await;
     }
+}
+
+/// Runs the probe on `backend`'s bucket and prefix, deleting what it wrote.
+pub async fn probe_conditions(backend: &GcsBackend) -> Result<GcsProbe, String> {
+    probe_run(backend, &new_run(), RACERS).await
+}
+
+/// [`probe_conditions`] as run `run`, with `writers` in the race.
+pub async fn probe_run(
+    backend: &GcsBackend,
+    run: &str,
+    writers: usize,
+) -> Result<GcsProbe, String> {
+    let [a, b, race] = scratch(backend, run);
+    let result = probe(backend, &a, &b, &race, writers).await;
+    remove_run(backend, run).await;
     result
 }
 
-async fn probe(backend: &GcsBackend, a: &str, b: &str, race: &str) -> Result<GcsProbe, String> {
+async fn probe(
+    backend: &GcsBackend,
+    a: &str,
+    b: &str,
+    race: &str,
+    writers: usize,
+) -> Result<GcsProbe, String> {
     let client = &backend.client;
     let bucket = backend.bucket.as_str();
     // Sent as the commits are: by a signed URL for the one object.
@@ -110,10 +150,10 @@ async fn probe(backend: &GcsBackend, a: &str, b: &str, race: &str) -> Result<Gcs
             .body(compose_request(&[(source.0.to_string(), source.1)]))
     };
     let fault = |f: GcsFailure| f.into_backend("the probe").to_string();
-    let mut report = GcsProbe::default();
+    let mut ignored = Vec::new();
     let mut check = |ok: bool, what: &'static str| {
         if !ok {
-            report.ignored.push(what);
+            ignored.push(what);
         }
     };
     // A new object, created only if absent; then the same request again must be refused.
@@ -213,16 +253,72 @@ async fn probe(backend: &GcsBackend, a: &str, b: &str, race: &str) -> Result<Gcs
         )?,
         CONDITIONS[7],
     );
-    // The race: writers create one new object at once; exactly one may win.
-    let racers = (0..RACERS).map(|_| client.send("PUT Object", put(race, "race", "0")));
-    let mut winners = 0;
-    for outcome in futures::future::join_all(racers).await {
-        if !refused(outcome)? {
-            winners += 1;
+    let race = race_for(backend, race, writers).await?;
+    Ok(GcsProbe { ignored, race })
+}
+
+/// `writers` PUTs with `x-goog-if-generation-match: 0` and distinct bodies on one new object at
+/// once: exactly one may win, and the object must hold its bytes.
+async fn race_for(backend: &GcsBackend, name: &str, writers: usize) -> Result<Race, String> {
+    let client = &backend.client;
+    let bucket = backend.bucket.as_str();
+    let until = SystemTime::now() + Duration::from_secs(120);
+    let racers = (0..writers).map(|i| {
+        client.send(
+            "PUT Object",
+            Request::xml(Method::PUT, bucket, name)
+                .header("x-goog-if-generation-match", "0")
+                .signed_until(until)
+                .body(body(racer_body(i))),
+        )
+    });
+    let mut race = Race {
+        operation: "PUT",
+        condition: "x-goog-if-generation-match: 0",
+        writers,
+        won: 0,
+        refused: 0,
+        kept_winner: None,
+        failed: 0,
+        first_failure: None,
+    };
+    let mut winner = None;
+    for (i, outcome) in futures::future::join_all(racers)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        match outcome {
+            Ok(_) => {
+                race.won += 1;
+                winner = Some(i);
+            }
+            Err(GcsFailure::Precondition) => race.refused += 1,
+            Err(f) => {
+                race.failed += 1;
+                race.first_failure
+                    .get_or_insert_with(|| f.into_backend("PUT Object").to_string());
+            }
         }
     }
-    report.race_winners = winners;
-    Ok(report)
+    if race.won == 0 && race.failed == 0 {
+        // No condition explains a race nobody wins: the service refuses what it should take.
+        return Err(format!(
+            "the service refused all {writers} writers creating one new object with x-goog-if-generation-match: 0, which no condition explains"
+        ));
+    }
+    if let (1, Some(i)) = (race.won, winner) {
+        let read = client
+            .read("GET Object", || Request::xml(Method::GET, bucket, name))
+            .await
+            .map_err(|f| f.into_backend("GET Object").to_string())?;
+        let kept = read
+            .bytes()
+            .await
+            .map_err(|e| e.without_url().to_string())?;
+        race.kept_winner = Some(kept == racer_body(i).as_bytes());
+    }
+    Ok(race)
 }
 
 impl GcsBackend {

@@ -2,10 +2,9 @@
 //! of writers creating one blob) and the clock compared with the service's, as `serve` checks
 //! them at start-up. There is no opt-in on azure: a service that fails any row is refused.
 
-use super::{honoured, Row, Verdict};
+use super::{strict, Verdict};
 use crate::backend::azure::probe::{self, AzureProbe, CONDITIONS};
 use crate::backend::azure::{self as az, AzureBackend, AzureClient};
-use crate::backend::clock::{check_offset, Guarding};
 use crate::config::{AzureBackendConfig, Config};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,97 +29,19 @@ pub fn verdict(
     name: &str,
     backend: &AzureBackend,
 ) -> Verdict {
-    let refuse = "refuses to start: a stale write could overwrite a newer one";
-    let mut rows: Vec<Row> = CONDITIONS
-        .iter()
-        .map(|condition| {
-            let ok = !report.ignored.contains(condition);
-            Row {
-                capability: condition.to_string(),
-                result: honoured(ok),
-                ok,
-                action: if ok { action(condition) } else { refuse }.into(),
-            }
-        })
-        .collect();
-    let race = &report.race;
-    rows.push(Row {
-        capability: format!("{} writers race with {}", race.writers, race.names()),
-        result: report.race_result(),
-        ok: race.held(),
-        action: if race.held() {
-            "nothing more: the condition holds under concurrency".into()
-        } else {
-            refuse.into()
-        },
-    });
-    let mut refusals = Vec::new();
-    if !report.safe() {
-        refusals.push(report.refusal(&backend.location()));
-    }
-    let (offset, clock) = clock;
-    rows.push(Row {
-        capability: "clock against the service's".into(),
-        result: offset,
-        ok: clock.is_ok(),
-        action: match &clock {
-            Ok(()) => "holds an object whose commit's answer was lost until its SAS has expired by the service's clock".into(),
-            Err(_) => "refuses to start: a commit's SAS expires by the service's clock".into(),
-        },
-    });
-    if let Err(e) = clock {
-        refusals.push(e);
-    }
-    let safe = refusals.is_empty();
-    let guarantees = if safe {
-        vec![
-            "fencing: no write or delete with a token below one recorded for its scope ever lands".into(),
-            "conditional requests through fencegate (If-Match, If-None-Match on PutObject, CopyObject and CompleteMultipartUpload) are decided atomically: of writers racing with If-None-Match: *, exactly one wins".into(),
-            "writes made around fencegate are never overwritten: the service checks every commit's condition, and fencegate reports them (BypassDetected)".into(),
-            "deletes are conditional on the version fencegate committed".into(),
-            "cluster mode (several instances on one etcd table) may serve this store if the service refuses a request whose SAS has expired, which a cluster instance probes at start-up".into(),
-        ]
-    } else {
-        vec!["none: serve refuses to start on this store".into()]
-    };
-    Verdict {
-        backend: name.to_string(),
+    strict::verdict(strict::Probed {
+        backend: name,
         store_bucket: backend.container().to_string(),
         prefix: backend.prefix().to_string(),
-        safe,
-        starts: safe,
-        etags_are_md5: false,
-        capabilities: rows,
-        races: vec![race.clone()],
-        refusals,
-        accepted: Vec::new(),
-        guarantees,
-    }
-}
-
-/// The clock check `serve` makes with this configuration: the margin of one instance, or the
-/// cluster's `max_clock_skew_ms` on a shared table.
-async fn clock(
-    backend: &AzureBackend,
-    config: &Config,
-    cfg: &AzureBackendConfig,
-) -> Result<(String, Result<(), String>), String> {
-    let offset = backend.clock_offset_now().await?;
-    let checked = match &config.etcd {
-        Some(etcd) => check_offset(
-            offset,
-            Duration::from_secs(etcd.intent_ttl_secs),
-            Duration::from_millis(etcd.max_clock_skew_ms),
-            Guarding::Cluster,
-        ),
-        None => check_offset(
-            offset,
-            Duration::from_secs(cfg.commit_deadline_secs),
-            az::CLOCK_MARGIN,
-            Guarding::OneInstance,
-        ),
-    };
-    Ok((format!("ahead by {}..{} ms", offset.0, offset.1), checked))
+        conditions: &CONDITIONS,
+        ignored: &report.ignored,
+        action,
+        race: &report.race,
+        race_result: report.race_result(),
+        refusal: (!report.safe()).then(|| report.refusal(&backend.location())),
+        clock,
+        credential: "SAS",
+    })
 }
 
 /// `probe-store` on azure backend `name`: each of `targets` (container, prefix) probed with
@@ -150,9 +71,16 @@ pub(super) async fn probe_store(
             }
         };
         let report = report.map_err(|e| format!("container {container}: the probe failed: {e}"))?;
-        let clock = clock(&backend, config, cfg)
+        let offset = backend
+            .clock_offset_now()
             .await
             .map_err(|e| format!("container {container}: {e}"))?;
+        let clock = strict::clock(
+            offset,
+            config,
+            Duration::from_secs(cfg.commit_deadline_secs),
+            az::CLOCK_MARGIN,
+        );
         verdicts.push(verdict(&report, clock, name, &backend));
     }
     Ok(verdicts)

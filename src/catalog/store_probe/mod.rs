@@ -1,12 +1,17 @@
 //! A store's probe as fencegate acts on it, one row per capability: `serve` starts or refuses
 //! by these rows, and `fencegate probe-store` prints them before any data goes through the
-//! store. The rows of each kind of store are built in `s3.rs` and `azure.rs`; the verdict, its
-//! table and the choice of the store buckets to probe are shared here.
+//! store. The rows of each kind of store are built in `s3.rs`, `azure.rs` and `gcs.rs` (the
+//! last two through `strict.rs`, as neither has an opt-in); the verdict, its table and the
+//! choice of the store buckets to probe are shared here.
 
 #[cfg(feature = "azure")]
 mod azure;
+#[cfg(feature = "gcs")]
+mod gcs;
 #[cfg(feature = "s3")]
 mod s3;
+#[cfg(any(feature = "azure", feature = "gcs"))]
+mod strict;
 
 #[cfg(feature = "s3")]
 pub use s3::{probe, RACE_WRITERS};
@@ -79,6 +84,11 @@ pub async fn probe_store(
         BackendConfig::Azure(cfg) => {
             let writers = writers.unwrap_or(crate::backend::azure::probe::RACERS);
             azure::probe_store(config, cfg, name, targets()?, writers).await
+        }
+        #[cfg(feature = "gcs")]
+        BackendConfig::Gcs(cfg) => {
+            let writers = writers.unwrap_or(crate::backend::gcs::probe::RACERS);
+            gcs::probe_store(config, cfg, name, targets()?, writers).await
         }
         BackendConfig::Fs { .. } => Err(format!("backend {name} is an fs backend, a directory fencegate alone writes: it needs no probe")),
         #[allow(unreachable_patterns)]
