@@ -40,6 +40,7 @@ impl AzureBackend {
             meta: staged.meta.clone(),
             etag: staged.etag.clone(),
             commit: staging.commit.clone(),
+            parts: meta::part_runs(&staging.parts),
         };
         let blob = self.blob(&staged.key);
         // Authorized by a SAS that expires when the gate stops waiting for this commit, so a
@@ -149,7 +150,7 @@ impl AzureBackend {
             version: etag,
             last_modified_ms: crate::wall_clock::now_ms(),
             meta: staged.meta.clone(),
-            parts: Vec::new(),
+            parts: meta::parts_of(&stored.parts),
         })
     }
 

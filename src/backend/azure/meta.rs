@@ -1,8 +1,9 @@
 //! What fencegate stores beside a blob's bytes. Azure metadata names must be C# identifiers
 //! (no `-`, which S3 clients use freely), so fencegate keeps the whole [`ObjectMeta`] as JSON
 //! in one entry, `x-ms-meta-fencegate`, with the ETag its client was answered and the id of
-//! the commit that wrote it (read back after a commit whose answer was lost). Characters a
-//! header value cannot carry are percent-encoded.
+//! the commit that wrote it (read back after a commit whose answer was lost) and, for a
+//! completed multipart upload, its parts' numbers and sizes (GetObject `partNumber` reads by
+//! them). Characters a header value cannot carry are percent-encoded.
 
 use crate::backend::{ObjectInfo, ObjectMeta};
 use base64::Engine;
@@ -24,6 +25,42 @@ pub struct Stored {
     pub etag: String,
     /// Unique per staged body: shows whether a commit whose answer was lost landed.
     pub commit: String,
+    /// A completed upload's parts as runs `[first number, count, size]` of consecutive
+    /// numbers with one size (an upload of equal parts is two runs), so they fit in Azure's
+    /// 8 KiB of metadata; empty for an object written whole, or one whose parts would take
+    /// more than [`MAX_PART_RUNS`] runs (its parts are then not answered by number).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<[u64; 3]>,
+}
+
+/// Runs of parts kept at most: about 3 KiB of the 8 KiB Azure allows a blob's metadata, the
+/// rest left to the client's metadata and tags (2 KB) and fencegate's own entries.
+pub const MAX_PART_RUNS: usize = 128;
+
+/// `parts` (number, size) as runs, or none past [`MAX_PART_RUNS`].
+pub fn part_runs(parts: &[(u32, u64)]) -> Vec<[u64; 3]> {
+    let mut runs: Vec<[u64; 3]> = Vec::new();
+    for &(number, size) in parts {
+        match runs.last_mut() {
+            Some([first, count, s]) if *s == size && *first + *count == u64::from(number) => {
+                *count += 1
+            }
+            _ => runs.push([u64::from(number), 1, size]),
+        }
+    }
+    if runs.len() > MAX_PART_RUNS {
+        runs.clear();
+    }
+    runs
+}
+
+/// The parts (number, size) that `runs` stand for.
+pub fn parts_of(runs: &[[u64; 3]]) -> Vec<(u32, u64)> {
+    runs.iter()
+        .flat_map(|&[first, count, size]| {
+            (first..first.saturating_add(count).min(10_001)).map(move |n| (n as u32, size))
+        })
+        .collect()
 }
 
 pub fn encode(stored: &Stored) -> String {
@@ -68,8 +105,8 @@ pub fn info(key: &str, headers: &HeaderMap, size: u64) -> ObjectInfo {
         .and_then(|t| httpdate::parse_http_date(t).ok())
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis() as u64);
-    let (meta, etag) = match stored(headers) {
-        Some(s) => (s.meta, s.etag),
+    let (meta, etag, parts) = match stored(headers) {
+        Some(s) => (s.meta, s.etag, parts_of(&s.parts)),
         // Written around fencegate: its own metadata and content type, its MD5 if it has one.
         None => {
             let user_meta = headers
@@ -84,7 +121,7 @@ pub fn info(key: &str, headers: &HeaderMap, size: u64) -> ObjectInfo {
                 user_meta,
                 ..ObjectMeta::default()
             };
-            (meta, md5.unwrap_or_else(|| version.clone()))
+            (meta, md5.unwrap_or_else(|| version.clone()), Vec::new())
         }
     };
     ObjectInfo {
@@ -94,7 +131,7 @@ pub fn info(key: &str, headers: &HeaderMap, size: u64) -> ObjectInfo {
         version,
         last_modified_ms,
         meta,
-        parts: Vec::new(),
+        parts,
     }
 }
 
@@ -116,10 +153,23 @@ mod tests {
             meta,
             etag: "\"0123\"".into(),
             commit: "c1".into(),
+            parts: part_runs(&[(1, 5), (2, 5), (3, 1)]),
         };
         let value = encode(&stored);
         assert!(value.bytes().all(|b| (0x20..0x7f).contains(&b)), "{value}");
         assert_eq!(decode(&value), Some(stored));
+    }
+
+    #[test]
+    fn parts_are_kept_as_runs_and_too_many_runs_as_none() {
+        let parts = [(1, 8), (2, 8), (3, 8), (5, 8), (6, 3)];
+        let runs = part_runs(&parts);
+        assert_eq!(runs, vec![[1, 3, 8], [5, 1, 8], [6, 1, 3]]);
+        assert_eq!(parts_of(&runs), parts);
+        let equal: Vec<(u32, u64)> = (1..=10_000).map(|n| (n, 5 << 20)).collect();
+        assert_eq!(part_runs(&equal).len(), 1);
+        let ragged: Vec<(u32, u64)> = (1..=200).map(|n| (n, u64::from(n) + 5)).collect();
+        assert!(part_runs(&ragged).is_empty());
     }
 
     #[test]
