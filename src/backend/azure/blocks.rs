@@ -151,6 +151,7 @@ impl AzureBackend {
         mut body: ByteStream,
     ) -> Result<Staged, BackendError> {
         refuse_unstorable(key)?;
+        meta::check_fits(&meta)?;
         let mut reader = PartReader {
             body: &mut body,
             held: None,

@@ -33,6 +33,37 @@ pub struct Stored {
     pub parts: Vec<[u64; 3]>,
 }
 
+/// Azure's cap on a blob's metadata, names and values together.
+pub const METADATA_LIMIT: usize = 8 * 1024;
+
+/// The bytes `stored` takes of a blob's metadata (the entry's name and its value).
+pub fn metadata_size(stored: &Stored) -> usize {
+    "fencegate".len() + encode(stored).len()
+}
+
+/// Refuses, before any byte of the body is stored, an object whose metadata, tags and system
+/// headers would not fit in Azure's 8 KiB of metadata once fencegate keeps them as JSON (the
+/// service's own refusal would come only at the commit, after the whole body was sent).
+pub fn check_fits(meta: &ObjectMeta) -> Result<(), crate::backend::BackendError> {
+    // The longest ETag and commit id fencegate stores beside them; parts are dropped first.
+    let widest = Stored {
+        meta: meta.clone(),
+        etag: format!("\"{}-10000\"", "0".repeat(32)),
+        commit: "0".repeat(32),
+        parts: Vec::new(),
+    };
+    let size = metadata_size(&widest);
+    if size > METADATA_LIMIT {
+        return Err(crate::backend::BackendError::Invalid {
+            code: "MetadataTooLarge",
+            message: format!(
+                "the object's metadata, tags and system headers take {size} bytes as the azure backend keeps them (one x-ms-meta-fencegate entry, JSON, non-ASCII percent-encoded), more than the {METADATA_LIMIT} Azure allows a blob: send shorter values"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Runs of parts kept at most: about 3 KiB of the 8 KiB Azure allows a blob's metadata, the
 /// rest left to the client's metadata and tags (2 KB) and fencegate's own entries.
 pub const MAX_PART_RUNS: usize = 128;
@@ -170,6 +201,18 @@ mod tests {
         assert_eq!(part_runs(&equal).len(), 1);
         let ragged: Vec<(u32, u64)> = (1..=200).map(|n| (n, u64::from(n) + 5)).collect();
         assert!(part_runs(&ragged).is_empty());
+    }
+
+    #[test]
+    fn metadata_past_azures_cap_is_refused_with_s3s_code() {
+        let mut meta = ObjectMeta::default();
+        meta.user_meta.insert("a".into(), "é".repeat(1000));
+        check_fits(&meta).unwrap();
+        meta.user_meta.insert("b".into(), "é".repeat(500));
+        let Err(crate::backend::BackendError::Invalid { code, .. }) = check_fits(&meta) else {
+            panic!("9 KiB of metadata fits")
+        };
+        assert_eq!(code, "MetadataTooLarge");
     }
 
     #[test]

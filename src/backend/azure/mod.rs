@@ -376,9 +376,10 @@ impl Backend for AzureBackend {
         &self,
         _bucket: &str,
         key: &str,
-        _meta: &ObjectMeta,
+        meta: &ObjectMeta,
     ) -> Result<String, BackendError> {
         blocks::refuse_unstorable(key)?;
+        meta::check_fits(meta)?;
         // The upload's blob appears with its first block; the metadata comes with the commit.
         Ok(random_id())
     }

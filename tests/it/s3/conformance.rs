@@ -827,6 +827,75 @@ async fn azure_parts_not_recorded_are_not_guessed() {
     assert_eq!(&bytes[..], b"0123456789");
 }
 
+/// azure: what fencegate keeps with a blob (metadata, tags, system headers, as JSON in one
+/// entry) must fit Azure's 8 KiB of metadata; past it a PutObject and a
+/// CreateMultipartUpload are refused up front with S3's 400 MetadataTooLarge, before any of
+/// the body is stored, instead of failing at the commit with the store's error (Azurite does
+/// not enforce the cap at all). Just under it, the write is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_metadata_past_azures_cap_is_refused_up_front() {
+    let fx = Fx::start(Kind::Azure).await;
+    let c = fx.client();
+    let long = "x".repeat(9000);
+    let (status, code, _, _) = refused(
+        c.put_object()
+            .bucket("bkt")
+            .key("wide")
+            .content_disposition(&long)
+            .body(ByteStream::from(vec![7u8; 2 * PART]))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "MetadataTooLarge"));
+    let (status, code, _, _) = refused(
+        c.create_multipart_upload()
+            .bucket("bkt")
+            .key("wide")
+            .content_disposition(&long)
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "MetadataTooLarge"));
+    let az = fx.azurite();
+    assert_eq!(
+        az.list_staged_behind(super::fixture::STORE_BUCKET, "b/.fencegate-probe/staging/"),
+        Vec::<String>::new(),
+        "nothing of the refused bodies was stored"
+    );
+    let fits = "x".repeat(7000);
+    c.put_object()
+        .bucket("bkt")
+        .key("wide")
+        .content_disposition(&fits)
+        .body(ByteStream::from_static(b"taken"))
+        .send()
+        .await
+        .unwrap();
+    let head = c
+        .head_object()
+        .bucket("bkt")
+        .key("wide")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_disposition(), Some(fits.as_str()));
+    let (status, code, _, _) = refused(
+        c.copy_object()
+            .bucket("bkt")
+            .key("wider")
+            .copy_source("bkt/wide")
+            .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+            .content_disposition(&long)
+            .send()
+            .await,
+    );
+    assert_eq!(
+        (status, code.as_str()),
+        (400, "MetadataTooLarge"),
+        "CopyObject"
+    );
+}
+
 /// moto answers GetObject `partNumber` on a multipart object with the whole object (and
 /// HeadObject with no Content-Range): fencegate refuses to pass that off as the part (501), and
 /// still serves part 1 of an object written whole.
