@@ -17,7 +17,9 @@
 //! Tokens are microseconds since the epoch plus a counter, so they keep growing across runs.
 //! - `healthz`: GET the URL (fencegate's `/healthz`), the rate a request costs with no work;
 //! - `s3`: like `unfenced`, as an S3 PutObject (URL is `http://store/bucket`); the signature is
-//!   a placeholder, which moto does not check.
+//!   a placeholder, which moto does not check;
+//! - `azure`: like `unfenced`, as an Azure Put Blob (URL is `http://host/account/container`),
+//!   authorized by the container SAS `--sas` (query string, without `?`).
 
 use hdrhistogram::Histogram;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,6 +50,7 @@ async fn main() {
     let secs: f64 = arg("--secs").and_then(|s| s.parse().ok()).unwrap_or(10.0);
     let size: usize = arg("--size").and_then(|s| s.parse().ok()).unwrap_or(4096);
     let keys: u64 = arg("--keys").and_then(|s| s.parse().ok()).unwrap_or(1);
+    let sas = arg("--sas").unwrap_or_default();
     let body = bytes::Bytes::from(vec![b'x'; size]);
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
@@ -78,13 +81,14 @@ async fn main() {
     let deadline = started + Duration::from_secs_f64(secs);
     let mut workers = Vec::new();
     for w in 0..concurrency {
-        let (client, url, mode, body, shared, counts) = (
+        let (client, url, mode, body, shared, counts, sas) = (
             client.clone(),
             url.clone(),
             mode.clone(),
             body.clone(),
             shared.clone(),
             counts.clone(),
+            sas.clone(),
         );
         workers.push(tokio::spawn(async move {
             let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
@@ -105,6 +109,11 @@ async fn main() {
                         .header("authorization", "AWS4-HMAC-SHA256 Credential=bench/20261130/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature=00")
                         .header("x-amz-date", "20261130T000000Z")
                         .header("x-amz-content-sha256", "UNSIGNED-PAYLOAD")
+                        .header("content-type", "application/octet-stream"),
+                    "azure" => client
+                        .put(format!("{url}/w{w}?{sas}"))
+                        .header("x-ms-blob-type", "BlockBlob")
+                        .header("x-ms-version", "2021-08-06")
                         .header("content-type", "application/octet-stream"),
                     other => panic!("unknown mode {other}"),
                 };

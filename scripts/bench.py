@@ -264,6 +264,94 @@ def s5_table(safe, moto):
 
 
 VENV_PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
+AZURITE = os.path.join(ROOT, "tests", "e2e", "azurite", "node_modules", ".bin", "azurite-blob")
+# Azurite's development account (public, the same in every Azurite).
+AZ_ACCOUNT = "devstoreaccount1"
+AZ_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+# Container `bench-store` and a SAS that lets the load write blobs in it for a day (the Azure
+# SDK for Python in .venv, which scripts/test installs).
+AZ_SETUP = """
+import datetime, sys
+from azure.storage.blob import BlobServiceClient, ContainerSasPermissions, generate_container_sas
+endpoint, account, key = sys.argv[1:4]
+conn = f"DefaultEndpointsProtocol=http;AccountName={account};AccountKey={key};BlobEndpoint={endpoint};"
+BlobServiceClient.from_connection_string(conn).create_container("bench-store")
+print(generate_container_sas(account, "bench-store", account_key=key,
+    permission=ContainerSasPermissions(write=True, create=True),
+    expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)))
+"""
+
+
+def start_azurite(work):
+    """Azurite's blob service (in memory, as the tests run it) on a free port, with container
+    `bench-store`: (process, port, a SAS for writing into it)."""
+    if not os.path.exists(AZURITE):
+        raise SystemExit("Azurite is not installed: run scripts/test once (it runs npm ci in tests/e2e/azurite)")
+    port = free_port()
+    proc = subprocess.Popen([AZURITE, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
+                             "--skipApiVersionCheck", "--disableProductStyleUrl", "--disableTelemetry",
+                             "--blobKeepAliveTimeout", "120", "--silent"],
+                            cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_http(f"http://127.0.0.1:{port}/")
+    endpoint = f"http://127.0.0.1:{port}/{AZ_ACCOUNT}"
+    sas = subprocess.run([VENV_PYTHON, "-c", AZ_SETUP, endpoint, AZ_ACCOUNT, AZ_KEY],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    return proc, port, sas
+
+
+def azure_s5(work, secs, rounds):
+    """S5 on Azurite: 4 KiB Put Blobs straight to it (a container SAS) and through
+    fencegate's azure backend (fenced PUTs), alternated for `rounds`; the median round of
+    each."""
+    started = []
+    direct, fenced = [], []
+    try:
+        store, port, sas = start_azurite(work)
+        started.append(store)
+        g = Fencegate(work, "s5-azure", f"""[backends.store]
+kind = "azure"
+account = "{AZ_ACCOUNT}"
+access_key = "{AZ_KEY}"
+endpoint = "http://127.0.0.1:{port}/{AZ_ACCOUNT}"
+
+[buckets.fenced]
+backend = "store"
+backend_bucket = "bench-store"
+backend_prefix = "fenced/"
+""")
+        sas_arg = ("--sas", sas)
+        for r in range(rounds):
+            log(f"S5 (Azurite) round {r + 1}/{rounds}")
+            direct.append(measured({"store": store.pid}, lambda: load(f"http://127.0.0.1:{port}/{AZ_ACCOUNT}/bench-store", "azure", secs, extra=sas_arg)))
+            fenced.append(measured({"store": store.pid, "proxy": g.proc.pid}, lambda: load(g.objects("fenced"), "distinct", secs)))
+        g.stop()
+    finally:
+        for p in reversed(started):
+            p.terminate()
+            p.wait()
+    return median_run(direct), median_run(fenced)
+
+
+def azure_table(args, runs):
+    direct, fenced = runs
+    node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+    head = (f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores; command: "
+            f"`scripts/bench --azure --secs {args.secs:g} --rounds {args.rounds}`. Store: Azurite 3.37 (node {node}, "
+            "in memory, one process); 64 clients in every setup, the median of the alternated rounds shown. "
+            "fencegate's azure backend commits each PUT with one Put Blob carrying its SAS, Content-MD5 and "
+            "If-None-Match: * or If-Match.")
+    rows = [
+        "| scenario | req/s | p50 ms | p99 ms | p99.9 ms |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        f"| S5 4 KiB Put Blob straight to Azurite | {fmt(direct)} |",
+        f"| S5 through fencegate, fenced (Azurite) | {fmt(fenced)} |",
+        "",
+        "| S5 CPU per 4 KiB PUT (ms), Azurite | Azurite | fencegate |",
+        "| --- | ---: | ---: |",
+        f"| straight to Azurite | {direct['cpu_ms']['store']:.2f} | - |",
+        f"| through fencegate | {fenced['cpu_ms']['store']:.2f} | {fenced['cpu_ms']['proxy']:.3f} |",
+    ]
+    return "\n".join([head, ""] + rows) + "\n"
 
 
 def s10(work, rounds, size_mb=200):
@@ -444,6 +532,7 @@ def main():
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     ap.add_argument("--cluster", action="store_true", help="run only S8 (several instances, etcd; needs etcd-server and ministack)")
     ap.add_argument("--s5", action="store_true", help="run only S5 (ministack, safe mode, and moto) and print it; BENCHMARKS.md is left alone")
+    ap.add_argument("--azure", action="store_true", help="run only S5 on Azurite (the azure backend) and write it into its own block of BENCHMARKS.md")
     ap.add_argument("--s10", action="store_true", help="run only S10 (200 MB uploads and completions) and print it; BENCHMARKS.md is left alone")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="fencegate-bench-", dir=os.path.join(ROOT, "target") if os.path.isdir(os.path.join(ROOT, "target")) else None)
@@ -459,6 +548,15 @@ def main():
         finally:
             shutil.rmtree(work, ignore_errors=True)
         print("\n".join(["| scenario | req/s | p50 ms | p99 ms | p99.9 ms |", "| --- | ---: | ---: | ---: | ---: |"] + rows + [""] + cpu_table))
+        return
+    if args.azure:
+        try:
+            text = azure_table(args, azure_s5(work, args.secs, args.rounds))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(text)
+        if not args.no_write:
+            write_block(" --azure", text)
         return
     if args.cluster:
         try:

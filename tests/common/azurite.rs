@@ -213,6 +213,22 @@ impl Azurite {
         self.behind_ok(&["put", container, blob, "-"], Some(bytes));
     }
 
+    /// [`Self::put_behind`], with metadata `(name, value)`.
+    pub fn put_behind_with(
+        &self,
+        container: &str,
+        blob: &str,
+        bytes: &[u8],
+        meta: &[(&str, &str)],
+    ) {
+        let mut args = vec!["put".to_string(), container.into(), blob.into(), "-".into()];
+        for (name, value) in meta {
+            args.push(format!("--meta={name}={value}"));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.behind_ok(&args, Some(bytes));
+    }
+
     /// The bytes of `blob` read with the Azure SDK, or None if the store has no such blob.
     pub fn get_behind(&self, container: &str, blob: &str) -> Option<Vec<u8>> {
         let out = self.behind(&["get", container, blob], None);

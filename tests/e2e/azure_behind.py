@@ -57,6 +57,7 @@ def main():
     c.add_argument("container")
     c.add_argument("blob")
     c.add_argument("file", help="a file, or - for stdin")
+    c.add_argument("--meta", action="append", default=[], help="NAME=VALUE metadata, repeatable")
     for name in ("get", "delete", "props"):
         c = sub.add_parser(name)
         c.add_argument("container")
@@ -83,7 +84,8 @@ def main():
                 pass
         elif args.cmd == "put":
             data = sys.stdin.buffer.read() if args.file == "-" else open(args.file, "rb").read()
-            container.get_blob_client(args.blob).upload_blob(data, overwrite=True)
+            meta = dict(m.split("=", 1) for m in args.meta) or None
+            container.get_blob_client(args.blob).upload_blob(data, overwrite=True, metadata=meta)
         elif args.cmd == "get":
             data = container.get_blob_client(args.blob).download_blob().readall()
             sys.stdout.buffer.write(data)

@@ -150,3 +150,95 @@ async fn abandoned_staging_blobs_are_swept_and_live_uploads_kept() {
     );
     assert!(uploads().is_empty(), "the completed upload's blob is gone");
 }
+
+/// A proxy in front of Azurite that forwards every request, and on each Copy Blob then writes
+/// the same blob around fencegate (a Put Blob authorized by the copy's own SAS) and answers the
+/// copy as still `pending`: a write that lands while fencegate waits for its copy to finish.
+async fn copy_race_proxy(upstream: String) -> u16 {
+    use axum::body::Body;
+    use axum::extract::{Request, State};
+    use axum::response::Response;
+    // Recomputed by the client on each hop, or hop-by-hop. The Host header is forwarded:
+    // Azurite takes a copy whose source names the host the request was sent to as a copy
+    // within the account.
+    const HOP: [&str; 3] = ["content-length", "transfer-encoding", "connection"];
+    async fn relay(
+        State((upstream, c)): State<(String, reqwest::Client)>,
+        req: Request,
+    ) -> Response {
+        let (parts, body) = req.into_parts();
+        let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        let url = format!("{upstream}{}", parts.uri.path_and_query().unwrap());
+        let mut out = c.request(parts.method.clone(), &url);
+        for (name, value) in &parts.headers {
+            if !HOP.contains(&name.as_str()) {
+                out = out.header(name, value);
+            }
+        }
+        let resp = out.body(body).send().await.unwrap();
+        let status = resp.status().as_u16();
+        let mut headers = resp.headers().clone();
+        let bytes = resp.bytes().await.unwrap();
+        if parts.method == "PUT" && parts.headers.contains_key("x-ms-copy-source") && status == 202
+        {
+            let around = c
+                .put(&url)
+                .header("x-ms-blob-type", "BlockBlob")
+                .header("x-ms-version", "2021-08-06")
+                .body("written around fencegate")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(around.status().as_u16(), 201, "the write around fencegate");
+            headers.insert("x-ms-copy-status", "pending".parse().unwrap());
+        }
+        let mut builder = Response::builder().status(status);
+        for (name, value) in &headers {
+            if !HOP.contains(&name.as_str()) {
+                builder = builder.header(name, value);
+            }
+        }
+        builder.body(Body::from(bytes)).unwrap()
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new()
+        .fallback(relay)
+        .with_state((upstream, reqwest::Client::new()));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    port
+}
+
+/// A large body is committed by a Copy Blob of its staging blob, which the service may answer
+/// `pending`. Found while finishing issue 51: fencegate then waited for the blob's copy status
+/// without checking that the copy was its own, so a write landing meanwhile (which ends the
+/// copy and leaves no copy status) was acknowledged as the commit, with the other write's
+/// ETag. The blob's `x-ms-copy-id` must now be the copy's: the PUT is refused as a bypass, and
+/// the other write stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_during_a_pending_copy_is_not_taken_for_the_commit() {
+    let az = Azurite::start();
+    az.create_container("copies");
+    let port = copy_race_proxy(format!("http://127.0.0.1:{}", az.port)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[backends.az]\nkind = \"azure\"\naccount = \"{}\"\naccess_key = \"{}\"\nendpoint = \"http://127.0.0.1:{port}/devstoreaccount1\"\nblock_size_bytes = 1048576\n\n[buckets.default]\nbackend = \"az\"\nbackend_bucket = \"copies\"\n",
+        az.account(),
+        az.key(),
+    );
+    let server = Server::start(&dir.path().join("data"), Some(&config));
+    let c = client();
+    let url = server.object_url("default", "big");
+    // Over the block size: staged in blocks, committed by Copy Blob.
+    let body: &'static [u8] = Box::leak(vec![b'f'; 3 << 20].into_boxed_slice());
+    let (status, answer) = put(&c, &url, Some("5"), body).await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (409, Some("BypassDetected")),
+        "{answer}"
+    );
+    assert_eq!(
+        az.get_behind("copies", "big").as_deref(),
+        Some(&b"written around fencegate"[..])
+    );
+}

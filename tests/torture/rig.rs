@@ -17,11 +17,65 @@ pub const S3_KEY: &str = "fencegate";
 pub const S3_SECRET: &str = "fencegate-dev-secret";
 const STORE_BUCKET: &str = "torture-holes";
 
-/// One fencegate (fs backend, or s3 backend on moto or, in the safe mode, on ministack) with
-/// the buckets a class asks for.
+/// The store process behind a run's `[backends.store]`: an S3 store (moto, ministack) or
+/// Azurite; killed when dropped.
+pub enum Backing {
+    S3(common::store::Store),
+    Azure(common::azurite::Azurite),
+}
+
+impl Backing {
+    /// The store `store` runs on, with `bucket` (a store bucket, or a container) made; none
+    /// on fs.
+    pub async fn start(store: Store, bucket: &str) -> Option<Backing> {
+        if store == Store::Azure {
+            let az = common::azurite::Azurite::start();
+            az.create_container(bucket);
+            return Some(Backing::Azure(az));
+        }
+        let kind = store.s3_store()?;
+        let s3 = common::store::Store::start(kind);
+        s3.create_bucket(bucket).await;
+        Some(Backing::S3(s3))
+    }
+
+    /// The `[backends.store]` table for it; `timeouts`: short ones, so a stopped store turns
+    /// into quick 504s (outcome unknown), and a 5 s commit deadline.
+    pub fn backend_config(&self, timeouts: bool) -> String {
+        let short = if timeouts {
+            "connect_timeout_secs = 1\nread_timeout_secs = 1\nread_attempts = 2\ncommit_deadline_secs = 5\n"
+        } else {
+            ""
+        };
+        match self {
+            Backing::S3(s3) => format!(
+                "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n{}\n{short}\n",
+                s3.endpoint(),
+                s3.kind.opt_in()
+            ),
+            Backing::Azure(az) => format!(
+                "[backends.store]\nkind = \"azure\"\naccount = \"{}\"\naccess_key = \"{}\"\nendpoint = \"{}\"\n{short}\n",
+                az.account(),
+                az.key(),
+                az.endpoint()
+            ),
+        }
+    }
+
+    /// The store's process, to stop it (SIGSTOP) mid-write.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            Backing::S3(s3) => s3.pid(),
+            Backing::Azure(az) => az.pid(),
+        }
+    }
+}
+
+/// One fencegate (fs backend, s3 backend on moto or, in the safe mode, on ministack, or the
+/// azure backend on Azurite) with the buckets a class asks for.
 pub struct Rig {
     _dir: tempfile::TempDir,
-    _store: Option<common::store::Store>,
+    _store: Option<Backing>,
     pub server: Server,
     pub url: String,
     pub data: PathBuf,
@@ -33,19 +87,10 @@ impl Rig {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         let mut config = String::new();
-        let s3_store = match store.s3_store() {
-            None => None,
-            Some(kind) => {
-                let s3_store = common::store::Store::start(kind);
-                s3_store.create_bucket(STORE_BUCKET).await;
-                config.push_str(&format!(
-                    "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n{}\n\n",
-                    s3_store.endpoint(),
-                    kind.opt_in()
-                ));
-                Some(s3_store)
-            }
-        };
+        let s3_store = Backing::start(store, STORE_BUCKET).await;
+        if let Some(b) = &s3_store {
+            config.push_str(&b.backend_config(false));
+        }
         for (name, policy) in buckets {
             config.push_str(&format!("[buckets.{name}]\n{policy}\n"));
             if s3_store.is_some() {

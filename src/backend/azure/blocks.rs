@@ -151,6 +151,7 @@ impl AzureBackend {
         mut body: ByteStream,
     ) -> Result<Staged, BackendError> {
         refuse_unstorable(key)?;
+        meta::check_fits(&meta)?;
         let mut reader = PartReader {
             body: &mut body,
             held: None,
@@ -162,7 +163,11 @@ impl AzureBackend {
             .await?;
         let commit = random_id();
         let staged = |from, etag: String, size| Staged {
-            body: StagedBody::Azure(Staging { from, commit }),
+            body: StagedBody::Azure(Staging {
+                from,
+                commit,
+                parts: Vec::new(),
+            }),
             bucket: bucket.to_string(),
             key: key.to_string(),
             etag,
@@ -298,6 +303,7 @@ impl AzureBackend {
                     etag: source,
                 },
                 commit: random_id(),
+                parts: parts.iter().map(|p| (p.number as u32, p.size)).collect(),
             }),
             bucket: bucket.to_string(),
             key: key.to_string(),

@@ -36,11 +36,17 @@ impl AzureBackend {
                 "a body staged by another backend cannot be committed to azure".into(),
             ));
         };
-        let stored = meta::Stored {
+        let mut stored = meta::Stored {
             meta: staged.meta.clone(),
             etag: staged.etag.clone(),
             commit: staging.commit.clone(),
+            parts: meta::part_runs(&staging.parts),
         };
+        if meta::metadata_size(&stored) > meta::METADATA_LIMIT {
+            // The parts give way to what the client sent: the object is then refused by part
+            // number (501), never read as one part.
+            stored.parts.clear();
+        }
         let blob = self.blob(&staged.key);
         // Authorized by a SAS that expires when the gate stops waiting for this commit, so a
         // request held in flight (a proxy, a stalled connection) cannot land after the object
@@ -124,7 +130,8 @@ impl AzureBackend {
                 }
             }
         } else if header(&answer, "x-ms-copy-status") == "pending" {
-            etag = self.copy_finished(&staged.key).await?;
+            let copy = header(&answer, "x-ms-copy-id");
+            etag = self.copy_finished(&staged.key, &copy).await?;
         }
         if let Source::Blob {
             name,
@@ -149,27 +156,46 @@ impl AzureBackend {
             version: etag,
             last_modified_ms: crate::wall_clock::now_ms(),
             meta: staged.meta.clone(),
-            parts: Vec::new(),
+            parts: meta::parts_of(&stored.parts),
         })
     }
 
-    /// Waits for a Copy Blob the service answered `pending` (it may, even within one account)
-    /// and returns the object's ETag once it is done.
-    pub(super) async fn copy_finished(&self, key: &str) -> Result<String, BackendError> {
+    /// Waits for the Copy Blob with id `copy` that the service answered `pending` (it may,
+    /// even within one account) and returns the object's ETag once it is done. A blob that
+    /// carries another copy id, or none, was written by someone else meanwhile (which ends a
+    /// pending copy): this commit's bytes are not what the blob holds, so it is not
+    /// acknowledged, and the other write is reported as a bypass.
+    pub(super) async fn copy_finished(
+        &self,
+        key: &str,
+        copy: &str,
+    ) -> Result<String, BackendError> {
         let blob = self.blob(key);
         for _ in 0..600 {
             let req = || Request::new(Method::HEAD, &self.container, &blob);
-            let r = self
-                .client
-                .read("Get Blob Properties", req)
-                .await
-                .map_err(|f| f.into_backend("Get Blob Properties"))?;
+            let r = match self.client.read("Get Blob Properties", req).await {
+                Ok(r) => r,
+                Err(AzFailure::NotFound) => {
+                    return Err(BackendError::Conflict {
+                        expected: None,
+                        found: None,
+                    })
+                }
+                Err(f) => return Err(f.into_backend("Get Blob Properties")),
+            };
+            if header(&r, "x-ms-copy-id") != copy {
+                tracing::warn!(key, "the blob was written by another request while fencegate's copy onto it was pending; the commit is not acknowledged");
+                return Err(BackendError::Conflict {
+                    expected: None,
+                    found: Some(header(&r, "etag")),
+                });
+            }
             match header(&r, "x-ms-copy-status").as_str() {
                 "pending" => tokio::time::sleep(Duration::from_millis(100)).await,
-                "success" | "" => return Ok(header(&r, "etag")),
+                "success" => return Ok(header(&r, "etag")),
                 other => {
                     return Err(BackendError::Failing(format!(
-                        "Copy Blob onto {key} ended {other}: {}",
+                        "Copy Blob onto {key} ended {other:?}: {}",
                         header(&r, "x-ms-copy-status-description")
                     )))
                 }

@@ -1,7 +1,11 @@
 //! What fencegate stores beside a blob's bytes, in one entry `x-ms-meta-fencegate`
-//! ([`crate::backend::stored_meta`]), and a blob as a Get Blob answer describes it.
+//! ([`crate::backend::stored_meta`]: the object's metadata, ETag, commit id and a multipart
+//! upload's parts), and a blob as a Get Blob answer describes it.
 
-pub use crate::backend::stored_meta::{content_md5, decode, encode, md5_etag, Stored};
+pub use crate::backend::stored_meta::{
+    check_fits, content_md5, decode, encode, md5_etag, metadata_size, part_runs, parts_of, Stored,
+    METADATA_LIMIT,
+};
 use crate::backend::{ObjectInfo, ObjectMeta};
 use reqwest::header::HeaderMap;
 
@@ -26,8 +30,8 @@ pub fn info(key: &str, headers: &HeaderMap, size: u64) -> ObjectInfo {
         .and_then(|t| httpdate::parse_http_date(t).ok())
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis() as u64);
-    let (meta, etag) = match stored(headers) {
-        Some(s) => (s.meta, s.etag),
+    let (meta, etag, parts) = match stored(headers) {
+        Some(s) => (s.meta, s.etag, parts_of(&s.parts)),
         // Written around fencegate: its own metadata and content type, its MD5 if it has one.
         None => {
             let user_meta = headers
@@ -42,7 +46,7 @@ pub fn info(key: &str, headers: &HeaderMap, size: u64) -> ObjectInfo {
                 user_meta,
                 ..ObjectMeta::default()
             };
-            (meta, md5.unwrap_or_else(|| version.clone()))
+            (meta, md5.unwrap_or_else(|| version.clone()), Vec::new())
         }
     };
     ObjectInfo {
@@ -52,6 +56,6 @@ pub fn info(key: &str, headers: &HeaderMap, size: u64) -> ObjectInfo {
         version,
         last_modified_ms,
         meta,
-        parts: Vec::new(),
+        parts,
     }
 }

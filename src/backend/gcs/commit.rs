@@ -41,11 +41,17 @@ impl GcsBackend {
         // for this commit, so a request held in flight (a proxy, a stalled connection) cannot
         // land after the object was given to a newer token.
         let expiry = self.expiry(not_after);
-        let stored = meta::Stored {
+        let mut stored = meta::Stored {
             meta: staged.meta.clone(),
             etag: staged.etag.clone(),
             commit: staging.commit.clone(),
+            parts: meta::part_runs(&staging.parts),
         };
+        if meta::metadata_size(&stored) > meta::METADATA_LIMIT {
+            // The parts give way to what the client sent: the object is then refused by part
+            // number, never read as one part.
+            stored.parts.clear();
+        }
         let name = self.object(&staged.key);
         let mut req = Request::xml(Method::PUT, &self.bucket, &name)
             .header("x-goog-if-generation-match", expected.unwrap_or("0"))
@@ -134,7 +140,7 @@ impl GcsBackend {
             version: generation,
             last_modified_ms: crate::wall_clock::now_ms(),
             meta: staged.meta.clone(),
-            parts: Vec::new(),
+            parts: meta::parts_of(&stored.parts),
         })
     }
 

@@ -2,7 +2,10 @@
 //! ([`crate::backend::stored_meta`]), and an object as an XML API answer's headers or a JSON
 //! listing's item describe it. The version the gate conditions on is the object's generation.
 
-pub use crate::backend::stored_meta::{content_md5, decode, encode, md5_etag, Stored};
+pub use crate::backend::stored_meta::{
+    check_fits, content_md5, decode, encode, md5_etag, metadata_size, part_runs, parts_of, Stored,
+    METADATA_LIMIT,
+};
 use crate::backend::{ObjectInfo, ObjectMeta};
 use reqwest::header::HeaderMap;
 
@@ -40,8 +43,8 @@ pub fn info(key: &str, headers: &HeaderMap, size: u64) -> ObjectInfo {
         .and_then(|t| httpdate::parse_http_date(t).ok())
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis() as u64);
-    let (meta, etag) = match stored(headers) {
-        Some(s) => (s.meta, s.etag),
+    let (meta, etag, parts) = match stored(headers) {
+        Some(s) => (s.meta, s.etag, parts_of(&s.parts)),
         // Written around fencegate: its own metadata and content type, its MD5 if it has one.
         None => {
             let user_meta = headers
@@ -57,7 +60,7 @@ pub fn info(key: &str, headers: &HeaderMap, size: u64) -> ObjectInfo {
                 ..ObjectMeta::default()
             };
             let etag = md5_of(headers).unwrap_or_else(|| format!("\"{version}\""));
-            (meta, etag)
+            (meta, etag, Vec::new())
         }
     };
     ObjectInfo {
@@ -67,7 +70,7 @@ pub fn info(key: &str, headers: &HeaderMap, size: u64) -> ObjectInfo {
         version,
         last_modified_ms,
         meta,
-        parts: Vec::new(),
+        parts,
     }
 }
 

@@ -44,6 +44,8 @@ pub struct Staging {
     pub from: Source,
     /// Stored with the object: shows whether a commit whose answer was lost landed.
     pub commit: String,
+    /// A completed upload's parts, (number, size), stored with the object; empty otherwise.
+    pub parts: Vec<(u32, u64)>,
 }
 
 #[derive(Debug)]
@@ -356,6 +358,17 @@ impl Backend for GcsBackend {
         number: u32,
         body: bool,
     ) -> Result<Option<ObjectPart>, BackendError> {
+        // A multipart object whose parts were not recorded (more runs than fit in the
+        // metadata) is never passed off as one part.
+        if let Some(info) = self.head_object(key).await? {
+            if info.parts.is_empty()
+                && crate::backend::stored_meta::multipart_etag_count(&info.etag).is_some()
+            {
+                return Err(BackendError::Unsupported(
+                    "GetObject and HeadObject by partNumber of this multipart object on gcs (its parts were not recorded with it); read the part by Range",
+                ));
+            }
+        }
         part_of_whole(self, bucket, key, number, body).await
     }
 
@@ -363,9 +376,10 @@ impl Backend for GcsBackend {
         &self,
         _bucket: &str,
         key: &str,
-        _meta: &ObjectMeta,
+        meta: &ObjectMeta,
     ) -> Result<String, BackendError> {
         pieces::refuse_unstorable(&self.object(key))?;
+        meta::check_fits(meta)?;
         // The upload's pieces appear with its parts; the metadata comes with the commit.
         Ok(random_id())
     }

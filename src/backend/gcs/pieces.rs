@@ -164,6 +164,7 @@ impl GcsBackend {
         mut body: ByteStream,
     ) -> Result<Staged, BackendError> {
         refuse_unstorable(&self.object(key))?;
+        meta::check_fits(&meta)?;
         let mut reader = PartReader {
             body: &mut body,
             held: None,
@@ -175,7 +176,11 @@ impl GcsBackend {
             .await?;
         let commit = random_id();
         let staged = |from, etag: String, size| Staged {
-            body: StagedBody::Gcs(Staging { from, commit }),
+            body: StagedBody::Gcs(Staging {
+                from,
+                commit,
+                parts: Vec::new(),
+            }),
             bucket: bucket.to_string(),
             key: key.to_string(),
             etag,
@@ -325,6 +330,7 @@ impl GcsBackend {
             body: StagedBody::Gcs(Staging {
                 from,
                 commit: random_id(),
+                parts: parts.iter().map(|p| (p.number as u32, p.size)).collect(),
             }),
             bucket: bucket.to_string(),
             key: key.to_string(),

@@ -1,10 +1,14 @@
 //! The Rust client's `zombie` example (clients/rust/examples) runs in CI: through fencegate the zombie's late write is refused and B's
-//! data is intact; straight to the store, the same timeline corrupts it.
+//! data is intact; straight to the store, the same timeline corrupts it. It runs on the fs
+//! backend (the default configuration) and on the azure backend over Azurite (the server it
+//! starts reads `FENCEGATE_CONFIG`, as every `fencegate serve` does).
 
-use std::process::Command;
+use crate::common;
+use std::process::{Command, Output};
 
-#[test]
-fn the_zombie_demo_shows_both_outcomes() {
+/// Runs the demo, its server configured by `config` (a file) or by default, and checks both
+/// outcomes in what it printed.
+fn run_demo(config: Option<&std::path::Path>) -> Output {
     // Examples are built next to the test binaries' directory: target/<profile>/examples.
     let exe = std::env::current_exe().unwrap();
     let demo = exe
@@ -17,15 +21,50 @@ fn the_zombie_demo_shows_both_outcomes() {
         "{} is missing: `cargo test --workspace` builds the client's examples; run scripts/test",
         demo.display()
     );
-    let out = Command::new(&demo)
-        .env("RUST_LOG", "warn")
+    let mut cmd = Command::new(&demo);
+    cmd.env("RUST_LOG", "warn")
         .env("FENCEGATE_BIN", env!("CARGO_BIN_EXE_fencegate"))
-        .output()
-        .unwrap();
+        .env_remove("FENCEGATE_CONFIG");
+    if let Some(config) = config {
+        cmd.env("FENCEGATE_CONFIG", config);
+    }
+    let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the demo failed");
     assert!(stdout.contains("REFUSED: 409"));
     assert!(stdout.contains("B's report INTACT"));
     assert!(stdout.contains("B's report CORRUPTED"));
+    out
+}
+
+#[test]
+fn the_zombie_demo_shows_both_outcomes() {
+    run_demo(None);
+}
+
+/// The same timeline with fencegate's bucket on Azurite: A's late write is refused by the
+/// gate, and the blob in the container holds B's report, read around fencegate.
+#[test]
+fn the_zombie_demo_shows_both_outcomes_on_azure() {
+    let az = common::azurite::Azurite::start();
+    az.create_container("zombie");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("azure.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[backends.az]\nkind = \"azure\"\naccount = \"{}\"\naccess_key = \"{}\"\nendpoint = \"{}\"\n\n[buckets.default]\nbackend = \"az\"\nbackend_bucket = \"zombie\"\n",
+            az.account(),
+            az.key(),
+            az.endpoint()
+        ),
+    )
+    .unwrap();
+    run_demo(Some(&config));
+    assert_eq!(
+        az.get_behind("zombie", "report.csv").as_deref(),
+        Some(&b"B: complete report"[..]),
+        "the object in the container is B's"
+    );
 }

@@ -1,9 +1,10 @@
 //! S3 parity (issue 14 §1): where a client looks, the gateway answers as AWS S3 does. Each
-//! behaviour is one test body, run on the fs backend and on the s3 backend over ministack in
-//! the safe mode (conditional commits), through aws-sdk-s3 as an unmodified client. Where
-//! fencegate differs on purpose, docs/s3.md's "Differences from S3" says so.
+//! behaviour is one test body, run on the fs backend, on the s3 backend over ministack in the
+//! safe mode (conditional commits) and on the azure backend over Azurite, through aws-sdk-s3
+//! as an unmodified client. Where fencegate differs on purpose, docs/s3.md's "Differences from
+//! S3" says so.
 
-use super::fixture::{on_both_backends, put, refused, Fx, Kind, PART};
+use super::fixture::{on_every_backend, put, refused, Fx, Kind, PART};
 use crate::common;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, EncodingType};
@@ -540,11 +541,13 @@ async fn raw_part(
 /// its multipart threshold into parts of its own); a part beyond them is 416
 /// InvalidPartNumber; a part number outside 1 to 10,000 or beside a Range is refused.
 async fn parts_by_number(kind: Kind) {
-    // A part the object lacks: 416 where fencegate knows the parts (fs); ministack answers
+    // A part the object lacks: 416 where fencegate knows the parts (fs, azure); ministack answers
     // the whole object for it, which does not say whether it lacks the part or ignores part
     // numbers (moto does), so the s3 backend answers 501 (review round 26, F4). AWS answers
     // 416 itself.
-    let beyond = if kind == Kind::Fs { 416 } else { 501 };
+    // The azure backend records the parts with the object, as fs does.
+    let known = matches!(kind, Kind::Fs | Kind::Azure);
+    let beyond = if known { 416 } else { 501 };
     let fx = Fx::start(kind).await;
     let c = fx.client();
     let id = start(&c, "mp").await;
@@ -615,7 +618,7 @@ async fn parts_by_number(kind: Kind) {
             .await,
     );
     assert_eq!(status, beyond);
-    if kind == Kind::Fs {
+    if known {
         assert_eq!(code, "InvalidPartNumber");
     }
     for number in [0, -1, 10_001] {
@@ -701,7 +704,7 @@ async fn parts_by_number(kind: Kind) {
             "HEAD part {number}"
         );
     }
-    // A number between them, or past them: absent (fs knows; ministack answers the whole
+    // A number between them, or past them: absent (fs and azure know; ministack answers the whole
     // object, which does not say whether it has no such part or ignores part numbers, so the
     // s3 backend answers 501 rather than guess: review round 26, F4).
     let (status, _, _, _) = refused(
@@ -712,7 +715,7 @@ async fn parts_by_number(kind: Kind) {
             .send()
             .await,
     );
-    assert_eq!(status, if kind == Kind::Fs { 416 } else { 501 });
+    assert_eq!(status, beyond);
     let (status, _, _, _) = refused(
         c.get_object()
             .bucket("bkt")
@@ -721,7 +724,7 @@ async fn parts_by_number(kind: Kind) {
             .send()
             .await,
     );
-    assert_eq!(status, if kind == Kind::Fs { 416 } else { 501 });
+    assert_eq!(status, beyond);
     let (head, _) = raw_part(&c, "gaps", 6, true).await;
     assert_eq!(head, status, "HEAD agrees");
 
@@ -774,6 +777,123 @@ async fn parts_by_number(kind: Kind) {
             .await,
     );
     assert_eq!((status, code.as_str()), (404, "NoSuchKey"));
+}
+
+/// azure: a multipart object whose parts fencegate did not record with it (completed by a
+/// fencegate before it kept them, or in more runs of part sizes than Azure's metadata holds)
+/// is refused by partNumber (501), never passed off as one part; it still reads whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_parts_not_recorded_are_not_guessed() {
+    let fx = Fx::start(Kind::Azure).await;
+    let c = fx.client();
+    put(&c, "bkt", "old", b"0123456789").await;
+    let az = fx.azurite();
+    let blob = "b/old";
+    let props = az.props_behind(super::fixture::STORE_BUCKET, blob);
+    let mut stored: serde_json::Value =
+        serde_json::from_str(props["metadata"]["fencegate"].as_str().unwrap()).unwrap();
+    assert!(stored.get("parts").is_none(), "written whole: {stored}");
+    // As a multipart completion without its parts would have stored it.
+    stored["etag"] = "\"0123456789abcdef0123456789abcdef-2\"".into();
+    az.put_behind_with(
+        super::fixture::STORE_BUCKET,
+        blob,
+        b"0123456789",
+        &[("fencegate", &stored.to_string())],
+    );
+    for number in [1, 2] {
+        let (status, code, _, _) = refused(
+            c.get_object()
+                .bucket("bkt")
+                .key("old")
+                .part_number(number)
+                .send()
+                .await,
+        );
+        assert_eq!(
+            (status, code.as_str()),
+            (501, "NotImplemented"),
+            "part {number}"
+        );
+    }
+    let got = c
+        .get_object()
+        .bucket("bkt")
+        .key("old")
+        .send()
+        .await
+        .unwrap();
+    let bytes = got.body.collect().await.unwrap().into_bytes();
+    assert_eq!(&bytes[..], b"0123456789");
+}
+
+/// azure: what fencegate keeps with a blob (metadata, tags, system headers, as JSON in one
+/// entry) must fit Azure's 8 KiB of metadata; past it a PutObject and a
+/// CreateMultipartUpload are refused up front with S3's 400 MetadataTooLarge, before any of
+/// the body is stored, instead of failing at the commit with the store's error (Azurite does
+/// not enforce the cap at all). Just under it, the write is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_metadata_past_azures_cap_is_refused_up_front() {
+    let fx = Fx::start(Kind::Azure).await;
+    let c = fx.client();
+    let long = "x".repeat(9000);
+    let (status, code, _, _) = refused(
+        c.put_object()
+            .bucket("bkt")
+            .key("wide")
+            .content_disposition(&long)
+            .body(ByteStream::from(vec![7u8; 2 * PART]))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "MetadataTooLarge"));
+    let (status, code, _, _) = refused(
+        c.create_multipart_upload()
+            .bucket("bkt")
+            .key("wide")
+            .content_disposition(&long)
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "MetadataTooLarge"));
+    let az = fx.azurite();
+    assert_eq!(
+        az.list_staged_behind(super::fixture::STORE_BUCKET, "b/.fencegate-probe/staging/"),
+        Vec::<String>::new(),
+        "nothing of the refused bodies was stored"
+    );
+    let fits = "x".repeat(7000);
+    c.put_object()
+        .bucket("bkt")
+        .key("wide")
+        .content_disposition(&fits)
+        .body(ByteStream::from_static(b"taken"))
+        .send()
+        .await
+        .unwrap();
+    let head = c
+        .head_object()
+        .bucket("bkt")
+        .key("wide")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_disposition(), Some(fits.as_str()));
+    let (status, code, _, _) = refused(
+        c.copy_object()
+            .bucket("bkt")
+            .key("wider")
+            .copy_source("bkt/wide")
+            .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+            .content_disposition(&long)
+            .send()
+            .await,
+    );
+    assert_eq!(
+        (status, code.as_str()),
+        (400, "MetadataTooLarge"),
+        "CopyObject"
+    );
 }
 
 /// moto answers GetObject `partNumber` on a multipart object with the whole object (and
@@ -1606,7 +1726,7 @@ async fn a_presigned_urls_amz_parameters_are_applied() {
     assert_eq!(head.content_length(), Some(6));
 }
 
-on_both_backends!(
+on_every_backend!(
     multipart_completion,
     metadata_values,
     multipart_checksums,

@@ -128,6 +128,11 @@ impl Fx {
         }
     }
 
+    /// The Azurite of a [`Kind::Azure`] fixture, to read and write around fencegate.
+    pub fn azurite(&self) -> &common::azurite::Azurite {
+        self._azurite.as_ref().expect("an azure fixture")
+    }
+
     /// The certificate an https fixture serves (and the CA to trust for it).
     pub fn ca_file(&self) -> std::path::PathBuf {
         self._dir.path().join("ca.pem")
@@ -189,6 +194,31 @@ macro_rules! on_both_backends {
     };
 }
 pub(crate) use on_both_backends;
+
+/// As [`on_both_backends`], and on the azure (Azurite) and gcs (the GCS double) backends too: the
+/// S3 conformance tests,
+/// which every backend must pass, or refuse as documented.
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod fs {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Kind::Fs).await })*
+        }
+        mod s3_safe {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Kind::S3Safe).await })*
+        }
+        mod azure {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Kind::Azure).await })*
+        }
+        mod gcs {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name(super::Kind::Gcs).await })*
+        }
+    };
+}
+pub(crate) use on_every_backend;
 
 /// The `<Code>` of an S3 error document (empty when there is none).
 pub fn error_code(xml: &str) -> String {
