@@ -8,6 +8,12 @@
 /// file (a rename changes it), so a pending intent records the staged file's version without
 /// it, and rows written before versions carried the ctime have none. Every version recorded
 /// after a commit carries it, which is what catches an in-place rewrite that restores the mtime.
+/// The pending version of a write whose store assigns the version only when it applies it
+/// (azure's ETag, gcs's generation): no store version equals it, so such a write whose answer
+/// was lost is never taken as landed by a version the store shows, an absent object least of
+/// all (a pending `None` means a delete).
+pub const UNKNOWN_UNTIL_APPLIED: &str = "fencegate:unknown-until-applied";
+
 pub fn same_version(recorded: Option<&str>, found: Option<&str>) -> bool {
     match (recorded, found) {
         (Some(r), Some(f)) if r != f => {

@@ -158,8 +158,9 @@ impl GateError {
             GateError::Backend(BackendError::Refused { status, .. }) => match status {
                 // What the request carried: its key, metadata, headers or body.
                 0 | 400 | 411 | 413 | 414 | 431 => 400,
-                // A conflicting request in progress on the store: nothing written, retry.
-                409 => 503,
+                // A conflicting request in progress on the store, or the store's own throttling:
+                // nothing written, retry.
+                409 | 429 => 503,
                 // The store refuses fencegate itself: its credentials or settings.
                 _ => 502,
             },
@@ -226,7 +227,9 @@ impl GateError {
     /// Seconds a client should wait before retrying, for `Retry-After`.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            GateError::Backend(BackendError::Throttled(_)) => Some(1),
+            GateError::Backend(
+                BackendError::Throttled(_) | BackendError::Refused { status: 429, .. },
+            ) => Some(1),
             // A store that does not answer: give it a few seconds.
             GateError::Backend(
                 BackendError::Timeout(_) | BackendError::Unreachable(_) | BackendError::Failing(_),

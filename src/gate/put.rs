@@ -306,7 +306,14 @@ impl Gate {
         object_row.version = expected.clone();
         object_row.etag = current_etag;
         object_row.pending = Some(Pending {
-            version: staged.version.clone(),
+            // A write always leaves an object: a version the store has yet to assign is
+            // unknown, never absent.
+            version: Some(
+                staged
+                    .version
+                    .clone()
+                    .unwrap_or_else(|| crate::version::UNKNOWN_UNTIL_APPLIED.into()),
+            ),
             etag: Some(staged.etag.clone()),
             answer: self.answer_for(
                 req,

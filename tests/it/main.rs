@@ -15,6 +15,7 @@ mod cluster;
 mod examples;
 mod gcs_backend;
 mod gcs_fake;
+mod gcs_faults;
 mod lease_reach;
 mod native;
 mod ops;

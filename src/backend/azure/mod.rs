@@ -358,7 +358,9 @@ impl Backend for AzureBackend {
         // A multipart object whose parts were not recorded (completed by an earlier
         // fencegate, or in more runs than fit in the metadata) is never passed off as one part.
         if let Some(info) = self.head_blob(key).await? {
-            if info.parts.is_empty() && crate::backend::stored_meta::multipart_etag_count(&info.etag).is_some() {
+            if info.parts.is_empty()
+                && crate::backend::stored_meta::multipart_etag_count(&info.etag).is_some()
+            {
                 return Err(BackendError::Unsupported(
                     "GetObject and HeadObject by partNumber of this multipart object on azure (its parts were not recorded with it); read the part by Range",
                 ));

@@ -337,6 +337,8 @@ impl GcsClient {
             builder = builder.bearer_auth(self.bearer().await?);
         }
         builder = match req.body {
+            // No stream at all for no bytes: an empty stream is sent chunked.
+            Some(body) if body.is_empty() => builder.header("content-length", 0),
             Some(body) => builder
                 .header("content-length", body.len())
                 .body(reqwest::Body::wrap_stream(body.stream())),
@@ -373,7 +375,8 @@ impl GcsClient {
                     BackendError::Timeout(_)
                     | BackendError::Unreachable(_)
                     | BackendError::Throttled(_)
-                    | BackendError::Failing(_),
+                    | BackendError::Failing(_)
+                    | BackendError::Refused { status: 429, .. },
                 )) if attempt < self.read_attempts => {
                     tokio::time::sleep(Duration::from_millis(100 << attempt.min(5))).await;
                     attempt += 1;
@@ -441,10 +444,12 @@ fn rsa_key(pem: &str) -> Result<RsaKeyPair, String> {
 fn error_of(text: &str) -> (String, String) {
     if let Some(code) = between(text, "<Code>", "</Code>") {
         let message = between(text, "<Message>", "</Message>").unwrap_or_default();
-        return (
-            code.to_string(),
-            message.lines().next().unwrap_or("").to_string(),
-        );
+        let mut message = message.lines().next().unwrap_or("").to_string();
+        // GCS says there what exactly it refused (which precondition, which digest).
+        if let Some(details) = between(text, "<Details>", "</Details>").filter(|d| !d.is_empty()) {
+            message = format!("{message} ({})", details.lines().next().unwrap_or(""));
+        }
+        return (code.to_string(), message);
     }
     let json: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
     let error = &json["error"];
@@ -480,13 +485,18 @@ fn canonical_query(params: &[(String, String)]) -> String {
 }
 
 /// The canonical request (cloud.google.com, "Canonical requests"): the headers lowercased
-/// and sorted, values trimmed with inner runs of spaces made one, the payload unsigned.
+/// and sorted, values trimmed with inner runs of spaces made one; the payload unsigned, unless
+/// a signed x-goog-content-sha256 binds the body to the signature in its place.
 fn canonical_request(
     method: &str,
     path: &str,
     query: &str,
     headers: &[(String, String)],
 ) -> String {
+    let payload = headers
+        .iter()
+        .find(|(n, _)| n == "x-goog-content-sha256")
+        .map_or("UNSIGNED-PAYLOAD", |(_, v)| v.as_str());
     let mut lines = String::new();
     let mut names = Vec::new();
     for (name, value) in headers {
@@ -495,7 +505,7 @@ fn canonical_request(
         names.push(name.as_str());
     }
     format!(
-        "{method}\n{path}\n{query}\n{lines}\n{}\nUNSIGNED-PAYLOAD",
+        "{method}\n{path}\n{query}\n{lines}\n{}\n{payload}",
         names.join(";")
     )
 }

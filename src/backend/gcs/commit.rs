@@ -8,6 +8,9 @@ use super::errors::GcsFailure;
 use super::pieces::{compose_request, content_type, generation_of};
 use super::*;
 
+/// The MD5 of no bytes, base64.
+const EMPTY_MD5: &str = "1B2M2Y8AsgTpgAmY7PhCfg==";
+
 impl GcsBackend {
     /// After a commit whose outcome is unknown: the object, if it is the one this commit wrote.
     pub(super) async fn landed(&self, staged: &Staged, commit: &str) -> Option<ObjectInfo> {
@@ -61,15 +64,31 @@ impl GcsBackend {
         let op = match &staging.from {
             Source::Spooled(body) => {
                 req = req.body(body.clone());
-                if let Some(md5) = meta::content_md5(&staged.etag) {
-                    req = req.header("content-md5", md5);
+                match meta::content_md5(&staged.etag) {
+                    Some(md5) => req = req.header("content-md5", md5),
+                    // An upload of empty parts (its ETag is S3's multipart one): the MD5 of
+                    // nothing, so its bytes are pinned as every other body's.
+                    None if body.is_empty() => {
+                        req = req.header("content-md5", EMPTY_MD5);
+                    }
+                    None => {}
                 }
                 "PUT Object"
             }
             Source::Pieces { pieces, .. } => {
                 let (sources, intermediate) = self.fold_pieces(pieces).await?;
                 made = intermediate;
-                req = req.query("compose", "").body(compose_request(&sources));
+                let body = compose_request(&sources);
+                // The source list is signed with the request, so a held compose cannot be
+                // altered to take other pieces.
+                if let Some(bytes) = body.bytes() {
+                    use sha2::Digest;
+                    req = req.header(
+                        "x-goog-content-sha256",
+                        hex::encode(sha2::Sha256::digest(bytes)),
+                    );
+                }
+                req = req.query("compose", "").body(body);
                 "Compose"
             }
         };
@@ -85,11 +104,24 @@ impl GcsBackend {
                     found: self.version(&staged.bucket, &staged.key).await?,
                 })
             }
+            // A definite answer (nothing was applied), so the key is not held.
             Err(GcsFailure::NotFound) => {
-                return Err(BackendError::Failing(format!(
-                    "{op} of {}: the bucket or a staged piece is gone; send the object again",
-                    staged.key
-                )))
+                return Err(match &staging.from {
+                    Source::Pieces { owned: false, .. } => BackendError::Invalid {
+                        code: "InvalidPart",
+                        message: format!("a stored piece of this upload's parts is gone from the store (a lifecycle rule on .fencegate-probe/?); upload the parts again, then complete: {}", staged.key),
+                    },
+                    Source::Pieces { .. } => BackendError::Refused {
+                        status: 409,
+                        code: "StagedPieceGone".into(),
+                        message: format!("a staged piece of the body of {} is gone from the store (a lifecycle rule on .fencegate-probe/?); nothing was written, send the object again", staged.key),
+                    },
+                    Source::Spooled(_) => BackendError::Refused {
+                        status: 404,
+                        code: "NoSuchBucket".into(),
+                        message: format!("the store has no bucket {:?}; nothing was written", self.bucket),
+                    },
+                })
             }
             Err(f) if f.outcome_unknown() => {
                 // Never re-sent: a late duplicate could land after a newer token's commit.
@@ -110,7 +142,7 @@ impl GcsBackend {
             Err(f) => return Err(f.into_backend(op)),
         };
         let generation = generation_of(&answer, op)?;
-        if let Source::Spooled(_) = &staging.from {
+        if let (Source::Spooled(_), Some(_)) = (&staging.from, meta::content_md5(&staged.etag)) {
             // The service checked the body against Content-MD5; an answer naming another
             // digest means something between kept other bytes.
             if let Some(kept) = meta::md5_of(answer.headers()) {

@@ -44,6 +44,14 @@ pub fn answered(op: &str, status: u16, code: &str, message: &str) -> GcsFailure 
         (400, "ExpiredToken") => GcsFailure::Fault(BackendError::Expired(short)),
         (404, _) => GcsFailure::NotFound,
         (412, _) => GcsFailure::Precondition,
+        // GCS's own answer (its error body names a code): the request was not applied. GCS
+        // throttles more than about one write a second to one object name, and a hot key must
+        // not be held as if the write might still land.
+        (429, c) if !c.is_empty() => GcsFailure::Fault(BackendError::Refused {
+            status: 429,
+            code: c.to_string(),
+            message: format!("{short}; nothing was written, retry"),
+        }),
         (429 | 503, _) => GcsFailure::Fault(BackendError::Throttled(short)),
         (408 | 504, _) => GcsFailure::Fault(BackendError::Timeout(short)),
         (400..=499, _) => GcsFailure::Fault(BackendError::Refused {

@@ -1,8 +1,9 @@
 //! Bodies larger than one block, and multipart uploads, as staging objects of one block each
 //! that only fencegate writes, composed onto the object by the commit. A large body streams
 //! into `<prefix>.fencegate-probe/staging/<id>/<index>` one spooled block at a time; a
-//! multipart upload's parts go to `.../uploads/<upload>/<part>.<part's MD5>.<index>`, so the
-//! completion finds the pieces of exactly the parts it was given. Each piece carries its
+//! multipart upload's parts go to `.../uploads/<upload>/<part>.<part's MD5>.<count>-<index>`,
+//! so the completion finds the pieces of exactly the parts it was given, and one whole set of
+//! them (a part sent again with another block size leaves a set of another count beside it). Each piece carries its
 //! Content-MD5, so the service refuses other bytes, and is pinned by its generation when
 //! composed, so a piece written again later cannot change what a commit takes.
 
@@ -262,8 +263,9 @@ impl GcsBackend {
         }
         let md5 = hex::encode(whole.finalize());
         let prefix = self.upload_prefix(handle);
+        let count = blocks.len();
         for (i, (block, digest)) in blocks.iter().enumerate() {
-            let name = format!("{prefix}{number:05}.{md5}.{i:05}");
+            let name = format!("{prefix}{number:05}.{md5}.{count:05}-{i:05}");
             self.put_piece(&name, block, digest).await?;
         }
         Ok(PartInfo {
@@ -303,19 +305,16 @@ impl GcsBackend {
                 part.number,
                 part.etag.trim_matches('"')
             );
-            let mut mine: Vec<&(String, String)> =
-                have.iter().filter(|(n, _)| n.starts_with(&stem)).collect();
-            if mine.is_empty() {
+            let Some(set) = whole_set(&have, &stem) else {
                 return Err(BackendError::Invalid {
                     code: "InvalidPart",
                     message: format!(
-                        "part {} with ETag {} is not stored for this upload; upload it again",
+                        "part {} with ETag {} is not stored whole for this upload; upload it again",
                         part.number, part.etag
                     ),
                 });
-            }
-            mine.sort();
-            pieces.extend(mine.into_iter().cloned());
+            };
+            pieces.extend(set);
         }
         let from = match pieces.is_empty() {
             // Compose needs a source: an upload of empty parts is an empty body.
@@ -340,6 +339,31 @@ impl GcsBackend {
             meta,
         })
     }
+}
+
+/// The pieces named `<stem><count>-<index>` of one set whose every index below its count is
+/// stored, in order. Two whole sets of one part (sent twice with different block sizes) hold
+/// the same bytes, as the part's MD5 in the stem says, so either will do.
+fn whole_set(have: &[(String, String)], stem: &str) -> Option<Vec<(String, String)>> {
+    let mut sets: std::collections::BTreeMap<usize, Vec<(usize, &(String, String))>> =
+        Default::default();
+    for piece in have {
+        let Some(rest) = piece.0.strip_prefix(stem) else {
+            continue;
+        };
+        let Some((count, index)) = rest.split_once('-') else {
+            continue;
+        };
+        if let (Ok(count), Ok(index)) = (count.parse::<usize>(), index.parse::<usize>()) {
+            sets.entry(count).or_default().push((index, piece));
+        }
+    }
+    sets.into_iter().find_map(|(count, mut pieces)| {
+        pieces.sort();
+        pieces.dedup_by_key(|(i, _)| *i);
+        let whole = pieces.len() == count && pieces.iter().enumerate().all(|(i, (n, _))| i == *n);
+        whole.then(|| pieces.into_iter().map(|(_, p)| p.clone()).collect())
+    })
 }
 
 /// The XML API's compose body: each source by name, pinned to its generation.
@@ -379,6 +403,34 @@ mod tests {
         for name in ["a/b", "a b%+&?#=~", "é😀", "a./b", "..a", &"a".repeat(1024)] {
             assert!(refuse_unstorable(name).is_ok(), "{name:?}");
         }
+    }
+
+    /// Review finding: a part sent again after a restart with another block size rewrote only
+    /// its first piece, and the completion composed the new set and the old one's rest. Only
+    /// one whole set is taken.
+    #[test]
+    fn one_whole_set_of_a_parts_pieces_is_taken() {
+        let have: Vec<(String, String)> = [
+            ("u/00001.ab.00003-00000", "1"),
+            ("u/00001.ab.00003-00001", "2"),
+            ("u/00001.ab.00003-00002", "3"),
+            ("u/00001.ab.00001-00000", "4"),
+            ("u/00002.cd.00002-00000", "5"),
+        ]
+        .iter()
+        .map(|(n, g)| (n.to_string(), g.to_string()))
+        .collect();
+        let set = whole_set(&have, "u/00001.ab.").unwrap();
+        assert_eq!(
+            set,
+            vec![("u/00001.ab.00001-00000".to_string(), "4".to_string())]
+        );
+        assert_eq!(
+            whole_set(&have, "u/00002.cd."),
+            None,
+            "a set missing a piece"
+        );
+        assert_eq!(whole_set(&have[..3], "u/00001.ab.").unwrap().len(), 3);
     }
 
     #[test]

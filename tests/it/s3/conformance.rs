@@ -541,12 +541,12 @@ async fn raw_part(
 /// its multipart threshold into parts of its own); a part beyond them is 416
 /// InvalidPartNumber; a part number outside 1 to 10,000 or beside a Range is refused.
 async fn parts_by_number(kind: Kind) {
-    // A part the object lacks: 416 where fencegate knows the parts (fs, azure); ministack answers
+    // A part the object lacks: 416 where fencegate knows the parts (fs, azure, gcs); ministack answers
     // the whole object for it, which does not say whether it lacks the part or ignores part
     // numbers (moto does), so the s3 backend answers 501 (review round 26, F4). AWS answers
     // 416 itself.
-    // The azure backend records the parts with the object, as fs does.
-    let known = matches!(kind, Kind::Fs | Kind::Azure);
+    // The azure and gcs backends record the parts with the object, as fs does.
+    let known = matches!(kind, Kind::Fs | Kind::Azure | Kind::Gcs);
     let beyond = if known { 416 } else { 501 };
     let fx = Fx::start(kind).await;
     let c = fx.client();
