@@ -13,7 +13,7 @@
 //! absent keys included, through the S3 gateway and the native API), `wrap` (tokens at the top
 //! of u64), `bound_race` (a bound lease grant racing a foreign writer) and `scope_switch`
 //! (header scopes: writing an object under another scope name). Each runs alone
-//! (`scripts/torture --class NAME [--backend fs|s3|s3safe]`), a few seconds in CI (or
+//! (`scripts/torture --class NAME [--backend fs|s3|s3safe|azure]`), a few seconds in CI (or
 //! FENCEGATE_TORTURE_SECS), records a history and has a checker; each checker is fed a
 //! synthetic bad history in CI (`checker_self_test_*`) and must flag it. FENCEGATE_BIN runs
 //! everything against another fencegate binary; FENCEGATE_TORTURE_HISTORY=DIR keeps the
@@ -25,7 +25,8 @@
 //!
 //! The s3 backend runs on two stores: `s3` is moto with `unsafe_no_conditional_writes` (moto
 //! ignores If-Match on CompleteMultipartUpload), `s3safe` is ministack with no opt-in, where
-//! every commit is conditional (the mode fencegate is meant to run in).
+//! every commit is conditional (the mode fencegate is meant to run in). `azure` is the azure
+//! backend on Azurite (lists, deletes, bound_race, scope_switch).
 
 #[path = "torture/bound_race.rs"]
 mod bound_race;
