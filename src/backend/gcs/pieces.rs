@@ -341,12 +341,14 @@ impl GcsBackend {
     }
 }
 
+/// A stored piece: its name and generation.
+type Piece = (String, String);
+
 /// The pieces named `<stem><count>-<index>` of one set whose every index below its count is
 /// stored, in order. Two whole sets of one part (sent twice with different block sizes) hold
 /// the same bytes, as the part's MD5 in the stem says, so either will do.
-fn whole_set(have: &[(String, String)], stem: &str) -> Option<Vec<(String, String)>> {
-    let mut sets: std::collections::BTreeMap<usize, Vec<(usize, &(String, String))>> =
-        Default::default();
+fn whole_set(have: &[Piece], stem: &str) -> Option<Vec<Piece>> {
+    let mut sets: std::collections::BTreeMap<usize, Vec<(usize, &Piece)>> = Default::default();
     for piece in have {
         let Some(rest) = piece.0.strip_prefix(stem) else {
             continue;
