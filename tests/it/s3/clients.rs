@@ -72,7 +72,8 @@ fn python_lease_example_runs() {
 /// get, a multipart upload, a paged listing whose page ends on a prefix, a presigned GET made
 /// with the client's defaults, a stale write refused in one request, and a lease-bound delete
 /// on a `required` bucket; on the fs backend and on the s3 backend over ministack, over http
-/// and over https (each client trusting the certificate, with its default settings).
+/// and over https (each client trusting the certificate, with its default settings), and over
+/// https on the azure backend (Azurite) and the gcs backend (the GCS double).
 async fn every_client_through_the_list(kind: super::fixture::Kind, tls: bool) {
     let root = env!("CARGO_MANIFEST_DIR");
     let python = format!("{root}/.venv/bin/python");
@@ -127,4 +128,14 @@ async fn every_client_over_tls_on_fs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_client_over_tls_on_s3_over_ministack() {
     every_client_through_the_list(super::fixture::Kind::S3Safe, true).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_client_over_tls_on_azure() {
+    every_client_through_the_list(super::fixture::Kind::Azure, true).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_client_over_tls_on_gcs() {
+    every_client_through_the_list(super::fixture::Kind::Gcs, true).await
 }
