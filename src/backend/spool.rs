@@ -332,6 +332,36 @@ pub struct SpooledPart {
 }
 
 impl Spooler {
+    /// Spools a whole part block by block, each block of `block` bytes at most: the non-empty
+    /// blocks with their MD5s, then the part's MD5 (hex) and size. The store backends that
+    /// upload a part as blocks (azure) or pieces (gcs) need the part's MD5, which names them,
+    /// before the first goes out.
+    pub async fn spool_blocks(
+        &self,
+        mut body: ByteStream,
+        block: u64,
+    ) -> Result<(Vec<(Spooled, Vec<u8>)>, String, u64), BackendError> {
+        let mut reader = PartReader {
+            body: &mut body,
+            held: None,
+        };
+        let mut size = 0u64;
+        let mut whole = Md5::new();
+        let mut blocks = Vec::new();
+        loop {
+            let part = self
+                .spool_part(&mut reader, block, &mut size, Some(&mut whole))
+                .await?;
+            let ended = part.ended;
+            if !part.body.is_empty() {
+                blocks.push((part.body, part.md5.finalize().to_vec()));
+            }
+            if ended {
+                return Ok((blocks, hex::encode(whole.finalize()), size));
+            }
+        }
+    }
+
     /// Spools the body's next part: up to `limit` bytes, or to the body's end. A chunk that
     /// straddles the limit is split, its rest held back for the next part. `whole`, the digest
     /// of the body so far, takes the part's bytes too.

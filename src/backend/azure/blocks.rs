@@ -11,7 +11,7 @@ use super::*;
 use crate::backend::multipart_etag;
 use crate::backend::spool::{PartReader, SpooledPart};
 use base64::Engine;
-use md5::{Digest, Md5};
+use md5::Digest;
 
 /// The Content-Type a blob is stored with: AWS's `binary/octet-stream` for an object written
 /// without one, as the s3 backend stores it.
@@ -228,29 +228,9 @@ impl AzureBackend {
         &self,
         handle: &str,
         number: i32,
-        mut body: ByteStream,
+        body: ByteStream,
     ) -> Result<PartInfo, BackendError> {
-        let mut reader = PartReader {
-            body: &mut body,
-            held: None,
-        };
-        let mut size = 0u64;
-        let mut whole = Md5::new();
-        let mut blocks = Vec::new();
-        loop {
-            let block = self
-                .spooler
-                .spool_part(&mut reader, self.block_size, &mut size, Some(&mut whole))
-                .await?;
-            let ended = block.ended;
-            if !block.body.is_empty() {
-                blocks.push((block.body, block.md5.finalize()));
-            }
-            if ended {
-                break;
-            }
-        }
-        let md5 = hex::encode(whole.finalize());
+        let (blocks, md5, size) = self.spooler.spool_blocks(body, self.block_size).await?;
         let blob = self.upload_blob(handle);
         for (i, (block, digest)) in blocks.iter().enumerate() {
             let id = block_id(&format!("{number:05}.{md5}.{i:05}"));

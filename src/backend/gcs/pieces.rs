@@ -12,7 +12,7 @@ use super::*;
 use crate::backend::multipart_etag;
 use crate::backend::spool::{PartReader, SpooledPart};
 use base64::Engine;
-use md5::{Digest, Md5};
+use md5::Digest;
 
 /// The most sources one compose takes.
 pub(super) const COMPOSE_MAX: usize = 32;
@@ -239,29 +239,9 @@ impl GcsBackend {
         &self,
         handle: &str,
         number: i32,
-        mut body: ByteStream,
+        body: ByteStream,
     ) -> Result<PartInfo, BackendError> {
-        let mut reader = PartReader {
-            body: &mut body,
-            held: None,
-        };
-        let mut size = 0u64;
-        let mut whole = Md5::new();
-        let mut blocks = Vec::new();
-        loop {
-            let block = self
-                .spooler
-                .spool_part(&mut reader, self.block_size, &mut size, Some(&mut whole))
-                .await?;
-            let ended = block.ended;
-            if !block.body.is_empty() {
-                blocks.push((block.body, block.md5.finalize()));
-            }
-            if ended {
-                break;
-            }
-        }
-        let md5 = hex::encode(whole.finalize());
+        let (blocks, md5, size) = self.spooler.spool_blocks(body, self.block_size).await?;
         let prefix = self.upload_prefix(handle);
         let count = blocks.len();
         for (i, (block, digest)) in blocks.iter().enumerate() {
