@@ -177,6 +177,12 @@ pub struct Pending {
     /// synced with the intent, so that a retry after a crash finds it (`gate::idempotency`).
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "i")]
     pub answer: Option<(String, Answered)>,
+    /// Single instance, on a store whose requests can land late: the backend's bound on a
+    /// request in flight (ms) when this intent was written, which the request was signed
+    /// with. After a crash the object is held for at least this long from the restart, even
+    /// if the restarted configuration's bound is shorter.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "b")]
+    pub in_flight_bound_ms: Option<u64>,
 }
 
 /// What an idempotent request answered (or will, once its commit lands).

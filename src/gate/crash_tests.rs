@@ -376,14 +376,15 @@ impl crate::fence::scripted::Script for Dead {
 /// held back like a lost answer (503 CommitUnresolved) until the store shows the request's
 /// outcome or the backend's bound from the restart has passed, so the late request cannot undo
 /// the acknowledged delete. Returns what the object holds at the end and the delete's first
-/// answer. `bound`: the store's bound (`None`, the negative control: a store whose requests
-/// cannot land late, which the restarted gate believes).
+/// answer. `bounds`: the store's bound before the crash and after the restart (`None`, the
+/// negative control: a store whose requests cannot land late, which the restarted gate
+/// believes).
 async fn killed_mid_commit(
-    bound: Option<std::time::Duration>,
+    bounds: [Option<std::time::Duration>; 2],
 ) -> (Option<Bytes>, Result<Written, GateError>) {
     let table = Arc::new(MemoryFenceStore::new());
     let objects = Arc::new(MemoryBackend::new());
-    let late = |hold| {
+    let late = |hold, bound| {
         Arc::new(Scripted::new(
             objects.clone(),
             LateStore {
@@ -395,7 +396,7 @@ async fn killed_mid_commit(
             },
         ))
     };
-    let first = late(true);
+    let first = late(true, bounds[0]);
     let dying = Arc::new(crate::fence::scripted::Scripted::new(
         table.clone(),
         Dead {
@@ -410,7 +411,7 @@ async fn killed_mid_commit(
     // kill -9: the table keeps what was synced; the request is still in the network.
     dying.dead.store(true, Ordering::SeqCst);
     table.lose_unsynced();
-    let g = gate(table.clone(), late(false));
+    let g = gate(table.clone(), late(false, bounds[1]));
     let answer = g.delete(req("k", 6)).await;
     // The late request lands now.
     let _ = first.land.send(true);
@@ -429,14 +430,25 @@ async fn killed_mid_commit(
 
 #[tokio::test]
 async fn an_intent_left_by_a_crash_is_held_back_on_a_store_that_lands_late() {
-    let (bytes, answer) = killed_mid_commit(Some(std::time::Duration::from_millis(500))).await;
+    let bound = Some(std::time::Duration::from_millis(500));
+    let (bytes, answer) = killed_mid_commit([bound, bound]).await;
+    assert_eq!(answer.unwrap_err().code(), "CommitUnresolved");
+    assert_eq!(bytes, None, "the acknowledged delete stands");
+}
+
+/// The bound is lowered across the restart (a shorter `commit_deadline_secs`): the request in
+/// flight was made with the old one, which its intent recorded, so the hold keeps to that.
+#[tokio::test]
+async fn a_bound_lowered_across_the_crash_does_not_shorten_the_hold() {
+    let ms = |n| Some(std::time::Duration::from_millis(n));
+    let (bytes, answer) = killed_mid_commit([ms(500), ms(0)]).await;
     assert_eq!(answer.unwrap_err().code(), "CommitUnresolved");
     assert_eq!(bytes, None, "the acknowledged delete stands");
 }
 
 #[tokio::test]
 async fn negative_control_without_the_hold_the_late_request_undoes_the_delete() {
-    let (bytes, answer) = killed_mid_commit(None).await;
+    let (bytes, answer) = killed_mid_commit([None, None]).await;
     assert_eq!(answer.unwrap().existed, Some(false));
     assert_eq!(
         bytes.as_deref(),

@@ -149,6 +149,7 @@ impl Gate {
         object_row.version = Some(expected.clone());
         object_row.pending = Some(Pending {
             answer: self.answer_for(req, token.map(|t| t.0), (None, 0, Some(true))),
+            in_flight_bound_ms: self.recorded_bound(entry),
             ..Pending::default()
         });
         // Cluster mode: the delete's request gets a deadline, on its intent (see `Gate::record_intent`, put.rs).

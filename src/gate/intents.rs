@@ -55,12 +55,20 @@ impl Gate {
             (Some(until), _) => until,
             // An intent with no deadline was left by a process that stopped mid-commit (a
             // crash, kill -9): its request may still be on its way to the store. On a store
-            // whose requests can land late, it is held back like a lost answer, for the
-            // backend's bound from this start.
-            (None, Some(_)) if self.intents.is_none() => match entry.backend.in_flight_bound() {
-                Some(bound) => self.started_ms.saturating_add(bound.as_millis() as u64),
-                None => return Ok(()),
-            },
+            // whose requests can land late, it is held back like a lost answer, from this
+            // start (after the request was sent) for the longer of the backend's bound now and
+            // the one the request was made with: a configuration lowered across the restart
+            // does not shorten a signed request's validity.
+            (None, Some(pending)) if self.intents.is_none() => {
+                let now_bound = entry
+                    .backend
+                    .in_flight_bound()
+                    .map(|b| b.as_millis() as u64);
+                match now_bound.max(pending.in_flight_bound_ms) {
+                    Some(bound) => self.started_ms.saturating_add(bound),
+                    None => return Ok(()),
+                }
+            }
             (None, _) => return Ok(()),
         };
         if now >= until {
@@ -147,6 +155,17 @@ impl Gate {
         row.pending = None;
         row.unresolved_until_ms = None;
         Ok(())
+    }
+
+    /// Single instance, for a commit or delete about to record its intent: the backend's bound
+    /// on a request in flight, kept on the intent for [`Gate::still_unresolved`] after a crash.
+    /// `None` in cluster mode, where the intent carries its deadline instead.
+    pub(super) fn recorded_bound(&self, entry: &BucketEntry) -> Option<u64> {
+        if self.intents.is_some() {
+            return None;
+        }
+        let bound = entry.backend.in_flight_bound()?;
+        Some(u64::try_from(bound.as_millis()).unwrap_or(u64::MAX))
     }
 
     /// Cluster mode, for a commit or delete about to record its intent: the time after which

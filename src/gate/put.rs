@@ -320,6 +320,7 @@ impl Gate {
                 token.map(|t| t.0),
                 (Some(staged.etag.clone()), staged.size, None),
             ),
+            in_flight_bound_ms: self.recorded_bound(entry),
         });
         let rev = self
             .save(
