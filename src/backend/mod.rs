@@ -21,6 +21,8 @@ pub mod spool;
 pub mod store_http;
 #[cfg(any(feature = "azure", feature = "gcs"))]
 pub mod stored_meta;
+#[cfg(any(feature = "azure", feature = "gcs"))]
+pub mod strict;
 
 pub use meta::{
     decode_tags, encode_tags, encoded_word_needed, printable, BodyChecksums, KeptChecksum,

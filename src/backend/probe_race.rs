@@ -2,6 +2,16 @@
 //! exactly one may win, and the object must then hold the winner's bytes. A store that checks
 //! and then writes, without a lock between, passes every check made alone and fails this.
 
+/// One writer's answer in a race.
+pub enum Answer {
+    /// A 2xx.
+    Won,
+    /// The condition refused it (412, or 409 as AWS answers a collision in flight).
+    Refused,
+    /// Anything else, in words.
+    Failed(String),
+}
+
 /// One race's outcome.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Race {
@@ -23,6 +33,53 @@ pub struct Race {
 }
 
 impl Race {
+    /// The race of `operation` with `condition`, from its writers' answers in order; with
+    /// exactly one winner, also its index (whose bytes the object must then hold).
+    pub fn tally(
+        operation: &'static str,
+        condition: &'static str,
+        answers: Vec<Answer>,
+    ) -> (Race, Option<usize>) {
+        let mut race = Race {
+            operation,
+            condition,
+            writers: answers.len(),
+            won: 0,
+            refused: 0,
+            kept_winner: None,
+            failed: 0,
+            first_failure: None,
+        };
+        let mut winner = None;
+        for (i, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Answer::Won => {
+                    race.won += 1;
+                    winner = Some(i);
+                }
+                Answer::Refused => race.refused += 1,
+                Answer::Failed(e) => {
+                    race.failed += 1;
+                    race.first_failure.get_or_insert(e);
+                }
+            }
+        }
+        let winner = winner.filter(|_| race.won == 1);
+        (race, winner)
+    }
+
+    /// A race every writer lost by the condition: no condition explains it, since the object
+    /// was new, so the service refuses what it should take.
+    pub fn nobody_won(&self) -> Option<String> {
+        (self.won == 0 && self.failed == 0).then(|| {
+            format!(
+                "the service refused all {} writers creating one new object with {}, which no condition explains",
+                self.writers,
+                self.names()
+            )
+        })
+    }
+
     pub fn held(&self) -> bool {
         self.won == 1 && self.kept_winner == Some(true) && self.failed == 0
     }

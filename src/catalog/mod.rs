@@ -5,18 +5,16 @@
 //! owns the start-up checks that run on every bucket (`startup.rs`). On a shared fence table
 //! the created buckets are its records instead, for every instance (`shared.rs`).
 
-#[cfg(feature = "azure")]
-mod azure;
 #[cfg(any(feature = "s3", feature = "azure", feature = "gcs"))]
 mod claim;
-#[cfg(feature = "gcs")]
-mod gcs;
 #[cfg(feature = "s3")]
 mod s3;
 mod shared;
 mod startup;
 #[cfg(any(feature = "s3", feature = "azure", feature = "gcs"))]
 pub mod store_probe;
+#[cfg(any(feature = "azure", feature = "gcs"))]
+mod strict;
 
 pub use startup::{build, build_gate, record_scope, StartupError};
 

@@ -22,13 +22,13 @@ pub mod probe;
 mod sweep;
 
 pub use client::AzureClient;
-pub use probe::probe_conditions;
 
 use super::spool::{Spooled, Spooler};
 use super::{
     part_of_whole, Backend, BackendError, BodyError, ByteStream, ListPage, ObjectInfo, ObjectMeta,
     ObjectPart, PartInfo, Staged, StagedBody,
 };
+use crate::backend::strict::random_id;
 use async_trait::async_trait;
 use client::Request;
 use errors::AzFailure;
@@ -81,10 +81,6 @@ pub struct AzureBackend {
     /// Where the service's listing goes on after a page fencegate answered, by (prefix, the
     /// page's last key): Azure continues a listing by an opaque marker, not by a key.
     markers: parking_lot::Mutex<std::collections::HashMap<(String, String), String>>,
-}
-
-fn random_id() -> String {
-    hex::encode(rand::random::<[u8; 16]>())
 }
 
 impl AzureBackend {

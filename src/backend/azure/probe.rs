@@ -7,8 +7,9 @@
 use super::client::Request;
 use super::errors::AzFailure;
 use super::{random_id, AzureBackend};
-use crate::backend::probe_race::Race;
+use crate::backend::probe_race::{Answer, Race};
 use crate::backend::spool::Spooled;
+use crate::backend::strict::{StrictProbe, StrictStore};
 use crate::backend::BackendError;
 use reqwest::Method;
 
@@ -22,45 +23,6 @@ pub const CONDITIONS: [&str; 7] = [
     "If-Match on Delete Blob",
     "Content-MD5 on Put Blob",
 ];
-
-/// Concurrent writers in the race, at start-up and by default in `probe-store`.
-pub const RACERS: usize = 8;
-
-/// What the probe found: the conditions the service ignores (empty: all honoured), and the
-/// race of writers creating one blob.
-#[derive(Debug)]
-pub struct AzureProbe {
-    pub ignored: Vec<&'static str>,
-    pub race: Race,
-}
-
-impl AzureProbe {
-    pub fn safe(&self) -> bool {
-        self.ignored.is_empty() && self.race.held()
-    }
-
-    /// What the race found, in words.
-    pub fn race_result(&self) -> String {
-        self.race.result()
-    }
-
-    /// Why the service cannot be fenced, for the start-up refusal.
-    pub fn refusal(&self, location: &str) -> String {
-        let mut what = self.ignored.join(", ");
-        if !self.race.held() {
-            if !what.is_empty() {
-                what += "; ";
-            }
-            what += &format!(
-                "{} writers racing with {}: {}, where exactly 1 must win and be kept",
-                self.race.writers,
-                self.race.names(),
-                self.race_result()
-            );
-        }
-        format!("the blob service at {location} does not honour what fencegate's commits rely on ({what}); a stale write could overwrite a newer one, so fencegate does not serve it. Use Azure Blob Storage itself or Azurite 3.37 or later")
-    }
-}
 
 fn body(text: impl Into<String>) -> Spooled {
     bytes::Bytes::from(text.into()).into()
@@ -119,33 +81,67 @@ fn scratch(backend: &AzureBackend, run: &str) -> [String; 3] {
     ]
 }
 
-/// A new probe run's name.
-pub fn new_run() -> String {
-    random_id()
-}
+#[async_trait::async_trait]
+impl StrictStore for AzureBackend {
+    const KIND: &'static str = "azure";
+    const BUCKET_WORD: &'static str = "container";
+    const CONDITIONS: &'static [&'static str] = &CONDITIONS;
+    const RACERS: usize = 8;
+    const CLOCK_MARGIN: std::time::Duration = super::CLOCK_MARGIN;
+    const CREDENTIAL: &'static str = "SAS";
 
-/// Deletes the scratch blobs of probe run `run` (after it ended, or was interrupted).
-pub async fn remove_run(backend: &AzureBackend, run: &str) {
-    for blob in scratch(backend, run) {
-        backend.drop_staging(&blob).await;
+    fn location(&self) -> String {
+        AzureBackend::location(self)
     }
-}
 
-/// Runs the probe on `backend`'s container and prefix, deleting what it wrote.
-pub async fn probe_conditions(backend: &AzureBackend) -> Result<AzureProbe, String> {
-    probe_run(backend, &new_run(), RACERS).await
-}
+    fn store_bucket(&self) -> &str {
+        self.container()
+    }
 
-/// [`probe_conditions`] as run `run`, with `writers` in the race.
-pub async fn probe_run(
-    backend: &AzureBackend,
-    run: &str,
-    writers: usize,
-) -> Result<AzureProbe, String> {
-    let [a, b, race] = scratch(backend, run);
-    let result = probe(backend, &a, &b, &race, writers).await;
-    remove_run(backend, run).await;
-    result
+    fn prefix(&self) -> &str {
+        AzureBackend::prefix(self)
+    }
+
+    fn refusal(&self, probe: &StrictProbe) -> String {
+        format!("the blob service at {} does not honour what fencegate's commits rely on ({}); a stale write could overwrite a newer one, so fencegate does not serve it. Use Azure Blob Storage itself or Azurite 3.37 or later", self.location(), probe.lacking())
+    }
+
+    async fn check_exists(&self) -> Result<(), BackendError> {
+        self.check_container().await
+    }
+
+    async fn probe_run(&self, run: &str, writers: usize) -> Result<StrictProbe, String> {
+        let [a, b, race] = scratch(self, run);
+        let result = probe(self, &a, &b, &race, writers).await;
+        StrictStore::remove_run(self, run).await;
+        result
+    }
+
+    async fn remove_run(&self, run: &str) {
+        for name in scratch(self, run) {
+            self.drop_staging(&name).await;
+        }
+    }
+
+    async fn clock_offset_now(&self) -> Result<(i64, i64), String> {
+        AzureBackend::clock_offset_now(self).await
+    }
+
+    async fn probe_expiry(
+        &self,
+        ttl: std::time::Duration,
+        skew: std::time::Duration,
+    ) -> Result<(), String> {
+        AzureBackend::probe_expiry(self, ttl, skew).await
+    }
+
+    async fn sweep_staging(
+        &self,
+        known: &std::collections::HashSet<String>,
+        min_age: std::time::Duration,
+    ) -> Result<usize, BackendError> {
+        AzureBackend::sweep_staging(self, known, min_age).await
+    }
 }
 
 async fn probe(
@@ -154,7 +150,7 @@ async fn probe(
     b: &str,
     race: &str,
     writers: usize,
-) -> Result<AzureProbe, String> {
+) -> Result<StrictProbe, String> {
     let client = &backend.client;
     let c = backend.container.as_str();
     // Authorized as the commits are: by a SAS for the one blob.
@@ -279,7 +275,7 @@ async fn probe(
         CONDITIONS[6],
     );
     let race = race_for(backend, race, writers).await?;
-    Ok(AzureProbe { ignored, race })
+    Ok(StrictProbe { ignored, race })
 }
 
 /// An ETag no blob has.
@@ -301,42 +297,20 @@ async fn race_for(backend: &AzureBackend, blob: &str, writers: usize) -> Result<
                 .body(body(racer_body(i))),
         )
     });
-    let mut race = Race {
-        operation: "Put Blob",
-        condition: "If-None-Match: *",
-        writers,
-        won: 0,
-        refused: 0,
-        kept_winner: None,
-        failed: 0,
-        first_failure: None,
-    };
-    let mut winner = None;
-    for (i, outcome) in futures::future::join_all(racers)
+    let answers = futures::future::join_all(racers)
         .await
         .into_iter()
-        .enumerate()
-    {
-        match outcome {
-            Ok(_) => {
-                race.won += 1;
-                winner = Some(i);
-            }
-            Err(AzFailure::Precondition) => race.refused += 1,
-            Err(f) => {
-                race.failed += 1;
-                race.first_failure
-                    .get_or_insert_with(|| f.into_backend("Put Blob").to_string());
-            }
-        }
+        .map(|outcome| match outcome {
+            Ok(_) => Answer::Won,
+            Err(AzFailure::Precondition) => Answer::Refused,
+            Err(f) => Answer::Failed(f.into_backend("Put Blob").to_string()),
+        })
+        .collect();
+    let (mut race, winner) = Race::tally("Put Blob", "If-None-Match: *", answers);
+    if let Some(refusal) = race.nobody_won() {
+        return Err(refusal);
     }
-    if race.won == 0 && race.failed == 0 {
-        // No condition explains a race nobody wins: the service refuses what it should take.
-        return Err(format!(
-            "the service refused all {writers} writers creating one new blob with If-None-Match: *, which no condition explains"
-        ));
-    }
-    if let (1, Some(i)) = (race.won, winner) {
+    if let Some(i) = winner {
         let read = client
             .read("Get Blob", || Request::new(Method::GET, c, blob))
             .await

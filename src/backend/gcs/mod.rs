@@ -23,13 +23,13 @@ pub mod probe;
 mod sweep;
 
 pub use client::GcsClient;
-pub use probe::probe_conditions;
 
 use super::spool::{Spooled, Spooler};
 use super::{
     part_of_whole, Backend, BackendError, BodyError, ByteStream, ListPage, ObjectInfo, ObjectMeta,
     ObjectPart, PartInfo, Staged, StagedBody,
 };
+use crate::backend::strict::random_id;
 use async_trait::async_trait;
 use client::Request;
 use errors::GcsFailure;
@@ -78,10 +78,6 @@ pub struct GcsBackend {
     block_size: u64,
     commit_deadline: Duration,
     spooler: Arc<Spooler>,
-}
-
-fn random_id() -> String {
-    hex::encode(rand::random::<[u8; 16]>())
 }
 
 impl GcsBackend {

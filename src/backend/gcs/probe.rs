@@ -7,9 +7,10 @@
 use super::client::Request;
 use super::errors::GcsFailure;
 use super::pieces::{compose_request, generation_of};
-use super::{random_id, GcsBackend};
-use crate::backend::probe_race::Race;
+use super::GcsBackend;
+use crate::backend::probe_race::{Answer, Race};
 use crate::backend::spool::Spooled;
+use crate::backend::strict::{StrictProbe, StrictStore};
 use crate::backend::BackendError;
 use reqwest::Method;
 use std::time::{Duration, SystemTime};
@@ -25,40 +26,6 @@ pub const CONDITIONS: [&str; 8] = [
     "Content-MD5 on PUT",
     "the expiry of a V4 signed URL",
 ];
-
-/// Concurrent writers in the race.
-pub const RACERS: usize = 8;
-
-/// What the probe found: the conditions the service ignores (empty: all honoured), and the
-/// race of writers creating one object.
-#[derive(Debug)]
-pub struct GcsProbe {
-    pub ignored: Vec<&'static str>,
-    pub race: Race,
-}
-
-impl GcsProbe {
-    pub fn safe(&self) -> bool {
-        self.ignored.is_empty() && self.race.held()
-    }
-
-    /// Why the service cannot be fenced, for the start-up refusal.
-    pub fn refusal(&self, location: &str) -> String {
-        let mut what = self.ignored.join(", ");
-        if !self.race.held() {
-            if !what.is_empty() {
-                what += "; ";
-            }
-            what += &format!(
-                "{} writers racing with {}: {}, where exactly 1 must win and be kept",
-                self.race.writers,
-                self.race.names(),
-                self.race.result()
-            );
-        }
-        format!("the GCS endpoint at {location} does not honour what fencegate's commits rely on ({what}); a stale write could overwrite a newer one, so fencegate does not serve it. Use Google Cloud Storage itself (no installable emulator honours generation preconditions: docs/backends.md)")
-    }
-}
 
 fn body(text: impl Into<String>) -> Spooled {
     bytes::Bytes::from(text.into()).into()
@@ -96,33 +63,63 @@ fn scratch(backend: &GcsBackend, run: &str) -> [String; 3] {
     ]
 }
 
-/// A new probe run's name.
-pub fn new_run() -> String {
-    random_id()
-}
+#[async_trait::async_trait]
+impl StrictStore for GcsBackend {
+    const KIND: &'static str = "gcs";
+    const BUCKET_WORD: &'static str = "bucket";
+    const CONDITIONS: &'static [&'static str] = &CONDITIONS;
+    const RACERS: usize = 8;
+    const CLOCK_MARGIN: Duration = super::CLOCK_MARGIN;
+    const CREDENTIAL: &'static str = "signed URL";
 
-/// Deletes the scratch objects of probe run `run` (after it ended, or was interrupted).
-pub async fn remove_run(backend: &GcsBackend, run: &str) {
-    for name in scratch(backend, run) {
-        backend.drop_staging(&name).await;
+    fn location(&self) -> String {
+        GcsBackend::location(self)
     }
-}
 
-/// Runs the probe on `backend`'s bucket and prefix, deleting what it wrote.
-pub async fn probe_conditions(backend: &GcsBackend) -> Result<GcsProbe, String> {
-    probe_run(backend, &new_run(), RACERS).await
-}
+    fn store_bucket(&self) -> &str {
+        self.bucket()
+    }
 
-/// [`probe_conditions`] as run `run`, with `writers` in the race.
-pub async fn probe_run(
-    backend: &GcsBackend,
-    run: &str,
-    writers: usize,
-) -> Result<GcsProbe, String> {
-    let [a, b, race] = scratch(backend, run);
-    let result = probe(backend, &a, &b, &race, writers).await;
-    remove_run(backend, run).await;
-    result
+    fn prefix(&self) -> &str {
+        GcsBackend::prefix(self)
+    }
+
+    fn refusal(&self, probe: &StrictProbe) -> String {
+        format!("the GCS endpoint at {} does not honour what fencegate's commits rely on ({}); a stale write could overwrite a newer one, so fencegate does not serve it. Use Google Cloud Storage itself (no installable emulator honours generation preconditions: docs/backends.md)", self.location(), probe.lacking())
+    }
+
+    async fn check_exists(&self) -> Result<(), BackendError> {
+        self.check_bucket().await
+    }
+
+    async fn probe_run(&self, run: &str, writers: usize) -> Result<StrictProbe, String> {
+        let [a, b, race] = scratch(self, run);
+        let result = probe(self, &a, &b, &race, writers).await;
+        StrictStore::remove_run(self, run).await;
+        result
+    }
+
+    async fn remove_run(&self, run: &str) {
+        for name in scratch(self, run) {
+            self.drop_staging(&name).await;
+        }
+    }
+
+    async fn clock_offset_now(&self) -> Result<(i64, i64), String> {
+        GcsBackend::clock_offset_now(self).await
+    }
+
+    async fn probe_expiry(&self, ttl: Duration, skew: Duration) -> Result<(), String> {
+        GcsBackend::probe_expiry(self, ttl, skew).await
+    }
+
+    async fn sweep_staging(
+        &self,
+        known: &std::collections::HashSet<String>,
+        min_age: Duration,
+    ) -> Result<usize, BackendError> {
+        GcsBackend::sweep_staging(self, known, min_age).await
+    }
 }
 
 async fn probe(
@@ -131,7 +128,7 @@ async fn probe(
     b: &str,
     race: &str,
     writers: usize,
-) -> Result<GcsProbe, String> {
+) -> Result<StrictProbe, String> {
     let client = &backend.client;
     let bucket = backend.bucket.as_str();
     // Sent as the commits are: by a signed URL for the one object.
@@ -254,7 +251,7 @@ async fn probe(
         CONDITIONS[7],
     );
     let race = race_for(backend, race, writers).await?;
-    Ok(GcsProbe { ignored, race })
+    Ok(StrictProbe { ignored, race })
 }
 
 /// `writers` PUTs with `x-goog-if-generation-match: 0` and distinct bodies on one new object at
@@ -272,42 +269,20 @@ async fn race_for(backend: &GcsBackend, name: &str, writers: usize) -> Result<Ra
                 .body(body(racer_body(i))),
         )
     });
-    let mut race = Race {
-        operation: "PUT",
-        condition: "x-goog-if-generation-match: 0",
-        writers,
-        won: 0,
-        refused: 0,
-        kept_winner: None,
-        failed: 0,
-        first_failure: None,
-    };
-    let mut winner = None;
-    for (i, outcome) in futures::future::join_all(racers)
+    let answers = futures::future::join_all(racers)
         .await
         .into_iter()
-        .enumerate()
-    {
-        match outcome {
-            Ok(_) => {
-                race.won += 1;
-                winner = Some(i);
-            }
-            Err(GcsFailure::Precondition) => race.refused += 1,
-            Err(f) => {
-                race.failed += 1;
-                race.first_failure
-                    .get_or_insert_with(|| f.into_backend("PUT Object").to_string());
-            }
-        }
+        .map(|outcome| match outcome {
+            Ok(_) => Answer::Won,
+            Err(GcsFailure::Precondition) => Answer::Refused,
+            Err(f) => Answer::Failed(f.into_backend("PUT Object").to_string()),
+        })
+        .collect();
+    let (mut race, winner) = Race::tally("PUT", "x-goog-if-generation-match: 0", answers);
+    if let Some(refusal) = race.nobody_won() {
+        return Err(refusal);
     }
-    if race.won == 0 && race.failed == 0 {
-        // No condition explains a race nobody wins: the service refuses what it should take.
-        return Err(format!(
-            "the service refused all {writers} writers creating one new object with x-goog-if-generation-match: 0, which no condition explains"
-        ));
-    }
-    if let (1, Some(i)) = (race.won, winner) {
+    if let Some(i) = winner {
         let read = client
             .read("GET Object", || Request::xml(Method::GET, bucket, name))
             .await

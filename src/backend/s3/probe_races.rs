@@ -8,14 +8,9 @@
 pub use crate::backend::probe_race::Race;
 
 use super::S3Backend;
+use crate::backend::probe_race::Answer;
 use aws_sdk_s3::error::SdkError;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
-
-enum Answer {
-    Won,
-    Refused,
-    Failed(String),
-}
 
 fn answer<T, E>(op: &str, sent: Result<T, SdkError<E, HttpResponse>>) -> Answer
 where
@@ -107,39 +102,18 @@ impl S3Backend {
         } else {
             futures::future::join_all((0..writers).map(|i| self.put_racer(key, i, if_match))).await
         };
-        let mut race = Race {
-            operation: if multipart {
-                "CompleteMultipartUpload"
-            } else {
-                "PutObject"
-            },
-            condition: if if_match.is_some() {
-                "If-Match"
-            } else {
-                "If-None-Match: *"
-            },
-            writers,
-            won: 0,
-            refused: 0,
-            kept_winner: None,
-            failed: 0,
-            first_failure: None,
+        let operation = if multipart {
+            "CompleteMultipartUpload"
+        } else {
+            "PutObject"
         };
-        let mut winner = None;
-        for (i, answer) in answers.into_iter().enumerate() {
-            match answer {
-                Answer::Won => {
-                    race.won += 1;
-                    winner = Some(i);
-                }
-                Answer::Refused => race.refused += 1,
-                Answer::Failed(e) => {
-                    race.failed += 1;
-                    race.first_failure.get_or_insert(e);
-                }
-            }
-        }
-        if let (1, Some(i)) = (race.won, winner) {
+        let condition = if if_match.is_some() {
+            "If-Match"
+        } else {
+            "If-None-Match: *"
+        };
+        let (mut race, winner) = Race::tally(operation, condition, answers);
+        if let Some(i) = winner {
             race.kept_winner = Some(self.read_back(key).await == Some(body(i)));
         }
         Ok(race)

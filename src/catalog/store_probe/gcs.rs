@@ -4,11 +4,10 @@
 //! fails any row is refused.
 
 use super::{strict, Verdict};
-use crate::backend::gcs::probe::{self, CONDITIONS};
-use crate::backend::gcs::{self, GcsBackend, GcsClient};
+use crate::backend::gcs::{GcsBackend, GcsClient};
+use crate::backend::strict::StrictStore;
 use crate::config::{Config, GcsBackendConfig};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// What fencegate does with a condition the service honours.
 fn action(condition: &str) -> &'static str {
@@ -26,55 +25,26 @@ fn action(condition: &str) -> &'static str {
 }
 
 /// `probe-store` on gcs backend `name`: each of `targets` (bucket, prefix) probed with
-/// `writers` in the race.
+/// `writers` in the race, else as many as `serve` races at start-up.
 pub(super) async fn probe_store(
     config: &Config,
     cfg: &GcsBackendConfig,
     name: &str,
     targets: Vec<(String, String)>,
-    writers: usize,
+    writers: Option<usize>,
 ) -> Result<Vec<Verdict>, String> {
     let client = Arc::new(GcsClient::build(cfg).map_err(|e| format!("backend {name}: {e}"))?);
-    let mut verdicts = Vec::new();
-    for (bucket, prefix) in targets {
-        let backend = GcsBackend::new(client.clone(), &bucket, &prefix, cfg.block_size_bytes);
-        backend
-            .check_bucket()
-            .await
-            .map_err(|e| format!("bucket {bucket}: {e}"))?;
-        // Interrupted (Ctrl-C), the probe stops where it is and removes what it wrote.
-        let run = probe::new_run();
-        let report = tokio::select! {
-            report = probe::probe_run(&backend, &run, writers) => report,
-            _ = tokio::signal::ctrl_c() => {
-                probe::remove_run(&backend, &run).await;
-                Err("interrupted; the probe's scratch objects are removed".into())
-            }
-        };
-        let report = report.map_err(|e| format!("bucket {bucket}: the probe failed: {e}"))?;
-        let offset = backend
-            .clock_offset_now()
-            .await
-            .map_err(|e| format!("bucket {bucket}: {e}"))?;
-        let clock = strict::clock(
-            offset,
-            config,
-            Duration::from_secs(cfg.commit_deadline_secs),
-            gcs::CLOCK_MARGIN,
-        );
-        verdicts.push(strict::verdict(strict::Probed {
-            backend: name,
-            store_bucket: backend.bucket().to_string(),
-            prefix: backend.prefix().to_string(),
-            conditions: &CONDITIONS,
-            ignored: &report.ignored,
-            action,
-            race: &report.race,
-            race_result: report.race.result(),
-            refusal: (!report.safe()).then(|| report.refusal(&backend.location())),
-            clock,
-            credential: "signed URL",
-        }));
-    }
-    Ok(verdicts)
+    let make = |bucket: &str, prefix: &str| {
+        GcsBackend::new(client.clone(), bucket, prefix, cfg.block_size_bytes)
+    };
+    let writers = writers.unwrap_or(GcsBackend::RACERS);
+    strict::probe_store(
+        config,
+        name,
+        targets,
+        writers,
+        (make, cfg.commit_deadline_secs),
+        action,
+    )
+    .await
 }

@@ -82,12 +82,10 @@ pub async fn probe_store(
         }
         #[cfg(feature = "azure")]
         BackendConfig::Azure(cfg) => {
-            let writers = writers.unwrap_or(crate::backend::azure::probe::RACERS);
             azure::probe_store(config, cfg, name, targets()?, writers).await
         }
         #[cfg(feature = "gcs")]
         BackendConfig::Gcs(cfg) => {
-            let writers = writers.unwrap_or(crate::backend::gcs::probe::RACERS);
             gcs::probe_store(config, cfg, name, targets()?, writers).await
         }
         BackendConfig::Fs { .. } => Err(format!("backend {name} is an fs backend, a directory fencegate alone writes: it needs no probe")),

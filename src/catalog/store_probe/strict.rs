@@ -5,30 +5,84 @@
 use super::{honoured, Row, Verdict};
 use crate::backend::clock::{check_offset, Guarding};
 use crate::backend::probe_race::Race;
+use crate::backend::strict::{random_id, StrictStore};
 use crate::config::Config;
 use std::time::Duration;
 
+/// `probe-store` on strict backend `name`: each of `targets` (bucket, prefix) as `make` builds
+/// its backend, probed with `writers` in the race. `action`: what fencegate does with a
+/// condition the service honours.
+pub async fn probe_store<B: StrictStore>(
+    config: &Config,
+    name: &str,
+    targets: Vec<(String, String)>,
+    writers: usize,
+    (make, commit_deadline_secs): (impl Fn(&str, &str) -> B, u64),
+    action: fn(&str) -> &'static str,
+) -> Result<Vec<Verdict>, String> {
+    let mut verdicts = Vec::new();
+    for (bucket, prefix) in targets {
+        let backend = make(&bucket, &prefix);
+        let fail = |e: String| format!("{} {bucket}: {e}", B::BUCKET_WORD);
+        backend
+            .check_exists()
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        // Interrupted (Ctrl-C), the probe stops where it is and removes what it wrote.
+        let run = random_id();
+        let report = tokio::select! {
+            report = backend.probe_run(&run, writers) => report,
+            _ = tokio::signal::ctrl_c() => {
+                backend.remove_run(&run).await;
+                Err("interrupted; the probe's scratch objects are removed".into())
+            }
+        };
+        let report = report.map_err(|e| fail(format!("the probe failed: {e}")))?;
+        let offset = backend.clock_offset_now().await.map_err(fail)?;
+        let clock = clock(
+            offset,
+            config,
+            Duration::from_secs(commit_deadline_secs),
+            B::CLOCK_MARGIN,
+        );
+        verdicts.push(verdict(Probed {
+            backend: name,
+            store_bucket: backend.store_bucket().to_string(),
+            prefix: backend.prefix().to_string(),
+            conditions: B::CONDITIONS,
+            ignored: &report.ignored,
+            action,
+            race: &report.race,
+            race_result: report.race.result(),
+            refusal: (!report.safe()).then(|| backend.refusal(&report)),
+            clock,
+            credential: B::CREDENTIAL,
+        }));
+    }
+    Ok(verdicts)
+}
+
 /// What a strict store's probe found, and how to tell it.
-pub struct Probed<'a> {
-    pub backend: &'a str,
-    pub store_bucket: String,
-    pub prefix: String,
-    pub conditions: &'a [&'static str],
-    pub ignored: &'a [&'static str],
+struct Probed<'a> {
+    backend: &'a str,
+    store_bucket: String,
+    prefix: String,
+    conditions: &'a [&'static str],
+    ignored: &'a [&'static str],
     /// What fencegate does with a condition the service honours.
-    pub action: fn(&str) -> &'static str,
-    pub race: &'a Race,
-    pub race_result: String,
+    action: fn(&str) -> &'static str,
+    race: &'a Race,
+    race_result: String,
     /// Why the service is refused, when it is.
-    pub refusal: Option<String>,
+    refusal: Option<String>,
     /// What the clock check found, and its refusal.
-    pub clock: (String, Result<(), String>),
+    clock: (String, Result<(), String>),
     /// The credential each commit carries, which expires by the service's clock.
-    pub credential: &'static str,
+    credential: &'static str,
 }
 
 /// The rows and guarantees of `p`.
-pub fn verdict(p: Probed) -> Verdict {
+fn verdict(p: Probed) -> Verdict {
     let refuse = "refuses to start: a stale write could overwrite a newer one";
     let mut rows: Vec<Row> = p
         .conditions
@@ -96,7 +150,7 @@ pub fn verdict(p: Probed) -> Verdict {
 
 /// The clock check `serve` makes with this configuration: `margin` for one instance (its
 /// commit deadline `deadline`), or the cluster's `max_clock_skew_ms` on a shared table.
-pub fn clock(
+fn clock(
     offset: (i64, i64),
     config: &Config,
     deadline: Duration,
