@@ -1,9 +1,13 @@
 //! Staging on the store: bodies up to the multipart threshold are spooled; larger ones
-//! stream into a multipart upload, one spooled part at a time, which a guard aborts if the
-//! request is dropped. Also the start-up sweep of uploads a crash abandoned.
+//! stream into a multipart upload, a few spooled parts in flight while the next is read, which
+//! a guard aborts if the request is dropped. Also the start-up sweep of uploads a crash abandoned.
 
 use super::*;
 pub(super) use crate::backend::spool::{PartReader, SpooledPart};
+use futures::StreamExt;
+
+/// Parts of one large body sent to the store at once while the next is read.
+const PARTS_IN_FLIGHT: usize = 4;
 
 /// Aborts a multipart upload whose staging did not complete, when dropped armed.
 pub(super) struct UploadGuard {
@@ -153,7 +157,12 @@ impl S3Backend {
             let whole = &mut whole;
             let mut md5_of_parts = Md5::new();
             let mut parts = Vec::new();
+            // Parts go up while the next ones are read: up to PARTS_IN_FLIGHT at once, each
+            // spooled (to a spill file past the memory budget), so memory stays bounded. They
+            // are polled by this request's own future: a client that hangs up drops them all.
+            let mut in_flight = futures::stream::FuturesUnordered::new();
             let mut current = first;
+            let mut number = 0;
             loop {
                 let SpooledPart {
                     body: part,
@@ -162,22 +171,40 @@ impl S3Backend {
                 } = current;
                 let digest = md5.finalize();
                 md5_of_parts.update(digest);
-                let number = parts.len() as i32 + 1;
-                let etag = self
-                    .upload_part(key, &upload_id, number, &part, &digest)
-                    .await?;
-                parts.push((number, etag));
+                number += 1;
+                let upload_id = upload_id.as_str();
+                in_flight.push(async move {
+                    let etag = self
+                        .upload_part(key, upload_id, number, &part, &digest)
+                        .await?;
+                    Ok::<_, BackendError>((number, etag))
+                });
                 if ended {
                     break;
                 }
-                // Only one part is spooled at a time: this one goes before the next is read.
-                drop(part);
-                current = self.spool_part(body, size, Some(&mut *whole)).await?;
+                while in_flight.len() >= PARTS_IN_FLIGHT {
+                    if let Some(done) = in_flight.next().await {
+                        parts.push(done?);
+                    }
+                }
+                // The next part is read while those in flight go on.
+                let next = self.spool_part(body, size, Some(&mut *whole));
+                tokio::pin!(next);
+                current = loop {
+                    tokio::select! {
+                        next = &mut next => break next?,
+                        Some(done) = in_flight.next(), if !in_flight.is_empty() => parts.push(done?),
+                    }
+                };
                 if current.body.is_empty() {
                     // The body ended right at a part boundary.
                     break;
                 }
             }
+            while let Some(done) = in_flight.next().await {
+                parts.push(done?);
+            }
+            parts.sort_unstable_by_key(|(n, _)| *n);
             Ok((parts, md5_of_parts))
         }
         .await;
