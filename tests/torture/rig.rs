@@ -84,8 +84,8 @@ impl Backing {
                 fake.hold_requests(u32::MAX, length);
                 fake.hold_answers(u32::MAX, length);
                 tokio::time::sleep(length).await;
-                // A request held from the last moment is looked at after the stall's end, and
-                // answered at once, as a store process let go with SIGCONT would.
+                // What was held is looked at after the stall's end (up to `length` after it,
+                // where SIGCONT would let it all go at once), and answered at once.
                 fake.hold_requests(0, Duration::ZERO);
                 fake.hold_answers(0, Duration::ZERO);
                 return;
