@@ -13,7 +13,7 @@
 //! absent keys included, through the S3 gateway and the native API), `wrap` (tokens at the top
 //! of u64), `bound_race` (a bound lease grant racing a foreign writer) and `scope_switch`
 //! (header scopes: writing an object under another scope name). Each runs alone
-//! (`scripts/torture --class NAME [--backend fs|s3|s3safe|azure]`), a few seconds in CI (or
+//! (`scripts/torture --class NAME [--backend fs|s3|s3safe|azure|gcs]`), a few seconds in CI (or
 //! FENCEGATE_TORTURE_SECS), records a history and has a checker; each checker is fed a
 //! synthetic bad history in CI (`checker_self_test_*`) and must flag it. FENCEGATE_BIN runs
 //! everything against another fencegate binary; FENCEGATE_TORTURE_HISTORY=DIR keeps the
@@ -26,7 +26,10 @@
 //! The s3 backend runs on two stores: `s3` is moto with `unsafe_no_conditional_writes` (moto
 //! ignores If-Match on CompleteMultipartUpload), `s3safe` is ministack with no opt-in, where
 //! every commit is conditional (the mode fencegate is meant to run in). `azure` is the azure
-//! backend on Azurite (lists, deletes, bound_race, scope_switch).
+//! backend on Azurite and `gcs` the gcs backend on the GCS double (tests/common/gcs_fake, served
+//! from this process), each with lists, deletes, bound_race and scope_switch. The double cannot
+//! be stopped with SIGSTOP as the store processes are: its hold knobs stall it instead
+//! (`rig::Backing::stall`).
 
 #[path = "torture/bound_race.rs"]
 mod bound_race;
@@ -117,7 +120,7 @@ struct Report {
     unknown: usize,
     pauses: usize,
     kills: usize,
-    /// The s3 store stopped (SIGSTOP) mid-write, then started again (SIGCONT).
+    /// The store stopped mid-write, then started again (`rig::Backing::stall`).
     store_stalls: usize,
     /// Slow streaming uploads started by the harness, overtaken by newer tokens or not.
     slow_uploads: usize,
@@ -137,13 +140,16 @@ enum Store {
     S3Safe,
     /// Azurite, behind the azure backend (every commit conditional, by Azure's own headers).
     Azure,
+    /// The GCS double (tests/common/gcs_fake), behind the gcs backend (every commit
+    /// conditional on the object's generation).
+    Gcs,
 }
 
 impl Store {
     /// The S3 store process this run needs, if any.
     fn s3_store(self) -> Option<common::store::StoreKind> {
         match self {
-            Store::Fs | Store::Azure => None,
+            Store::Fs | Store::Azure | Store::Gcs => None,
             Store::S3 => Some(common::store::StoreKind::Moto),
             Store::S3Safe => Some(common::store::StoreKind::Ministack),
         }
@@ -485,10 +491,8 @@ async fn torture(seed: u64, secs: f64, fencing: &str, store: Store) -> Report {
             )));
         } else if roll < 0.30 && s3_store.is_some() {
             // The store stops mid-write and starts again.
-            let pid = s3_store.as_ref().and_then(|m| m.pid()).unwrap();
-            signal(pid, libc::SIGSTOP);
-            tokio::time::sleep(Duration::from_millis(rng.random_range(300..1500))).await;
-            signal(pid, libc::SIGCONT);
+            let length = Duration::from_millis(rng.random_range(300..1500));
+            s3_store.as_ref().unwrap().stall(length).await;
             report.store_stalls += 1;
         } else if roll < 0.80 {
             // A paused lock holder: stopped well past its lease, then let go.
@@ -649,6 +653,12 @@ async fn azure_backend_histories_have_no_violations() {
     s3_histories(Store::Azure).await
 }
 
+/// The same on the gcs backend over the GCS double, its requests and answers held mid-write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcs_backend_histories_have_no_violations() {
+    s3_histories(Store::Gcs).await
+}
+
 async fn s3_histories(store: Store) {
     let seed = seeds()[0];
     let r = torture(seed, secs(), "required", store).await;
@@ -716,54 +726,6 @@ async fn hangup_fs_histories_have_no_violations() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deletes_fs_histories_have_no_violations() {
-    no_violations!(
-        |seed| class(seed, Store::Fs, "required", move || deletes::run(
-            seed,
-            rig::class_secs(3.0),
-            Store::Fs,
-            "required"
-        ))
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deletes_s3_histories_have_no_violations() {
-    no_violations!(
-        |seed| class(seed, Store::S3, "required", move || deletes::run(
-            seed,
-            rig::class_secs(3.0),
-            Store::S3,
-            "required"
-        ))
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deletes_s3safe_histories_have_no_violations() {
-    no_violations!(
-        |seed| class(seed, Store::S3Safe, "required", move || deletes::run(
-            seed,
-            rig::class_secs(3.0),
-            Store::S3Safe,
-            "required"
-        ))
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deletes_azure_histories_have_no_violations() {
-    no_violations!(
-        |seed| class(seed, Store::Azure, "required", move || deletes::run(
-            seed,
-            rig::class_secs(3.0),
-            Store::Azure,
-            "required"
-        ))
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrap_fs_histories_have_no_violations() {
     no_violations!(|seed| class(seed, Store::Fs, "required", move || wrap::run(
         seed,
@@ -771,101 +733,94 @@ async fn wrap_fs_histories_have_no_violations() {
     )))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bound_race_fs_histories_have_no_violations() {
-    no_violations!(
-        |seed| class(seed, Store::Fs, "required", move || bound_race::run(
-            seed,
-            rig::class_secs(3.0),
-            Store::Fs,
-            "required"
-        ))
-    )
+/// One class that takes a backend, on one backend: a CI test of `secs` seconds by default
+/// (`scripts/torture` picks them by name).
+macro_rules! class_on {
+    ($name:ident, $class:ident, $store:ident, $secs:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            no_violations!(|seed| class(seed, Store::$store, "required", move || {
+                $class::run(seed, rig::class_secs($secs), Store::$store, "required")
+            }))
+        }
+    };
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bound_race_s3_histories_have_no_violations() {
-    no_violations!(
-        |seed| class(seed, Store::S3, "required", move || bound_race::run(
-            seed,
-            rig::class_secs(3.0),
-            Store::S3,
-            "required"
-        ))
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bound_race_s3safe_histories_have_no_violations() {
-    no_violations!(
-        |seed| class(seed, Store::S3Safe, "required", move || bound_race::run(
-            seed,
-            rig::class_secs(3.0),
-            Store::S3Safe,
-            "required"
-        ))
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bound_race_azure_histories_have_no_violations() {
-    no_violations!(
-        |seed| class(seed, Store::Azure, "required", move || bound_race::run(
-            seed,
-            rig::class_secs(3.0),
-            Store::Azure,
-            "required"
-        ))
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scope_switch_fs_histories_have_no_violations() {
-    no_violations!(
-        |seed| class(seed, Store::Fs, "required", move || scope_switch::run(
-            seed,
-            rig::class_secs(2.0),
-            Store::Fs,
-            "required"
-        ))
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scope_switch_s3_histories_have_no_violations() {
-    no_violations!(
-        |seed| class(seed, Store::S3, "required", move || scope_switch::run(
-            seed,
-            rig::class_secs(2.0),
-            Store::S3,
-            "required"
-        ))
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scope_switch_s3safe_histories_have_no_violations() {
-    no_violations!(
-        |seed| class(seed, Store::S3Safe, "required", move || scope_switch::run(
-            seed,
-            rig::class_secs(2.0),
-            Store::S3Safe,
-            "required"
-        ))
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scope_switch_azure_histories_have_no_violations() {
-    no_violations!(
-        |seed| class(seed, Store::Azure, "required", move || scope_switch::run(
-            seed,
-            rig::class_secs(2.0),
-            Store::Azure,
-            "required"
-        ))
-    )
-}
+class_on!(deletes_fs_histories_have_no_violations, deletes, Fs, 3.0);
+class_on!(deletes_s3_histories_have_no_violations, deletes, S3, 3.0);
+class_on!(
+    deletes_s3safe_histories_have_no_violations,
+    deletes,
+    S3Safe,
+    3.0
+);
+class_on!(
+    deletes_azure_histories_have_no_violations,
+    deletes,
+    Azure,
+    3.0
+);
+class_on!(deletes_gcs_histories_have_no_violations, deletes, Gcs, 3.0);
+class_on!(
+    bound_race_fs_histories_have_no_violations,
+    bound_race,
+    Fs,
+    3.0
+);
+class_on!(
+    bound_race_s3_histories_have_no_violations,
+    bound_race,
+    S3,
+    3.0
+);
+class_on!(
+    bound_race_s3safe_histories_have_no_violations,
+    bound_race,
+    S3Safe,
+    3.0
+);
+class_on!(
+    bound_race_azure_histories_have_no_violations,
+    bound_race,
+    Azure,
+    3.0
+);
+class_on!(
+    bound_race_gcs_histories_have_no_violations,
+    bound_race,
+    Gcs,
+    3.0
+);
+class_on!(
+    scope_switch_fs_histories_have_no_violations,
+    scope_switch,
+    Fs,
+    2.0
+);
+class_on!(
+    scope_switch_s3_histories_have_no_violations,
+    scope_switch,
+    S3,
+    2.0
+);
+class_on!(
+    scope_switch_s3safe_histories_have_no_violations,
+    scope_switch,
+    S3Safe,
+    2.0
+);
+class_on!(
+    scope_switch_azure_histories_have_no_violations,
+    scope_switch,
+    Azure,
+    2.0
+);
+class_on!(
+    scope_switch_gcs_histories_have_no_violations,
+    scope_switch,
+    Gcs,
+    2.0
+);
 
 // ---- Negative controls that need no old binary ----------------------------------------------
 

@@ -147,6 +147,15 @@ impl Azurite {
         KEY
     }
 
+    /// A `[backends.NAME]` table for this server (the development account, Shared Key), for
+    /// a test to add its own options and buckets to.
+    pub fn backend_table(&self, name: &str) -> String {
+        format!(
+            "[backends.{name}]\nkind = \"azure\"\naccount = \"{ACCOUNT}\"\naccess_key = \"{KEY}\"\nendpoint = \"{}\"\n",
+            self.endpoint()
+        )
+    }
+
     /// An Azure Storage connection string for this server (for SDKs and tools).
     pub fn connection_string(&self) -> String {
         format!(

@@ -1,14 +1,16 @@
 //! Shared pieces of the fault classes that target specific holes (hangup, deletes, wrap,
-//! bound_race, scope_switch): a server on either backend, a history of timed operations, the
-//! checkers' common rule, a background disk loader, and the one-line summary.
+//! bound_race, scope_switch): a server on any backend and the store behind it (stalled on
+//! demand), a history of timed operations, the checkers' common rule, a background disk
+//! loader, and the one-line summary.
 
-use super::{monotonic, Store};
+use super::{monotonic, signal, Store};
 use crate::common::{self, Server};
 use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The access key the S3 gateway accepts in these runs.
 // Development mode (no [keys], loopback): the torture classes test fencing, not access, so
@@ -17,21 +19,31 @@ pub const S3_KEY: &str = "fencegate";
 pub const S3_SECRET: &str = "fencegate-dev-secret";
 const STORE_BUCKET: &str = "torture-holes";
 
-/// The store process behind a run's `[backends.store]`: an S3 store (moto, ministack) or
-/// Azurite; killed when dropped.
+/// The store behind a run's `[backends.store]`: an S3 store (moto, ministack), Azurite, or
+/// the GCS double (in this process, with the directory its service account is written to);
+/// stopped when dropped.
 pub enum Backing {
     S3(common::store::Store),
     Azure(common::azurite::Azurite),
+    Gcs(common::gcs_fake::GcsFake, tempfile::TempDir),
 }
 
 impl Backing {
     /// The store `store` runs on, with `bucket` (a store bucket, or a container) made; none
     /// on fs.
     pub async fn start(store: Store, bucket: &str) -> Option<Backing> {
-        if store == Store::Azure {
-            let az = common::azurite::Azurite::start();
-            az.create_container(bucket);
-            return Some(Backing::Azure(az));
+        match store {
+            Store::Azure => {
+                let az = common::azurite::Azurite::start();
+                az.create_container(bucket);
+                return Some(Backing::Azure(az));
+            }
+            Store::Gcs => {
+                let fake = common::gcs_fake::GcsFake::start().await;
+                fake.create_bucket(bucket);
+                return Some(Backing::Gcs(fake, tempfile::tempdir().unwrap()));
+            }
+            _ => {}
         }
         let kind = store.s3_store()?;
         let s3 = common::store::Store::start(kind);
@@ -47,32 +59,48 @@ impl Backing {
         } else {
             ""
         };
-        match self {
+        let table = match self {
             Backing::S3(s3) => format!(
-                "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n{}\n{short}\n",
+                "[backends.store]\nkind = \"s3\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n{}\n",
                 s3.endpoint(),
                 s3.kind.opt_in()
             ),
-            Backing::Azure(az) => format!(
-                "[backends.store]\nkind = \"azure\"\naccount = \"{}\"\naccess_key = \"{}\"\nendpoint = \"{}\"\n{short}\n",
-                az.account(),
-                az.key(),
-                az.endpoint()
-            ),
-        }
+            Backing::Azure(az) => az.backend_table("store"),
+            Backing::Gcs(fake, dir) => fake.backend_table("store", dir.path()),
+        };
+        format!("{table}{short}\n")
     }
 
-    /// The store's process, to stop it (SIGSTOP) mid-write.
-    pub fn pid(&self) -> Option<u32> {
-        match self {
+    /// The store stops mid-write for `length`, then goes on. A store process is stopped with
+    /// SIGSTOP. The GCS double lives in this process, so its knobs play the part: a request
+    /// that arrives meanwhile waits `length` before the double looks at it, and one it carries
+    /// out meanwhile (a body that was still arriving, say) is applied at once and answered
+    /// `length` later, a change that landed with its answer still to come.
+    pub async fn stall(&self, length: Duration) {
+        let pid = match self {
             Backing::S3(s3) => s3.pid(),
             Backing::Azure(az) => az.pid(),
-        }
+            Backing::Gcs(fake, _) => {
+                fake.hold_requests(u32::MAX, length);
+                fake.hold_answers(u32::MAX, length);
+                tokio::time::sleep(length).await;
+                // What was held is looked at after the stall's end (up to `length` after it,
+                // where SIGCONT would let it all go at once), and answered at once.
+                fake.hold_requests(0, Duration::ZERO);
+                fake.hold_answers(0, Duration::ZERO);
+                return;
+            }
+        };
+        let pid = pid.expect("the store process runs");
+        signal(pid, libc::SIGSTOP);
+        tokio::time::sleep(length).await;
+        signal(pid, libc::SIGCONT);
     }
 }
 
-/// One fencegate (fs backend, s3 backend on moto or, in the safe mode, on ministack, or the
-/// azure backend on Azurite) with the buckets a class asks for.
+/// One fencegate (fs backend, s3 backend on moto or, in the safe mode, on ministack, the azure
+/// backend on Azurite, or the gcs backend on the GCS double) with the buckets a class asks
+/// for.
 pub struct Rig {
     _dir: tempfile::TempDir,
     _store: Option<Backing>,

@@ -236,6 +236,16 @@ impl GcsFake {
         path
     }
 
+    /// A `[backends.NAME]` table for this fake (its service account written into `dir`), for
+    /// a test to add its own options and buckets to.
+    pub fn backend_table(&self, name: &str, dir: &Path) -> String {
+        format!(
+            "[backends.{name}]\nkind = \"gcs\"\ncredentials_file = \"{}\"\nendpoint = \"{}\"\n",
+            self.write_service_account(dir).display(),
+            self.url()
+        )
+    }
+
     /// A bearer token issued without the JWT grant (its lifetime is `token_lifetime`'s).
     pub fn issue_token(&self) -> String {
         auth::issue_token(&self.inner, self.inner.now()).0
