@@ -104,10 +104,10 @@ def median_run(runs):
 FS_CONFIG = '[buckets.fenced]\n\n[buckets.open]\nfencing = "off"\n'
 
 
-def store_alone(work, secs, r):
+def store_alone(work, secs, r, concurrency=64):
     """S0: what the fs backend's disk can do with nothing in front (examples/bench_store_alone.rs)."""
     d = os.path.join(work, f"s0-{r}")
-    out = subprocess.run([STORE_ALONE, "--dir", d, "--secs", str(secs), "--concurrency", "64"],
+    out = subprocess.run([STORE_ALONE, "--dir", d, "--secs", str(secs), "--concurrency", str(concurrency)],
                          check=True, capture_output=True, text=True).stdout
     shutil.rmtree(d, ignore_errors=True)
     return json.loads(out.strip().splitlines()[-1])
@@ -234,6 +234,54 @@ def s5_on(kind, work, secs, rounds, s9=False):
             p.terminate()
             p.wait()
     return median_run(direct), median_run(proxied), median_run(fenced), s9_run
+
+
+def s12(work, secs, rounds):
+    """S12, one client writing 4 KiB objects one after another, as a worker's loop does: on
+    ministack straight, through nginx and through fencegate's s3 backend (fenced); on disk, the
+    single-thread durable write (S0 with one writer) and fencegate's fs backend (fenced).
+    Alternated for `rounds`; the median round of each, with its p50 and p99."""
+    names = ("ministack alone", "through nginx", "fencegate, s3 backend", "durable write alone", "fencegate, fs backend")
+    runs = {n: [] for n in names}
+    started = []
+    try:
+        store, port = start_store("ministack", work)
+        started.append(store)
+        nginx, nginx_port, _ = start_nginx(work, "nginx-s12", port)
+        started.append(nginx)
+        s3g = Fencegate(work, "s12-s3", s3_config(port, "ministack", "s12"))
+        fsg = Fencegate(work, "s12-fs", FS_CONFIG)
+        for r in range(rounds):
+            log(f"S12 round {r + 1}/{rounds}")
+            runs[names[0]].append(load(f"http://127.0.0.1:{port}/bench-store", "s3", secs, concurrency=1))
+            runs[names[1]].append(load(f"http://127.0.0.1:{nginx_port}/bench-store", "s3", secs, concurrency=1))
+            runs[names[2]].append(load(s3g.objects("fenced"), "distinct", secs, concurrency=1))
+            runs[names[3]].append(store_alone(work, secs, f"s12-{r}", concurrency=1))
+            runs[names[4]].append(load(fsg.objects("fenced"), "distinct", secs, concurrency=1))
+        s3g.stop()
+        fsg.stop()
+    finally:
+        for p in reversed(started):
+            p.terminate()
+            p.wait()
+    return {n: median_run(rs) for n, rs in runs.items()}
+
+
+def s12_table(s12_runs):
+    rows = ["| S12 one client, 4 KiB PUTs in a loop | req/s | p50 ms | p99 ms | p99.9 ms |",
+            "| --- | ---: | ---: | ---: | ---: |"]
+    return rows + [f"| {n} | {fmt(r)} |" for n, r in s12_runs.items()]
+
+
+def s12_checks(s12_runs):
+    r = s12_runs
+    s3_added = r["fencegate, s3 backend"]["p50_ms"] - r["ministack alone"]["p50_ms"]
+    nginx_added = r["through nginx"]["p50_ms"] - r["ministack alone"]["p50_ms"]
+    fs_added = r["fencegate, fs backend"]["p50_ms"] - r["durable write alone"]["p50_ms"]
+    return [
+        ("S12 s3, one client: fencegate adds <= 0.3 ms to the store's p50", f"+{s3_added:.2f} ms (nginx +{nginx_added:.2f} ms)", s3_added <= 0.3),
+        ("S12 fs, one client: <= 0.15 ms above the single-thread durable write's p50", f"+{fs_added:.2f} ms", fs_added <= 0.15),
+    ]
 
 
 def s5(work, secs, rounds):
@@ -534,6 +582,7 @@ def main():
     ap.add_argument("--s5", action="store_true", help="run only S5 (ministack, safe mode, and moto) and print it; BENCHMARKS.md is left alone")
     ap.add_argument("--azure", action="store_true", help="run only S5 on Azurite (the azure backend) and write it into its own block of BENCHMARKS.md")
     ap.add_argument("--s10", action="store_true", help="run only S10 (200 MB uploads and completions) and print it; BENCHMARKS.md is left alone")
+    ap.add_argument("--s12", action="store_true", help="run only S12 (one client, s3 and fs) and print it with its targets; BENCHMARKS.md is left alone")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="fencegate-bench-", dir=os.path.join(ROOT, "target") if os.path.isdir(os.path.join(ROOT, "target")) else None)
     if args.s10:
@@ -541,6 +590,13 @@ def main():
             print("\n".join(s10_table(s10(work, args.rounds))))
         finally:
             shutil.rmtree(work, ignore_errors=True)
+        return
+    if args.s12:
+        try:
+            runs = s12(work, args.secs, args.rounds)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print("\n".join(s12_table(runs) + [""] + [f"| {t} | {f} | {'met' if ok else 'MISSED'} |" for t, f, ok in s12_checks(runs)]))
         return
     if args.s5:
         try:
@@ -572,6 +628,7 @@ def main():
         safe, moto = s5(work, args.secs, args.rounds)
         direct, proxied, fenced, s9 = safe
         s10_runs = s10(work, args.rounds)
+        s12_runs = s12(work, args.secs, args.rounds)
         put_mbs, get_mbs, rss = s6(work)
         growth = s7(work, args.secs, [int(x) for x in args.growth.split(",")])
     finally:
@@ -605,6 +662,7 @@ def main():
         f"| peak RSS of fencegate | {s9['peak_rss_mib']:.0f} MiB |",
     ]
     large = s10_table(s10_runs)
+    one_client = s12_table(s12_runs)
     table_growth = ["| S7 scopes | bytes per scope on disk | start-up s |", "| ---: | ---: | ---: |"]
     for n, _, per, start in growth:
         table_growth.append(f"| {n:,} | {per:.1f} | {start:.2f} |")
@@ -626,6 +684,8 @@ def main():
         ("S10 CompleteMultipartUpload of 200 MB on fs <= 0.2 s", f"{s10_runs['fencegate, fs backend']['complete_s']:.3f} s", s10_runs["fencegate, fs backend"]["complete_s"] <= 0.2),
         ("S10 fencegate CPU per MB uploaded on fs <= 5 ms", f"{s10_runs['fencegate, fs backend']['cpu_ms_per_mb']:.1f} ms", s10_runs["fencegate, fs backend"]["cpu_ms_per_mb"] <= 5),
         ("S10 200 MB single PUT through fs <= 1.1 x straight to ministack", f"{s10_runs['fencegate, fs backend']['single_s']:.2f} s / {s10_runs['ministack alone']['single_s']:.2f} s", s10_runs["fencegate, fs backend"]["single_s"] <= 1.1 * s10_runs["ministack alone"]["single_s"]),
+        ("S10 200 MB single PUT through the s3 backend <= 1.2 x straight to ministack", f"{s10_runs['fencegate, s3 backend (ministack)']['single_s']:.2f} s / {s10_runs['ministack alone']['single_s']:.2f} s", s10_runs["fencegate, s3 backend (ministack)"]["single_s"] <= 1.2 * s10_runs["ministack alone"]["single_s"]),
+        *s12_checks(s12_runs),
         ("S9 200 concurrent 7 MB uploads (s3) peak RSS < 256 MiB", f"{s9['peak_rss_mib']:.0f} MiB", s9["peak_rss_mib"] < 256 and s9["ok"] >= 200),
         ("S6 peak RSS < 64 MiB", f"{rss:.0f} MiB", rss < 64),
         (f"S7 p99 at {big[0]:,} scopes <= 1.5 x p99 at {small[0]:,}", f"{big[1]['p99_ms']:.2f} / {small[1]['p99_ms']:.2f} ms = {big[1]['p99_ms'] / small[1]['p99_ms']:.2f}", big[1]["p99_ms"] <= 1.5 * small[1]["p99_ms"]),
@@ -642,7 +702,7 @@ def main():
         f"{rustc}; moto {moto}; {nginx_v}. Command: `scripts/bench --secs {args.secs:g} --rounds {args.rounds} --growth {args.growth}`. "
         f"Each load run lasts {args.secs:g} s; compared setups alternate for {args.rounds} rounds and the median round is shown.",
     ]
-    text = "\n".join(head + [""] + rows + [""] + cpu_table + [""] + large + [""] + stream + [""] + memory + [""] + table_growth + [""] + targets) + "\n"
+    text = "\n".join(head + [""] + rows + [""] + cpu_table + [""] + large + [""] + one_client + [""] + stream + [""] + memory + [""] + table_growth + [""] + targets) + "\n"
     print(text)
     if not args.no_write:
         path = os.path.join(ROOT, "BENCHMARKS.md")
