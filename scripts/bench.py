@@ -279,8 +279,8 @@ def s12_checks(s12_runs):
     nginx_added = r["through nginx"]["p50_ms"] - r["ministack alone"]["p50_ms"]
     fs_added = r["fencegate, fs backend"]["p50_ms"] - r["durable write alone"]["p50_ms"]
     return [
-        ("S12 s3, one client: fencegate adds <= 0.3 ms to the store's p50", f"+{s3_added:.2f} ms (nginx +{nginx_added:.2f} ms)", s3_added <= 0.3),
-        ("S12 fs, one client: <= 0.15 ms above the single-thread durable write's p50", f"+{fs_added:.2f} ms", fs_added <= 0.15),
+        ("S12 s3, one client: fencegate adds <= 0.3 ms to the store's p50", f"{s3_added:+.2f} ms (nginx {nginx_added:+.2f} ms)", s3_added <= 0.3),
+        ("S12 fs, one client: <= 0.15 ms above the single-thread durable write's p50", f"{fs_added:+.2f} ms", fs_added <= 0.15),
     ]
 
 
