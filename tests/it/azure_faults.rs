@@ -552,7 +552,11 @@ async fn racing_tokens_on_one_key() {
     let cfg = config(&az, az.port, "race", "block_size_bytes = 1048576");
     let server = Server::start(&dir.path().join("data"), Some(&cfg));
     let body = |t: u8| -> Vec<u8> {
-        let n = if t % 3 == 0 { (3 << 20) / 2 } else { 64 };
+        let n = if t.is_multiple_of(3) {
+            (3 << 20) / 2
+        } else {
+            64
+        };
         vec![t; n]
     };
     let mut tasks = Vec::new();
