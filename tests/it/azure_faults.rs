@@ -409,8 +409,10 @@ async fn a_lost_put_is_not_acknowledged_after_a_direct_delete() {
 /// `x-ms-error-code`) refuses a request before applying it, but the backend reported it as
 /// throttled with an unknown outcome and the gate held the key for commit_deadline_secs (900
 /// s by default) after one busy answer. Now such an answer is a refusal: 503 with
-/// Retry-After, nothing stored, the key writable at once. A 503 without the service's error
-/// code (an intermediary, which may have forwarded the request) still holds the key.
+/// Retry-After, nothing stored, the key writable at once; the same for a Delete Blob, and a
+/// write with an Idempotency-Key is carried out by its retry (once, then replayed). A 503
+/// without the service's error code (an intermediary, which may have forwarded the request)
+/// still holds the key, as a lost answer does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_services_own_throttling_does_not_hold_the_key() {
     let (az, script, server, _dir) =
@@ -439,6 +441,34 @@ async fn the_services_own_throttling_does_not_hold_the_key() {
         let (s, body) = put(&c, &url, Some("2"), b"one").await;
         assert_eq!(s, 200, "{body}");
     }
+    // A delete refused the same way: nothing deleted, and the next delete goes through.
+    script.refuse.lock().unwrap().push((503, "ServerBusy"));
+    let del = |t: &'static str| {
+        let (c, url) = (c.clone(), url.clone());
+        async move {
+            let r = c
+                .delete(&url)
+                .header("Fencing-Token", t)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let (s, text) = del("2").await;
+    assert_eq!(s, 503, "{text}");
+    assert_eq!(az.get_behind("busy", "k").as_deref(), Some(&b"one"[..]));
+    let (s, text) = del("2").await;
+    assert_eq!(s, 200, "after a busy Delete Blob: {text}");
+    // A keyed write refused as busy is carried out by its retry, once.
+    script.refuse.lock().unwrap().push((503, "ServerBusy"));
+    let (s, body) = put_keyed(&c, &url, "2", "busy-key", b"keyed").await;
+    assert_eq!(s, 503, "{body}");
+    let (s, body) = put_keyed(&c, &url, "2", "busy-key", b"keyed").await;
+    assert_eq!(s, 200, "{body}");
+    let (s, body) = put_keyed(&c, &url, "2", "busy-key", b"keyed").await;
+    assert_eq!(s, 200, "replayed: {body}");
+    assert_eq!(az.get_behind("busy", "k").as_deref(), Some(&b"keyed"[..]));
     // An intermediary's 503 (no x-ms-error-code): the request may have been forwarded.
     script.refuse.lock().unwrap().push((503, ""));
     let (s, body) = put(&c, &url, Some("3"), b"three").await;
@@ -948,6 +978,31 @@ async fn a_service_that_ignores_sas_expiry_is_refused() {
         assert!(
             log.contains("the expiry of a SAS"),
             "refused, naming the SAS's expiry: {log}"
+        );
+        // probe-store says the same: not safe, the row named.
+        let file = data.with_extension("try.toml");
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(common::binary())
+                .args(["probe-store", "az", "--json", "--config"])
+                .arg(&file)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        let json = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{json}");
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let row = v[0]["capabilities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["capability"] == "the expiry of a SAS")
+            .unwrap_or_else(|| panic!("no expiry row: {json}"));
+        assert_eq!(
+            (row["result"].as_str(), row["ok"].as_bool()),
+            (Some("ignored"), Some(false)),
+            "{json}"
         );
         return;
     }
