@@ -358,6 +358,61 @@ async fn a_commit_that_lands_while_fencegate_is_down_is_fencegates_own() {
     assert_eq!(az.get_behind("down", "doc").as_deref(), Some(&b"three"[..]));
 }
 
+/// Held (pins the gate's side of `UNKNOWN_UNTIL_APPLIED` across a crash): fencegate is killed
+/// with its keyed Put Blob held in flight, and that request never reaches the service. After
+/// the restart the object is held for the backend's bound (the intent may still land), then
+/// the retry with the same Idempotency-Key is carried out as a first request: 200, the store
+/// holds its bytes, and a second retry is replayed. Nothing is acknowledged that is not there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_lost_with_its_process_is_carried_out_by_its_retry() {
+    let az = Azurite::start();
+    az.create_container("crash");
+    let relay = Relay::start(([127, 0, 0, 1], az.port).into()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &az,
+        relay.port,
+        "crash",
+        "read_timeout_secs = 60\ncall_timeout_secs = 60\ncommit_deadline_secs = 4",
+    );
+    let data = dir.path().join("data");
+    let server = Server::start(&data, Some(&cfg));
+    let c = client();
+    let url = server.object_url("default", "doc");
+    let (status, body) = put(&c, &url, Some("1"), b"one").await;
+    assert_eq!(status, 200, "{body}");
+    relay.hold.store(true, Ordering::SeqCst);
+    let held = tokio::spawn({
+        let (c, url) = (c.clone(), url.clone());
+        async move { put_keyed(&c, &url, "2", "k2", b"two").await }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server.kill9();
+    let _ = held.await;
+    // The held Put Blob is never delivered.
+    relay.hold.store(false, Ordering::SeqCst);
+    let server = Server::start(&data, Some(&cfg));
+    let url = server.object_url("default", "doc");
+    let (status, body) = put_keyed(&c, &url, "2", "k2", b"two").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("CommitUnresolved")),
+        "held while the lost request may land: {body}"
+    );
+    assert_eq!(az.get_behind("crash", "doc").as_deref(), Some(&b"one"[..]));
+    let (status, body) = past_unresolved(Duration::from_secs(30), || {
+        put_keyed(&c, &url, "2", "k2", b"two")
+    })
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(az.get_behind("crash", "doc").as_deref(), Some(&b"two"[..]));
+    let (status, body) = put_keyed(&c, &url, "2", "k2", b"two").await;
+    assert_eq!(status, 200, "replayed: {body}");
+    let (status, body) = put(&c, &url, Some("1"), b"stale").await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(az.get_behind("crash", "doc").as_deref(), Some(&b"two"[..]));
+}
+
 /// Held (pins `UNKNOWN_UNTIL_APPLIED` on azure, as gcs_faults pins it on gcs): a PUT whose
 /// answer is lost, a delete made around fencegate meanwhile, and the held Put Blob (If-Match
 /// the old ETag) delivered after the delete, which the service refuses. The retry with the
