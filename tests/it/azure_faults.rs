@@ -1,8 +1,9 @@
 //! Attacks on the azure backend (and the gate code it shares with gcs) through the real binary
-//! on Azurite: lost answers whose commit lands late, kill -9 with a commit in flight, writes
-//! and deletes made around fencegate between its check and its commit, the service's own
-//! throttling, racing tokens, metadata at Azure's 8 KiB cap with a trailing checksum, and a
-//! part uploaded again after a block size change. Each either held (and pins a contract line)
+//! on Azurite: lost answers whose commit lands late, kill -9 with a commit in flight, writes,
+//! deletes and metadata changes made around fencegate between its check and its commit (a
+//! pending copy too), the service's own throttling, a service that ignores a SAS's expiry,
+//! racing tokens, metadata at Azure's 8 KiB cap with a trailing checksum, a part uploaded
+//! again after a block size change, and a part read while its object is replaced. Each either held (and pins a contract line)
 //! or was a finding, now fixed or ignored with the reason (docs/history.md).
 
 use crate::common;
@@ -87,6 +88,10 @@ struct Script {
     /// Azurite, and before the answer goes back: the blob is written around fencegate with
     /// these bytes and this `fencegate` metadata entry.
     replace_after_read: Mutex<Option<(Vec<u8>, String)>>,
+    /// The next Copy Blob commit, once Azurite has carried it out, is answered `pending`, and
+    /// the blob's metadata is set around fencegate (Set Blob Metadata) before the answer goes
+    /// back: a change that lands while fencegate waits for its copy, leaving the copy's id.
+    pending_copy_then_meta: std::sync::atomic::AtomicBool,
 }
 
 /// A proxy in front of Azurite, doing to fencegate's commits what `script` says.
@@ -161,6 +166,18 @@ async fn scripted_proxy(az: Arc<Azurite>, container: &'static str, script: Arc<S
             }
         }
         let resp = out.body(body).send().await.unwrap();
+        let copy_then_meta = commit
+            && parts.headers.contains_key("x-ms-copy-source")
+            && resp.status().as_u16() == 202
+            && script.pending_copy_then_meta.swap(false, Ordering::SeqCst);
+        if copy_then_meta {
+            let (az, blob) = (az.clone(), blob.clone());
+            tokio::task::spawn_blocking(move || {
+                az.set_meta_behind(container, &blob, &[("changed", "around-fencegate")])
+            })
+            .await
+            .unwrap();
+        }
         let replace = if ours && (parts.method == "HEAD" || parts.method == "GET") {
             script.replace_after_read.lock().unwrap().take()
         } else {
@@ -175,9 +192,12 @@ async fn scripted_proxy(az: Arc<Azurite>, container: &'static str, script: Arc<S
         }
         let mut builder = Response::builder().status(resp.status());
         for (name, value) in resp.headers() {
-            if !HOP.contains(&name.as_str()) {
+            if !HOP.contains(&name.as_str()) && !(copy_then_meta && name == "x-ms-copy-status") {
                 builder = builder.header(name, value);
             }
+        }
+        if copy_then_meta {
+            builder = builder.header("x-ms-copy-status", "pending");
         }
         let bytes = resp.bytes().await.unwrap();
         builder.body(Body::from(bytes)).unwrap()
@@ -1087,5 +1107,36 @@ async fn a_service_that_ignores_sas_expiry_is_refused() {
         az.get_behind("noexp", "doc"),
         None,
         "a service that ignores a SAS's expiry was served, and the stale token-5 create landed after token 7's delete"
+    );
+}
+
+/// Review 51 finding: a Copy Blob answered `pending` is waited for by its own `x-ms-copy-id`,
+/// but a Set Blob Metadata made around fencegate after the copy ended keeps the copy's id and
+/// status (Azure clears them only on Put Blob, Put Block List and Set Blob Properties). Its
+/// ETag was then taken for fencegate's commit: the PUT was acknowledged, the object's
+/// fencegate entry was gone (its token, content type and ETag with it), and the next write
+/// went over the change made around fencegate without a BypassDetected. Now the copied blob
+/// must also carry this commit's id in its entry: the PUT is refused as a bypass, and so is
+/// the next write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metadata_change_during_a_pending_copy_is_not_taken_for_the_commit() {
+    let (_az, script, server, _dir) = scripted("copymeta", "block_size_bytes = 1048576").await;
+    let c = client();
+    let url = server.object_url("default", "big");
+    let big: &'static [u8] = Box::leak(vec![b'c'; (3 << 20) / 2].into_boxed_slice());
+    let (status, body) = put(&c, &url, Some("1"), big).await;
+    assert_eq!(status, 200, "{body}");
+    script.pending_copy_then_meta.store(true, Ordering::SeqCst);
+    let (status, body) = put(&c, &url, Some("2"), big).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("BypassDetected")),
+        "the metadata change was taken for the commit: {body}"
+    );
+    let (status, body) = put(&c, &url, Some("3"), b"three").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("BypassDetected")),
+        "the change made around fencegate is written over: {body}"
     );
 }
