@@ -192,7 +192,8 @@ async fn scripted_proxy(az: Arc<Azurite>, container: &'static str, script: Arc<S
         }
         let mut builder = Response::builder().status(resp.status());
         for (name, value) in resp.headers() {
-            if !HOP.contains(&name.as_str()) && !(copy_then_meta && name == "x-ms-copy-status") {
+            let replaced = copy_then_meta && name == "x-ms-copy-status";
+            if !HOP.contains(&name.as_str()) && !replaced {
                 builder = builder.header(name, value);
             }
         }
