@@ -44,8 +44,18 @@ pub fn metadata_size(stored: &Stored) -> usize {
 /// service's own refusal would come only at the commit, after the whole body was sent).
 pub fn check_fits(meta: &ObjectMeta) -> Result<(), crate::backend::BackendError> {
     // The longest ETag and commit id fencegate stores beside them; parts are dropped first.
+    let mut meta = meta.clone();
+    if meta.checksum.is_none() {
+        // A checksum the body carries in its trailer (or a completion's, of its parts) is
+        // kept only once the body has ended, after this check: room is left for the widest.
+        meta.checksum = Some(crate::backend::KeptChecksum {
+            algorithm: "crc64nvme".into(),
+            value: "0".repeat(44 + "-10000".len()),
+            kind: "FULL_OBJECT".into(),
+        });
+    }
     let widest = Stored {
-        meta: meta.clone(),
+        meta,
         etag: format!("\"{}-10000\"", "0".repeat(32)),
         commit: "0".repeat(32),
         parts: Vec::new(),
@@ -100,6 +110,33 @@ pub fn encode(stored: &Stored) -> String {
 pub fn decode(value: &str) -> Option<Stored> {
     let json = percent_decode_str(value).decode_utf8().ok()?;
     serde_json::from_str(&json).ok()
+}
+
+/// GetObject / HeadObject `partNumber` on a store that keeps a completed upload's parts in
+/// this entry: part `number` of the object one read returns. A multipart object read without
+/// its parts (completed by an earlier fencegate, or in more runs than the entry holds) is
+/// refused with `unrecorded` (501), never passed off as one part. Judged on the object that
+/// read returns, not on an earlier HEAD: the object may be replaced in between.
+pub async fn recorded_part(
+    backend: &dyn crate::backend::Backend,
+    bucket: &str,
+    key: &str,
+    number: u32,
+    body: bool,
+    unrecorded: &'static str,
+) -> Result<Option<crate::backend::ObjectPart>, crate::backend::BackendError> {
+    let Some((info, stream)) = backend.get(bucket, key).await? else {
+        return Ok(None);
+    };
+    if info.parts.is_empty() && multipart_etag_count(&info.etag).is_some() {
+        return Err(crate::backend::BackendError::Unsupported(unrecorded));
+    }
+    let span = crate::backend::PartSpan::of(&info.parts, info.size, number)?;
+    Ok(Some(crate::backend::ObjectPart {
+        info,
+        span,
+        body: body.then(|| span.slice(stream)),
+    }))
 }
 
 /// The part count of an S3 multipart ETag (`"<hex>-N"`).

@@ -252,6 +252,17 @@ impl Azurite {
         None
     }
 
+    /// Set Blob Metadata on `blob` with the Azure SDK, around fencegate: its metadata becomes
+    /// `meta`, its bytes stay (its ETag changes).
+    pub fn set_meta_behind(&self, container: &str, blob: &str, meta: &[(&str, &str)]) {
+        let mut args = vec!["set-meta".to_string(), container.into(), blob.into()];
+        for (name, value) in meta {
+            args.push(format!("--meta={name}={value}"));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.behind_ok(&args, None);
+    }
+
     /// Deletes `blob` with the Azure SDK.
     pub fn delete_behind(&self, container: &str, blob: &str) {
         self.behind_ok(&["delete", container, blob], None);

@@ -12,6 +12,8 @@ usage: azure_behind.py --endpoint http://127.0.0.1:PORT/devstoreaccount1 COMMAND
                           blobs that have only uncommitted blocks, as a staged upload has)
   props C BLOB            JSON: etag (quoted, as the ETag header), size, content_md5 (base64
                           or null), metadata
+  set-meta C BLOB         Set Blob Metadata: the blob's metadata becomes the --meta NAME=VALUE
+                          given (none: empty), its bytes unchanged
 
 --account and --key default to Azurite's well-known development account. Exits 1 with a
 message on stderr when the store refuses (an absent blob, say), 2 on a usage error.
@@ -58,6 +60,10 @@ def main():
     c.add_argument("blob")
     c.add_argument("file", help="a file, or - for stdin")
     c.add_argument("--meta", action="append", default=[], help="NAME=VALUE metadata, repeatable")
+    c = sub.add_parser("set-meta")
+    c.add_argument("container")
+    c.add_argument("blob")
+    c.add_argument("--meta", action="append", default=[], help="NAME=VALUE metadata, repeatable")
     for name in ("get", "delete", "props"):
         c = sub.add_parser(name)
         c.add_argument("container")
@@ -86,6 +92,9 @@ def main():
             data = sys.stdin.buffer.read() if args.file == "-" else open(args.file, "rb").read()
             meta = dict(m.split("=", 1) for m in args.meta) or None
             container.get_blob_client(args.blob).upload_blob(data, overwrite=True, metadata=meta)
+        elif args.cmd == "set-meta":
+            meta = dict(m.split("=", 1) for m in args.meta)
+            container.get_blob_client(args.blob).set_blob_metadata(metadata=meta)
         elif args.cmd == "get":
             data = container.get_blob_client(args.blob).download_blob().readall()
             sys.stdout.buffer.write(data)

@@ -7,6 +7,7 @@ mod common;
 
 mod authz_matrix;
 mod azure_backend;
+mod azure_faults;
 mod azure_probe_store;
 mod backend_contract;
 mod cli;

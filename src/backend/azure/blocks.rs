@@ -255,23 +255,40 @@ impl AzureBackend {
         meta: ObjectMeta,
     ) -> Result<Staged, BackendError> {
         let blob = self.upload_blob(handle);
-        let have = self.block_names(&blob).await?;
+        // By name, the uncommitted block (listed last, and the one a Put Block List's
+        // `Latest` takes) over a committed one of the same name.
+        let have: std::collections::BTreeMap<String, u64> =
+            self.block_names(&blob).await?.into_iter().collect();
         let mut ids = Vec::new();
         for part in parts.iter().filter(|p| p.size > 0) {
             let stem = format!("{:05}.{}.", part.number, part.etag.trim_matches('"'));
-            let mut mine: Vec<&String> = have.iter().filter(|n| n.starts_with(&stem)).collect();
-            if mine.is_empty() {
+            // The part's blocks in order, up to its size. A part sent again (the same bytes,
+            // so the same names) in blocks of another size (`block_size_bytes` changed across
+            // a restart) leaves the first sending's later blocks beside the second's: the
+            // last sending's blocks come first (it rewrote blocks 0..n) and add up to the
+            // part's size exactly, so the stale ones after them are never taken.
+            let (mut mine, mut sum) = (Vec::new(), 0u64);
+            for (i, (name, size)) in have
+                .range(stem.clone()..)
+                .take_while(|(n, _)| n.starts_with(&stem))
+                .enumerate()
+            {
+                if sum >= part.size || !name.ends_with(&format!(".{i:05}")) {
+                    break;
+                }
+                mine.push(block_id(name));
+                sum += size;
+            }
+            if mine.is_empty() || sum != part.size {
                 return Err(BackendError::Invalid {
                     code: "InvalidPart",
                     message: format!(
-                        "part {} with ETag {} is not stored for this upload; upload it again",
+                        "part {} with ETag {} is not stored whole for this upload; upload it again",
                         part.number, part.etag
                     ),
                 });
             }
-            mine.sort();
-            mine.dedup();
-            ids.extend(mine.into_iter().map(|n| block_id(n)));
+            ids.extend(mine);
         }
         let source = self.put_block_list(&blob, &ids, &meta, None).await?;
         let etags: Vec<&str> = parts.iter().map(|p| p.etag.as_str()).collect();
@@ -294,9 +311,9 @@ impl AzureBackend {
         })
     }
 
-    /// The names (decoded) of the blob's blocks, committed and uncommitted; none if the blob
-    /// has none yet.
-    async fn block_names(&self, blob: &str) -> Result<Vec<String>, BackendError> {
+    /// The names (decoded) and sizes of the blob's blocks, committed then uncommitted; none if
+    /// the blob has none yet.
+    async fn block_names(&self, blob: &str) -> Result<Vec<(String, u64)>, BackendError> {
         let req = || {
             Request::new(Method::GET, &self.container, blob)
                 .query("comp", "blocklist")
@@ -313,10 +330,18 @@ impl AzureBackend {
         let mut names = Vec::new();
         let mut rest = text.as_str();
         while let Some(name) = client::between(rest, "<Name>", "</Name>") {
-            if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(name) {
-                names.push(String::from_utf8_lossy(&bytes).to_string());
-            }
             rest = &rest[rest.find("</Name>").unwrap_or(rest.len()) + 7..];
+            // Each <Name> is followed by its block's <Size>.
+            let size = client::between(rest, "<Size>", "</Size>")
+                .and_then(|s| s.trim().parse().ok())
+                .ok_or_else(|| {
+                    BackendError::Failing(format!(
+                        "Get Block List of {blob}: a block without its size"
+                    ))
+                })?;
+            if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(name) {
+                names.push((String::from_utf8_lossy(&bytes).to_string(), size));
+            }
         }
         Ok(names)
     }

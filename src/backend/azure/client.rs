@@ -306,7 +306,8 @@ impl AzureClient {
                     BackendError::Timeout(_)
                     | BackendError::Unreachable(_)
                     | BackendError::Throttled(_)
-                    | BackendError::Failing(_),
+                    | BackendError::Failing(_)
+                    | BackendError::Refused { status: 429, .. },
                 )) if attempt < self.read_attempts => {
                     tokio::time::sleep(Duration::from_millis(100 << attempt.min(5))).await;
                     attempt += 1;

@@ -131,7 +131,9 @@ impl AzureBackend {
             }
         } else if header(&answer, "x-ms-copy-status") == "pending" {
             let copy = header(&answer, "x-ms-copy-id");
-            etag = self.copy_finished(&staged.key, &copy).await?;
+            etag = self
+                .copy_finished(&staged.key, &copy, &staging.commit)
+                .await?;
         }
         if let Source::Blob {
             name,
@@ -164,11 +166,14 @@ impl AzureBackend {
     /// even within one account) and returns the object's ETag once it is done. A blob that
     /// carries another copy id, or none, was written by someone else meanwhile (which ends a
     /// pending copy): this commit's bytes are not what the blob holds, so it is not
-    /// acknowledged, and the other write is reported as a bypass.
+    /// acknowledged, and the other write is reported as a bypass. So is a finished copy whose
+    /// blob no longer carries this commit's id (`commit`) in its entry: Set Blob Metadata
+    /// keeps the copy's id and status, and its ETag is not this commit's.
     pub(super) async fn copy_finished(
         &self,
         key: &str,
         copy: &str,
+        commit: &str,
     ) -> Result<String, BackendError> {
         let blob = self.blob(key);
         for _ in 0..600 {
@@ -192,7 +197,16 @@ impl AzureBackend {
             }
             match header(&r, "x-ms-copy-status").as_str() {
                 "pending" => tokio::time::sleep(Duration::from_millis(100)).await,
-                "success" => return Ok(header(&r, "etag")),
+                "success" if meta::stored(r.headers()).is_some_and(|s| s.commit == commit) => {
+                    return Ok(header(&r, "etag"))
+                }
+                "success" => {
+                    tracing::warn!(key, "the blob's metadata was changed by another request once fencegate's copy onto it had finished; the commit is not acknowledged");
+                    return Err(BackendError::Conflict {
+                        expected: None,
+                        found: Some(header(&r, "etag")),
+                    });
+                }
                 other => {
                     return Err(BackendError::Failing(format!(
                         "Copy Blob onto {key} ended {other:?}: {}",

@@ -47,6 +47,17 @@ pub fn answered(op: &str, status: u16, code: &str, message: &str) -> AzFailure {
         ))),
         (404, _) => AzFailure::NotFound,
         (412, _) | (409, "BlobAlreadyExists") => AzFailure::Precondition,
+        // The service's own throttling (its answer names an error code: `ServerBusy`, or a
+        // 429's): the request was refused before it was applied, so the key is not held as if
+        // the write might still land. A 503 without the code may come from an intermediary
+        // that forwarded the request: its outcome stays unknown.
+        (429, c) | (503, c @ "ServerBusy") if !c.is_empty() => {
+            AzFailure::Fault(BackendError::Refused {
+                status: 429,
+                code: c.to_string(),
+                message: format!("{short}; nothing was written, retry"),
+            })
+        }
         (429 | 503, _) => AzFailure::Fault(BackendError::Throttled(short)),
         (408 | 504, _) => AzFailure::Fault(BackendError::Timeout(short)),
         (400..=499, _) => AzFailure::Fault(BackendError::Refused {

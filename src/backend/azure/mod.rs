@@ -25,8 +25,8 @@ pub use client::AzureClient;
 
 use super::spool::{Spooled, Spooler};
 use super::{
-    part_of_whole, Backend, BackendError, BodyError, ByteStream, ListPage, ObjectInfo, ObjectMeta,
-    ObjectPart, PartInfo, Staged, StagedBody,
+    Backend, BackendError, BodyError, ByteStream, ListPage, ObjectInfo, ObjectMeta, ObjectPart,
+    PartInfo, Staged, StagedBody,
 };
 use crate::backend::strict::random_id;
 use async_trait::async_trait;
@@ -351,18 +351,8 @@ impl Backend for AzureBackend {
         number: u32,
         body: bool,
     ) -> Result<Option<ObjectPart>, BackendError> {
-        // A multipart object whose parts were not recorded (completed by an earlier
-        // fencegate, or in more runs than fit in the metadata) is never passed off as one part.
-        if let Some(info) = self.head_blob(key).await? {
-            if info.parts.is_empty()
-                && crate::backend::stored_meta::multipart_etag_count(&info.etag).is_some()
-            {
-                return Err(BackendError::Unsupported(
-                    "GetObject and HeadObject by partNumber of this multipart object on azure (its parts were not recorded with it); read the part by Range",
-                ));
-            }
-        }
-        part_of_whole(self, bucket, key, number, body).await
+        crate::backend::stored_meta::recorded_part(self, bucket, key, number, body, "GetObject and HeadObject by partNumber of this multipart object on azure (its parts were not recorded with it); read the part by Range")
+            .await
     }
 
     async fn create_upload(

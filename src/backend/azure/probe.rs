@@ -14,7 +14,7 @@ use crate::backend::BackendError;
 use reqwest::Method;
 
 /// The conditions fencegate relies on, as the probe names them.
-pub const CONDITIONS: [&str; 7] = [
+pub const CONDITIONS: [&str; 8] = [
     "If-None-Match: * on Put Blob",
     "If-Match on Put Blob",
     "If-None-Match: * on Copy Blob",
@@ -22,6 +22,7 @@ pub const CONDITIONS: [&str; 7] = [
     "x-ms-source-if-match on Copy Blob",
     "If-Match on Delete Blob",
     "Content-MD5 on Put Blob",
+    "the expiry of a SAS",
 ];
 
 fn body(text: impl Into<String>) -> Spooled {
@@ -44,6 +45,16 @@ fn refused(outcome: Result<reqwest::Response, AzFailure>) -> Result<bool, String
             Ok(true)
         }
         Err(AzFailure::Fault(e)) => Err(e.to_string()),
+    }
+}
+
+/// Whether a request authorized by an expired SAS was refused (403: Azure answers
+/// `AuthenticationFailed`, Azurite `AuthorizationFailure`).
+fn expiry_refused(outcome: Result<reqwest::Response, AzFailure>) -> Result<bool, String> {
+    match outcome {
+        Ok(_) => Ok(false),
+        Err(AzFailure::Fault(BackendError::Refused { status: 403, .. })) => Ok(true),
+        Err(f) => Err(f.into_backend("the probe").to_string()),
     }
 }
 
@@ -273,6 +284,26 @@ async fn probe(
                 .await,
         )?,
         CONDITIONS[6],
+    );
+    // A Put Blob and a Delete Blob whose SAS expired 10 s ago must be refused: the expiry is
+    // all that keeps a commit held in flight past its deadline from landing, on one instance
+    // as in a cluster.
+    let expired = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+    let late_put = client
+        .send(
+            "Put Blob",
+            put_blob(c, b, "late", client.sas(c, b, "cw", expired)),
+        )
+        .await;
+    let late_delete = client
+        .send(
+            "Delete Blob",
+            Request::new(Method::DELETE, c, b).sas(client.sas(c, b, "d", expired)),
+        )
+        .await;
+    check(
+        expiry_refused(late_put)? && expiry_refused(late_delete)?,
+        CONDITIONS[7],
     );
     let race = race_for(backend, race, writers).await?;
     Ok(StrictProbe { ignored, race })

@@ -16,6 +16,8 @@ fn action(condition: &str) -> &'static str {
         "sends each body with its MD5: the service keeps exactly the bytes sent"
     } else if condition.starts_with("x-ms-source-if-match") {
         "copies a staged body only at the version staged"
+    } else if condition.contains("expiry") {
+        "authorizes each commit by a SAS that expires at its deadline: a commit held in flight cannot land late"
     } else {
         "commits conditionally: a write made around fencegate is never overwritten"
     }
