@@ -346,6 +346,19 @@ impl Script for LateStore {
         }
         self.inner.commit(staged, expected).await
     }
+    async fn delete(
+        &self,
+        _inner: &Arc<dyn Backend>,
+        bucket: &str,
+        key: &str,
+        expected: &str,
+    ) -> Result<(), BackendError> {
+        if self.hold.swap(false, Ordering::SeqCst) {
+            self.held.store(true, Ordering::SeqCst);
+            let _ = self.land.subscribe().wait_for(|l| *l).await;
+        }
+        self.inner.delete(bucket, key, expected).await
+    }
     fn in_flight_bound(&self, _inner: &Arc<dyn Backend>) -> Option<std::time::Duration> {
         self.bound
     }
@@ -455,4 +468,256 @@ async fn negative_control_without_the_hold_the_late_request_undoes_the_delete() 
         Some(&b"v"[..]),
         "the stale write landed after the acknowledged delete"
     );
+}
+
+/// The backend kind changes across the restart to one whose requests cannot land late (or its
+/// bound is removed): the request in flight was made under the old bound, which its intent
+/// recorded, so the hold keeps to that.
+#[tokio::test]
+async fn a_bound_removed_across_the_crash_still_holds() {
+    let (bytes, answer) =
+        killed_mid_commit([Some(std::time::Duration::from_millis(500)), None]).await;
+    assert_eq!(answer.unwrap_err().code(), "CommitUnresolved");
+    assert_eq!(bytes, None, "the acknowledged delete stands");
+}
+
+/// A gate killed while `zombie`'s request (a put, or a delete if `delete`) is held on its way
+/// to a store that lands late (bound `bounds[0]`), restarted over the same table with the
+/// store's bound `bounds[1]`. `before` are writes acknowledged before, through a gate that
+/// does not hold. Land the held request with `first.land`.
+struct Crashed {
+    g: Arc<Gate>,
+    objects: Arc<MemoryBackend>,
+    first: Arc<Scripted<LateStore>>,
+    zombie: tokio::task::JoinHandle<Result<Written, GateError>>,
+}
+
+async fn crash_mid_request(
+    policy: BucketPolicy,
+    before: Vec<WriteRequest>,
+    zombie: WriteRequest,
+    delete: bool,
+    bounds: [Option<std::time::Duration>; 2],
+) -> Crashed {
+    let table = Arc::new(MemoryFenceStore::new());
+    let objects = Arc::new(MemoryBackend::new());
+    let late = |hold, bound| {
+        Arc::new(Scripted::new(
+            objects.clone(),
+            LateStore {
+                inner: objects.clone(),
+                bound,
+                hold: std::sync::atomic::AtomicBool::new(hold),
+                held: std::sync::atomic::AtomicBool::new(false),
+                land: tokio::sync::watch::channel(false).0,
+            },
+        ))
+    };
+    let over = |backend: Arc<dyn Backend>| {
+        super::test_kit::gate_over(policy.clone(), backend, table.clone())
+    };
+    let g0 = over(late(false, bounds[0]) as Arc<dyn Backend>);
+    for r in before {
+        g0.put(r, body(b"before")).await.unwrap();
+    }
+    let first = late(true, bounds[0]);
+    let dying = Arc::new(crate::fence::scripted::Scripted::new(
+        table.clone(),
+        Dead {
+            dead: std::sync::atomic::AtomicBool::new(false),
+        },
+    ));
+    let g = super::test_kit::gate_over(policy.clone(), first.clone(), dying.clone());
+    let zombie = tokio::spawn(async move {
+        if delete {
+            g.delete(zombie).await
+        } else {
+            g.put(zombie, body(b"zombie")).await
+        }
+    });
+    while !first.held.load(Ordering::SeqCst) {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    dying.dead.store(true, Ordering::SeqCst);
+    table.lose_unsynced();
+    let g = over(late(false, bounds[1]) as Arc<dyn Backend>);
+    Crashed {
+        g,
+        objects,
+        first,
+        zombie,
+    }
+}
+
+/// A keyed retry after the restart, with the bound lowered to nothing: the first request may
+/// still land, so the retry is held (not carried out again, which would commit token 5 twice,
+/// nor taken as not landed); once it has landed, the retry replays its answer.
+#[tokio::test]
+async fn a_keyed_retry_after_a_crash_keeps_to_the_recorded_bound() {
+    let ms = |n| Some(std::time::Duration::from_millis(n));
+    let c = crash_mid_request(
+        BucketPolicy::default(),
+        vec![],
+        keyed("k", 5, "k1"),
+        false,
+        [ms(60_000), ms(0)],
+    )
+    .await;
+    let held = c.g.put(keyed("k", 5, "k1"), body(b"zombie")).await;
+    assert_eq!(held.unwrap_err().code(), "CommitUnresolved");
+    let _ = c.first.land.send(true);
+    let _ = c.zombie.await;
+    let again = c.g.put(keyed("k", 5, "k1"), body(b"zombie")).await.unwrap();
+    assert!(again.replayed, "{again:?}");
+    let commits = c
+        .objects
+        .history()
+        .iter()
+        .filter(|t| **t == Some(5))
+        .count();
+    assert_eq!(commits, 1, "token 5 committed {commits} times");
+}
+
+/// A delete in flight when the process died, the bound lowered across the restart: a newer
+/// holder's write of the object is held until the delete's outcome shows, so the late delete
+/// cannot remove an acknowledged write.
+#[tokio::test]
+async fn a_delete_left_in_flight_by_a_crash_cannot_remove_a_newer_write() {
+    let ms = |n| Some(std::time::Duration::from_millis(n));
+    let c = crash_mid_request(
+        BucketPolicy::default(),
+        vec![req("k", 4)],
+        req("k", 5),
+        true,
+        [ms(60_000), ms(0)],
+    )
+    .await;
+    let answer = c.g.put(req("k", 6), body(b"newer")).await;
+    assert_eq!(answer.unwrap_err().code(), "CommitUnresolved");
+    let _ = c.first.land.send(true);
+    let _ = c.zombie.await;
+    // The delete landed: the newer holder's retry now writes, and it stays.
+    c.g.put(req("k", 6), body(b"newer")).await.unwrap();
+    assert_eq!(c.objects.bytes("b", "k").as_deref(), Some(&b"newer"[..]));
+}
+
+/// A crash left an intent on `k` in a bucket-wide scope (token 5, its request still on its
+/// way). After the restart a newer holder (token 6) writes `j` of the same scope, and the
+/// scope is advanced: both are acknowledged while the stale request can still land after
+/// them, since only the object itself is held after a crash (threat-model.md, "Wider scopes
+/// after a crash"). Once fixed, both are refused until k's outcome shows or its bound passes.
+#[tokio::test]
+#[ignore = "open, documented (threat-model.md 'Wider scopes after a crash'): a crash-left intent holds only its object, not its scope; fix: at start-up index the rows with a deadline-less intent by scope and have scope_resolved check them too"]
+async fn a_crash_intent_holds_back_its_whole_scope() {
+    let policy = BucketPolicy {
+        scope: crate::config::ScopeKind::Bucket,
+        ..BucketPolicy::default()
+    };
+    let bound = Some(std::time::Duration::from_secs(60));
+    let c = crash_mid_request(policy, vec![], req("k", 5), false, [bound, bound]).await;
+    let other = c.g.put(req("j", 6), body(b"newer")).await;
+    let advance = c.g.advance("b", "j", Ok(Some(Token(9))), None).await;
+    let _ = c.first.land.send(true);
+    let _ = c.zombie.await;
+    assert_eq!(
+        other.map(|w| w.token).map_err(|e| e.code()),
+        Err("CommitUnresolved"),
+        "a newer token's write was acknowledged while token 5's request could still land"
+    );
+    assert_eq!(
+        advance.map(|_| ()).map_err(|e| e.code()),
+        Err("CommitUnresolved"),
+        "the scope was advanced while token 5's request could still land"
+    );
+}
+
+/// A store whose commits time out (the answer lost, the request not applied yet), with the
+/// in-flight bound `bound`.
+struct LostAnswers {
+    bound: std::time::Duration,
+}
+
+#[async_trait::async_trait]
+impl Script for LostAnswers {
+    async fn commit(
+        &self,
+        _inner: &Arc<dyn Backend>,
+        _staged: &Staged,
+        _expected: Option<&str>,
+    ) -> Result<ObjectInfo, BackendError> {
+        Err(BackendError::Timeout("the answer was lost".into()))
+    }
+    fn in_flight_bound(&self, _inner: &Arc<dyn Backend>) -> Option<std::time::Duration> {
+        Some(self.bound)
+    }
+}
+
+/// A fence table that fails the write marking a lost answer's deadline (a momentary I/O error),
+/// and writes everything else.
+struct FailsTheMark;
+
+#[async_trait::async_trait]
+impl crate::fence::scripted::Script for FailsTheMark {
+    async fn put(
+        &self,
+        inner: &Arc<dyn FenceStore>,
+        rows: Vec<(String, FenceRow)>,
+        d: Durability,
+    ) -> Result<i64, StoreError> {
+        if rows
+            .iter()
+            .any(|(_, r)| r.pending.is_some() && r.unresolved_until_ms.is_some())
+        {
+            return Err(StoreError::Io("a momentary write error".into()));
+        }
+        inner.put(rows, d).await
+    }
+}
+
+/// In one process, up longer than the bound: a commit's answer is lost and the write marking
+/// its deadline fails. The intent is left without a deadline, which reads as a crash's, held
+/// from this process's start, long passed: the deadline is kept in memory instead, so a newer
+/// holder's delete is not acknowledged while token 5's request may still land and re-create
+/// the object after it.
+#[tokio::test]
+async fn a_lost_answer_whose_mark_failed_is_still_held() {
+    let bound = std::time::Duration::from_secs(1);
+    let objects = Arc::new(MemoryBackend::new());
+    let store = Arc::new(Scripted::new(objects.clone(), LostAnswers { bound }));
+    let table = Arc::new(crate::fence::scripted::Scripted::new(
+        Arc::new(MemoryFenceStore::new()),
+        FailsTheMark,
+    ));
+    let g = gate(table, store);
+    // Up longer than the bound.
+    tokio::time::sleep(bound + std::time::Duration::from_millis(100)).await;
+    let lost = g.put(req("k", 5), body(b"zombie")).await;
+    assert!(lost.is_err(), "{lost:?}");
+    let newer = g.delete(req("k", 6)).await;
+    assert_eq!(
+        newer.map(|w| w.existed).map_err(|e| e.code()),
+        Err("CommitUnresolved"),
+        "a newer delete was acknowledged while token 5's request may still land"
+    );
+}
+
+/// DeleteBucket's last check after a crash, the bound lowered across the restart: the bucket
+/// is not settled while the intent's request may still land (it would put an object in a
+/// bucket answered deleted), and is once the store shows it landed.
+#[tokio::test]
+async fn delete_bucket_waits_for_a_crash_intent_by_its_recorded_bound() {
+    let ms = |n| Some(std::time::Duration::from_millis(n));
+    let c = crash_mid_request(
+        BucketPolicy::default(),
+        vec![],
+        req("k", 5),
+        false,
+        [ms(60_000), ms(0)],
+    )
+    .await;
+    let settled = c.g.bucket_settled("b").await;
+    assert_eq!(settled.map_err(|e| e.code()), Err("CommitUnresolved"));
+    let _ = c.first.land.send(true);
+    let _ = c.zombie.await;
+    c.g.bucket_settled("b").await.unwrap();
 }

@@ -59,13 +59,23 @@ impl Gate {
             // start (after the request was sent) for the longer of the backend's bound now and
             // the one the request was made with: a configuration lowered across the restart
             // does not shorten a signed request's validity.
+            // In this process, a lost answer whose deadline could not be written leaves its
+            // intent without one too: it is held by the deadline kept in memory.
             (None, Some(pending)) if self.intents.is_none() => {
                 let now_bound = entry
                     .backend
                     .in_flight_bound()
                     .map(|b| b.as_millis() as u64);
-                match now_bound.max(pending.in_flight_bound_ms) {
-                    Some(bound) => self.started_ms.saturating_add(bound),
+                let crashed = now_bound
+                    .max(pending.in_flight_bound_ms)
+                    .map(|bound| self.started_ms.saturating_add(bound));
+                let unmarked = self
+                    .unmarked
+                    .lock()
+                    .get(&super::scope::object_row(bucket, key))
+                    .copied();
+                match crashed.max(unmarked) {
+                    Some(until) => until,
                     None => return Ok(()),
                 }
             }
@@ -250,7 +260,11 @@ impl Gate {
                 "the object changed on another instance; not marking it unresolved"
             );
         } else if let Err(e) = saved {
-            tracing::error!(error = %e, key = object_key, "could not record an unresolved store request");
+            // The intent stays on the table without its deadline: held by this one, in memory.
+            let mut unmarked = self.unmarked.lock();
+            unmarked.retain(|_, u| *u > now);
+            unmarked.insert(object_key.to_string(), until);
+            tracing::error!(error = %e, key = object_key, until_ms = until, "could not record an unresolved store request; the object is refused until its outcome shows or the deadline passes, unless this process stops first");
         } else {
             tracing::warn!(key = object_key, until_ms = until, "the store did not answer; the object is refused until its outcome shows or the deadline passes");
         }

@@ -132,6 +132,10 @@ pub struct Gate {
     /// When this gate started (Unix ms): intents left by an earlier process are held back
     /// from then for the backend's in-flight bound (`intents.rs`, `still_unresolved`).
     started_ms: u64,
+    /// Single instance: the deadlines of lost answers whose mark could not be written
+    /// (`intents.rs`, `mark_unresolved`), by object row, so that their intents, left without
+    /// one on the table, are still held until then.
+    unmarked: parking_lot::Mutex<std::collections::HashMap<String, u64>>,
 }
 
 /// What multipart uploads a client may leave open: at most `per_key` per access key and
@@ -196,6 +200,7 @@ impl Gate {
             idempotency_claims: Default::default(),
             clock_verdict: Default::default(),
             started_ms: crate::wall_clock::now_ms(),
+            unmarked: Default::default(),
         }
     }
 

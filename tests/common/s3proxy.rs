@@ -56,6 +56,11 @@ pub enum Mode {
     /// without their conditions but signed as sent: a paused instance's request reaching a
     /// store that ignores conditions and refuses expired presigned requests.
     HoldThenDropConditions = 16,
+    /// UploadPart 1 is refused (400) after 300 ms; every other UploadPart is read whole, then
+    /// reaches the store a second later whether or not its sender is still there, as a store
+    /// goes on with a request it has received. Those that reach it after the upload's abort
+    /// are counted ([`S3Proxy::parts_after_abort`]).
+    LateUploadParts = 17,
 }
 
 pub struct S3Proxy {
@@ -63,6 +68,15 @@ pub struct S3Proxy {
     mode: Arc<AtomicU8>,
     held: Arc<std::sync::atomic::AtomicUsize>,
     release: tokio::sync::watch::Sender<bool>,
+    late: Arc<LateParts>,
+}
+
+/// What [`Mode::LateUploadParts`] saw: whether an upload was aborted, and how many parts
+/// reached the store after that.
+#[derive(Default)]
+struct LateParts {
+    aborted: std::sync::atomic::AtomicBool,
+    after_abort: std::sync::atomic::AtomicUsize,
 }
 
 impl S3Proxy {
@@ -72,12 +86,14 @@ impl S3Proxy {
         let port = listener.local_addr().unwrap().port();
         let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (release, released) = tokio::sync::watch::channel(false);
+        let late = Arc::new(LateParts::default());
         let state = ProxyState {
             upstream,
             mode: mode.clone(),
             client: reqwest::Client::new(),
             held: held.clone(),
             released,
+            late: late.clone(),
         };
         let app = axum::Router::new().fallback(forward).with_state(state);
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -86,7 +102,13 @@ impl S3Proxy {
             mode,
             held,
             release,
+            late,
         }
+    }
+
+    /// [`Mode::LateUploadParts`]: the parts that reached the store after an abort.
+    pub fn parts_after_abort(&self) -> usize {
+        self.late.after_abort.load(Ordering::SeqCst)
     }
 
     /// How many conditional writes [`Mode::HoldConditionalWrites`] holds now.
@@ -116,15 +138,21 @@ struct ProxyState {
     client: reqwest::Client,
     held: Arc<std::sync::atomic::AtomicUsize>,
     released: tokio::sync::watch::Receiver<bool>,
+    late: Arc<LateParts>,
 }
 
 async fn forward(State(state): State<ProxyState>, req: Request) -> Response {
+    let of_upload = req.uri().query().unwrap_or("").contains("uploadId");
+    if state.mode.load(Ordering::SeqCst) == Mode::LateUploadParts as u8 && of_upload {
+        return late_upload_part(state, req).await;
+    }
     let ProxyState {
         upstream,
         mode,
         client,
         held,
         mut released,
+        late: _,
     } = state;
     let mode = mode.load(Ordering::SeqCst);
     let conditional =
@@ -275,4 +303,50 @@ async fn forward(State(state): State<ProxyState>, req: Request) -> Response {
     builder
         .body(Body::from(resp.bytes().await.unwrap()))
         .unwrap()
+}
+
+/// [`Mode::LateUploadParts`], for a request of a multipart upload.
+async fn late_upload_part(state: ProxyState, req: Request) -> Response {
+    let query = req.uri().query().unwrap_or("").to_string();
+    let url = format!("{}{}?{query}", state.upstream, req.uri().path());
+    let method = req.method().clone();
+    let headers = req.headers().clone();
+    let body = axum::body::to_bytes(req.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let part = method == "PUT";
+    if method == "DELETE" {
+        state.late.aborted.store(true, Ordering::SeqCst);
+    }
+    if part && query.split('&').any(|p| p == "partNumber=1") {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        return Response::builder()
+            .status(400)
+            .header("content-type", "application/xml")
+            .body(Body::from("<Error><Code>InvalidArgument</Code><Message>refused by the test proxy</Message></Error>"))
+            .unwrap();
+    }
+    // Spawned: the store goes on with a request it has received, whether or not its sender
+    // is still there.
+    let task = tokio::spawn(async move {
+        if part {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+        let mut out = state.client.request(method, url);
+        for (name, value) in &headers {
+            out = out.header(name, value);
+        }
+        let resp = out.body(body).send().await.unwrap();
+        if part && state.late.aborted.load(Ordering::SeqCst) {
+            state.late.after_abort.fetch_add(1, Ordering::SeqCst);
+        }
+        let mut builder = Response::builder().status(resp.status().as_u16());
+        for (name, value) in resp.headers() {
+            builder = builder.header(name, value);
+        }
+        builder
+            .body(Body::from(resp.bytes().await.unwrap()))
+            .unwrap()
+    });
+    task.await.unwrap()
 }

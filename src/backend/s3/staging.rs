@@ -153,14 +153,15 @@ impl S3Backend {
             store_key: self.store_key(key),
             upload_id: Some(upload_id.clone()),
         };
+        // Parts go up while the next ones are read: up to PARTS_IN_FLIGHT at once, each
+        // spooled (to a spill file past the memory budget), so memory stays bounded. They are
+        // polled by this request's own future: a client that hangs up drops them all.
+        let mut in_flight = futures::stream::FuturesUnordered::new();
         let result: Result<(Vec<(i32, String)>, Md5), BackendError> = async {
             let whole = &mut whole;
+            let in_flight = &mut in_flight;
             let mut md5_of_parts = Md5::new();
             let mut parts = Vec::new();
-            // Parts go up while the next ones are read: up to PARTS_IN_FLIGHT at once, each
-            // spooled (to a spill file past the memory budget), so memory stays bounded. They
-            // are polled by this request's own future: a client that hangs up drops them all.
-            let mut in_flight = futures::stream::FuturesUnordered::new();
             let mut current = first;
             let mut number = 0;
             loop {
@@ -208,13 +209,22 @@ impl S3Backend {
             Ok((parts, md5_of_parts))
         }
         .await;
-        // Either way the guard's work is done here: a staged upload is the gate's to commit or
-        // discard, and a failed one is aborted now, before the error is answered.
-        guard.upload_id = None;
         match result {
-            Ok((parts, md5_of_parts)) => Ok((upload_id, parts, md5_of_parts, whole)),
+            Ok((parts, md5_of_parts)) => {
+                // A staged upload is the gate's to commit or discard.
+                guard.upload_id = None;
+                drop(in_flight);
+                Ok((upload_id, parts, md5_of_parts, whole))
+            }
             Err(e) => {
+                // The parts still on their way are waited for first: a store may keep a part
+                // whose upload was aborted while it was in progress (S3 says to abort again),
+                // out of reach of the start-up sweep. A failed upload is aborted before the
+                // error is answered; the guard stays armed until then, for a client that hangs
+                // up meanwhile.
+                while in_flight.next().await.is_some() {}
                 self.abort(key, &upload_id).await;
+                guard.upload_id = None;
                 Err(e)
             }
         }

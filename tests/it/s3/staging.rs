@@ -6,6 +6,7 @@
 use crate::common;
 use bytes::Bytes;
 use common::moto::{client_with, Moto};
+use common::s3proxy::{Mode, S3Proxy};
 use common::Server;
 use fencegate::backend::s3::{build_clients, S3Backend};
 use fencegate::backend::{Backend, BodyError, ByteStream, ObjectMeta};
@@ -17,8 +18,12 @@ const BUCKET: &str = "staging-store";
 const PART: u64 = 5 * 1024 * 1024;
 
 async fn backend(moto: &Moto, prefix: &str) -> S3Backend {
+    backend_at(moto.endpoint(), prefix).await
+}
+
+async fn backend_at(endpoint: String, prefix: &str) -> S3Backend {
     let cfg = S3BackendConfig {
-        endpoint: Some(moto.endpoint()),
+        endpoint: Some(endpoint),
         access_key_id: Some("test".into()),
         secret_access_key: Some("test".into()),
         multipart_threshold_bytes: PART,
@@ -217,4 +222,108 @@ async fn a_large_body_sent_parts_at_once_lands_whole_and_in_order() {
         .into_bytes();
     assert_eq!(got.len(), want.len());
     assert!(got == want, "the parts landed out of order or changed");
+}
+
+/// One part fails while the next ones are on their way to the store: the upload is aborted
+/// only once they have been answered, so that none reaches the store after the abort (S3 may
+/// keep a part whose upload was aborted while it was in progress, out of reach of the start-up
+/// sweep), and the error is answered with nothing left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_part_aborts_the_upload_only_after_the_parts_in_flight() {
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET).await;
+    let proxy = S3Proxy::start(moto.endpoint()).await;
+    let s3 = backend_at(proxy.endpoint(), "f/").await;
+    proxy.set(Mode::LateUploadParts);
+    let mut want = Vec::new();
+    for i in 0..6u8 {
+        want.extend(std::iter::repeat_n(b'a' + i, PART as usize));
+    }
+    let chunks: Vec<Result<Bytes, BodyError>> = want
+        .chunks(1024 * 1024)
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    let started = Instant::now();
+    let staged = s3
+        .stage(
+            "b",
+            "failing",
+            ObjectMeta::default(),
+            futures::stream::iter(chunks).boxed(),
+        )
+        .await;
+    assert!(staged.is_err(), "a refused part was staged");
+    let answered = started.elapsed();
+    assert_eq!(uploads(&moto).await, Vec::<String>::new());
+    // Late parts the proxy still forwards would have been counted by now.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        proxy.parts_after_abort(),
+        0,
+        "parts reached the store after their upload was aborted"
+    );
+    // The parts held by the store for a second were answered before the abort.
+    assert!(answered >= Duration::from_secs(1), "{answered:?}");
+}
+
+/// Bodies that end right at a part boundary, with and without an empty chunk after the last
+/// byte: no empty trailing part is sent, and the ETags are the whole body's MD5 and the MD5
+/// of the parts' MD5s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_ending_at_a_part_boundary_sends_no_empty_part() {
+    use md5::{Digest, Md5};
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET).await;
+    let s3 = backend(&moto, "e/").await;
+    for (n, empty_tail) in [(2u8, false), (5, true), (6, false)] {
+        let mut want = Vec::new();
+        let mut of_parts = Md5::new();
+        for i in 0..n {
+            let part = vec![b'a' + i; PART as usize];
+            of_parts.update(Md5::digest(&part));
+            want.extend(part);
+        }
+        let mut chunks: Vec<Result<Bytes, BodyError>> = want
+            .chunks(PART as usize)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        if empty_tail {
+            chunks.push(Ok(Bytes::new()));
+        }
+        let key = format!("edge-{n}");
+        let staged = s3
+            .stage(
+                "b",
+                &key,
+                ObjectMeta::default(),
+                futures::stream::iter(chunks).boxed(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            staged.etag,
+            format!("\"{}\"", hex::encode(Md5::digest(&want))),
+            "{n} parts"
+        );
+        assert_eq!(
+            staged.version.as_deref(),
+            Some(format!("\"{}-{n}\"", hex::encode(of_parts.finalize())).as_str()),
+            "{n} parts"
+        );
+        s3.commit(&staged, None).await.unwrap();
+        let got = moto
+            .client()
+            .get_object()
+            .bucket(BUCKET)
+            .key(format!("e/{key}"))
+            .send()
+            .await
+            .unwrap()
+            .body
+            .collect()
+            .await
+            .unwrap()
+            .into_bytes();
+        assert!(got == want, "{n} parts: the object differs from the body");
+    }
 }
