@@ -604,10 +604,11 @@ async fn a_delete_left_in_flight_by_a_crash_cannot_remove_a_newer_write() {
 /// A crash left an intent on `k` in a bucket-wide scope (token 5, its request still on its
 /// way). After the restart a newer holder (token 6) writes `j` of the same scope, and the
 /// scope is advanced: both are acknowledged while the stale request can still land after
-/// them, since only the object itself is held after a crash (threat-model.md, "Wider scopes
-/// after a crash"). Once fixed, both are refused until k's outcome shows or its bound passes.
+/// them, since only the object itself is held after a crash (docs/threat-model.md, its bound
+/// "Wider scopes after a crash"). Once fixed, both are refused until k's outcome shows or its
+/// bound passes.
 #[tokio::test]
-#[ignore = "open, documented (threat-model.md 'Wider scopes after a crash'): a crash-left intent holds only its object, not its scope; fix: at start-up index the rows with a deadline-less intent by scope and have scope_resolved check them too"]
+#[ignore = "open, documented in docs/threat-model.md (wider scopes after a crash): a crash-left intent holds only its object, not its scope; fix: at start-up index the rows with a deadline-less intent by scope and have scope_resolved check them too"]
 async fn a_crash_intent_holds_back_its_whole_scope() {
     let policy = BucketPolicy {
         scope: crate::config::ScopeKind::Bucket,
