@@ -106,10 +106,18 @@ async fn the_probe_refuses_stores_that_ignore_conditions() {
     // A store that drops the headers altogether fails every check.
     let proxy = S3Proxy::start(moto.endpoint()).await;
     proxy.set(Mode::DropConditions);
-    let err = refused_start(
-        dir.path(),
-        &config(&proxy.endpoint(), "read_timeout_secs = 2"),
-    );
+    // moto now and then answers one of 16 racing PutObjects 500, which the probe reports as
+    // no verdict (the store could not take the load): tried again, as an operator would.
+    let mut err = String::new();
+    for _ in 0..3 {
+        err = refused_start(
+            dir.path(),
+            &config(&proxy.endpoint(), "read_timeout_secs = 2"),
+        );
+        if !err.contains("concurrent conditional PutObjects") {
+            break;
+        }
+    }
     for check in [
         "If-None-Match: * on PutObject",
         "If-Match on PutObject",
