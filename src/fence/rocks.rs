@@ -1,13 +1,15 @@
 //! The fence table on RocksDB. Synced puts go through one committer thread that merges every
 //! put waiting in its queue into a single WriteBatch and a single WAL fsync (group commit), so
-//! 64 concurrent writers share fsyncs instead of paying one each.
+//! 64 concurrent writers share fsyncs instead of paying one each. A synced put that finds no
+//! other synced put queued or being written makes its own fsync where it is: with no one to
+//! share it with, the two thread hand-offs to the committer and back would be pure waiting.
 
 use super::{Durability, FenceRow, FenceStore, StoreError};
 use async_trait::async_trait;
 use rocksdb::{BlockBasedOptions, Cache, Options, WriteBatch, WriteOptions, DB};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use tokio::sync::oneshot;
 
 /// The most puts one group commit takes; bounds the latency of the first in the group.
@@ -23,14 +25,27 @@ pub struct RocksFenceStore {
     /// `None` only while dropping.
     queue: Option<mpsc::Sender<Job>>,
     committer: Option<std::thread::JoinHandle<()>>,
+    lane: Arc<Lane>,
     stats: Arc<GroupStats>,
 }
 
-/// Counters for the group committer: how many fsyncs served how many puts.
+/// Who is writing synced puts now. The committer takes `writing` for each group; a put takes
+/// it on its own thread only when `busy` shows nothing queued or in a group, so a put made
+/// alone never waits behind a group, and a group waits for at most one such put.
+#[derive(Default)]
+struct Lane {
+    writing: Mutex<()>,
+    /// Synced puts queued for the committer or in its group, not yet answered.
+    busy: AtomicUsize,
+}
+
+/// Counters for the group committer: how many fsyncs served how many puts, and how many of
+/// those puts were made alone on their caller's thread.
 #[derive(Default, Debug)]
 pub struct GroupStats {
     pub syncs: AtomicU64,
     pub puts: AtomicU64,
+    pub alone: AtomicU64,
 }
 
 impl RocksFenceStore {
@@ -62,15 +77,17 @@ impl RocksFenceStore {
         let db = Arc::new(db);
         let (tx, rx) = mpsc::channel::<Job>();
         let stats = Arc::new(GroupStats::default());
-        let (thread_db, thread_stats) = (db.clone(), stats.clone());
+        let lane = Arc::new(Lane::default());
+        let (thread_db, thread_lane, thread_stats) = (db.clone(), lane.clone(), stats.clone());
         let handle = std::thread::Builder::new()
             .name("fence-commit".into())
-            .spawn(move || committer(thread_db, rx, thread_stats))
+            .spawn(move || committer(thread_db, rx, thread_lane, thread_stats))
             .map_err(|e| StoreError::Io(format!("cannot start the committer thread: {e}")))?;
         Ok(RocksFenceStore {
             db,
             queue: Some(tx),
             committer: Some(handle),
+            lane,
             stats,
         })
     }
@@ -95,9 +112,7 @@ impl RocksFenceStore {
     }
 }
 
-fn committer(db: Arc<DB>, rx: mpsc::Receiver<Job>, stats: Arc<GroupStats>) {
-    let mut sync = WriteOptions::default();
-    sync.set_sync(true);
+fn committer(db: Arc<DB>, rx: mpsc::Receiver<Job>, lane: Arc<Lane>, stats: Arc<GroupStats>) {
     // Ends when every sender (the store) is dropped.
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
@@ -108,29 +123,63 @@ fn committer(db: Arc<DB>, rx: mpsc::Receiver<Job>, stats: Arc<GroupStats>) {
                 Err(_) => break,
             }
         }
-        let mut batch = WriteBatch::default();
-        for job in &jobs {
-            for (key, row) in &job.rows {
-                batch.put(key.as_bytes(), row.encode());
-            }
-        }
-        let started = std::time::Instant::now();
-        let result = db
-            .write_opt(batch, &sync)
-            .map_err(|e| StoreError::Io(e.to_string()));
-        stats.syncs.fetch_add(1, Ordering::Relaxed);
-        stats.puts.fetch_add(jobs.len() as u64, Ordering::Relaxed);
-        crate::metrics::fence_sync(
-            jobs.len(),
-            started.elapsed(),
-            crate::metrics::FENCE_GROUP_SIZE,
-        );
-        if let Err(e) = &result {
-            tracing::error!(error = %e, "fence table sync failed; the writes waiting on it are refused");
-        }
+        let result = {
+            // A put made alone may be writing: this group follows it.
+            let _writing = lane.writing.lock().unwrap_or_else(|e| e.into_inner());
+            write_synced(
+                &db,
+                jobs.iter().flat_map(|job| &job.rows),
+                jobs.len(),
+                &stats,
+            )
+        };
+        lane.busy.fetch_sub(jobs.len(), Ordering::AcqRel);
         for job in jobs {
             let _ = job.done.send(result.clone());
         }
+    }
+}
+
+/// One WriteBatch of `rows`, written and fsynced in the WAL before it returns: the durability
+/// point of every synced put, whether a group's or one made alone.
+fn write_synced<'a>(
+    db: &DB,
+    rows: impl Iterator<Item = &'a (String, FenceRow)>,
+    puts: usize,
+    stats: &GroupStats,
+) -> Result<(), StoreError> {
+    let mut sync = WriteOptions::default();
+    sync.set_sync(true);
+    let mut batch = WriteBatch::default();
+    for (key, row) in rows {
+        batch.put(key.as_bytes(), row.encode());
+    }
+    let started = std::time::Instant::now();
+    let result = db
+        .write_opt(batch, &sync)
+        .map_err(|e| StoreError::Io(e.to_string()));
+    stats.syncs.fetch_add(1, Ordering::Relaxed);
+    stats.puts.fetch_add(puts as u64, Ordering::Relaxed);
+    crate::metrics::fence_sync(puts, started.elapsed(), crate::metrics::FENCE_GROUP_SIZE);
+    if let Err(e) = &result {
+        tracing::error!(error = %e, "fence table sync failed; the writes waiting on it are refused");
+    }
+    result
+}
+
+impl RocksFenceStore {
+    /// A synced put made on the caller's thread, when no other synced put is queued or being
+    /// written and the runtime has another worker to go on with while this one waits for the
+    /// disk. `None`: the put goes to the committer.
+    fn put_alone(&self, rows: &[(String, FenceRow)]) -> Option<Result<(), StoreError>> {
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if !multi_thread || self.lane.busy.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        let _writing = self.lane.writing.try_lock().ok()?;
+        self.stats.alone.fetch_add(1, Ordering::Relaxed);
+        Some(write_synced(&self.db, rows.iter(), 1, &self.stats))
     }
 }
 
@@ -189,12 +238,19 @@ impl FenceStore for RocksFenceStore {
                 Ok(0)
             }
             Durability::Synced => {
+                if let Some(result) = self.put_alone(&rows) {
+                    return result.map(|()| 0);
+                }
                 let (done, wait) = oneshot::channel();
-                self.queue
+                let queue = self
+                    .queue
                     .as_ref()
-                    .ok_or_else(|| StoreError::Io("the fence table is closing".into()))?
-                    .send(Job { rows, done })
-                    .map_err(|_| StoreError::Io("the committer thread has stopped".into()))?;
+                    .ok_or_else(|| StoreError::Io("the fence table is closing".into()))?;
+                self.lane.busy.fetch_add(1, Ordering::AcqRel);
+                if queue.send(Job { rows, done }).is_err() {
+                    self.lane.busy.fetch_sub(1, Ordering::AcqRel);
+                    return Err(StoreError::Io("the committer thread has stopped".into()));
+                }
                 wait.await
                     .map_err(|_| StoreError::Io("the committer thread has stopped".into()))??;
                 Ok(0)
@@ -378,6 +434,99 @@ mod tests {
             "group commit should merge puts: {syncs} syncs for {puts} puts"
         );
         assert_eq!(s.get("object:b/63").await.unwrap(), Some(row(19)));
+    }
+
+    /// On the server's runtime, writers that meet in the table still share fsyncs: a put made
+    /// alone never takes the group's place.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_synced_puts_share_fsyncs_on_a_multi_thread_runtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(RocksFenceStore::open(dir.path()).unwrap());
+        let mut tasks = Vec::new();
+        for i in 0..64u64 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                for j in 0..20u64 {
+                    s.put(vec![(format!("object:b/{i}"), row(j))], Durability::Synced)
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let puts = s.stats().puts.load(Ordering::Relaxed);
+        let syncs = s.stats().syncs.load(Ordering::Relaxed);
+        assert_eq!(puts, 64 * 20);
+        assert!(
+            syncs < puts / 2,
+            "group commit should merge puts: {syncs} syncs for {puts} puts"
+        );
+        for i in 0..64u64 {
+            assert_eq!(
+                s.get(&format!("object:b/{i}")).await.unwrap(),
+                Some(row(19))
+            );
+        }
+        assert_eq!(s.lane.busy.load(Ordering::Acquire), 0, "every put answered");
+    }
+
+    /// One writer at a time: each synced put is made on its caller's thread, one fsync each,
+    /// and is in the table when it returns, across a reopen.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_put_made_alone_skips_the_committer_and_is_durable_when_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = RocksFenceStore::open(dir.path()).unwrap();
+            for j in 1..=5u64 {
+                s.put(vec![("object:b/k".into(), row(j))], Durability::Synced)
+                    .await
+                    .unwrap();
+                assert_eq!(s.get("object:b/k").await.unwrap(), Some(row(j)));
+            }
+            assert_eq!(s.stats().alone.load(Ordering::Relaxed), 5);
+            assert_eq!(s.stats().syncs.load(Ordering::Relaxed), 5);
+        }
+        let s = RocksFenceStore::open(dir.path()).unwrap();
+        assert_eq!(s.get("object:b/k").await.unwrap(), Some(row(5)));
+    }
+
+    /// A put that finds the committer at work joins its queue rather than writing beside it,
+    /// and one made alone holds the next group back only until its own fsync is done.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_put_never_goes_alone_while_others_are_queued() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = RocksFenceStore::open(dir.path()).unwrap();
+        s.lane.busy.fetch_add(1, Ordering::AcqRel);
+        s.put(vec![("object:b/k".into(), row(1))], Durability::Synced)
+            .await
+            .unwrap();
+        assert_eq!(
+            s.stats().alone.load(Ordering::Relaxed),
+            0,
+            "queued behind others"
+        );
+        s.lane.busy.fetch_sub(1, Ordering::AcqRel);
+        let s = Arc::new(s);
+        let lane = s.lane.clone();
+        let writing = lane.writing.lock().unwrap();
+        let queued = {
+            let s = s.clone();
+            tokio::spawn(async move {
+                s.put(vec![("object:b/k".into(), row(2))], Durability::Synced)
+                    .await
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(
+            !queued.is_finished(),
+            "the group waits for the write in progress"
+        );
+        drop(writing);
+        queued.await.unwrap().unwrap();
+        assert_eq!(s.stats().alone.load(Ordering::Relaxed), 0);
+        assert_eq!(s.get("object:b/k").await.unwrap(), Some(row(2)));
     }
 
     #[test]
