@@ -104,10 +104,12 @@ pub enum StagedBody {
     /// An id (the memory double).
     Handle(String),
     /// A temporary file (fs), with the handle it was written through: the commit reads the
-    /// file's identity from it, without opening the path again.
+    /// file's identity from it, without opening the path again; and its fsync, which the
+    /// commit waits for before the rename.
     File {
         path: String,
         file: std::sync::Arc<std::fs::File>,
+        synced: fs::StagedSync,
     },
     /// A body up to the multipart threshold, spooled (s3, azure), sent in one conditional
     /// request.

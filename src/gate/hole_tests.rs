@@ -67,10 +67,13 @@ fn handle_copy(s: &Staged) -> Staged {
     Staged {
         body: match &s.body {
             crate::backend::StagedBody::Handle(h) => crate::backend::StagedBody::Handle(h.clone()),
-            crate::backend::StagedBody::File { path, file } => crate::backend::StagedBody::File {
-                path: path.clone(),
-                file: file.clone(),
-            },
+            crate::backend::StagedBody::File { path, file, synced } => {
+                crate::backend::StagedBody::File {
+                    path: path.clone(),
+                    file: file.clone(),
+                    synced: synced.clone(),
+                }
+            }
             other => panic!("the memory backend stages handles, not {other:?}"),
         },
         bucket: s.bucket.clone(),

@@ -15,6 +15,7 @@ mod uploads;
 mod writes;
 
 use listing::*;
+pub use staging::StagedSync;
 use staging::*;
 use syscalls::*;
 
@@ -119,9 +120,9 @@ impl Backend for FsBackend {
         let target = self.object_file(&staged.bucket, &staged.key);
         let bucket_dir = self.root.join(&staged.bucket);
         let temp = PathBuf::from(staged.body.handle()?);
-        let carried = match &staged.body {
-            StagedBody::File { file, .. } => Some(file.clone()),
-            _ => None,
+        let (carried, synced) = match &staged.body {
+            StagedBody::File { file, synced, .. } => (Some(file.clone()), synced.clone()),
+            _ => (None, StagedSync::done()),
         };
         let key = staged.key.clone();
         let expected = expected.map(str::to_string);
@@ -133,6 +134,9 @@ impl Backend for FsBackend {
             // The slow part (one fsync per new directory) comes before the version check, so
             // the window between the check and the rename stays as short as a syscall.
             create_dirs_durable(&bucket_dir, parent, &dirsyncs)?;
+            // The body's own fsync ran beside the intent's (docs/design.md, "The staged body's
+            // fsync"): nothing is renamed into place before it has ended well.
+            synced.wait()?;
             // What is recorded is the identity of the file we wrote (read from its own handle,
             // which the rename keeps), never whatever sits at the path after the rename.
             let (file, mut info) = match carried {

@@ -1,8 +1,11 @@
 //! Staging: a body written into `<root>/.staging` with its MD5 and metadata trailer, fsynced,
 //! invisible until its commit renames it into place. A stage dropped mid-body (the client hung
-//! up) removes its file; files a crash left are swept when the backend opens.
+//! up) removes its file; files a crash left are swept when the backend opens. A small body's
+//! fsync runs on after the gate has its file, beside the fence table's intent; the commit waits
+//! for it before the rename ([`StagedSync`]).
 
 use super::*;
+use std::sync::{Arc, Condvar, Mutex};
 
 pub(super) const STAGING: &str = ".staging";
 
@@ -78,7 +81,7 @@ fn create_staging(path: &Path) -> std::io::Result<std::fs::File> {
 
 /// The gate's handle on a staged file: its path and open handle, and what it holds.
 fn staged_at(
-    (path, file): (&Path, std::fs::File),
+    (path, file, synced): (&Path, Arc<std::fs::File>, StagedSync),
     bucket: &str,
     key: &str,
     (etag, size, version): (String, u64, String),
@@ -87,7 +90,8 @@ fn staged_at(
     Staged {
         body: StagedBody::File {
             path: path.to_string_lossy().into_owned(),
-            file: std::sync::Arc::new(file),
+            file,
+            synced,
         },
         bucket: bucket.to_string(),
         key: key.to_string(),
@@ -95,6 +99,60 @@ fn staged_at(
         size,
         version: Some(version),
         meta,
+    }
+}
+
+/// The fsync of a staged file, which may still be running when the gate has the file: the
+/// gate checks under the lock and makes its intent durable meanwhile, and the commit waits
+/// here before the rename, the one step that makes the body visible. Either order of the two
+/// fsyncs leaves the same states after a crash (docs/design.md, "The staged body's fsync").
+#[derive(Clone, Debug, Default)]
+pub struct StagedSync(Arc<(Mutex<Option<Result<(), String>>>, Condvar)>);
+
+impl StagedSync {
+    /// A file fsynced already.
+    pub(super) fn done() -> StagedSync {
+        let synced = StagedSync::default();
+        synced.finish(Ok(()));
+        synced
+    }
+
+    pub(super) fn finish(&self, result: Result<(), String>) {
+        let (ended, cond) = &*self.0;
+        let mut ended = ended.lock().unwrap_or_else(|e| e.into_inner());
+        if ended.is_none() {
+            *ended = Some(result);
+        }
+        cond.notify_all();
+    }
+
+    /// Blocks until the fsync has ended (call it on a blocking thread); its failure fails the
+    /// commit before anything is renamed.
+    pub(super) fn wait(&self) -> Result<(), BackendError> {
+        let (ended, cond) = &*self.0;
+        let mut ended = ended.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            match &*ended {
+                Some(Ok(())) => return Ok(()),
+                Some(Err(e)) => {
+                    return Err(BackendError::Failing(format!(
+                        "the staged body could not be made durable ({e}); nothing was committed"
+                    )))
+                }
+                None => ended = cond.wait(ended).unwrap_or_else(|e| e.into_inner()),
+            }
+        }
+    }
+}
+
+/// Ends a [`StagedSync`] however its task ends: with the fsync's result, or, if the task
+/// never got that far, as failed, so that no commit waits for ever.
+struct Syncing(StagedSync);
+
+impl Drop for Syncing {
+    fn drop(&mut self) {
+        self.0
+            .finish(Err("the fsync of the staged file never ran".into()));
     }
 }
 
@@ -135,9 +193,10 @@ impl FsBackend {
         assembly: Option<Assembly>,
     ) -> Result<Staged, BackendError> {
         let path = self.new_staging_file();
-        // Most bodies are small: read whole, then written, fsynced and measured in one trip
-        // to a blocking thread (each trip is a thread hand-off, which dominated the CPU
-        // profile). Larger ones stream through the file as they arrive.
+        // Most bodies are small: read whole, then written and measured in one trip to a
+        // blocking thread (each trip is a thread hand-off, which dominated the CPU profile),
+        // which fsyncs the file after handing it over. Larger ones stream through the file as
+        // they arrive.
         // The chunks are kept as they came, never copied into one buffer.
         let mut md5 = Md5::new();
         let mut head: Vec<bytes::Bytes> = Vec::new();
@@ -156,29 +215,48 @@ impl FsBackend {
                 None => break true,
             }
         };
-        let (etag, size, version, file) = if ended {
+        let (etag, size, version, file, synced) = if ended {
             let (etag, trailer) = seal(key, &meta, assembly, md5, size);
-            let at = path.clone();
-            let (version, file, mut guard) = blocking(move || {
+            let synced = StagedSync::default();
+            let (handed, handover) = tokio::sync::oneshot::channel();
+            let (at, syncing) = (path.clone(), Syncing(synced.clone()));
+            // Not awaited: the task hands the written file over, then fsyncs it while the gate
+            // goes on (the commit waits for that fsync before its rename).
+            drop(tokio::task::spawn_blocking(move || {
                 // Armed inside the task: if the request is dropped meanwhile (the client hung
-                // up), the task's answer is dropped with the guard still armed and the file goes.
+                // up), the file goes with the guard in the answer no one takes.
                 let guard = StagingGuard(Some(at.clone()));
-                let mut file = create_staging(&at)?;
-                head.push(trailer.into());
-                writes::write_chunks(&mut file, &head)?;
-                file.sync_all()?;
-                Ok((staged_version_of(&file.metadata()?), file, guard))
-            })
-            .await?;
+                let written = (|| -> Result<_, BackendError> {
+                    let mut file = create_staging(&at)?;
+                    head.push(trailer.into());
+                    writes::write_chunks(&mut file, &head)?;
+                    Ok((staged_version_of(&file.metadata()?), Arc::new(file)))
+                })();
+                match written {
+                    Ok((version, file)) => {
+                        if handed.send(Ok((version, file.clone(), guard))).is_ok() {
+                            syncing.0.finish(file.sync_all().map_err(|e| e.to_string()));
+                        }
+                    }
+                    Err(e) => {
+                        let _ = handed.send(Err(e));
+                    }
+                }
+            }));
+            let (version, file, mut guard) = handover
+                .await
+                .map_err(|_| BackendError::Failing("a file task failed".into()))??;
             // Staged: from here the gate owns the file (commit or discard).
             guard.0 = None;
-            (etag, size, version, file)
+            (etag, size, version, file, synced)
         } else {
-            self.stream_to_staging(&path, key, &meta, head, md5, body, assembly)
-                .await?
+            let (etag, size, version, file) = self
+                .stream_to_staging(&path, key, &meta, head, md5, body, assembly)
+                .await?;
+            (etag, size, version, Arc::new(file), StagedSync::done())
         };
         Ok(staged_at(
-            (&path, file),
+            (&path, file, synced),
             bucket,
             key,
             (etag, size, version),
@@ -242,7 +320,7 @@ impl FsBackend {
         // Staged: from here the gate owns the file (commit or discard).
         guard.0 = None;
         Ok(staged_at(
-            (&path, file),
+            (&path, Arc::new(file), StagedSync::done()),
             bucket,
             key,
             (etag, size, version),

@@ -447,3 +447,95 @@ async fn a_checksum_proved_at_the_bodys_end_is_kept() {
         Some(("crc32".into(), "NhCmhg==".into()))
     );
 }
+
+/// A staged body whose fsync is `synced`, in place of the one its staging started.
+fn with_sync(mut staged: Staged, synced: &StagedSync) -> Staged {
+    let StagedBody::File { path, file, .. } = staged.body else {
+        panic!("the fs backend stages files")
+    };
+    staged.body = StagedBody::File {
+        path,
+        file,
+        synced: synced.clone(),
+    };
+    staged
+}
+
+/// The commit renames nothing into place before the body's fsync has ended: the object stays
+/// as it was while that fsync runs, and appears once it has ended well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_waits_for_the_staged_bodys_fsync() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = std::sync::Arc::new(FsBackend::open(dir.path(), &["b"]).unwrap());
+    let staged = fs
+        .stage("b", "k", ObjectMeta::default(), body(b"hello"))
+        .await
+        .unwrap();
+    let syncing = StagedSync::default();
+    let staged = with_sync(staged, &syncing);
+    let commit = {
+        let fs = fs.clone();
+        tokio::spawn(async move { fs.commit(&staged, None).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        !commit.is_finished(),
+        "committed before the body's fsync ended"
+    );
+    assert!(fs.head("b", "k").await.unwrap().is_none());
+    syncing.finish(Ok(()));
+    commit.await.unwrap().unwrap();
+    let (_, stream) = fs.get("b", "k").await.unwrap().unwrap();
+    assert_eq!(read_all(stream).await, b"hello");
+}
+
+/// A body whose fsync failed is never renamed into place: the commit fails as an outcome not
+/// known (the gate holds its intent), the object keeps its old bytes and version.
+#[tokio::test]
+async fn a_failed_body_fsync_fails_the_commit_before_the_rename() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FsBackend::open(dir.path(), &["b"]).unwrap();
+    let first = fs
+        .stage("b", "k", ObjectMeta::default(), body(b"old"))
+        .await
+        .unwrap();
+    let old = fs.commit(&first, None).await.unwrap();
+    let staged = fs
+        .stage("b", "k", ObjectMeta::default(), body(b"new"))
+        .await
+        .unwrap();
+    let failed = StagedSync::default();
+    failed.finish(Err("EIO".into()));
+    let staged = with_sync(staged, &failed);
+    let err = fs.commit(&staged, Some(&old.version)).await.unwrap_err();
+    assert!(
+        matches!(&err, BackendError::Failing(m) if m.contains("could not be made durable")),
+        "{err:?}"
+    );
+    let (now, stream) = fs.get("b", "k").await.unwrap().unwrap();
+    assert_eq!(now.version, old.version);
+    assert_eq!(read_all(stream).await, b"old");
+}
+
+/// A small body's staging hands the file over and fsyncs it after: its sync ends well, and a
+/// commit made at once lands the whole body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_body_is_fsynced_after_its_hand_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FsBackend::open(dir.path(), &["b"]).unwrap();
+    let staged = fs
+        .stage("b", "k", ObjectMeta::default(), body(b"hello"))
+        .await
+        .unwrap();
+    let StagedBody::File { synced, .. } = &staged.body else {
+        panic!("the fs backend stages files")
+    };
+    let synced = synced.clone();
+    tokio::task::spawn_blocking(move || synced.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    fs.commit(&staged, None).await.unwrap();
+    let (_, stream) = fs.get("b", "k").await.unwrap().unwrap();
+    assert_eq!(read_all(stream).await, b"hello");
+}
