@@ -87,12 +87,28 @@ def cpu_secs(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def switches(pid):
+    """Context switches of every thread of a process so far (voluntary: it waited on another
+    thread, the disk or the network; involuntary: it was preempted)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        total += int(line.split()[1])
+        except FileNotFoundError:
+            pass  # the thread ended meanwhile
+    return total
+
+
 def measured(pids, fn):
     """Runs fn and adds to its result the CPU ms per request each of `pids` spent on it."""
-    before = {name: cpu_secs(pid) for name, pid in pids.items()}
+    before = {name: (cpu_secs(pid), switches(pid)) for name, pid in pids.items()}
     r = fn()
-    total = r["ok"] + r["rejected"]
-    r["cpu_ms"] = {name: (cpu_secs(pid) - before[name]) * 1000 / max(total, 1) for name, pid in pids.items()}
+    total = max(r["ok"] + r["rejected"], 1)
+    r["cpu_ms"] = {name: (cpu_secs(pid) - before[name][0]) * 1000 / total for name, pid in pids.items()}
+    r["switches"] = {name: (switches(pid) - before[name][1]) / total for name, pid in pids.items()}
     return r
 
 
