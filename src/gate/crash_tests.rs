@@ -603,12 +603,10 @@ async fn a_delete_left_in_flight_by_a_crash_cannot_remove_a_newer_write() {
 
 /// A crash left an intent on `k` in a bucket-wide scope (token 5, its request still on its
 /// way). After the restart a newer holder (token 6) writes `j` of the same scope, and the
-/// scope is advanced: both are acknowledged while the stale request can still land after
-/// them, since only the object itself is held after a crash (docs/threat-model.md, its bound
-/// "Wider scopes after a crash"). Once fixed, both are refused until k's outcome shows or its
-/// bound passes.
+/// scope is advanced: both are refused until k's outcome shows or its bound passes, since the
+/// intent marked the scope row in flight (`intents::IN_FLIGHT`); otherwise the stale request
+/// could land after them.
 #[tokio::test]
-#[ignore = "open, documented in docs/threat-model.md (wider scopes after a crash): a crash-left intent holds only its object, not its scope; fix: at start-up index the rows with a deadline-less intent by scope and have scope_resolved check them too"]
 async fn a_crash_intent_holds_back_its_whole_scope() {
     let policy = BucketPolicy {
         scope: crate::config::ScopeKind::Bucket,
@@ -630,6 +628,123 @@ async fn a_crash_intent_holds_back_its_whole_scope() {
         Err("CommitUnresolved"),
         "the scope was advanced while token 5's request could still land"
     );
+}
+
+/// The same for a delete left in flight by the crash, in a prefix scope: a newer token's write
+/// to another key of the prefix waits for it, and is acknowledged once it has landed.
+#[tokio::test]
+async fn a_crash_left_delete_holds_back_its_prefix() {
+    let policy = BucketPolicy {
+        scope: crate::config::ScopeKind::Prefix,
+        prefix_segments: 1,
+        ..BucketPolicy::default()
+    };
+    let bound = Some(std::time::Duration::from_secs(60));
+    let c = crash_mid_request(
+        policy,
+        vec![req("p/k", 4)],
+        req("p/k", 5),
+        true,
+        [bound, bound],
+    )
+    .await;
+    let held = c.g.put(req("p/j", 6), body(b"newer")).await;
+    assert_eq!(
+        held.map(|_| ()).map_err(|e| e.code()),
+        Err("CommitUnresolved")
+    );
+    let _ = c.first.land.send(true);
+    let _ = c.zombie.await;
+    c.g.put(req("p/j", 6), body(b"newer")).await.unwrap();
+    assert_eq!(c.objects.bytes("b", "p/k"), None, "the delete landed");
+}
+
+/// The in-flight mark lives only as long as its request: a commit that lands, a delete, and a
+/// commit the store refused each leave the scope row without it, so nothing else in the scope
+/// waits on them afterwards.
+#[tokio::test]
+async fn the_in_flight_mark_goes_with_the_outcome() {
+    let policy = BucketPolicy {
+        scope: crate::config::ScopeKind::Bucket,
+        ..BucketPolicy::default()
+    };
+    let table = Arc::new(MemoryFenceStore::new());
+    let objects = Arc::new(MemoryBackend::new());
+    let store = Arc::new(Scripted::new(
+        objects.clone(),
+        LateStore {
+            inner: objects.clone(),
+            bound: Some(std::time::Duration::from_secs(60)),
+            hold: std::sync::atomic::AtomicBool::new(false),
+            held: std::sync::atomic::AtomicBool::new(false),
+            land: tokio::sync::watch::channel(false).0,
+        },
+    ));
+    let g = super::test_kit::gate_over(policy, store, table.clone());
+    let marks = || async {
+        table
+            .get("bucket:b")
+            .await
+            .unwrap()
+            .unwrap()
+            .unresolved
+            .clone()
+    };
+    g.put(req("k", 5), body(b"a")).await.unwrap();
+    assert!(
+        marks().await.is_empty(),
+        "after a commit: {:?}",
+        marks().await
+    );
+    g.delete(req("k", 6)).await.unwrap();
+    assert!(
+        marks().await.is_empty(),
+        "after a delete: {:?}",
+        marks().await
+    );
+    // The store refuses the commit (its answer: nothing can land), the rows are restored.
+    let refusing = Arc::new(Scripted::new(objects.clone(), Refuses));
+    let g = super::test_kit::gate_over(
+        BucketPolicy {
+            scope: crate::config::ScopeKind::Bucket,
+            ..BucketPolicy::default()
+        },
+        refusing,
+        table.clone(),
+    );
+    let refused = g.put(req("k", 7), body(b"b")).await;
+    assert_eq!(
+        refused.map(|_| ()).map_err(|e| e.code()),
+        Err("StoreRefusedRequest")
+    );
+    assert!(
+        marks().await.is_empty(),
+        "after a refusal: {:?}",
+        marks().await
+    );
+}
+
+/// A store that refuses every commit with a 400 (nothing written), and whose requests could
+/// otherwise land late.
+struct Refuses;
+
+#[async_trait::async_trait]
+impl Script for Refuses {
+    async fn commit(
+        &self,
+        _inner: &Arc<dyn Backend>,
+        _staged: &Staged,
+        _expected: Option<&str>,
+    ) -> Result<ObjectInfo, BackendError> {
+        Err(BackendError::Refused {
+            status: 400,
+            code: "InvalidArgument".into(),
+            message: "refused".into(),
+        })
+    }
+    fn in_flight_bound(&self, _inner: &Arc<dyn Backend>) -> Option<std::time::Duration> {
+        Some(std::time::Duration::from_secs(60))
+    }
 }
 
 /// A store whose commits time out (the answer lost, the request not applied yet), with the

@@ -156,6 +156,7 @@ impl Gate {
         let deadline = self.intent_deadline();
         object_row.unresolved_until_ms = deadline.map(|(_, until)| until);
         object_row.scope = binding;
+        self.mark_in_flight(entry, (scope, object_key), &req.key, &mut scope_row);
         // The intent (the raised highest among it) is synced before the backend changes. If the
         // backend then refuses or fails, the raised highest stays: a token that was sent is
         // never forgotten, and the holder retries with the same token (docs/threat-model.md).
@@ -197,6 +198,7 @@ impl Gate {
                 // or another refusal): nothing of this delete can land, so the object's row is
                 // as it was (the raised highest stays), and an expired request is taken again.
                 let unchanged = FenceRow { rev, ..unchanged };
+                super::intents::unmark_in_flight(&mut scope_row, &req.key);
                 let saved = self
                     .save(scope, scope_row, object_key, unchanged, Durability::Synced)
                     .await;
@@ -217,8 +219,13 @@ impl Gate {
         super::idempotency::settle(&mut tombstone, object_row.pending.take(), None);
         // Synced: the tombstone is part of what the acknowledgement promises (the raised
         // highest is already durable, on the scope row the intent wrote).
-        self.finish(scope, scope_row, object_key, tombstone, Durability::Synced)
-            .await?;
+        self.finish(
+            (scope, scope_row),
+            (object_key, &req.key),
+            tombstone,
+            Durability::Synced,
+        )
+        .await?;
         Ok(written(true))
     }
 }

@@ -9,6 +9,23 @@ use crate::backend::BackendError;
 use crate::fence::{Durability, FenceRow};
 use crate::version::same_version;
 
+/// A scope row's mark for a commit or delete in flight on one of its objects (one instance, a
+/// scope wider than the object, a store whose requests can land late). It is saved with the
+/// intent and removed with the outcome, so a crash leaves it behind: [`Gate::scope_resolved`]
+/// then holds the whole scope back for that request, as `still_unresolved` holds its object,
+/// and a newer token's write to another object, or an advance of the scope, waits until the
+/// request's outcome shows or it can no longer land.
+pub(super) const IN_FLIGHT: u64 = u64::MAX;
+
+/// Removes `key`'s in-flight mark from its scope row; whether there was one.
+pub(super) fn unmark_in_flight(scope_row: &mut FenceRow, key: &str) -> bool {
+    let marked = scope_row.unresolved.get(key) == Some(&IN_FLIGHT);
+    if marked {
+        scope_row.unresolved.remove(key);
+    }
+    marked
+}
+
 /// Whether a failed store request's outcome is unknown: its answer was lost, and the request
 /// may still be applied. Any other failure is the store's answer, or came before the request
 /// left: nothing of it can land.
@@ -193,6 +210,24 @@ impl Gate {
             std::time::UNIX_EPOCH + std::time::Duration::from_millis(not_after),
             until,
         ))
+    }
+
+    /// Marks `key`'s commit or delete in flight on its scope row ([`IN_FLIGHT`]), where a crash
+    /// could leave it: the scope is wider than the object, the store's requests can land late,
+    /// and no shared table gives every intent a deadline of its own.
+    pub(super) fn mark_in_flight(
+        &self,
+        entry: &BucketEntry,
+        (scope, object_key): (&str, &str),
+        key: &str,
+        scope_row: &mut FenceRow,
+    ) {
+        if self.intents.is_none()
+            && scope != object_key
+            && entry.backend.in_flight_bound().is_some()
+        {
+            scope_row.unresolved.insert(key.to_string(), IN_FLIGHT);
+        }
     }
 
     /// Refuses while any other object of the scope has a store request whose outcome is

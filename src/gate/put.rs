@@ -238,6 +238,8 @@ impl Gate {
                     // failure here only delays.
                     if !rows_restored(&e) {
                         let undone = FenceRow { rev, ..undo };
+                        let mut scope_row = scope_row;
+                        super::intents::unmark_in_flight(&mut scope_row, &req.key);
                         let _ = self
                             .save(scope, scope_row, object_key, undone, Durability::Synced)
                             .await;
@@ -303,6 +305,7 @@ impl Gate {
         if entry.policy.scope == ScopeKind::Header {
             object_row.scope = Some(scope.to_string());
         }
+        self.mark_in_flight(entry, (scope, object_key), &req.key, &mut scope_row);
         object_row.version = expected.clone();
         object_row.etag = current_etag;
         object_row.pending = Some(Pending {
@@ -367,7 +370,12 @@ impl Gate {
         object_row.tombstone = false;
         // Lazy: losing this in a crash is safe, the pending entry above still recognises it.
         let overtaken = self
-            .finish(scope, scope_row, object_key, object_row, Durability::Lazy)
+            .finish(
+                (scope, scope_row),
+                (object_key, &req.key),
+                object_row,
+                Durability::Lazy,
+            )
             .await?;
         if overtaken {
             self.landed_after_newer(req, entry, (scope, object_key), token, &landed)

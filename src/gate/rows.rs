@@ -21,18 +21,19 @@ pub(super) fn rows_restored(error: &GateError) -> bool {
 impl Gate {
     /// Records a commit's or a delete's outcome, after the store answered. The scope row is as
     /// the intent left it, so only the object's row is written (with the scope row when they
-    /// are one row). On a shared table another instance may have taken the object over since
-    /// (its own commit was conditional on this one's outcome): the row is then its, and this
-    /// outcome is not written over it. Returns whether that happened.
+    /// are one row, or when the intent marked it in flight, `intents::IN_FLIGHT`: `key`'s mark
+    /// goes with the outcome). On a shared table another instance may have taken the object
+    /// over since (its own commit was conditional on this one's outcome): the row is then its,
+    /// and this outcome is not written over it. Returns whether that happened.
     pub(super) async fn finish(
         &self,
-        scope: &str,
-        scope_row: FenceRow,
-        object_key: &str,
+        (scope, mut scope_row): (&str, FenceRow),
+        (object_key, key): (&str, &str),
         object_row: FenceRow,
         durability: Durability,
     ) -> Result<bool, GateError> {
-        let finished = if object_key == scope {
+        let unmarked = super::intents::unmark_in_flight(&mut scope_row, key);
+        let finished = if object_key == scope || unmarked {
             self.save(scope, scope_row, object_key, object_row, durability)
                 .await
         } else {
