@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""fencegate's benchmark: scenarios S0-S9, one table, written into BENCHMARKS.md.
+"""fencegate's benchmark: scenarios S0-S12, one table, written into BENCHMARKS.md.
 
 Run through scripts/bench, which builds the binaries and sets CARGO_TARGET_DIR. Every
 comparison is a ratio of setups measured alternately in this one run, never against figures
@@ -461,7 +461,8 @@ def load_parallel(targets, mode, secs):
     if any(r["errors"] or r["rejected"] for r in parts):
         raise SystemExit(f"{mode}: failed or refused requests in {parts}")
     r = dict(parts[0])
-    r["rps"] = sum(x["rps"] for x in parts)
+    for k in ("rps", "ok", "rejected", "errors"):
+        r[k] = sum(x[k] for x in parts)
     for k in ("p50_ms", "p99_ms", "p999_ms"):
         r[k] = max(x[k] for x in parts)
     return r
@@ -507,6 +508,7 @@ def s11(work, secs, rounds):
     and 16 clients (throughput; through both instances, 8 each). Alternated for `rounds`, the
     median round of each. Also: etcd's requests per fenced write, by kind (its metrics, before
     and after each cluster run), and what one round trip costs (examples/etcd_rtt.rs)."""
+    os.makedirs(work, exist_ok=True)
     cdir = os.path.join(work, "cluster")
     out = subprocess.run([os.path.join(ROOT, "scripts", "cluster"), "up", cdir, "--instances", "2", "--bin", FENCEGATE],
                          check=True, capture_output=True, text=True, env=dict(os.environ, RUST_LOG="warn")).stdout

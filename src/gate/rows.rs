@@ -86,6 +86,14 @@ impl Gate {
     /// A row as the table holds it; for a key without one, the empty row, whose highest token
     /// is its bucket's floor when it is an object's row (`tombstones.rs`).
     pub(super) async fn row(&self, key: &str) -> Result<FenceRow, GateError> {
+        // A shared table reads an object's row and its bucket's floor in one round trip: a
+        // key without a row needs both, and one request costs what one read of the row does.
+        if let Some(floor_key) = super::tombstones::floor_of(key).filter(|_| self.store.shared()) {
+            let (row, floor) = self.store.get_pair(key, &floor_key).await?;
+            return Ok(
+                row.unwrap_or_else(|| super::tombstones::shared_absent_row(floor_key, floor))
+            );
+        }
         match self.store.get(key).await? {
             Some(row) => Ok(row),
             None => self.absent_row(key).await,
