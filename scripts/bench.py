@@ -7,6 +7,8 @@ from another run. Load comes from examples/bench_load.rs (closed loop, HDR histo
 """
 import argparse, json, os, platform, re, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.request
 
+import bench_cluster
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REL = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release")
 FENCEGATE = os.path.join(REL, "fencegate")
@@ -449,150 +451,6 @@ def s10_table(s10_runs):
     return rows
 
 
-def load_parallel(targets, mode, secs):
-    """bench_load on several URLs at once [(url, concurrency)]; req/s summed, latencies the
-    worst of the parts."""
-    procs = [subprocess.Popen([LOAD, "--url", url, "--mode", mode, "--secs", str(secs), "--concurrency", str(n)],
-                              stdout=subprocess.PIPE, text=True) for url, n in targets]
-    parts = []
-    for p in procs:
-        out, _ = p.communicate()
-        parts.append(json.loads(out.strip().splitlines()[-1]))
-    if any(r["errors"] or r["rejected"] for r in parts):
-        raise SystemExit(f"{mode}: failed or refused requests in {parts}")
-    r = dict(parts[0])
-    for k in ("rps", "ok", "rejected", "errors"):
-        r[k] = sum(x[k] for x in parts)
-    for k in ("p50_ms", "p99_ms", "p999_ms"):
-        r[k] = max(x[k] for x in parts)
-    return r
-
-
-ETCD_RTT = os.path.join(REL, "examples", "etcd_rtt")
-
-
-def etcd_requests(endpoints):
-    """etcd's gRPC requests handled so far, by method (Range, Txn, Put, LeaseGrant...), summed
-    over the members (each request is handled by the one member it was sent to), from each
-    member's Prometheus metrics on its client URL."""
-    counts = {}
-    for e in endpoints:
-        text = urllib.request.urlopen(f"{e}/metrics", timeout=5).read().decode()
-        for line in text.splitlines():
-            if not line.startswith("grpc_server_handled_total{"):
-                continue
-            labels, value = line.rsplit(" ", 1)
-            method = re.search(r'grpc_method="([^"]+)"', labels).group(1)
-            counts[method] = counts.get(method, 0) + float(value)
-    return counts
-
-
-def counted(endpoints, fn):
-    """Runs fn (a load run) and adds to its result the etcd requests it made per accepted
-    write, by method."""
-    before = etcd_requests(endpoints)
-    r = fn()
-    after = etcd_requests(endpoints)
-    writes = max(r["ok"], 1)
-    r["etcd_per_write"] = {m: (after[m] - before.get(m, 0)) / writes for m in after if after[m] - before.get(m, 0) > 0}
-    return r
-
-
-S11_NAMES = ("the store alone (ministack)", "one instance, fence table on RocksDB", "two instances, fence table on a 3-member etcd")
-
-
-def s11(work, secs, rounds):
-    """S11, cluster mode (docs/cluster.md): S5-style fenced 4 KiB PUTs through two instances
-    sharing a 3-member etcd over ministack (`scripts/cluster up`), against one instance with its
-    fence table on RocksDB over the same ministack, and the store alone: one client (latency)
-    and 16 clients (throughput; through both instances, 8 each). Alternated for `rounds`, the
-    median round of each. Also: etcd's requests per fenced write, by kind (its metrics, before
-    and after each cluster run), and what one round trip costs (examples/etcd_rtt.rs)."""
-    os.makedirs(work, exist_ok=True)
-    cdir = os.path.join(work, "cluster")
-    out = subprocess.run([os.path.join(ROOT, "scripts", "cluster"), "up", cdir, "--instances", "2", "--bin", FENCEGATE],
-                         check=True, capture_output=True, text=True, env=dict(os.environ, RUST_LOG="warn")).stdout
-    env = dict(l.split("=", 1) for l in out.splitlines() if "=" in l)
-    endpoints = env["ETCD_ENDPOINTS_CSV"].split(",")
-    runs = {(n, c): [] for n in S11_NAMES for c in (1, 16)}
-    try:
-        g = Fencegate(work, "s11-rocks", f"""[backends.store]
-kind = "s3"
-endpoint = "http://127.0.0.1:{env['STORE_PORT']}"
-access_key_id = "test"
-secret_access_key = "test"
-
-[buckets.default]
-backend = "store"
-backend_bucket = "fencegate-cluster"
-backend_prefix = "rocks/"
-""")
-        store = f"http://127.0.0.1:{env['STORE_PORT']}/fencegate-cluster/alone"
-        inst = lambda n: f"http://127.0.0.1:{env[f'FG{n}_PORT']}/v1/objects/default"
-        for r in range(rounds):
-            log(f"S11 round {r + 1}/{rounds}")
-            for c in (1, 16):
-                runs[(S11_NAMES[0], c)].append(load(store, "s3", secs, concurrency=c))
-                runs[(S11_NAMES[1], c)].append(load(g.objects("default") + f"/c{c}", "distinct", secs, concurrency=c))
-                if c == 1:
-                    two = lambda: load(inst(1) + "/c1", "distinct", secs, concurrency=1)
-                else:
-                    two = lambda: load_parallel([(inst(1) + "/c16a", 8), (inst(2) + "/c16b", 8)], "distinct", secs)
-                runs[(S11_NAMES[2], c)].append(counted(endpoints, two))
-        g.stop()
-        rtt = json.loads(subprocess.run([ETCD_RTT, "--endpoint", endpoints[0], "--n", "1000"], check=True,
-                                        capture_output=True, text=True).stdout.strip().splitlines()[-1])
-    finally:
-        subprocess.run([os.path.join(ROOT, "scripts", "cluster"), "down", cdir], capture_output=True)
-    return {k: median_run(v) for k, v in runs.items()}, rtt
-
-
-def s11_table(s11_runs, rtt):
-    r = s11_runs
-    rows = ["| S11 fenced 4 KiB PUT, cluster mode (ministack) | one client: req/s | p50 ms | p99 ms | 16 clients: req/s | p50 ms | p99 ms |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for n in S11_NAMES:
-        a, b = r[(n, 1)], r[(n, 16)]
-        rows.append(f"| {n} | {a['rps']:.0f} | {a['p50_ms']:.2f} | {a['p99_ms']:.2f} | {b['rps']:.0f} | {b['p50_ms']:.2f} | {b['p99_ms']:.2f} |")
-    kinds = ["| etcd requests per fenced write (all members) | " + " | ".join(["one client", "16 clients"]) + " |", "| --- | ---: | ---: |"]
-    per = {c: r[(S11_NAMES[2], c)].get("etcd_per_write", {}) for c in (1, 16)}
-    for m in sorted(set(per[1]) | set(per[16]), key=lambda m: -per[1].get(m, 0)):
-        kinds.append(f"| {m} | {per[1].get(m, 0):.2f} | {per[16].get(m, 0):.2f} |")
-    kinds.append(f"| all | {sum(per[1].values()):.2f} | {sum(per[16].values()):.2f} |")
-    cost = ["| one etcd round trip (examples/etcd_rtt, one connection, the instances' first member) | p50 ms | p99 ms |", "| --- | ---: | ---: |"]
-    for k, what in (("range", "a linearizable range of one key"), ("put", "a put"), ("txn_cas_put", "a compare-and-swap Txn (compare a mod_revision, put), as an intent"),
-                    ("txn_two_ranges", "a read-only Txn of two keys (a row and its floor)")):
-        cost.append(f"| {what} | {rtt[k]['p50_ms']:.2f} | {rtt[k]['p99_ms']:.2f} |")
-    return rows + [""] + kinds + [""] + cost
-
-
-def s11_checks(s11_runs, rtt):
-    r = s11_runs
-    ratio = r[(S11_NAMES[2], 16)]["rps"] / r[(S11_NAMES[1], 16)]["rps"]
-    added = r[(S11_NAMES[2], 1)]["p50_ms"] - r[(S11_NAMES[0], 1)]["p50_ms"]
-    trip = rtt["txn_cas_put"]["p50_ms"]
-    bound = 2 * trip + 0.3
-    return [
-        ("S11 cluster throughput (two instances, 16 clients) >= 0.5 x one instance on RocksDB", f"{ratio:.2f}", ratio >= 0.5),
-        ("S11 one client: the cluster's p50 above the store's <= two etcd round trips + 0.3 ms",
-         f"+{added:.2f} ms = {added / trip:.1f} round trips of {trip:.2f} ms (bound {bound:.2f} ms)", added <= bound),
-    ]
-
-
-def s11_text(s11_runs, rtt, command):
-    return "\n".join([
-        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores; command: `{command}`. "
-        "Store: ministack; etcd: 3 members (Debian etcd-server) on the same machine; the median of the alternated rounds shown. "
-        "Every setup shares the cores with the store and etcd, so these compare setups, not hardware.",
-        "",
-        *s11_table(s11_runs, rtt),
-        "",
-        "| target | figure | |",
-        "| --- | --- | --- |",
-        *[f"| {t} | {f} | {'met' if ok else 'MISSED'} |" for t, f, ok in s11_checks(s11_runs, rtt)],
-    ]) + "\n"
-
-
 def write_block(name, text):
     path = os.path.join(ROOT, "BENCHMARKS.md")
     doc = open(path).read()
@@ -692,7 +550,7 @@ def main():
     if args.cluster or args.s11:
         flag = "--cluster" if args.cluster else "--s11"
         try:
-            text = s11_text(*s11(work, args.secs, args.rounds), f"scripts/bench {flag} --secs {args.secs:g} --rounds {args.rounds}")
+            text = bench_cluster.s11_text(*bench_cluster.s11(work, args.secs, args.rounds), f"scripts/bench {flag} --secs {args.secs:g} --rounds {args.rounds}")
         finally:
             shutil.rmtree(work, ignore_errors=True)
         print(text)
@@ -706,7 +564,7 @@ def main():
         s10_runs = s10(work, args.rounds)
         s12_runs = s12(work, args.secs, args.rounds)
         # S11 needs etcd (Debian's etcd-server); without it the run goes on and says so.
-        s11_runs = s11(work, args.secs, args.rounds) if shutil.which("etcd") else None
+        s11_runs = bench_cluster.s11(work, args.secs, args.rounds) if shutil.which("etcd") else None
         put_mbs, get_mbs, rss = s6(work)
         growth = s7(work, args.secs, [int(x) for x in args.growth.split(",")])
     finally:
@@ -741,7 +599,7 @@ def main():
     ]
     large = s10_table(s10_runs)
     one_client = s12_table(s12_runs)
-    cluster = s11_table(*s11_runs) + [""] if s11_runs else []
+    cluster = bench_cluster.s11_table(*s11_runs) + [""] if s11_runs else []
     table_growth = ["| S7 scopes | bytes per scope on disk | start-up s |", "| ---: | ---: | ---: |"]
     for n, _, per, start in growth:
         table_growth.append(f"| {n:,} | {per:.1f} | {start:.2f} |")
@@ -765,7 +623,7 @@ def main():
         ("S10 200 MB single PUT through fs <= 1.1 x straight to ministack", f"{s10_runs['fencegate, fs backend']['single_s']:.2f} s / {s10_runs['ministack alone']['single_s']:.2f} s", s10_runs["fencegate, fs backend"]["single_s"] <= 1.1 * s10_runs["ministack alone"]["single_s"]),
         ("S10 200 MB single PUT through the s3 backend <= 1.2 x straight to ministack", f"{s10_runs['fencegate, s3 backend (ministack)']['single_s']:.2f} s / {s10_runs['ministack alone']['single_s']:.2f} s", s10_runs["fencegate, s3 backend (ministack)"]["single_s"] <= 1.2 * s10_runs["ministack alone"]["single_s"]),
         *s12_checks(s12_runs),
-        *(s11_checks(*s11_runs) if s11_runs else [("S11 cluster mode", "not run: etcd is not installed (apt-get install etcd-server etcd-client)", False)]),
+        *(bench_cluster.s11_checks(*s11_runs) if s11_runs else [("S11 cluster mode", "not run: etcd is not installed (apt-get install etcd-server etcd-client)", False)]),
         ("S9 200 concurrent 7 MB uploads (s3) peak RSS < 256 MiB", f"{s9['peak_rss_mib']:.0f} MiB", s9["peak_rss_mib"] < 256 and s9["ok"] >= 200),
         ("S6 peak RSS < 64 MiB", f"{rss:.0f} MiB", rss < 64),
         (f"S7 p99 at {big[0]:,} scopes <= 1.5 x p99 at {small[0]:,}", f"{big[1]['p99_ms']:.2f} / {small[1]['p99_ms']:.2f} ms = {big[1]['p99_ms'] / small[1]['p99_ms']:.2f}", big[1]["p99_ms"] <= 1.5 * small[1]["p99_ms"]),
