@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""fencegate's benchmark: scenarios S0-S9, one table, written into BENCHMARKS.md.
+"""fencegate's benchmark: scenarios S0-S12, one table, written into BENCHMARKS.md.
 
 Run through scripts/bench, which builds the binaries and sets CARGO_TARGET_DIR. Every
 comparison is a ratio of setups measured alternately in this one run, never against figures
 from another run. Load comes from examples/bench_load.rs (closed loop, HDR histogram).
 """
 import argparse, json, os, platform, re, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+
+import bench_cluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REL = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release")
@@ -465,76 +467,6 @@ def s10_table(s10_runs):
     return rows
 
 
-def load_parallel(targets, mode, secs):
-    """bench_load on several URLs at once [(url, concurrency)]; req/s summed, latencies the
-    worst of the parts."""
-    procs = [subprocess.Popen([LOAD, "--url", url, "--mode", mode, "--secs", str(secs), "--concurrency", str(n)],
-                              stdout=subprocess.PIPE, text=True) for url, n in targets]
-    parts = []
-    for p in procs:
-        out, _ = p.communicate()
-        parts.append(json.loads(out.strip().splitlines()[-1]))
-    if any(r["errors"] or r["rejected"] for r in parts):
-        raise SystemExit(f"{mode}: failed or refused requests in {parts}")
-    r = dict(parts[0])
-    r["rps"] = sum(x["rps"] for x in parts)
-    for k in ("p50_ms", "p99_ms", "p999_ms"):
-        r[k] = max(x[k] for x in parts)
-    return r
-
-
-def s8(work, secs, rounds):
-    """Several instances (docs/cluster.md): fenced 4 KiB PUTs into ministack
-    with the fence table on RocksDB (one instance), on a 3-member etcd through one instance,
-    and through two instances sharing it. 32 clients in every setup."""
-    cdir = os.path.join(work, "cluster")
-    out = subprocess.run([os.path.join(ROOT, "scripts", "cluster"), "up", cdir, "--instances", "2", "--bin", FENCEGATE],
-                         check=True, capture_output=True, text=True).stdout
-    env = dict(l.split("=", 1) for l in out.splitlines() if "=" in l)
-    try:
-        g = Fencegate(work, "s8", f"""[backends.store]
-kind = "s3"
-endpoint = "http://127.0.0.1:{env['STORE_PORT']}"
-access_key_id = "test"
-secret_access_key = "test"
-
-[buckets.default]
-backend = "store"
-backend_bucket = "fencegate-cluster"
-backend_prefix = "rocks/"
-""")
-        inst = lambda n: f"http://127.0.0.1:{env[f'FG{n}_PORT']}/v1/objects/default"
-        rocks, one, two = [], [], []
-        for r in range(rounds):
-            log(f"S8 round {r + 1}/{rounds}")
-            rocks.append(load(g.objects("default") + f"/r{r}", "distinct", secs, concurrency=32))
-            one.append(load(inst(1) + f"/o{r}", "distinct", secs, concurrency=32))
-            two.append(load_parallel([(inst(1) + f"/a{r}", 16), (inst(2) + f"/b{r}", 16)], "distinct", secs))
-        g.stop()
-    finally:
-        subprocess.run([os.path.join(ROOT, "scripts", "cluster"), "down", cdir])
-    return median_run(rocks), median_run(one), median_run(two)
-
-
-def cluster_table(args, work):
-    rocks, one, two = s8(work, args.secs, args.rounds)
-    ratio = lambda a, b: a["rps"] / b["rps"]
-    return "\n".join([
-        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores; command: `scripts/bench --cluster --secs {args.secs:g} --rounds {args.rounds}`. "
-        "Store: ministack; etcd: 3 members (Debian etcd-server) on the same machine; 32 clients in every setup, the median of the alternated rounds shown.",
-        "",
-        "| S8 fenced 4 KiB PUT into ministack | req/s | p50 ms | p99 ms | p99.9 ms |",
-        "| --- | ---: | ---: | ---: | ---: |",
-        f"| fence table on RocksDB, one instance | {fmt(rocks)} |",
-        f"| fence table on etcd, one instance | {fmt(one)} |",
-        f"| fence table on etcd, two instances | {fmt(two)} |",
-        "",
-        f"Ratios from this run: etcd / RocksDB (one instance) = {ratio(one, rocks):.2f}; two instances / one (etcd) = {ratio(two, one):.2f}; "
-        f"etcd adds {one['p50_ms'] - rocks['p50_ms']:.2f} ms at p50 and {one['p99_ms'] - rocks['p99_ms']:.2f} ms at p99. "
-        "Every setup shares the 2 cores with the store and etcd, so these compare setups, not hardware.",
-    ]) + "\n"
-
-
 def write_block(name, text):
     path = os.path.join(ROOT, "BENCHMARKS.md")
     doc = open(path).read()
@@ -594,7 +526,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="alternations of compared setups (default 3)")
     ap.add_argument("--growth", default="10000,1000000,10000000", help="scope counts for S7")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
-    ap.add_argument("--cluster", action="store_true", help="run only S8 (several instances, etcd; needs etcd-server and ministack)")
+    ap.add_argument("--cluster", action="store_true", help="run only S11 (cluster mode: two instances on etcd; needs etcd-server and ministack) and write it into its own block of BENCHMARKS.md")
+    ap.add_argument("--s11", action="store_true", help="run only S11 (cluster mode) and print it with its targets and etcd's requests per write; BENCHMARKS.md is left alone")
     ap.add_argument("--s5", action="store_true", help="run only S5 (ministack, safe mode, and moto) and print it; BENCHMARKS.md is left alone")
     ap.add_argument("--azure", action="store_true", help="run only S5 on Azurite (the azure backend) and write it into its own block of BENCHMARKS.md")
     ap.add_argument("--s10", action="store_true", help="run only S10 (200 MB uploads and completions) and print it; BENCHMARKS.md is left alone")
@@ -630,13 +563,14 @@ def main():
         if not args.no_write:
             write_block(" --azure", text)
         return
-    if args.cluster:
+    if args.cluster or args.s11:
+        flag = "--cluster" if args.cluster else "--s11"
         try:
-            text = cluster_table(args, work)
+            text = bench_cluster.s11_text(*bench_cluster.s11(work, args.secs, args.rounds), f"scripts/bench {flag} --secs {args.secs:g} --rounds {args.rounds}")
         finally:
             shutil.rmtree(work, ignore_errors=True)
         print(text)
-        if not args.no_write:
+        if args.cluster and not args.no_write:
             write_block(" --cluster", text)
         return
     try:
@@ -645,6 +579,8 @@ def main():
         direct, proxied, fenced, s9 = safe
         s10_runs = s10(work, args.rounds)
         s12_runs = s12(work, args.secs, args.rounds)
+        # S11 needs etcd (Debian's etcd-server); without it the run goes on and says so.
+        s11_runs = bench_cluster.s11(work, args.secs, args.rounds) if shutil.which("etcd") else None
         put_mbs, get_mbs, rss = s6(work)
         growth = s7(work, args.secs, [int(x) for x in args.growth.split(",")])
     finally:
@@ -679,6 +615,7 @@ def main():
     ]
     large = s10_table(s10_runs)
     one_client = s12_table(s12_runs)
+    cluster = bench_cluster.s11_table(*s11_runs) + [""] if s11_runs else []
     table_growth = ["| S7 scopes | bytes per scope on disk | start-up s |", "| ---: | ---: | ---: |"]
     for n, _, per, start in growth:
         table_growth.append(f"| {n:,} | {per:.1f} | {start:.2f} |")
@@ -702,6 +639,7 @@ def main():
         ("S10 200 MB single PUT through fs <= 1.1 x straight to ministack", f"{s10_runs['fencegate, fs backend']['single_s']:.2f} s / {s10_runs['ministack alone']['single_s']:.2f} s", s10_runs["fencegate, fs backend"]["single_s"] <= 1.1 * s10_runs["ministack alone"]["single_s"]),
         ("S10 200 MB single PUT through the s3 backend <= 1.2 x straight to ministack", f"{s10_runs['fencegate, s3 backend (ministack)']['single_s']:.2f} s / {s10_runs['ministack alone']['single_s']:.2f} s", s10_runs["fencegate, s3 backend (ministack)"]["single_s"] <= 1.2 * s10_runs["ministack alone"]["single_s"]),
         *s12_checks(s12_runs),
+        *(bench_cluster.s11_checks(*s11_runs) if s11_runs else [("S11 cluster mode", "not run: etcd is not installed (apt-get install etcd-server etcd-client)", False)]),
         ("S9 200 concurrent 7 MB uploads (s3) peak RSS < 256 MiB", f"{s9['peak_rss_mib']:.0f} MiB", s9["peak_rss_mib"] < 256 and s9["ok"] >= 200),
         ("S6 peak RSS < 64 MiB", f"{rss:.0f} MiB", rss < 64),
         (f"S7 p99 at {big[0]:,} scopes <= 1.5 x p99 at {small[0]:,}", f"{big[1]['p99_ms']:.2f} / {small[1]['p99_ms']:.2f} ms = {big[1]['p99_ms'] / small[1]['p99_ms']:.2f}", big[1]["p99_ms"] <= 1.5 * small[1]["p99_ms"]),
@@ -718,7 +656,7 @@ def main():
         f"{rustc}; moto {moto}; {nginx_v}. Command: `scripts/bench --secs {args.secs:g} --rounds {args.rounds} --growth {args.growth}`. "
         f"Each load run lasts {args.secs:g} s; compared setups alternate for {args.rounds} rounds and the median round is shown.",
     ]
-    text = "\n".join(head + [""] + rows + [""] + cpu_table + [""] + large + [""] + one_client + [""] + stream + [""] + memory + [""] + table_growth + [""] + targets) + "\n"
+    text = "\n".join(head + [""] + rows + [""] + cpu_table + [""] + large + [""] + one_client + [""] + cluster + stream + [""] + memory + [""] + table_growth + [""] + targets) + "\n"
     print(text)
     if not args.no_write:
         path = os.path.join(ROOT, "BENCHMARKS.md")

@@ -18,7 +18,7 @@ use super::{Durability, FenceRow, FenceStore, StoreError};
 use async_trait::async_trait;
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, TlsOptions, Txn,
-    TxnOp,
+    TxnOp, TxnOpResponse,
 };
 use std::future::Future;
 use std::path::PathBuf;
@@ -227,14 +227,37 @@ impl FenceStore for EtcdFenceStore {
                 async move { c.kv_client().get(key, None).await }
             })
             .await?;
-        match resp.kvs().first() {
-            None => Ok(None),
-            Some(found) => {
-                let mut row = FenceRow::decode(found.value())?;
-                row.rev = found.mod_revision();
-                Ok(Some(row))
-            }
-        }
+        resp.kvs().first().map(row_of).transpose()
+    }
+
+    async fn get_pair(
+        &self,
+        key: &str,
+        with: &str,
+    ) -> Result<(Option<FenceRow>, Option<FenceRow>), StoreError> {
+        // A read-only Txn: linearizable as a range is, and both rows at one revision.
+        let txn = Txn::new().and_then([
+            TxnOp::get(self.key(key), None),
+            TxnOp::get(self.key(with), None),
+        ]);
+        let resp = self
+            .members
+            .call("a read", |c| {
+                let txn = txn.clone();
+                async move { c.kv_client().txn(txn).await }
+            })
+            .await?;
+        let mut rows = resp.op_responses().into_iter().map(|op| match op {
+            TxnOpResponse::Get(got) => got.kvs().first().map(row_of).transpose(),
+            _ => Err(io(
+                "a read-only Txn answered something other than its reads",
+            )),
+        });
+        let mut next = || {
+            rows.next()
+                .unwrap_or_else(|| Err(io("a read-only Txn answered too few reads")))
+        };
+        Ok((next()?, next()?))
     }
 
     fn scan_after(
@@ -408,6 +431,13 @@ fn down(endpoint: &str, error: String) -> super::Member {
         raft_index: None,
         error: Some(error),
     }
+}
+
+/// A row as etcd holds it, with its revision.
+fn row_of(found: &etcd_client::KeyValue) -> Result<FenceRow, StoreError> {
+    let mut row = FenceRow::decode(found.value())?;
+    row.rev = found.mod_revision();
+    Ok(row)
 }
 
 /// The compare that holds while the row `key` (with the table's prefix) is still at `rev`

@@ -32,6 +32,16 @@ impl FenceStore for Instrumented {
         result
     }
 
+    async fn get_pair(
+        &self,
+        key: &str,
+        with: &str,
+    ) -> Result<(Option<FenceRow>, Option<FenceRow>), StoreError> {
+        let result = self.inner.get_pair(key, with).await;
+        count("get", &result);
+        result
+    }
+
     fn scan_prefix(
         &self,
         prefix: &str,

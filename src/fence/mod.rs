@@ -282,6 +282,15 @@ pub trait FenceStore: Send + Sync + 'static {
     /// The row, with [`FenceRow::rev`] set on a shared table. Linearizable on a shared table:
     /// it sees every put acknowledged before it began, by any instance.
     async fn get(&self, key: &str) -> Result<Option<FenceRow>, StoreError>;
+    /// The rows of `key` and `with`, as two [`FenceStore::get`]s would give them. etcd reads
+    /// both in one request (one round trip, both at one revision).
+    async fn get_pair(
+        &self,
+        key: &str,
+        with: &str,
+    ) -> Result<(Option<FenceRow>, Option<FenceRow>), StoreError> {
+        Ok((self.get(key).await?, self.get(with).await?))
+    }
     /// Calls `visit` with every row whose key starts with `prefix`, in key order, until it
     /// returns false. Blocking: call it off the async workers.
     fn scan_prefix(

@@ -28,6 +28,9 @@ impl Gate {
     /// Checks, under the scope's lock, the token, the scope binding, the backend's version and
     /// the client's conditions. Nothing has been changed when this returns an error.
     ///
+    /// `seen`: the scope's row as read before the body on a shared table, taken instead of a
+    /// second read.
+    ///
     /// With `trust_row` the version expected is the one the fence table recorded, with no
     /// backend round trip: the backend's commit is an atomic compare-and-swap on it, so a write
     /// made around fencegate still fails the commit (see [`Gate::commit_or_adopt`]). A row with
@@ -39,13 +42,19 @@ impl Gate {
         &self,
         req: &WriteRequest,
         entry: &BucketEntry,
-        scope: &str,
+        (scope, seen): (&str, Option<FenceRow>),
         object_key: &str,
         token: Option<Token>,
         trust_row: bool,
         is_delete: bool,
     ) -> Result<Locked, GateError> {
-        let scope_row = self.row(scope).await?;
+        let scope_row = match seen {
+            // A shared table's linearizable read of this row, made before the body: every
+            // save below compares its revision, so a change since fails it and writes nothing
+            // (docs/design.md, "The read before the body").
+            Some(row) => row,
+            None => self.row(scope).await?,
+        };
         let object_row = if object_key == scope {
             scope_row.clone()
         } else {

@@ -741,3 +741,5 @@ async fn an_upload_is_served_by_either_instance() {
         "the refused upload is dropped"
     );
 }
+
+mod early_read;

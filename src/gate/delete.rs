@@ -96,7 +96,7 @@ impl Gate {
             replay,
             ..
         } = self
-            .lock_checks(req, entry, scope, object_key, token, false, true)
+            .lock_checks(req, entry, (scope, None), object_key, token, false, true)
             .await?;
         if let Some(replay) = replay {
             return Ok(replay);

@@ -28,6 +28,16 @@ pub struct ScopeGuard<'a> {
     locks: &'a ScopeLocks,
     key: String,
     guard: Option<OwnedMutexGuard<()>>,
+    /// Whether another holder had it when it was asked for.
+    waited: bool,
+}
+
+impl ScopeGuard<'_> {
+    /// Whether this lock was taken after another holder let go (which may have changed what
+    /// the scope's rows held before).
+    pub fn waited(&self) -> bool {
+        self.waited
+    }
 }
 
 impl ScopeLocks {
@@ -46,11 +56,15 @@ impl ScopeLocks {
             .entry(key.to_string())
             .or_default()
             .clone();
-        let guard = slot.lock_owned().await;
+        let (guard, waited) = match slot.clone().try_lock_owned() {
+            Ok(guard) => (guard, false),
+            Err(_) => (slot.lock_owned().await, true),
+        };
         ScopeGuard {
             locks: self,
             key: key.to_string(),
             guard: Some(guard),
+            waited,
         }
     }
 

@@ -378,7 +378,7 @@ impl Gate {
                 )
                 .await?;
             match gate
-                .locked_commit(&req, &entry, &scope, token, staged, true)
+                .locked_commit(&req, &entry, &scope, token, staged, true, None)
                 .await
             {
                 Ok(w) => {

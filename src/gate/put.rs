@@ -77,8 +77,13 @@ impl Gate {
             }
 
             // 2. Early check: a stale writer is refused before a single body byte is read.
+            // On a shared table the row read here is also the decision's, unless it has to
+            // be read again (docs/design.md, "The read before the body").
+            let mut early = None;
             if let Some(t) = token.filter(|_| !answer_pending) {
-                check_token(&entry.policy, t.0, &self.row(&scope).await?, &scope)?;
+                let row = self.row(&scope).await?;
+                check_token(&entry.policy, t.0, &row, &scope)?;
+                early = (self.store.shared() && req.idempotency.is_none()).then_some(row);
             }
 
             // 3. Stage, with no lock held: a slow upload never blocks the next holder.
@@ -102,7 +107,7 @@ impl Gate {
             // 4 to 8 run to their end whatever the client does.
             let gate = Arc::clone(self);
             run_to_end(async move {
-                gate.locked_commit(&req, &entry, &scope, token, staged, false)
+                gate.locked_commit(&req, &entry, &scope, token, staged, false, early)
                     .await
             })
             .await
@@ -145,7 +150,10 @@ impl Gate {
     /// Steps 4 to 8 for a body already staged, discarding it on any refusal. Only ever called
     /// inside [`run_to_end`]. On a shared fence table, the decision is taken again while another
     /// instance changes the same rows in between (see [`super::again`]). `upload`: a multipart
-    /// completion, whose parts are kept when it is refused only for now.
+    /// completion, whose parts are kept when it is refused only for now. `early`: the scope's
+    /// row as a shared table's linearizable read gave it before the body, which the first
+    /// decision may take instead of reading it again.
+    #[allow(clippy::too_many_arguments)] // one call site each for puts and completions
     pub(super) async fn locked_commit(
         &self,
         req: &WriteRequest,
@@ -154,20 +162,40 @@ impl Gate {
         token: Option<Token>,
         staged: Staged,
         upload: bool,
+        early: Option<FenceRow>,
     ) -> Result<Written, GateError> {
         // 4. Lock.
         let object_key = scope::object_row(&req.bucket, &req.key);
-        let _locks = self.locks.lock_object(scope, &object_key).await;
+        let locks = self.locks.lock_object(scope, &object_key).await;
+        // Another commit of this instance held the scope: it has most likely changed the row
+        // since the early read, which would only cost a failed compare.
+        let mut early =
+            early.filter(|_| !locks.0.waited() && !locks.1.as_ref().is_some_and(|l| l.waited()));
         // Under `on_bypass = "adopt"` the store's real version is read first, so the client's
         // conditions are judged against the object the write will replace.
         let trust_row = entry.backend.conditional_commit(&staged)
             && entry.policy.on_bypass == crate::config::BypassPolicy::Reject;
         let mut attempt = 0;
         loop {
+            let seen = early.take();
+            let from_early = seen.is_some();
             let result = self
-                .commit_once(req, entry, (scope, &object_key), token, trust_row, &staged)
+                .commit_once(
+                    req,
+                    entry,
+                    (scope, &object_key),
+                    token,
+                    (trust_row, seen),
+                    &staged,
+                )
                 .await;
             match result {
+                // The row changed after the read before the body: decided again at once from
+                // a fresh read, without the back-off that contention gets.
+                Err(GateError::Store(crate::fence::StoreError::Conflict(_))) if from_early => {
+                    crate::metrics::fence_conflict();
+                    continue;
+                }
                 Err(e) if super::again(&e, &mut attempt).await => continue,
                 Err(e) if upload && e.for_now() => {
                     entry.backend.release(staged).await;
@@ -194,12 +222,20 @@ impl Gate {
         entry: &BucketEntry,
         (scope, object_key): (&str, &str),
         token: Option<Token>,
-        trust_row: bool,
+        (trust_row, seen): (bool, Option<FenceRow>),
         staged: &Staged,
     ) -> Result<Written, GateError> {
         // 5. Re-check.
         let locked = self
-            .lock_checks(req, entry, scope, object_key, token, trust_row, false)
+            .lock_checks(
+                req,
+                entry,
+                (scope, seen),
+                object_key,
+                token,
+                trust_row,
+                false,
+            )
             .await?;
         if let Some(replay) = locked.replay {
             return Ok(replay);
@@ -465,44 +501,6 @@ impl Gate {
                 Ok(commit(found).await?)
             }
             other => Ok(other?),
-        }
-    }
-
-    /// Shared tables: this commit landed, but another instance changed the object's row since
-    /// this one's intent. Normally that instance's commit comes after this one's: it saw this
-    /// version (its row owns `landed`), or its commit is still going (a pending version: its
-    /// condition fails on `landed` and it takes this version over), or it has landed (the
-    /// store holds its version). If instead a newer token's commit has finished, its row does
-    /// not know `landed`, and the store holds `landed`, then the store's condition matched a
-    /// version that came back: the newer holder rewrote the exact bytes this commit expected
-    /// (the ETag ABA). Bounded intents (docs/design.md) leave no way to this on a store that
-    /// refuses expired presigned requests; it stays as the alarm for one that does not.
-    /// Nothing undoes that now; it is said loudly, for an alert, and the next write of the
-    /// object is refused as a bypass until an operator looks.
-    async fn landed_after_newer(
-        &self,
-        req: &WriteRequest,
-        entry: &BucketEntry,
-        (scope, object_key): (&str, &str),
-        token: Option<Token>,
-        landed: &str,
-    ) {
-        let Some(t) = token else { return };
-        let (Ok(scope_row), Ok(object_row)) = (self.row(scope).await, self.row(object_key).await)
-        else {
-            return;
-        };
-        let newer = scope_row.highest.is_some_and(|h| h > t.0);
-        if !newer || object_row.pending.is_some() || object_row.owns_version(Some(landed)) {
-            return;
-        }
-        let Ok(found) = entry.backend.version(&req.bucket, &req.key).await else {
-            return;
-        };
-        if crate::version::same_version(found.as_deref(), Some(landed)) {
-            crate::metrics::stale_landing(&req.bucket);
-            tracing::error!(bucket = %req.bucket, key = %req.key, token = t.0, highest = scope_row.highest,
-                "a stale write landed after a newer token's: the store applied this commit's request after its intent's deadline (check that the store refuses expired presigned requests and that the clocks agree, docs/design.md, \"Bounded intents\"); the next write of this object is refused as a bypass until an operator checks it");
         }
     }
 }

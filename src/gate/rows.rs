@@ -1,9 +1,10 @@
 //! The one way the gate writes fence rows: a decision's scope row and object row saved
 //! together, and a commit's outcome recorded after the store answered.
 
-use super::{Gate, GateError};
+use super::{BucketEntry, Gate, GateError, WriteRequest};
 use crate::backend::BackendError;
 use crate::fence::{Durability, FenceRow};
+use crate::token::Token;
 
 /// Whether the refusal already put the rows back as they were (docs/design.md, contract line 7).
 pub(super) fn rows_restored(error: &GateError) -> bool {
@@ -87,6 +88,14 @@ impl Gate {
     /// A row as the table holds it; for a key without one, the empty row, whose highest token
     /// is its bucket's floor when it is an object's row (`tombstones.rs`).
     pub(super) async fn row(&self, key: &str) -> Result<FenceRow, GateError> {
+        // A shared table reads an object's row and its bucket's floor in one round trip: a
+        // key without a row needs both, and one request costs what one read of the row does.
+        if let Some(floor_key) = super::tombstones::floor_of(key).filter(|_| self.store.shared()) {
+            let (row, floor) = self.store.get_pair(key, &floor_key).await?;
+            return Ok(
+                row.unwrap_or_else(|| super::tombstones::shared_absent_row(floor_key, floor))
+            );
+        }
         match self.store.get(key).await? {
             Some(row) => Ok(row),
             None => self.absent_row(key).await,
@@ -108,5 +117,43 @@ impl Gate {
             return Err(crate::fence::StoreError::Conflict(object_key.to_string()).into());
         }
         Ok(())
+    }
+
+    /// Shared tables: this commit landed, but another instance changed the object's row since
+    /// this one's intent. Normally that instance's commit comes after this one's: it saw this
+    /// version (its row owns `landed`), or its commit is still going (a pending version: its
+    /// condition fails on `landed` and it takes this version over), or it has landed (the
+    /// store holds its version). If instead a newer token's commit has finished, its row does
+    /// not know `landed`, and the store holds `landed`, then the store's condition matched a
+    /// version that came back: the newer holder rewrote the exact bytes this commit expected
+    /// (the ETag ABA). Bounded intents (docs/design.md) leave no way to this on a store that
+    /// refuses expired presigned requests; it stays as the alarm for one that does not.
+    /// Nothing undoes that now; it is said loudly, for an alert, and the next write of the
+    /// object is refused as a bypass until an operator looks.
+    pub(super) async fn landed_after_newer(
+        &self,
+        req: &WriteRequest,
+        entry: &BucketEntry,
+        (scope, object_key): (&str, &str),
+        token: Option<Token>,
+        landed: &str,
+    ) {
+        let Some(t) = token else { return };
+        let (Ok(scope_row), Ok(object_row)) = (self.row(scope).await, self.row(object_key).await)
+        else {
+            return;
+        };
+        let newer = scope_row.highest.is_some_and(|h| h > t.0);
+        if !newer || object_row.pending.is_some() || object_row.owns_version(Some(landed)) {
+            return;
+        }
+        let Ok(found) = entry.backend.version(&req.bucket, &req.key).await else {
+            return;
+        };
+        if crate::version::same_version(found.as_deref(), Some(landed)) {
+            crate::metrics::stale_landing(&req.bucket);
+            tracing::error!(bucket = %req.bucket, key = %req.key, token = t.0, highest = scope_row.highest,
+                "a stale write landed after a newer token's: the store applied this commit's request after its intent's deadline (check that the store refuses expired presigned requests and that the clocks agree, docs/design.md, \"Bounded intents\"); the next write of this object is refused as a bypass until an operator checks it");
+        }
     }
 }

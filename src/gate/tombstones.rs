@@ -24,6 +24,23 @@ pub fn floor_row(bucket: &str) -> String {
     format!("floor:{bucket}")
 }
 
+/// The floor row of the bucket of an object's row key (`object:bucket/key`).
+pub(super) fn floor_of(key: &str) -> Option<String> {
+    let rest = key.strip_prefix("object:")?;
+    Some(floor_row(rest.split_once('/')?.0))
+}
+
+/// On a shared table, the row of an object key that has none, judged by its bucket's floor
+/// as read (`floor`, at `floor_key`): a put that creates the row is conditional on the floor's
+/// revision.
+pub(super) fn shared_absent_row(floor_key: String, floor: Option<FenceRow>) -> FenceRow {
+    FenceRow {
+        highest: floor.as_ref().and_then(|f| f.highest),
+        floor_guard: Some((floor_key, floor.map_or(0, |f| f.rev))),
+        ..FenceRow::default()
+    }
+}
+
 /// How many tombstones a bucket may keep before they are folded, and what this instance has
 /// counted since its last fold of each bucket.
 #[derive(Default)]
@@ -64,11 +81,7 @@ impl Gate {
         let floor = self.store.get(&floor_key).await?;
         let highest = floor.as_ref().and_then(|f| f.highest);
         if self.store.shared() {
-            return Ok(FenceRow {
-                highest,
-                floor_guard: Some((floor_key, floor.map_or(0, |f| f.rev))),
-                ..FenceRow::default()
-            });
+            return Ok(shared_absent_row(floor_key, floor));
         }
         // A local table ignores the guard; it marks where the highest token came from.
         Ok(FenceRow {

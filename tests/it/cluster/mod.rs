@@ -1,6 +1,7 @@
 //! Several instances over one store, the fence table on a real etcd.
 
 mod azure;
+mod early_read;
 mod etcd_store;
 mod gcs;
 mod limits;
