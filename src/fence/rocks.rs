@@ -529,6 +529,46 @@ mod tests {
         assert_eq!(s.get("object:b/k").await.unwrap(), Some(row(2)));
     }
 
+    /// A synced put whose caller goes away once it is queued is still written and answered
+    /// into the void: the lane counts it out, so the next lone put goes alone again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn puts_dropped_while_queued_leave_the_lane_idle() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(RocksFenceStore::open(dir.path()).unwrap());
+        // Held, so that every put queues for the committer and none goes alone.
+        let writing = s.lane.writing.lock().unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..32u64 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                s.put(vec![(format!("object:b/{i}"), row(i))], Durability::Synced)
+                    .await
+            }));
+        }
+        while s.lane.busy.load(Ordering::Acquire) < 32 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        for t in &tasks {
+            t.abort();
+        }
+        drop(writing);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while s.lane.busy.load(Ordering::Acquire) != 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a dropped put is still counted"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        for i in 0..32u64 {
+            assert_eq!(s.get(&format!("object:b/{i}")).await.unwrap(), Some(row(i)));
+        }
+        s.put(vec![("object:b/k".into(), row(1))], Durability::Synced)
+            .await
+            .unwrap();
+        assert_eq!(s.stats().alone.load(Ordering::Relaxed), 1);
+    }
+
     #[test]
     fn a_second_open_is_refused_with_a_hint() {
         let dir = tempfile::tempdir().unwrap();
