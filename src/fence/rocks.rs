@@ -172,9 +172,13 @@ impl RocksFenceStore {
     /// written and the runtime has another worker to go on with while this one waits for the
     /// disk. `None`: the put goes to the committer.
     fn put_alone(&self, rows: &[(String, FenceRow)]) -> Option<Result<(), StoreError>> {
-        let multi_thread = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if !multi_thread || self.lane.busy.load(Ordering::Acquire) != 0 {
+        // A multi-thread runtime may still have one worker (one CPU, TOKIO_WORKER_THREADS=1):
+        // its fsync would stop every request, health checks too, until the disk answers.
+        let another_worker = tokio::runtime::Handle::try_current().is_ok_and(|h| {
+            h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+                && h.metrics().num_workers() > 1
+        });
+        if !another_worker || self.lane.busy.load(Ordering::Acquire) != 0 {
             return None;
         }
         let _writing = self.lane.writing.try_lock().ok()?;
@@ -527,6 +531,40 @@ mod tests {
         queued.await.unwrap().unwrap();
         assert_eq!(s.stats().alone.load(Ordering::Relaxed), 0);
         assert_eq!(s.get("object:b/k").await.unwrap(), Some(row(2)));
+    }
+
+    /// A runtime with one worker has no other to go on while that one waits for the disk:
+    /// a put made alone there would stop every request for the length of its fsync, and
+    /// writers that meet could never share one. Every synced put goes to the committer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_single_worker_runtime_never_waits_for_the_disk_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(RocksFenceStore::open(dir.path()).unwrap());
+        let mut tasks = Vec::new();
+        for i in 0..16u64 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                for j in 0..10u64 {
+                    s.put(vec![(format!("object:b/{i}"), row(j))], Durability::Synced)
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let puts = s.stats().puts.load(Ordering::Relaxed);
+        let syncs = s.stats().syncs.load(Ordering::Relaxed);
+        assert_eq!(
+            s.stats().alone.load(Ordering::Relaxed),
+            0,
+            "a worker waited"
+        );
+        assert!(
+            syncs < puts / 2,
+            "group commit should merge puts: {syncs} syncs for {puts} puts"
+        );
     }
 
     /// A synced put whose caller goes away once it is queued is still written and answered
