@@ -499,6 +499,8 @@ mod tests {
     /// A put that finds the committer at work joins its queue rather than writing beside it,
     /// and one made alone holds the next group back only until its own fsync is done.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    // The lane's lock, held across the wait, stands for a write in progress.
+    #[allow(clippy::await_holding_lock)]
     async fn a_put_never_goes_alone_while_others_are_queued() {
         let dir = tempfile::tempdir().unwrap();
         let s = RocksFenceStore::open(dir.path()).unwrap();
@@ -570,6 +572,8 @@ mod tests {
     /// A synced put whose caller goes away once it is queued is still written and answered
     /// into the void: the lane counts it out, so the next lone put goes alone again.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    // The lane's lock, held across the wait, stands for a write in progress.
+    #[allow(clippy::await_holding_lock)]
     async fn puts_dropped_while_queued_leave_the_lane_idle() {
         let dir = tempfile::tempdir().unwrap();
         let s = Arc::new(RocksFenceStore::open(dir.path()).unwrap());
