@@ -183,7 +183,13 @@ impl RocksFenceStore {
         }
         let _writing = self.lane.writing.try_lock().ok()?;
         self.stats.alone.fetch_add(1, Ordering::Relaxed);
-        Some(write_synced(&self.db, rows.iter(), 1, &self.stats))
+        // The worker's other tasks move to another thread while this one waits for the disk:
+        // a RocksDB write made on a worker meanwhile (a lazy outcome row, a fold) queues
+        // behind this fsync, and with this worker kept here a two-worker runtime was left with
+        // none: no request, health checks too, was served until the disk answered.
+        Some(tokio::task::block_in_place(|| {
+            write_synced(&self.db, rows.iter(), 1, &self.stats)
+        }))
     }
 }
 
