@@ -172,14 +172,24 @@ impl RocksFenceStore {
     /// written and the runtime has another worker to go on with while this one waits for the
     /// disk. `None`: the put goes to the committer.
     fn put_alone(&self, rows: &[(String, FenceRow)]) -> Option<Result<(), StoreError>> {
-        let multi_thread = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if !multi_thread || self.lane.busy.load(Ordering::Acquire) != 0 {
+        // A multi-thread runtime may still have one worker (one CPU, TOKIO_WORKER_THREADS=1):
+        // its fsync would stop every request, health checks too, until the disk answers.
+        let another_worker = tokio::runtime::Handle::try_current().is_ok_and(|h| {
+            h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+                && h.metrics().num_workers() > 1
+        });
+        if !another_worker || self.lane.busy.load(Ordering::Acquire) != 0 {
             return None;
         }
         let _writing = self.lane.writing.try_lock().ok()?;
         self.stats.alone.fetch_add(1, Ordering::Relaxed);
-        Some(write_synced(&self.db, rows.iter(), 1, &self.stats))
+        // The worker's other tasks move to another thread while this one waits for the disk:
+        // a RocksDB write made on a worker meanwhile (a lazy outcome row, a fold) queues
+        // behind this fsync, and with this worker kept here a two-worker runtime was left with
+        // none: no request, health checks too, was served until the disk answered.
+        Some(tokio::task::block_in_place(|| {
+            write_synced(&self.db, rows.iter(), 1, &self.stats)
+        }))
     }
 }
 
@@ -495,6 +505,8 @@ mod tests {
     /// A put that finds the committer at work joins its queue rather than writing beside it,
     /// and one made alone holds the next group back only until its own fsync is done.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    // The lane's lock, held across the wait, stands for a write in progress.
+    #[allow(clippy::await_holding_lock)]
     async fn a_put_never_goes_alone_while_others_are_queued() {
         let dir = tempfile::tempdir().unwrap();
         let s = RocksFenceStore::open(dir.path()).unwrap();
@@ -527,6 +539,82 @@ mod tests {
         queued.await.unwrap().unwrap();
         assert_eq!(s.stats().alone.load(Ordering::Relaxed), 0);
         assert_eq!(s.get("object:b/k").await.unwrap(), Some(row(2)));
+    }
+
+    /// A runtime with one worker has no other to go on while that one waits for the disk:
+    /// a put made alone there would stop every request for the length of its fsync, and
+    /// writers that meet could never share one. Every synced put goes to the committer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_single_worker_runtime_never_waits_for_the_disk_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(RocksFenceStore::open(dir.path()).unwrap());
+        let mut tasks = Vec::new();
+        for i in 0..16u64 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                for j in 0..10u64 {
+                    s.put(vec![(format!("object:b/{i}"), row(j))], Durability::Synced)
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let puts = s.stats().puts.load(Ordering::Relaxed);
+        let syncs = s.stats().syncs.load(Ordering::Relaxed);
+        assert_eq!(
+            s.stats().alone.load(Ordering::Relaxed),
+            0,
+            "a worker waited"
+        );
+        assert!(
+            syncs < puts / 2,
+            "group commit should merge puts: {syncs} syncs for {puts} puts"
+        );
+    }
+
+    /// A synced put whose caller goes away once it is queued is still written and answered
+    /// into the void: the lane counts it out, so the next lone put goes alone again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    // The lane's lock, held across the wait, stands for a write in progress.
+    #[allow(clippy::await_holding_lock)]
+    async fn puts_dropped_while_queued_leave_the_lane_idle() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(RocksFenceStore::open(dir.path()).unwrap());
+        // Held, so that every put queues for the committer and none goes alone.
+        let writing = s.lane.writing.lock().unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..32u64 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                s.put(vec![(format!("object:b/{i}"), row(i))], Durability::Synced)
+                    .await
+            }));
+        }
+        while s.lane.busy.load(Ordering::Acquire) < 32 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        for t in &tasks {
+            t.abort();
+        }
+        drop(writing);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while s.lane.busy.load(Ordering::Acquire) != 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a dropped put is still counted"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        for i in 0..32u64 {
+            assert_eq!(s.get(&format!("object:b/{i}")).await.unwrap(), Some(row(i)));
+        }
+        s.put(vec![("object:b/k".into(), row(1))], Durability::Synced)
+            .await
+            .unwrap();
+        assert_eq!(s.stats().alone.load(Ordering::Relaxed), 1);
     }
 
     #[test]

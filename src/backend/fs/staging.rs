@@ -107,7 +107,10 @@ fn staged_at(
 /// here before the rename, the one step that makes the body visible. Either order of the two
 /// fsyncs leaves the same states after a crash (docs/design.md, "The staged body's fsync").
 #[derive(Clone, Debug, Default)]
-pub struct StagedSync(Arc<(Mutex<Option<Result<(), String>>>, Condvar)>);
+pub struct StagedSync(Arc<(Mutex<Option<SyncResult>>, Condvar)>);
+
+/// How a staged file's fsync ended: its error, as text, if it failed.
+type SyncResult = Result<(), String>;
 
 impl StagedSync {
     /// A file fsynced already.

@@ -539,3 +539,42 @@ async fn a_small_body_is_fsynced_after_its_hand_over() {
     let (_, stream) = fs.get("b", "k").await.unwrap().unwrap();
     assert_eq!(read_all(stream).await, b"hello");
 }
+
+/// A stage dropped at any point around its hand-over (the client hung up) leaves no staging
+/// file once its fsync has ended, and one that completed is committed whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_dropped_around_its_hand_over_leaves_no_staging_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = std::sync::Arc::new(FsBackend::open(dir.path(), &["b"]).unwrap());
+    let mut committed = 0;
+    for i in 0..200u64 {
+        let stage = {
+            let fs = fs.clone();
+            tokio::spawn(async move {
+                fs.stage("b", "k", ObjectMeta::default(), body(b"hello"))
+                    .await
+            })
+        };
+        // From before the blocking task starts to after the hand-over.
+        tokio::time::sleep(std::time::Duration::from_micros(i * 5)).await;
+        stage.abort();
+        if let Ok(Ok(staged)) = stage.await {
+            fs.commit(&staged, None).await.unwrap();
+            committed += 1;
+            let (_, stream) = fs.get("b", "k").await.unwrap().unwrap();
+            assert_eq!(read_all(stream).await, b"hello");
+            let version = fs.version("b", "k").await.unwrap().unwrap();
+            fs.delete("b", "k", &version).await.unwrap();
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !staging_files(&fs).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left behind: {:?}",
+            staging_files(&fs)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(committed > 0, "no stage ever completed before its abort");
+}
