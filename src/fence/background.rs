@@ -19,6 +19,9 @@
 //! stay slow for the writes it serves next.
 
 use super::{FenceRow, FenceStore, StoreError};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The nice value of a scan's thread: the lowest priority.
@@ -29,6 +32,29 @@ pub const DUTY: f64 = 0.1;
 /// Rows per page of a paced scan: a fraction of a millisecond of work, so a write never waits
 /// long behind one, and few enough that the seek starting each page costs nothing.
 pub const PAGE: usize = 1000;
+
+thread_local! {
+    /// On a scan's thread: false once its caller stopped waiting (a shutdown drops it), so a
+    /// paced scan ends at its next page and lets the table close.
+    static WAITED: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
+}
+
+/// Held by the caller of [`run`] while it waits.
+struct Waiting(Arc<AtomicBool>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
+fn still_waited() -> bool {
+    WAITED.with(|w| {
+        w.borrow()
+            .as_ref()
+            .is_none_or(|a| a.load(Ordering::Relaxed))
+    })
+}
 
 /// [`FenceStore::scan_prefix`], paced: in pages of [`PAGE`] rows, each resuming after the last
 /// key of the one before, with a pause after each that keeps the scan to [`DUTY`] of a core.
@@ -58,7 +84,7 @@ pub fn scan_paced(
             true
         })?;
         match last {
-            Some(key) if !stopped => after = Some(key),
+            Some(key) if !stopped && still_waited() => after = Some(key),
             _ => return Ok(()),
         }
         std::thread::sleep(started.elapsed().mul_f64((1.0 - DUTY) / DUTY));
@@ -74,17 +100,20 @@ where
 {
     let (done, answer) = tokio::sync::oneshot::channel();
     let runtime = tokio::runtime::Handle::current();
+    let waiting = Waiting(Arc::new(AtomicBool::new(true)));
+    let waited = waiting.0.clone();
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
             let _runtime = runtime.enter();
+            WAITED.with(|w| *w.borrow_mut() = Some(waited));
             lower_this_thread();
             let _ = done.send(scan());
         })
         .map_err(|e| StoreError::Io(format!("cannot start the {name} thread: {e}")))?;
-    answer
-        .await
-        .map_err(|_| StoreError::Io(format!("the {name} thread stopped without an answer")))
+    let answer = answer.await;
+    drop(waiting);
+    answer.map_err(|_| StoreError::Io(format!("the {name} thread stopped without an answer")))
 }
 
 /// Lowers the calling thread (not the process: on Linux the nice value is per thread). A
@@ -150,6 +179,37 @@ mod tests {
         })
         .unwrap();
         assert_eq!(first, PAGE + 3, "the visitor stops the scan");
+    }
+
+    /// A shutdown drops the caller's wait: the scan ends after its page, not the whole table.
+    #[tokio::test]
+    async fn a_paced_scan_ends_when_its_caller_stops_waiting() {
+        use crate::fence::{memory::MemoryFenceStore, Durability};
+        let store = Arc::new(MemoryFenceStore::default());
+        let rows = (0..3 * PAGE).map(|i| (format!("object:b/{i:06}"), FenceRow::default()));
+        store.put(rows.collect(), Durability::Synced).await.unwrap();
+        let (go, go_wait) = std::sync::mpsc::channel::<()>();
+        let (end, ended) = std::sync::mpsc::channel::<usize>();
+        let wait = run("test-scan", move || {
+            let mut seen = 0;
+            scan_paced(&*store, "object:b/", &mut |_, _| {
+                if seen == 0 {
+                    go_wait.recv().unwrap();
+                }
+                seen += 1;
+                true
+            })
+            .unwrap();
+            end.send(seen).unwrap();
+        });
+        let mut wait = Box::pin(wait);
+        assert!(
+            futures::poll!(&mut wait).is_pending(),
+            "the scan has started"
+        );
+        drop(wait);
+        go.send(()).unwrap();
+        assert_eq!(ended.recv().unwrap(), PAGE);
     }
 
     /// A scan that needs the runtime (a shared table's does) finds it.

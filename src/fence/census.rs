@@ -22,6 +22,7 @@ pub const CENSUS_EVERY: Duration = Duration::from_secs(600);
 
 /// Watches `store` and the file system of `data_dir` until shutdown.
 pub fn watch(store: Arc<dyn FenceStore>, data_dir: PathBuf, shutdown: &crate::shutdown::Shutdown) {
+    let census_shutdown = shutdown.clone();
     shutdown.spawn_background(async move {
         let mut last_census: Option<tokio::time::Instant> = None;
         // A census runs beside this loop: at low priority it may take minutes on a busy
@@ -43,7 +44,8 @@ pub fn watch(store: Arc<dyn FenceStore>, data_dir: PathBuf, shutdown: &crate::sh
             {
                 last_census = Some(tokio::time::Instant::now());
                 let (store, counting) = (store.clone(), counting.clone());
-                tokio::spawn(async move {
+                // Under the shutdown, which drops the wait: the scan then ends at its next page.
+                census_shutdown.spawn_background(async move {
                     match super::background::run("fence-census", move || census(&*store)).await {
                         Ok(Ok(c)) => crate::metrics::fence_table_census(c.rows, c.tombstones),
                         Ok(Err(e)) | Err(e) => {
