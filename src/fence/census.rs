@@ -9,19 +9,25 @@
 
 use super::FenceStore;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// How often the cheap figures are read.
 pub const EVERY: Duration = Duration::from_secs(15);
-/// How often the rows are counted. A scan costs about a microsecond per row
-/// (ten seconds of one core for ten million rows), on a blocking thread.
+/// How often the rows are counted. A scan costs about a microsecond per row (ten seconds of
+/// one core for ten million rows), on a thread of its own at the lowest priority
+/// ([`super::background`]).
 pub const CENSUS_EVERY: Duration = Duration::from_secs(600);
 
 /// Watches `store` and the file system of `data_dir` until shutdown.
 pub fn watch(store: Arc<dyn FenceStore>, data_dir: PathBuf, shutdown: &crate::shutdown::Shutdown) {
+    let census_shutdown = shutdown.clone();
     shutdown.spawn_background(async move {
         let mut last_census: Option<tokio::time::Instant> = None;
+        // A census runs beside this loop: at low priority it may take minutes on a busy
+        // machine, and the disk figures the alerts read must not wait for it.
+        let counting = Arc::new(std::sync::atomic::AtomicBool::new(false));
         loop {
             if let Some(usage) = store.usage() {
                 crate::metrics::fence_table_usage(
@@ -32,16 +38,22 @@ pub fn watch(store: Arc<dyn FenceStore>, data_dir: PathBuf, shutdown: &crate::sh
             if let Some((free, size)) = free_space(&data_dir) {
                 crate::metrics::data_dir_space(free, size);
             }
-            if !store.shared() && last_census.is_none_or(|t| t.elapsed() >= CENSUS_EVERY) {
+            if !store.shared()
+                && last_census.is_none_or(|t| t.elapsed() >= CENSUS_EVERY)
+                && !counting.swap(true, Ordering::AcqRel)
+            {
                 last_census = Some(tokio::time::Instant::now());
-                let store = store.clone();
-                match tokio::task::spawn_blocking(move || census(&*store)).await {
-                    Ok(Ok(c)) => crate::metrics::fence_table_census(c.rows, c.tombstones),
-                    Ok(Err(e)) => {
-                        tracing::warn!(error = %e, "cannot count the fence table's rows")
+                let (store, counting) = (store.clone(), counting.clone());
+                // Under the shutdown, which drops the wait: the scan then ends at its next page.
+                census_shutdown.spawn_background(async move {
+                    match super::background::run("fence-census", move || census(&*store)).await {
+                        Ok(Ok(c)) => crate::metrics::fence_table_census(c.rows, c.tombstones),
+                        Ok(Err(e)) | Err(e) => {
+                            tracing::warn!(error = %e, "cannot count the fence table's rows")
+                        }
                     }
-                    Err(_) => {}
-                }
+                    counting.store(false, Ordering::Release);
+                });
             }
             tokio::time::sleep(EVERY).await;
         }
@@ -56,13 +68,14 @@ pub struct Census {
     pub tombstones: u64,
 }
 
-/// Counts the table's rows, each once however often it was written. Blocking.
+/// Counts the table's rows, each once however often it was written. Blocking, and paced to a
+/// tenth of a core ([`super::background::scan_paced`]).
 pub fn census(store: &dyn FenceStore) -> Result<Census, super::StoreError> {
     let mut c = Census {
         rows: 0,
         tombstones: 0,
     };
-    store.scan_prefix("", &mut |_, row| {
+    super::background::scan_paced(store, "", &mut |_, row| {
         c.rows += 1;
         c.tombstones += u64::from(row.tombstone);
         true

@@ -12,6 +12,7 @@
 //! default `object` scope the scope row and the object row are the same row; with wider scopes
 //! the highest token lives on the scope row and each object's version on its own row.
 
+pub mod background;
 pub mod census;
 #[cfg(feature = "cluster")]
 pub mod etcd;

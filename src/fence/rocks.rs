@@ -214,7 +214,12 @@ impl FenceStore for RocksFenceStore {
             _ => prefix,
         };
         let mode = rocksdb::IteratorMode::From(start.as_bytes(), rocksdb::Direction::Forward);
-        for item in self.db.iterator(mode) {
+        // A scan reads each block once, in key order (a whole-table census, a bucket's
+        // tombstones, a listing page): keeping its blocks would evict the hot scopes' blocks
+        // that point reads need.
+        let mut read = rocksdb::ReadOptions::default();
+        read.fill_cache(false);
+        for item in self.db.iterator_opt(mode, read) {
             let (key, value) = item.map_err(|e| StoreError::Io(e.to_string()))?;
             if !key.starts_with(prefix.as_bytes()) {
                 break;

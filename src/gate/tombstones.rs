@@ -197,13 +197,14 @@ impl Gate {
         Ok(())
     }
 
-    /// The keys under `prefix` whose rows keep nothing but a token at `now` (a scan, on the
-    /// blocking pool).
+    /// The keys under `prefix` whose rows keep nothing but a token at `now` (a scan, paced and
+    /// at the lowest priority: bookkeeping gives way to writes, see
+    /// [`crate::fence::background`]).
     async fn foldable_rows(&self, prefix: String, now: u64) -> Result<Vec<String>, GateError> {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || {
+        crate::fence::background::run("fence-fold-scan", move || {
             let mut keys = Vec::new();
-            store.scan_prefix(&prefix, &mut |key, row| {
+            crate::fence::background::scan_paced(&*store, &prefix, &mut |key, row| {
                 if row.foldable(now) {
                     keys.push(key.to_string());
                 }
@@ -212,7 +213,7 @@ impl Gate {
             Ok::<_, StoreError>(keys)
         })
         .await
-        .map_err(|e| GateError::Store(StoreError::Io(e.to_string())))?
+        .and_then(|scanned| scanned)
         .map_err(GateError::from)
     }
 }
