@@ -840,6 +840,47 @@ async fn delete_bucket_waits_for_a_crash_intent_by_its_recorded_bound() {
     c.g.bucket_settled("b").await.unwrap();
 }
 
+/// A crash-left request that can no longer land (its bound has passed since the restart)
+/// holds nothing any more: the first decision of the scope after that drops its mark, so a
+/// later restart does not hold the whole scope back again for the full bound, nor does
+/// `fences list` show the scope pending for ever.
+#[tokio::test]
+async fn a_crash_mark_goes_once_its_request_can_no_longer_land() {
+    let policy = BucketPolicy {
+        scope: crate::config::ScopeKind::Bucket,
+        ..BucketPolicy::default()
+    };
+    let bound = Some(std::time::Duration::from_millis(300));
+    let c = crash_mid_request(policy.clone(), vec![], req("k", 5), false, [bound, bound]).await;
+    let held = c.g.put(req("j", 6), body(b"newer")).await;
+    assert_eq!(
+        held.map(|_| ()).map_err(|e| e.code()),
+        Err("CommitUnresolved")
+    );
+    // The request never lands; the bound passes on the restarted gate.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    c.g.put(req("j", 6), body(b"newer")).await.unwrap();
+    let marks = c.table.get("bucket:b").await.unwrap().unwrap().unresolved;
+    assert!(marks.is_empty(), "a mark outlived its request: {marks:?}");
+    // Restarted again: the scope's other objects are not held for the request's sake.
+    let again = super::test_kit::gate_over(
+        policy,
+        Arc::new(Scripted::new(
+            c.objects.clone(),
+            LateStore {
+                inner: c.objects.clone(),
+                bound,
+                hold: std::sync::atomic::AtomicBool::new(false),
+                held: std::sync::atomic::AtomicBool::new(false),
+                land: tokio::sync::watch::channel(false).0,
+            },
+        )),
+        c.table.clone(),
+    );
+    again.put(req("j", 7), body(b"newest")).await.unwrap();
+    drop(c.zombie);
+}
+
 /// The same in a header scope: the crash-left request holds back its own lock's scope (a newer
 /// token of that lock writing another object), and only that one.
 #[tokio::test]
