@@ -48,7 +48,7 @@ impl Gate {
         trust_row: bool,
         is_delete: bool,
     ) -> Result<Locked, GateError> {
-        let scope_row = match seen {
+        let mut scope_row = match seen {
             // A shared table's linearizable read of this row, made before the body: every
             // save below compares its revision, so a change since fails it and writes nothing
             // (docs/design.md, "The read before the body").
@@ -110,7 +110,7 @@ impl Gate {
             self.resolve_intent(entry, &req.bucket, &req.key, &mut object_row)
                 .await?;
         }
-        self.scope_resolved(entry, &req.bucket, &scope_row, Some(&req.key))
+        self.scope_resolved(entry, &req.bucket, &mut scope_row, Some(&req.key))
             .await?;
         let found = if trust_row && object_row.pending.is_none() {
             object_row.version.clone()

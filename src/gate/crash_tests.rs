@@ -487,6 +487,7 @@ async fn a_bound_removed_across_the_crash_still_holds() {
 /// does not hold. Land the held request with `first.land`.
 struct Crashed {
     g: Arc<Gate>,
+    table: Arc<MemoryFenceStore>,
     objects: Arc<MemoryBackend>,
     first: Arc<Scripted<LateStore>>,
     zombie: tokio::task::JoinHandle<Result<Written, GateError>>,
@@ -543,6 +544,7 @@ async fn crash_mid_request(
     let g = over(late(false, bounds[1]) as Arc<dyn Backend>);
     Crashed {
         g,
+        table,
         objects,
         first,
         zombie,
@@ -836,4 +838,97 @@ async fn delete_bucket_waits_for_a_crash_intent_by_its_recorded_bound() {
     let _ = c.first.land.send(true);
     let _ = c.zombie.await;
     c.g.bucket_settled("b").await.unwrap();
+}
+
+/// A crash-left request that can no longer land (its bound has passed since the restart)
+/// holds nothing any more: the first decision of the scope after that drops its mark, so a
+/// later restart does not hold the whole scope back again for the full bound, nor does
+/// `fences list` show the scope pending for ever.
+#[tokio::test]
+async fn a_crash_mark_goes_once_its_request_can_no_longer_land() {
+    let policy = BucketPolicy {
+        scope: crate::config::ScopeKind::Bucket,
+        ..BucketPolicy::default()
+    };
+    let bound = Some(std::time::Duration::from_millis(300));
+    let c = crash_mid_request(policy.clone(), vec![], req("k", 5), false, [bound, bound]).await;
+    let held = c.g.put(req("j", 6), body(b"newer")).await;
+    assert_eq!(
+        held.map(|_| ()).map_err(|e| e.code()),
+        Err("CommitUnresolved")
+    );
+    // The request never lands; the bound passes on the restarted gate.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    c.g.put(req("j", 6), body(b"newer")).await.unwrap();
+    let marks = c.table.get("bucket:b").await.unwrap().unwrap().unresolved;
+    assert!(marks.is_empty(), "a mark outlived its request: {marks:?}");
+    // Restarted again: the scope's other objects are not held for the request's sake.
+    let again = super::test_kit::gate_over(
+        policy,
+        Arc::new(Scripted::new(
+            c.objects.clone(),
+            LateStore {
+                inner: c.objects.clone(),
+                bound,
+                hold: std::sync::atomic::AtomicBool::new(false),
+                held: std::sync::atomic::AtomicBool::new(false),
+                land: tokio::sync::watch::channel(false).0,
+            },
+        )),
+        c.table.clone(),
+    );
+    again.put(req("j", 7), body(b"newest")).await.unwrap();
+    drop(c.zombie);
+}
+
+/// The same in a header scope: the crash-left request holds back its own lock's scope (a newer
+/// token of that lock writing another object), and only that one.
+#[tokio::test]
+async fn a_crash_intent_holds_back_its_header_scope_only() {
+    let policy = BucketPolicy {
+        scope: crate::config::ScopeKind::Header,
+        ..BucketPolicy::default()
+    };
+    let under = |key: &str, token: u64, lock: &str| WriteRequest {
+        scope_header: Some(lock.as_bytes().to_vec()),
+        ..req(key, token)
+    };
+    let bound = Some(std::time::Duration::from_secs(60));
+    let c = crash_mid_request(policy, vec![], under("k", 5, "a"), false, [bound, bound]).await;
+    let held = c.g.put(under("j", 6, "a"), body(b"newer")).await;
+    assert_eq!(
+        held.map(|_| ()).map_err(|e| e.code()),
+        Err("CommitUnresolved")
+    );
+    c.g.put(under("i", 1, "other"), body(b"x")).await.unwrap();
+    let _ = c.first.land.send(true);
+    let _ = c.zombie.await;
+    c.g.put(under("j", 6, "a"), body(b"newer")).await.unwrap();
+}
+
+/// A lease grant (`advance_past`) and a delete of an absent key in the scope record a newer
+/// token without sending a store request: both wait for the crash-left request as writes do.
+#[tokio::test]
+async fn a_crash_intent_holds_back_grants_and_absent_deletes_in_its_scope() {
+    let policy = BucketPolicy {
+        scope: crate::config::ScopeKind::Prefix,
+        prefix_segments: 1,
+        ..BucketPolicy::default()
+    };
+    let bound = Some(std::time::Duration::from_secs(60));
+    let c = crash_mid_request(policy, vec![], req("p/k", 5), false, [bound, bound]).await;
+    let grant = c.g.advance_past("b", "p/j", 0, None).await;
+    assert_eq!(
+        grant.map(|_| ()).map_err(|e| e.code()),
+        Err("CommitUnresolved")
+    );
+    let absent = c.g.delete(req("p/j", 6)).await;
+    assert_eq!(
+        absent.map(|_| ()).map_err(|e| e.code()),
+        Err("CommitUnresolved")
+    );
+    let _ = c.first.land.send(true);
+    let _ = c.zombie.await;
+    let (token, _) = c.g.advance_past("b", "p/j", 0, None).await.unwrap();
+    assert_eq!(token.0, 6);
 }

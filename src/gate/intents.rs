@@ -233,21 +233,30 @@ impl Gate {
     /// Refuses while any other object of the scope has a store request whose outcome is
     /// unknown: that request would land in the scope after whatever this one is acknowledged
     /// for (a write of another object, an advance, a bound grant). `skip` is the object the
-    /// caller checks itself.
+    /// caller has already found resolved itself ([`Gate::still_unresolved`]).
+    ///
+    /// The marks of requests found resolved (landed, or past their bound) are dropped from
+    /// `scope_row`, which the caller saves with its decision: an in-flight mark a crash left
+    /// has no outcome to remove it, and would otherwise hold the whole scope back again, for
+    /// the full bound, after every later restart.
     pub(super) async fn scope_resolved(
         &self,
         entry: &BucketEntry,
         bucket: &str,
-        scope_row: &FenceRow,
+        scope_row: &mut FenceRow,
         skip: Option<&str>,
     ) -> Result<(), GateError> {
         let now = crate::wall_clock::now_ms();
+        let mut resolved = Vec::new();
         for (key, until) in &scope_row.unresolved {
-            if *until <= now || Some(key.as_str()) == skip {
-                continue;
+            if *until > now && Some(key.as_str()) != skip {
+                let row = self.row(&super::scope::object_row(bucket, key)).await?;
+                self.still_unresolved(entry, bucket, key, &row).await?;
             }
-            let row = self.row(&super::scope::object_row(bucket, key)).await?;
-            self.still_unresolved(entry, bucket, key, &row).await?;
+            resolved.push(key.clone());
+        }
+        for key in resolved {
+            scope_row.unresolved.remove(&key);
         }
         Ok(())
     }

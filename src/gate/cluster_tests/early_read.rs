@@ -109,3 +109,26 @@ async fn a_write_that_waited_for_this_instances_lock_reads_again() {
     assert_eq!(store.landed(), vec![Some(1), Some(2), Some(3)]);
     assert_eq!(table.conflicts.load(Ordering::SeqCst), 0);
 }
+
+/// A key the early read found without a row, judged by its bucket's floor: the other instance
+/// writes it with a newer token, deletes it and folds the tombstone into the floor while the
+/// body streams, so the key is without a row again when the intent is recorded. The compare on
+/// the floor's revision refuses the write as stale; a compare on the row's absence alone would
+/// let it land after the newer token's delete.
+#[tokio::test]
+async fn a_fold_while_the_body_streams_refuses_the_write() {
+    let ([a, b], store, table) = cluster();
+    let (stream, go) = streaming(b"si", b"x");
+    let gate = a.clone();
+    let slow = tokio::spawn(async move { gate.put(req("k", 6), stream).await });
+    received(&slow).await;
+    b.put(req("k", 8), body(b"eight")).await.unwrap();
+    b.delete(req("k", 8)).await.unwrap();
+    assert_eq!(b.fold_tombstones("b").await.unwrap(), 1);
+    assert!(table.get("object:b/k").await.unwrap().is_none());
+    let _ = go.send(());
+    let e = slow.await.unwrap().unwrap_err();
+    assert_eq!(e.code(), "StaleFencingToken", "{e}");
+    assert_eq!(store.landed(), vec![Some(8)]);
+    assert!(table.conflicts.load(Ordering::SeqCst) > 0);
+}

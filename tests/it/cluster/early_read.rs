@@ -83,3 +83,42 @@ async fn a_row_changed_while_the_body_streams_is_seen_by_the_decision() {
     assert_eq!(s, 412, "{answer}");
     assert_eq!(get_bytes(&c, &cluster.object(1, "new")).await.1, b"other");
 }
+
+/// A key without a row: instance 1's early read found it absent, judged by the bucket's floor.
+/// While the body streams, instance 2 deletes the key with a newer token and folds that
+/// tombstone into the floor, so the key is without a row again when instance 1 records its
+/// intent. The intent's compare on the floor's revision refuses the write as stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fold_while_the_body_streams_refuses_the_write() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::up(2, "ministack");
+    for n in ["fg1", "fg2"] {
+        let file = cluster.dir.path().join(format!("{n}.toml"));
+        let text = std::fs::read_to_string(&file)
+            .unwrap()
+            .replace("[server]\n", "[server]\nmax_tombstones_per_bucket = 1\n");
+        std::fs::write(&file, text).unwrap();
+        cluster.signal(n, "TERM");
+        cluster.start(n);
+    }
+    let c = client();
+    let (slow, go) = streaming_put(&c, &cluster.object(1, "k"), &[("Fencing-Token", "6")]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let resp = c
+        .delete(cluster.object(2, "k"))
+        .header("Fencing-Token", "8")
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", cluster.logs());
+    // The fold runs in the background after the delete that reached the bound.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let _ = go.send(());
+    let (s, answer) = slow.await.unwrap();
+    assert_eq!(s, 409, "{answer}");
+    assert_eq!(answer["error"], "StaleFencingToken");
+    assert_eq!(
+        c.get(cluster.object(1, "k")).send().await.unwrap().status(),
+        404
+    );
+}
